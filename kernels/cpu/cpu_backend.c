@@ -1,0 +1,135 @@
+/* cpu_backend.c - the CPU reference backend: fp32 activations in host memory,
+ * weights converted to fp32 (F32 tensors used in place from the mapping when
+ * aligned), and the op table that points at the kernels of this folder. */
+#include <stdint.h> // uintptr_t
+#include <stdlib.h> // malloc, calloc, free
+#include <string.h> // memcpy, memset
+
+#include "cpu_kernels.h"
+
+struct lz_backend {
+    int unused;
+};
+
+static lz_status cpu_alloc(lz_backend *be, size_t bytes, void **out) {
+    *out = malloc(bytes ? bytes : 1);
+    if (!*out)
+        return lz_fail(LZ_ERR_NOMEM, "cpu backend: out of memory allocating %zu bytes", bytes);
+    return LZ_OK;
+}
+
+static void cpu_free(lz_backend *be, void *p) { free(p); }
+
+static lz_status cpu_zero(lz_backend *be, void *p, size_t bytes) {
+    memset(p, 0, bytes);
+    return LZ_OK;
+}
+
+static lz_status cpu_upload_weight(lz_backend *be, const lz_st_tensor *src, int64_t rows, int64_t cols,
+                                   lz_weight *out) {
+    if (rows * cols != src->numel)
+        return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,
+                       (long long)src->numel, (long long)rows, (long long)cols);
+    *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, false};
+    if (src->dtype == LZ_DTYPE_F32 && ((uintptr_t)src->data % sizeof(float)) == 0) {
+        out->data = (void *)src->data; // zero copy: the mapping outlives the model
+        return LZ_OK;
+    }
+    LZ_TRY(cpu_alloc(be, sizeof(float) * (size_t)src->numel, &out->data));
+    lz_convert_to_f32(out->data, src->data, src->dtype, (size_t)src->numel);
+    out->owned = true;
+    return LZ_OK;
+}
+
+static void cpu_free_weight(lz_backend *be, lz_weight *w) {
+    if (w->owned)
+        free(w->data);
+    *w = (lz_weight){0};
+}
+
+static lz_status cpu_copy_f32(lz_backend *be, float *dst, const void *src, size_t n) {
+    memcpy(dst, src, sizeof(float) * n);
+    return LZ_OK;
+}
+static lz_status cpu_from_host(lz_backend *be, void *dst, const float *src, size_t n) {
+    memcpy(dst, src, sizeof(float) * n);
+    return LZ_OK;
+}
+static lz_status cpu_sync(lz_backend *be) { return LZ_OK; }
+
+/* Adapters from the op table's untyped signatures to the fp32 kernels. */
+static void op_embedding(lz_backend *be, void *out, const lz_weight *t, const int32_t *ids, int T) {
+    embedding_forward(out, t->data, ids, T, (int)t->cols);
+}
+static void op_rmsnorm(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, float eps) {
+    rmsnorm_forward(out, x, w->data, T, (int)w->cols, eps);
+}
+static void op_linear(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *b, int T) {
+    linear_forward(out, x, w->data, b && b->data ? b->data : NULL, T, (int)w->cols, (int)w->rows);
+}
+static void op_add(lz_backend *be, void *y, const void *x, size_t n) { add_forward(y, x, n); }
+static void op_swiglu(lz_backend *be, void *out, const void *g, const void *u, size_t n) { swiglu_forward(out, g, u, n); }
+static void op_gather(lz_backend *be, void *out, const void *x, const int32_t *rows, int n, int C) {
+    gather_rows_forward(out, x, rows, n, C);
+}
+static void op_rope(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *b, const lz_attn_dims *d) {
+    rope_forward(q, k, inv_freq, b, d);
+}
+static void op_softmax_attention(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+                                 lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
+    softmax_attention_forward(out, q, k, v, st, b, d);
+}
+static void op_feature_map(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, int Hx, int Hout,
+                           int d, int f, bool exp_map) {
+    feature_map_forward(out, x, w->data, (int)w->rows, T, Hx, Hout, d, f, exp_map);
+}
+static void op_log_sigmoid(lz_backend *be, void *out, const void *x, int T) { log_sigmoid_forward(out, x, T); }
+static void op_gla_chunked(lz_backend *be, void *out, const void *pq, const void *pk, const void *v, const void *lg,
+                           lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
+    gla_chunked_forward(out, pq, pk, v, lg, st, b, d);
+}
+static void op_gla_recurrent(lz_backend *be, void *out, const void *pq, const void *pk, const void *v, const void *lg,
+                             lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
+    gla_recurrent_forward(out, pq, pk, v, lg, st, b, d);
+}
+static void op_window(lz_backend *be, void *out, const void *q, const void *k, const void *v, const lz_weight *meta,
+                      float alpha, lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
+    window_attention_forward(out, q, k, v, meta->data, alpha, st, b, d);
+}
+
+static const lz_ops cpu_ops = {
+    .name = "cpu",
+    .act_size = sizeof(float),
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .upload_weight = cpu_upload_weight,
+    .free_weight = cpu_free_weight,
+    .act_to_host = cpu_copy_f32,
+    .act_from_host = cpu_from_host,
+    .sync = cpu_sync,
+    .embedding = op_embedding,
+    .rmsnorm = op_rmsnorm,
+    .linear = op_linear,
+    .add = op_add,
+    .swiglu = op_swiglu,
+    .gather_rows = op_gather,
+    .rope = op_rope,
+    .softmax_attention = op_softmax_attention,
+    .feature_map = op_feature_map,
+    .log_sigmoid = op_log_sigmoid,
+    .gla_chunked = op_gla_chunked,
+    .gla_recurrent = op_gla_recurrent,
+    .window_attention = op_window,
+};
+
+const lz_ops *lz_cpu_ops(void) { return &cpu_ops; }
+
+lz_status lz_cpu_backend_create(lz_backend **out) {
+    *out = calloc(1, sizeof(lz_backend));
+    if (!*out)
+        return lz_fail(LZ_ERR_NOMEM, "cpu backend: out of memory");
+    return LZ_OK;
+}
+
+void lz_cpu_backend_destroy(lz_backend *be) { free(be); }

@@ -1,0 +1,36 @@
+/* cpu_kernels.h - the fp32 reference kernels, one plain C function per op
+ * (names <op>_forward, shapes in comments). cpu_backend.c wires them into the
+ * op table; the GPU kernels are checked against these. */
+#ifndef LZ_CPU_KERNELS_H
+#define LZ_CPU_KERNELS_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int32_t
+
+#include "ops.h" // lz_batch, lz_attn_dims, lz_layer_state
+
+/* Tokens per chunk of the chunked GLA prompt path. */
+enum { LZ_GLA_CHUNK = 64 };
+
+void embedding_forward(float *out, const float *table, const int32_t *ids, int T, int C);
+void rmsnorm_forward(float *out, const float *x, const float *w, int T, int C, float eps);
+void linear_forward(float *out, const float *x, const float *w, const float *bias, int T, int in, int out_features);
+void add_forward(float *y, const float *x, size_t n);
+void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void gather_rows_forward(float *out, const float *x, const int32_t *rows, int n, int C);
+void log_sigmoid_forward(float *out, const float *x, int T);
+void rope_forward(float *q, float *k, const float *inv_freq, const lz_batch *batch, const lz_attn_dims *dims);
+void softmax_attention_forward(float *out, const float *q, const float *k, const float *v, lz_layer_state *st,
+                               const lz_batch *batch, const lz_attn_dims *dims);
+void feature_map_forward(float *out, const float *x, const float *w, int n_w, int T, int Hx, int Hout, int d, int f,
+                         bool exp_map);
+void gla_chunked_forward(float *out, const float *phi_q, const float *phi_k, const float *v, const float *log_gamma,
+                         lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
+void gla_recurrent_forward(float *out, const float *phi_q, const float *phi_k, const float *v,
+                           const float *log_gamma, lz_layer_state *st, const lz_batch *batch,
+                           const lz_attn_dims *dims);
+void window_attention_forward(float *out, const float *q, const float *k, const float *v, const float *meta_logits,
+                              float alpha, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
+
+#endif

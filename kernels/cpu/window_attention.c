@@ -1,0 +1,87 @@
+/* window_attention.c - the Lizard window branch: softmax attention over the
+ * last w positions (i-w+1 .. i), raw q and k (no RoPE), with the meta-memory
+ * logits t_j added to the denominator only:
+ *   WIN_i = sum_t exp(s_it) v_t / (sum_j exp(t_j) + sum_t exp(s_it)).
+ * Keys before this step come from the ring (position p in row p % w). */
+#include <math.h>   // expf, sqrtf, INFINITY
+#include <string.h> // memcpy
+
+#include "cpu_kernels.h"
+
+typedef struct {
+    const float *k, *v;           /* this step's rows */
+    const float *ring_k, *ring_v; /* this slot's ring */
+    int pos0, start, row;         /* first position of the step, its first row, floats per token */
+    int w;
+} window_src;
+
+static const float *key_at(const window_src *src, int p, int g, int d) {
+    if (p >= src->pos0)
+        return src->k + (size_t)(src->start + p - src->pos0) * src->row + (size_t)g * d;
+    return src->ring_k + (size_t)(p % src->w) * src->row + (size_t)g * d;
+}
+static const float *value_at(const window_src *src, int p, int g, int d) {
+    if (p >= src->pos0)
+        return src->v + (size_t)(src->start + p - src->pos0) * src->row + (size_t)g * d;
+    return src->ring_v + (size_t)(p % src->w) * src->row + (size_t)g * d;
+}
+
+// out[d] += alpha * WIN for one query at position p, kv head g
+static void window_one(float *out, const float *q, int p, int g, const window_src *src, const float *meta, int n_meta,
+                       float alpha, int d) {
+    const float scale = 1.0f / sqrtf((float)d);
+    const int first = p - src->w + 1 > 0 ? p - src->w + 1 : 0;
+    float scores[4096], m = -INFINITY; // w <= 4096 is checked at load
+    for (int t = first; t <= p; t++) {
+        const float *kt = key_at(src, t, g, d);
+        float s = 0.0f;
+        for (int j = 0; j < d; j++)
+            s += q[j] * kt[j];
+        scores[t - first] = s * scale;
+        if (scores[t - first] > m)
+            m = scores[t - first];
+    }
+    for (int j = 0; j < n_meta; j++)
+        if (meta[j] > m)
+            m = meta[j];
+    float den = 0.0f, num[1024] = {0};
+    for (int j = 0; j < n_meta; j++)
+        den += expf(meta[j] - m);
+    for (int t = first; t <= p; t++) {
+        const float e = expf(scores[t - first] - m);
+        const float *vt = value_at(src, t, g, d);
+        den += e;
+        for (int j = 0; j < d; j++)
+            num[j] += e * vt[j];
+    }
+    for (int j = 0; j < d; j++)
+        out[j] += alpha * num[j] / den;
+}
+
+// Keep the last w positions of this step in the ring.
+static void ring_store(float *ring_k, float *ring_v, const window_src *src, int len) {
+    const int from = len > src->w ? len - src->w : 0;
+    for (int i = from; i < len; i++) {
+        const size_t dst = (size_t)((src->pos0 + i) % src->w) * src->row, row = (size_t)(src->start + i) * src->row;
+        memcpy(ring_k + dst, src->k + row, sizeof(float) * src->row);
+        memcpy(ring_v + dst, src->v + row, sizeof(float) * src->row);
+    }
+}
+
+void window_attention_forward(float *out, const float *q, const float *k, const float *v, const float *meta_logits,
+                              float alpha, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims) {
+    const int d = dims->head_dim, Hq = dims->n_heads, group = dims->n_heads / dims->n_kv_heads;
+    const int row = dims->n_kv_heads * d;
+    for (int s = 0; s < batch->n_seqs; s++) {
+        float *rk = (float *)st->ring_k + (size_t)batch->slot[s] * dims->window * row;
+        float *rv = (float *)st->ring_v + (size_t)batch->slot[s] * dims->window * row;
+        window_src src = {k, v, rk, rv, batch->pos[s], batch->start[s], row, dims->window};
+        for (int i = 0; i < batch->len[s]; i++) {
+            const int tok = batch->start[s] + i, p = batch->pos[s] + i;
+            for (int h = 0; h < Hq; h++)
+                window_one(out + ((size_t)tok * Hq + h) * d, q + ((size_t)tok * Hq + h) * d, p, h / group, &src,
+                           meta_logits, dims->n_meta, alpha, d);
+        }
+        ring_store(rk, rv, &src, batch->len[s]);
+    }
+}

@@ -1,0 +1,133 @@
+/* ops.h - the op table: every piece of math a stage needs, once per backend.
+ *
+ * Stages call these function pointers and never a backend directly, so a
+ * model runs unchanged on the CPU reference (kernels/cpu, fp32) and on other
+ * backends. Activations are `void *` in the backend's activation type
+ * (fp32 on the CPU); the stages never index into them, they only pass them.
+ * Shapes are written in comments as [rows, cols]; T = tokens in the step. */
+#ifndef LZ_OPS_H
+#define LZ_OPS_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // int32_t, int64_t
+
+#include "dtype.h"       // lz_dtype
+#include "error.h"       // lz_status
+#include "safetensors.h" // lz_st_tensor
+
+typedef struct lz_backend lz_backend; /* a backend's private context */
+
+/* A weight in backend memory: a row-major matrix [rows, cols]
+ * (a linear layer's [out_features, in_features]); 1-D tensors have rows = 1. */
+typedef struct {
+    void *data;
+    lz_dtype dtype;
+    int64_t rows, cols;
+    bool owned; /* false: points into the checkpoint's mapping (zero copy) */
+} lz_weight;
+
+/* The sequences of one step: sequence s owns activation rows
+ * [start[s], start[s] + len[s]) and its first token sits at absolute position
+ * pos[s] (= tokens already in its state); its state lives in slot[s]. */
+typedef struct {
+    int n_seqs;
+    int n_tokens;
+    const int32_t *slot;
+    const int32_t *start;
+    const int32_t *len;
+    const int32_t *pos;
+    const int32_t *token_pos; /* [n_tokens] absolute position of each row */
+} lz_batch;
+
+/* Attention geometry of one layer. */
+typedef struct {
+    int n_heads;        /* query heads */
+    int n_kv_heads;
+    int head_dim;
+    /* softmax layers */
+    int kv_capacity;    /* positions per slot in the KV cache */
+    int sliding_window; /* 0 = full causal */
+    /* Lizard layers */
+    int n_state_heads;  /* heads of S/z: n_kv_heads, or n_heads if phi_k is per query head */
+    int feature_dim;    /* f; phi has 2f features */
+    int window;         /* w */
+    int n_meta;         /* m */
+    bool gla_normalize;
+} lz_attn_dims;
+
+/* Per-layer recurrent state of all slots, in backend memory. */
+typedef struct {
+    void *k_cache, *v_cache; /* softmax: [slots, kv_capacity, n_kv_heads, head_dim] */
+    float *S;                /* Lizard: [slots, n_state_heads, 2f, head_dim] fp32 */
+    float *z;                /* Lizard: [slots, n_state_heads, 2f] fp32 */
+    void *ring_k, *ring_v;   /* Lizard: [slots, w, n_kv_heads, head_dim]; position p in row p % w */
+} lz_layer_state;
+
+typedef struct lz_ops {
+    const char *name;
+    size_t act_size; /* bytes of one activation element */
+
+    /* memory (all return LZ_OK or a status with the error set) */
+    lz_status (*alloc)(lz_backend *be, size_t bytes, void **out);
+    void (*free)(lz_backend *be, void *p);
+    lz_status (*zero)(lz_backend *be, void *p, size_t bytes);
+    /* Makes a backend weight from a checkpoint tensor (converting dtype),
+     * viewed as [rows, cols]; rows * cols must equal the tensor's numel. */
+    lz_status (*upload_weight)(lz_backend *be, const lz_st_tensor *src, int64_t rows, int64_t cols, lz_weight *out);
+    void (*free_weight)(lz_backend *be, lz_weight *w);
+    /* n activations -> host fp32 */
+    lz_status (*act_to_host)(lz_backend *be, float *dst, const void *src, size_t n);
+    lz_status (*act_from_host)(lz_backend *be, void *dst, const float *src, size_t n);
+    lz_status (*sync)(lz_backend *be);
+
+    /* math */
+    /* out[T, C] = table[ids[t], :] */
+    void (*embedding)(lz_backend *be, void *out, const lz_weight *table, const int32_t *ids, int T);
+    /* out[T, C] = x / rms(x) * w */
+    void (*rmsnorm)(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, float eps);
+    /* out[T, rows] = x[T, cols] . W^T (+ bias[rows] if bias) */
+    void (*linear)(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *bias, int T);
+    /* y[T, C] += x[T, C] */
+    void (*add)(lz_backend *be, void *y, const void *x, size_t n);
+    /* out[T, n] = silu(gate) * up, gate/up [T, n] */
+    void (*swiglu)(lz_backend *be, void *out, const void *gate, const void *up, size_t n);
+    /* out[n, C] = x[rows[i], :] */
+    void (*gather_rows)(lz_backend *be, void *out, const void *x, const int32_t *rows, int n, int C);
+    /* In place, HF rotate-half RoPE on q [T, Hq, d] and k [T, Hkv, d] at
+     * batch->token_pos; inv_freq [d/2] fp32 in backend memory. */
+    void (*rope)(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *batch,
+                 const lz_attn_dims *dims);
+    /* Softmax layer: appends k, v [T, Hkv, d] to the cache, then
+     * out[T, Hq, d] = causal GQA attention of q over the slot's cache. */
+    void (*softmax_attention)(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+                              lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
+    /* Hedgehog map: out[T, Hout, 2f] = [softmax(u) ++ softmax(-u)] (or exp),
+     * u = x[t, o / (Hout / Hx), :] . W[Hw == 1 ? 0 : o]  with W [Hw, d, f]. */
+    void (*feature_map)(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, int Hx, int Hout,
+                        int head_dim, int f, bool exp_map);
+    /* log_gamma[T] = log(sigmoid(gate_logit[T])) computed stably */
+    void (*log_sigmoid)(lz_backend *be, void *out, const void *x, int T);
+    /* Gated linear attention for any step (chunked form), reading and
+     * updating S, z of each sequence's slot:
+     * out[T, Hq, d] = GLA of phi_q [T, Hq, 2f], phi_k [T, Hs, 2f], v [T, Hkv, d], log_gamma [T]. */
+    void (*gla_chunked)(lz_backend *be, void *out, const void *phi_q, const void *phi_k, const void *v,
+                        const void *log_gamma, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
+    /* The same for steps where every sequence has exactly one token: the
+     * recurrent form (update S, z; read them out). */
+    void (*gla_recurrent)(lz_backend *be, void *out, const void *phi_q, const void *phi_k, const void *v,
+                          const void *log_gamma, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
+    /* Window branch: out[T, Hq, d] += alpha * WIN over the last w positions
+     * (ring + this step's k, v; raw q and k, no RoPE), meta logits [m] in the
+     * denominator; then stores this step's k, v in the ring. */
+    void (*window_attention)(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+                             const lz_weight *meta_logits, float alpha, lz_layer_state *st, const lz_batch *batch,
+                             const lz_attn_dims *dims);
+} lz_ops;
+
+/* The CPU reference backend (kernels/cpu). */
+const lz_ops *lz_cpu_ops(void);
+lz_status lz_cpu_backend_create(lz_backend **out);
+void lz_cpu_backend_destroy(lz_backend *be);
+
+#endif

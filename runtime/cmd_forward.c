@@ -1,0 +1,52 @@
+/* cmd_forward.c - `lizard forward`: the logits of every position of a prompt,
+ * written as a float32 [T, vocab] .npy file. */
+#include <stdio.h>  // fprintf
+#include <stdlib.h> // malloc, free
+
+#include "cli_options.h" // lz_parse_options
+#include "commands.h"    // lz_cmd_forward
+#include "engine.h"      // lz_engine
+#include "id_list.h"     // lz_parse_id_list
+#include "npy.h"         // lz_npy_write_f32
+
+lz_status lz_cmd_forward(int argc, char **argv) {
+    const char *model = NULL, *ids_text = NULL, *out_path = NULL, *device = "cpu", *softmax = NULL;
+    long chunk = 512;
+    const lz_option options[] = {
+        {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &model, true, 0, 0},
+        {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &ids_text, true, 0, 0},
+        {"--logits-out", LZ_OPT_STRING, "FILE.npy", "where to write float32 logits [T, vocab]", &out_path, true, 0, 0},
+        {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &device, false, 0, 0},
+        {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
+         &softmax, false, 0, 0},
+        {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per prefill step (default 512)", &chunk, false, 1, 1 << 20},
+    };
+    const lz_command_spec spec = {"forward", "run a prompt and write the logits of every position",
+                                  options, (int)(sizeof options / sizeof options[0])};
+    bool help;
+    LZ_TRY(lz_parse_options(&spec, argc, argv, &help));
+    if (help) {
+        lz_print_usage(stdout, &spec);
+        return LZ_OK;
+    }
+    int32_t *ids;
+    int n;
+    LZ_TRY(lz_parse_id_list("--ids", ids_text, &ids, &n));
+    lz_engine e;
+    lz_engine_options eo = {model, device, softmax, 1, n, (int)chunk};
+    lz_status s = lz_engine_open(&e, &eo);
+    float *logits = NULL;
+    if (s == LZ_OK) {
+        const size_t V = (size_t)e.model.cfg.vocab_size;
+        logits = malloc(sizeof(float) * (size_t)n * V);
+        s = logits ? lz_engine_prefill(&e, 0, ids, n, logits, NULL) : lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
+        if (s == LZ_OK)
+            s = lz_npy_write_f32(out_path, logits, (size_t)n, V);
+        if (s == LZ_OK)
+            fprintf(stderr, "lizard forward: %d tokens x %zu logits -> %s\n", n, V, out_path);
+    }
+    free(logits);
+    free(ids);
+    lz_engine_close(&e);
+    return s;
+}

@@ -1,0 +1,65 @@
+/* cmd_info.c - `lizard info`: what a model folder holds: shape, layer kinds,
+ * parameter counts, and the state one sequence needs at a few context lengths. */
+#include <stdio.h> // printf
+
+#include "cli_options.h" // lz_parse_options
+#include "commands.h"    // lz_cmd_info
+#include "engine.h"      // lz_engine
+
+static void print_layers(const lz_model *m) {
+    printf("layers         ");
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++)
+        printf("%c", m->layers[i].run_softmax ? 'S' : 'L');
+    printf("   (S = softmax attention, L = Lizard)\n");
+    int with_lizard = 0;
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++)
+        with_lizard += m->layers[i].has_lizard;
+    printf("lizard tensors in %d of %d layers\n", with_lizard, m->cfg.num_hidden_layers);
+}
+
+static void print_model(const lz_model *m, const char *dir) {
+    const lz_config *c = &m->cfg;
+    printf("model          %s (%s)\n", dir, c->model_type[0] ? c->model_type : "?");
+    printf("shape          vocab %d, hidden %d, intermediate %d, %d layers, %d heads / %d kv heads, head_dim %d\n",
+           c->vocab_size, c->hidden_size, c->intermediate_size, c->num_hidden_layers, c->num_attention_heads,
+           c->num_key_value_heads, c->head_dim);
+    printf("rope           %s, theta %g%s\n", c->rope.type == LZ_ROPE_LLAMA3 ? "llama3" : "default", c->rope.theta,
+           c->tie_word_embeddings ? ", tied embeddings" : "");
+    if (c->has_lizard)
+        printf("lizard         feature_dim %d (%s map), window %d, %d meta tokens, gla_normalize %s\n",
+               c->lizard.feature_dim, c->lizard.feature_map == LZ_FMAP_EXP ? "exp" : "softmax", c->lizard.window_size,
+               c->lizard.num_meta_tokens, c->lizard.gla_normalize ? "true" : "false");
+    print_layers(m);
+    printf("parameters     %zu teacher + %zu lizard = %zu\n", m->n_params_teacher, m->n_params_lizard,
+           m->n_params_teacher + m->n_params_lizard);
+    const int ctx[] = {1024, 32768, 131072};
+    for (int i = 0; i < 3; i++) {
+        lz_state_bytes b = lz_state_bytes_at(m, ctx[i]);
+        printf("state @ %6d  softmax KV %zu + lizard %zu = %zu bytes/sequence (%s activations)\n", ctx[i],
+               b.softmax_kv, b.lizard_gla + b.lizard_window, b.softmax_kv + b.lizard_gla + b.lizard_window,
+               m->ops->name);
+    }
+}
+
+lz_status lz_cmd_info(int argc, char **argv) {
+    const char *model = NULL, *softmax = NULL, *device = "cpu";
+    const lz_option options[] = {
+        {"--model", LZ_OPT_STRING, "DIR", "model folder", &model, true, 0, 0},
+        {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
+         &softmax, false, 0, 0},
+        {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &device, false, 0, 0},
+    };
+    const lz_command_spec spec = {"info", "describe a model folder", options, (int)(sizeof options / sizeof options[0])};
+    bool help;
+    LZ_TRY(lz_parse_options(&spec, argc, argv, &help));
+    if (help) {
+        lz_print_usage(stdout, &spec);
+        return LZ_OK;
+    }
+    lz_engine e;
+    lz_engine_options eo = {model, device, softmax, 1, 1, 1};
+    LZ_TRY(lz_engine_open(&e, &eo));
+    print_model(&e.model, model);
+    lz_engine_close(&e);
+    return LZ_OK;
+}

@@ -1,0 +1,429 @@
+/* cmd_init.c - `lizard init`: writes a random-weight model folder in the
+ * checkpoint format (shared/MODEL_FORMAT.md) from a named preset.
+ *
+ *   lizard init --config PRESET --out DIR [--seed N] [--dtype f32|bf16|f16] [--force]
+ *
+ * Weights are streamed to disk through a bounded buffer (the 70B presets are
+ * ~141 GB), each tensor drawn from its own generator seeded by (seed, tensor
+ * name): a tensor's values depend on neither the write order nor the preset,
+ * so tiny-teacher and tiny-hybrid with one seed share their teacher weights.
+ * config.json is written last: a folder without it is visibly unfinished. */
+#include "commands.h"
+
+#include <dirent.h>             // opendir, readdir, closedir
+#include <errno.h>              // errno, ENOENT, EEXIST
+#include <inttypes.h>           // PRIu64
+#include <math.h>               // sqrt
+#include <stdbool.h>            // bool
+#include <stdio.h>              // fprintf, snprintf
+#include <stdlib.h>             // free
+#include <string.h>             // strcmp, strlen, strncmp, strerror, memcpy
+#include <strings.h>            // strcasecmp
+#include <sys/stat.h>           // stat, mkdir
+#include <sys/statvfs.h>        // statvfs
+#include <time.h>               // clock_gettime
+#include <unistd.h>             // unlink
+
+#include <jansson.h>            // json_t, json_pack, json_dumps
+
+#include "bpe_builder.h"        // lz_bpe_train, lz_bpe_write_files
+#include "cli_options.h"        // lz_option, lz_parse_options, lz_print_usage
+#include "dtype.h"              // lz_f32_to_bf16, lz_f32_to_f16
+#include "model_presets.h"      // lz_model_preset, lz_preset_tensors
+#include "safetensors_writer.h" // lz_stw_write_model, lz_write_file_atomic
+
+/* ---- flags ------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *preset;
+    const char *out;
+    const char *dtype;
+    long seed;
+    bool force;
+} init_args;
+
+static lz_status find_preset(const char *name, const lz_model_preset **out) {
+    *out = lz_preset_find(name);
+    if (*out)
+        return LZ_OK;
+    char names[512];
+    lz_preset_names(names, sizeof names);
+    return lz_fail(LZ_ERR_INPUT, "lizard init: --config: unknown preset '%s' (presets: %s)", name, names);
+}
+
+static lz_status parse_dtype(const char *name, lz_dtype fallback, lz_dtype *out) {
+    *out = fallback;
+    if (!name)
+        return LZ_OK;
+    if (strcasecmp(name, "f32") == 0)
+        *out = LZ_DTYPE_F32;
+    else if (strcasecmp(name, "bf16") == 0)
+        *out = LZ_DTYPE_BF16;
+    else if (strcasecmp(name, "f16") == 0)
+        *out = LZ_DTYPE_F16;
+    else
+        return lz_fail(LZ_ERR_INPUT, "lizard init: --dtype: '%s' is not one of f32, bf16, f16", name);
+    return LZ_OK;
+}
+
+static void print_presets(FILE *out) {
+    fprintf(out, "\npresets:\n");
+    for (size_t i = 0; i < lz_preset_count(); i++)
+        fprintf(out, "  %-28s %s\n", lz_preset_at(i)->name, lz_preset_at(i)->summary);
+}
+
+/* ---- the output folder ------------------------------------------------------------ */
+
+/* mkdir -p */
+static lz_status make_dirs(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return lz_fail(LZ_ERR_INPUT, "lizard init: --out: path too long");
+    for (char *p = buf + 1; ; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return lz_fail(LZ_ERR_IO, "lizard init: --out: mkdir %s: %s", buf, strerror(errno));
+        *p = saved;
+        if (saved == '\0')
+            return LZ_OK;
+    }
+}
+
+/* The files a model folder may hold that this command writes: with --force
+ * they go first, so that no stale file (an old index, old shards, a
+ * tokenizer of another vocabulary) sits beside the new model. */
+static bool is_model_file(const char *name) {
+    static const char *const fixed[] = {"config.json", "generation_config.json", "tokenizer.json",
+                                        "tokenizer_config.json", "model.safetensors", "model.safetensors.index.json"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        if (strcmp(name, fixed[i]) == 0)
+            return true;
+    size_t len = strlen(name), suffix = strlen(".safetensors");
+    return strncmp(name, "model-", 6) == 0 && len > 6 + suffix && strcmp(name + len - suffix, ".safetensors") == 0;
+}
+
+/* Counts the entries of `dir` and, if `remove` is set, deletes its model files. */
+static lz_status scan_out_dir(const char *dir, bool remove, int *n_entries) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return lz_fail(LZ_ERR_IO, "lizard init: --out: open %s: %s", dir, strerror(errno));
+    *n_entries = 0;
+    lz_status st = LZ_OK;
+    for (struct dirent *e; st == LZ_OK && (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        (*n_entries)++;
+        if (!remove || !is_model_file(e->d_name))
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) != 0)
+            st = lz_fail(LZ_ERR_IO, "lizard init: --force: remove %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+    return st;
+}
+
+/* Creates DIR, or accepts an empty one; a non-empty one only with --force. */
+static lz_status prepare_out_dir(const char *dir, bool force) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        if (errno != ENOENT)
+            return lz_fail(LZ_ERR_IO, "lizard init: --out: stat %s: %s", dir, strerror(errno));
+        return make_dirs(dir);
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return lz_fail(LZ_ERR_INPUT, "lizard init: --out: %s exists and is not a folder", dir);
+    int n = 0;
+    LZ_TRY(scan_out_dir(dir, false, &n));
+    if (n > 0 && !force)
+        return lz_fail(LZ_ERR_INPUT, "lizard init: --out: %s is not empty (--force replaces its model files)", dir);
+    return n > 0 ? scan_out_dir(dir, true, &n) : LZ_OK;
+}
+
+/* A 141 GB write should fail at once, not after an hour. */
+static lz_status check_free_space(const char *dir, uint64_t bytes) {
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) != 0)
+        return LZ_OK; /* unknown: the writes themselves will tell */
+    uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+    if (avail < bytes + (1u << 20))
+        return lz_fail(LZ_ERR_IO, "lizard init: --out %s: needs %.2f GB, only %.2f GB free", dir, bytes / 1e9,
+                       avail / 1e9);
+    return LZ_OK;
+}
+
+/* ---- random weights ------------------------------------------------------------- */
+
+/* splitmix64: tiny, fast, good enough for initial weights, and every seed is valid. */
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 0xCBF29CE484222325ULL;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001B3ULL;
+    return h;
+}
+
+/* One tensor's generator: a function of (seed, name) only. */
+static uint64_t tensor_stream(uint64_t seed, const char *name) {
+    uint64_t s = seed ^ fnv1a(name);
+    return splitmix64(&s);
+}
+
+/* Values are uniform on [mean - w, mean + w] with w = std * sqrt(3): the
+ * wanted standard deviation at a fraction of a Gaussian's cost. */
+typedef struct {
+    float mean, std;
+} init_dist;
+
+static init_dist dist_for(const lz_model_preset *p, lz_tensor_role role, const lz_stw_tensor *t) {
+    double fan_in = t->ndim >= 2 ? (double)t->shape[1] : 1.0;
+    switch (role) {
+    case LZ_ROLE_EMBED: return (init_dist){0.0f, (float)p->embed_std};
+    case LZ_ROLE_LINEAR: return (init_dist){0.0f, (float)(p->linear_std > 0 ? p->linear_std : 1.0 / sqrt(fan_in))};
+    case LZ_ROLE_NORM: return (init_dist){1.0f, 0.02f}; /* jitter: a swapped norm shows up in tests */
+    /* u = q.W over head_dim inputs of size ~1: std 1/sqrt(head_dim) keeps u ~ 1,
+     * so the softmax feature maps are neither flat nor one-hot. */
+    case LZ_ROLE_FMAP: return (init_dist){0.0f, (float)(1.0 / sqrt(fan_in))};
+    /* W_gamma . x ~ N(0, 1): gammas spread over (0, 1). */
+    case LZ_ROLE_GATE: return (init_dist){0.0f, (float)(1.0 / sqrt(fan_in))};
+    case LZ_ROLE_META: return (init_dist){0.0f, 1.0f};
+    case LZ_ROLE_ALPHA: return (init_dist){1.0f, 0.0f};
+    }
+    return (init_dist){0.0f, 0.0f};
+}
+
+/* Stores one value little-endian in the tensor's dtype. */
+static void store(uint8_t *dst, float v, lz_dtype dtype) {
+    uint32_t bits;
+    if (dtype == LZ_DTYPE_F32) {
+        memcpy(&bits, &v, sizeof bits);
+        for (int i = 0; i < 4; i++)
+            dst[i] = (uint8_t)(bits >> (8 * i));
+        return;
+    }
+    uint16_t h = dtype == LZ_DTYPE_BF16 ? lz_f32_to_bf16(v) : lz_f32_to_f16(v);
+    dst[0] = (uint8_t)h;
+    dst[1] = (uint8_t)(h >> 8);
+}
+
+typedef struct {
+    const lz_model_preset *preset;
+    const lz_tensor_list *list;
+    uint64_t seed;
+    /* the tensor being generated */
+    const lz_stw_tensor *tensor;
+    uint64_t next_offset, rng;
+    init_dist dist;
+    /* progress */
+    uint64_t done, total;
+    double started, last_report;
+} fill_ctx;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void report_progress(fill_ctx *c, bool final) {
+    double t = now_seconds();
+    if (!final && t - c->last_report < 5.0)
+        return;
+    c->last_report = t;
+    fprintf(stderr, "lizard init: %.2f / %.2f GB (%.0f%%), %.0f s\n", c->done / 1e9, c->total / 1e9,
+            c->total ? 100.0 * (double)c->done / (double)c->total : 100.0, t - c->started);
+}
+
+/* lz_stw_fill_fn: the next `nbytes` of tensor t, in order. */
+static lz_status fill_random(void *ctx, const lz_stw_tensor *t, uint64_t offset, void *buf, size_t nbytes) {
+    fill_ctx *c = ctx;
+    if (offset == 0) {
+        size_t index = (size_t)(t - c->list->tensors);
+        if (index >= c->list->n)
+            return lz_fail(LZ_ERR_INTERNAL, "tensor %s is not in the preset's list", t->name);
+        c->tensor = t;
+        c->rng = tensor_stream(c->seed, t->name);
+        c->dist = dist_for(c->preset, c->list->roles[index], t);
+    } else if (t != c->tensor || offset != c->next_offset) {
+        return lz_fail(LZ_ERR_INTERNAL, "tensor %s: bytes requested out of order", t->name);
+    }
+    size_t elem = lz_dtype_size(t->dtype), n = nbytes / elem;
+    float half_width = c->dist.std * 1.7320508f; /* sqrt(3) */
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)(splitmix64(&c->rng) >> 40) * 0x1p-24f; /* [0, 1) */
+        store((uint8_t *)buf + i * elem, c->dist.mean + half_width * (2.0f * u - 1.0f), t->dtype);
+    }
+    c->next_offset = offset + nbytes;
+    c->done += nbytes;
+    report_progress(c, false);
+    return LZ_OK;
+}
+
+static lz_status write_weights(const lz_model_preset *p, const lz_tensor_list *list, uint64_t seed,
+                               const char *dir) {
+    fill_ctx c = {.preset = p, .list = list, .seed = seed, .total = lz_tensor_list_bytes(list)};
+    c.started = c.last_report = now_seconds();
+    LZ_TRY(lz_stw_write_model(dir, list->tensors, list->n, p->max_shard_bytes, fill_random, &c));
+    if (c.total >= 1000000000ULL)
+        report_progress(&c, true);
+    return LZ_OK;
+}
+
+/* ---- json files ------------------------------------------------------------------- */
+
+static lz_status write_json(const char *dir, const char *name, json_t *root) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    /* 12 significant digits: 1e-05 and 500000.0 as people write them. */
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12)) : NULL;
+    json_decref(root);
+    if (!text)
+        return lz_fail(LZ_ERR_NOMEM, "lizard init: out of memory building %s", path);
+    size_t len = strlen(text);
+    lz_status st = lz_write_file_atomic(path, text, len);
+    free(text);
+    return st;
+}
+
+/* An int for one eos id, a list for several (as HF writes them). */
+static json_t *eos_json(const lz_model_preset *p) {
+    if (p->n_eos == 1)
+        return json_integer(p->eos_token_ids[0]);
+    json_t *list = json_array();
+    for (int i = 0; list && i < p->n_eos; i++)
+        json_array_append_new(list, json_integer(p->eos_token_ids[i]));
+    return list;
+}
+
+static json_t *rope_scaling_json(const lz_model_preset *p) {
+    if (p->rope.type != LZ_ROPE_LLAMA3)
+        return json_null();
+    return json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", p->rope.factor, "low_freq_factor",
+                     p->rope.low_freq_factor, "high_freq_factor", p->rope.high_freq_factor,
+                     "original_max_position_embeddings", p->rope.original_max_position_embeddings, "rope_type",
+                     "llama3");
+}
+
+static json_t *lizard_json(const lz_model_preset *p) {
+    json_t *softmax = json_array();
+    for (int l = 0; softmax && l < p->num_hidden_layers; l++)
+        if (lz_preset_is_softmax_layer(p, l))
+            json_array_append_new(softmax, json_integer(l));
+    return json_pack("{s:o, s:i, s:s, s:i, s:i, s:b}", "softmax_layers", softmax, "feature_dim",
+                     p->lizard.feature_dim, "feature_map",
+                     p->lizard.feature_map == LZ_FMAP_SOFTMAX ? "softmax" : "exp", "window_size",
+                     p->lizard.window_size, "num_meta_tokens", p->lizard.num_meta_tokens, "gla_normalize",
+                     (int)p->lizard.gla_normalize);
+}
+
+static const char *torch_dtype(lz_dtype dtype) {
+    return dtype == LZ_DTYPE_BF16 ? "bfloat16" : dtype == LZ_DTYPE_F16 ? "float16" : "float32";
+}
+
+/* HF LlamaConfig keys (transformers 4 spelling of RoPE) plus the lizard block. */
+static lz_status write_config(const lz_model_preset *p, lz_dtype dtype, const char *dir) {
+    json_t *root = json_pack(
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:o, s:b, s:f, s:b, s:b, s:i, s:o,"
+        " s:f, s:i, s:b, s:s}",
+        "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", p->vocab_size, "hidden_size",
+        p->hidden_size, "intermediate_size", p->intermediate_size, "num_hidden_layers", p->num_hidden_layers,
+        "num_attention_heads", p->num_attention_heads, "num_key_value_heads", p->num_key_value_heads, "head_dim",
+        p->head_dim, "hidden_act", "silu", "max_position_embeddings", p->max_position_embeddings, "rms_norm_eps",
+        p->rms_norm_eps, "rope_theta", p->rope.theta, "rope_scaling", rope_scaling_json(p), "attention_bias", 0,
+        "attention_dropout", 0.0, "mlp_bias", 0, "tie_word_embeddings", (int)p->tie_word_embeddings,
+        "bos_token_id", p->bos_token_id, "eos_token_id", eos_json(p), "initializer_range", 0.02, "pretraining_tp",
+        1, "use_cache", 1, "torch_dtype", torch_dtype(dtype));
+    if (root && p->has_lizard && json_object_set_new(root, "lizard", lizard_json(p)) != 0) {
+        json_decref(root);
+        root = NULL;
+    }
+    return write_json(dir, "config.json", root);
+}
+
+static lz_status write_generation_config(const lz_model_preset *p, const char *dir) {
+    return write_json(dir, "generation_config.json",
+                      json_pack("{s:i, s:o}", "bos_token_id", p->bos_token_id, "eos_token_id", eos_json(p)));
+}
+
+/* Tiny presets: a BPE trained now on the embedded text, with the two
+ * specials at the ids that config.json names. Big presets use LLaMA-3's
+ * 128256-token vocabulary, which cannot be made here. */
+static lz_status write_tokenizer(const lz_model_preset *p, const char *dir) {
+    if (!p->builtin_tokenizer) {
+        fprintf(stderr,
+                "lizard init: no tokenizer written: %s has LLaMA-3's vocabulary (%d tokens); copy tokenizer.json "
+                "and tokenizer_config.json from a LLaMA-3 checkpoint\n",
+                p->name, p->vocab_size);
+        return LZ_OK;
+    }
+    const char *text = lz_bpe_corpus();
+    lz_bpe bpe;
+    LZ_TRY(lz_bpe_train(text, strlen(text), p->vocab_size - LZ_BPE_N_SPECIAL, &bpe));
+    lz_status st = LZ_OK;
+    if (bpe.n_tokens != p->bos_token_id || p->n_eos != 1 || bpe.n_tokens + 1 != p->eos_token_ids[0])
+        st = lz_fail(LZ_ERR_INTERNAL, "lizard init: %s: tokenizer specials %d, %d differ from the config's ids",
+                     p->name, bpe.n_tokens, bpe.n_tokens + 1);
+    if (st == LZ_OK)
+        st = lz_bpe_write_files(dir, &bpe, p->max_position_embeddings);
+    lz_bpe_free(&bpe);
+    return st;
+}
+
+/* ---- the command ------------------------------------------------------------------- */
+
+static lz_status write_folder(const lz_model_preset *p, lz_dtype dtype, uint64_t seed, const char *dir) {
+    lz_tensor_list list;
+    LZ_TRY(lz_preset_tensors(p, dtype, &list));
+    uint64_t params = lz_tensor_list_params(&list), bytes = lz_tensor_list_bytes(&list);
+    lz_status st = check_free_space(dir, bytes);
+    if (st == LZ_OK)
+        st = write_tokenizer(p, dir);
+    if (st == LZ_OK)
+        st = write_weights(p, &list, seed, dir);
+    if (st == LZ_OK)
+        st = write_generation_config(p, dir);
+    if (st == LZ_OK)
+        st = write_config(p, dtype, dir);
+    if (st == LZ_OK)
+        printf("lizard init: wrote %s (preset %s, %" PRIu64 " parameters, %" PRIu64 " bytes %s, %zu tensors, seed %"
+               PRIu64 ")\n", dir, p->name, params, bytes, lz_dtype_name(dtype), list.n, seed);
+    lz_tensor_list_free(&list);
+    return st;
+}
+
+lz_status lz_cmd_init(int argc, char **argv) {
+    init_args a = {0};
+    const lz_option options[] = {
+        {"--config", LZ_OPT_STRING, "PRESET", "model preset (see the list below)", &a.preset, true, 0, 0},
+        {"--out", LZ_OPT_STRING, "DIR", "output folder (created if missing; must be empty)", &a.out, true, 0, 0},
+        {"--seed", LZ_OPT_INT, "N", "seed of the random weights (default 0)", &a.seed, false, 0,
+         9007199254740991.0},
+        {"--dtype", LZ_OPT_STRING, "f32|bf16|f16", "weight dtype (default: the preset's)", &a.dtype, false, 0, 0},
+        {"--force", LZ_OPT_FLAG, "", "write into a non-empty DIR, replacing its model files", &a.force, false, 0, 0},
+    };
+    const lz_command_spec spec = {"init", "write a random-weight model folder from a preset", options,
+                                  (int)(sizeof options / sizeof options[0])};
+    bool help = false;
+    LZ_TRY(lz_parse_options(&spec, argc, argv, &help));
+    if (help) {
+        lz_print_usage(stdout, &spec);
+        print_presets(stdout);
+        return LZ_OK;
+    }
+    const lz_model_preset *p;
+    lz_dtype dtype;
+    LZ_TRY(find_preset(a.preset, &p));
+    LZ_TRY(parse_dtype(a.dtype, p->dtype, &dtype));
+    LZ_TRY(prepare_out_dir(a.out, a.force));
+    return write_folder(p, dtype, (uint64_t)a.seed, a.out);
+}

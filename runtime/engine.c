@@ -1,0 +1,104 @@
+/* engine.c - opening a model on a backend and feeding it tokens. */
+#include <stdlib.h> // malloc, free
+#include <string.h> // strcmp, memset, memcpy
+
+#include "engine.h"
+
+static lz_status open_backend(lz_engine *e) {
+    const char *dev = e->opt.device ? e->opt.device : "cpu";
+    if (strcmp(dev, "cpu") == 0)
+        return lz_cpu_backend_create(&e->be);
+    if (strcmp(dev, "cuda") == 0)
+        return lz_fail(LZ_ERR_INPUT, "--device cuda: this build has no CUDA backend yet (use --device cpu)");
+    return lz_fail(LZ_ERR_INPUT, "--device: unknown device '%s' (expected cpu or cuda)", dev);
+}
+
+lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
+    memset(e, 0, sizeof *e);
+    e->opt = *opt;
+    if (e->opt.n_slots <= 0)
+        e->opt.n_slots = 1;
+    if (e->opt.prefill_chunk <= 0)
+        e->opt.prefill_chunk = 512;
+    lz_config cfg;
+    LZ_TRY(lz_config_load(opt->model_dir, &cfg));
+    if (opt->softmax_layers)
+        LZ_TRY(lz_config_set_softmax_layers(&cfg, opt->softmax_layers));
+    if (e->opt.max_context <= 0)
+        e->opt.max_context = cfg.max_position_embeddings;
+    LZ_TRY(open_backend(e));
+    lz_status s = lz_model_load(&e->model, opt->model_dir, &cfg, lz_cpu_ops(), e->be);
+    if (s == LZ_OK)
+        s = lz_state_create(&e->state, &e->model, e->opt.n_slots, e->opt.max_context);
+    if (s == LZ_OK) {
+        int step_tokens = e->opt.prefill_chunk > e->opt.n_slots ? e->opt.prefill_chunk : e->opt.n_slots;
+        s = lz_workspace_create(&e->ws, &e->model, step_tokens, step_tokens);
+    }
+    if (s != LZ_OK)
+        lz_engine_close(e);
+    return s;
+}
+
+void lz_engine_close(lz_engine *e) {
+    if (e->model.ops) {
+        lz_workspace_free(&e->ws, &e->model);
+        lz_state_free(&e->state, &e->model);
+        lz_model_free(&e->model);
+    }
+    if (e->be)
+        lz_cpu_backend_destroy(e->be);
+    memset(e, 0, sizeof *e);
+}
+
+lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, float *logits_all, float *logits_last) {
+    if (n < 1)
+        return lz_fail(LZ_ERR_INPUT, "prompt is empty");
+    if (slot < 0 || slot >= e->state.n_slots)
+        return lz_fail(LZ_ERR_INPUT, "sequence slot %d out of range (%d slots)", slot, e->state.n_slots);
+    const int V = e->model.cfg.vocab_size, chunk = e->opt.prefill_chunk;
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)chunk), *tpos = malloc(sizeof(int32_t) * (size_t)chunk);
+    float *tail = logits_all ? NULL : malloc(sizeof(float) * (size_t)V);
+    lz_status s = rows && tpos && (logits_all || tail) ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "prefill: out of memory");
+    for (int c0 = 0; s == LZ_OK && c0 < n; c0 += chunk) {
+        const int len = n - c0 < chunk ? n - c0 : chunk, pos = e->state.slot_pos[slot], start = 0;
+        for (int i = 0; i < len; i++) {
+            rows[i] = i;
+            tpos[i] = pos + i;
+        }
+        lz_batch b = {1, len, &slot, &start, &len, &pos, tpos};
+        // logits of every row when asked for all, else only of the prompt's last row
+        const bool last_chunk = c0 + len == n;
+        if (logits_all)
+            s = lz_step(&e->model, &e->state, &e->ws, ids + c0, &b, rows, len, logits_all + (size_t)c0 * V);
+        else
+            s = lz_step(&e->model, &e->state, &e->ws, ids + c0, &b, rows + len - 1, last_chunk ? 1 : 0, tail);
+    }
+    if (s == LZ_OK && logits_last)
+        memcpy(logits_last, logits_all ? logits_all + (size_t)(n - 1) * V : tail, sizeof(float) * (size_t)V);
+    free(rows);
+    free(tpos);
+    free(tail);
+    return s;
+}
+
+lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits) {
+    if (n < 1 || n > e->ws.max_tokens)
+        return lz_fail(LZ_ERR_INPUT, "decode step of %d sequences (at most %d)", n, e->ws.max_tokens);
+    int32_t *buf = malloc(sizeof(int32_t) * 4 * (size_t)n);
+    if (!buf)
+        return lz_fail(LZ_ERR_NOMEM, "decode: out of memory");
+    int32_t *start = buf, *len = buf + n, *pos = buf + 2 * n, *tpos = buf + 3 * n;
+    for (int i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= e->state.n_slots) {
+            free(buf);
+            return lz_fail(LZ_ERR_INPUT, "sequence slot %d out of range (%d slots)", slots[i], e->state.n_slots);
+        }
+        start[i] = i;
+        len[i] = 1;
+        pos[i] = tpos[i] = e->state.slot_pos[slots[i]];
+    }
+    lz_batch b = {n, n, slots, start, len, pos, tpos};
+    lz_status s = lz_step(&e->model, &e->state, &e->ws, ids, &b, start, n, logits);
+    free(buf);
+    return s;
+}

@@ -1,0 +1,42 @@
+/* engine.h - a model ready to run in one process: config (with overrides),
+ * backend, weights, state slots and scratch; prefill and decode on top of
+ * lz_step. The CLI commands and the tests drive models through this. */
+#ifndef LZ_ENGINE_H
+#define LZ_ENGINE_H
+
+#include <stdbool.h> // bool
+#include <stdint.h>  // int32_t
+
+#include "model.h" // lz_model
+#include "state.h" // lz_state
+#include "step.h"  // lz_workspace
+
+typedef struct {
+    const char *model_dir;
+    const char *device;          /* "cpu" (default) or "cuda" */
+    const char *softmax_layers;  /* NULL, "all", "none" or "0,2,..." */
+    int n_slots;                 /* concurrent sequences (default 1) */
+    int max_context;             /* positions per sequence in KV caches */
+    int prefill_chunk;           /* tokens per prefill step (default 512) */
+} lz_engine_options;
+
+typedef struct {
+    lz_engine_options opt;
+    lz_backend *be;
+    lz_model model;
+    lz_state state;
+    lz_workspace ws;
+} lz_engine;
+
+lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt);
+void lz_engine_close(lz_engine *e);
+
+/* Feeds n ids to the sequence in `slot` (from its current position), in
+ * chunks of prefill_chunk tokens. logits_all [n, vocab] (may be NULL) gets
+ * every position's logits, logits_last [vocab] (may be NULL) the last one. */
+lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, float *logits_all, float *logits_last);
+
+/* One token for each of n sequences; logits [n, vocab]. */
+lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits);
+
+#endif

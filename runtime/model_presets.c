@@ -1,0 +1,208 @@
+/* model_presets.c - the preset table and the tensor list of a preset
+ * (names and shapes as in shared/MODEL_FORMAT.md). */
+#include "model_presets.h"
+
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // calloc, free
+#include <string.h> // strcmp, strdup, strlen
+
+/* ---- the table ------------------------------------------------------------ */
+
+/* Tiny: small enough for unit tests and demos on a laptop. */
+#define TINY_SHAPE                                                                                               \
+    .vocab_size = 512, .hidden_size = 128, .intermediate_size = 344, .num_hidden_layers = 4,                    \
+    .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 32, .rms_norm_eps = 1e-5,                    \
+    .max_position_embeddings = 4096, .tie_word_embeddings = false, .bos_token_id = 510, .n_eos = 1,             \
+    .eos_token_ids = {511}, .rope = {.type = LZ_ROPE_DEFAULT, .theta = 10000.0}, .dtype = LZ_DTYPE_F32,          \
+    .max_shard_bytes = 0, .builtin_tokenizer = true, .linear_std = 0.0, .embed_std = 1.0
+
+#define TINY_LIZARD                                                                                              \
+    .has_lizard = true,                                                                                          \
+    .lizard = {.feature_dim = 16, .feature_map = LZ_FMAP_SOFTMAX, .window_size = 16, .num_meta_tokens = 4,       \
+               .gla_normalize = true},                                                                           \
+    .feature_map_q_heads = 1, .feature_map_k_heads = 2
+
+/* LLaMA-3 family: vocab, RoPE (llama3 scaling), special ids; bf16, 5 GB shards. */
+#define LLAMA3_COMMON                                                                                            \
+    .vocab_size = 128256, .num_key_value_heads = 8, .head_dim = 128, .rms_norm_eps = 1e-5,                      \
+    .max_position_embeddings = 131072, .tie_word_embeddings = false, .bos_token_id = 128000, .n_eos = 2,        \
+    .eos_token_ids = {128001, 128009},                                                                           \
+    .rope = {.type = LZ_ROPE_LLAMA3, .theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0,                   \
+             .high_freq_factor = 4.0, .original_max_position_embeddings = 8192},                                 \
+    .dtype = LZ_DTYPE_BF16, .max_shard_bytes = 5000000000ULL, .builtin_tokenizer = false, .linear_std = 0.02,   \
+    .embed_std = 0.02
+
+#define LLAMA3_8B                                                                                                \
+    LLAMA3_COMMON, .hidden_size = 4096, .intermediate_size = 14336, .num_hidden_layers = 32,                    \
+    .num_attention_heads = 32
+#define LLAMA3_70B                                                                                               \
+    LLAMA3_COMMON, .hidden_size = 8192, .intermediate_size = 28672, .num_hidden_layers = 80,                    \
+    .num_attention_heads = 64
+
+#define LLAMA3_LIZARD                                                                                            \
+    .has_lizard = true,                                                                                          \
+    .lizard = {.feature_dim = 128, .feature_map = LZ_FMAP_SOFTMAX, .window_size = 128, .num_meta_tokens = 4,     \
+               .gla_normalize = true},                                                                           \
+    .feature_map_q_heads = 1, .feature_map_k_heads = 8
+
+/* Tiny-hybrid also carries Lizard tensors in its softmax layers, so one small
+ * checkpoint exercises every --softmax-layers choice (all, none, a subset).
+ * The big hybrids do not: that would cost memory for nothing in practice. */
+static const lz_model_preset presets[] = {
+    {.name = "tiny-hybrid", .summary = "4 layers, hidden 128, softmax layers 0 and 2 (demo default), f32",
+     TINY_SHAPE, TINY_LIZARD, .softmax_stride = 2, .lizard_tensors_in_softmax = true},
+    {.name = "tiny-teacher", .summary = "tiny-hybrid's shape, all softmax attention, no lizard block", TINY_SHAPE},
+    {.name = "tiny-lizard", .summary = "tiny-hybrid's shape, every layer Lizard", TINY_SHAPE, TINY_LIZARD},
+    {.name = "llama3-8b-teacher", .summary = "LLaMA-3-8B shape, softmax attention, bf16 (~16 GB)", LLAMA3_8B},
+    {.name = "llama3-8b-hybrid", .summary = "LLaMA-3-8B shape, softmax layers 0,2,4,...", LLAMA3_8B,
+     LLAMA3_LIZARD, .softmax_stride = 2},
+    {.name = "llama3-8b-lizard", .summary = "LLaMA-3-8B shape, every layer Lizard", LLAMA3_8B, LLAMA3_LIZARD},
+    {.name = "llama3-70b-teacher", .summary = "LLaMA-3-70B shape, softmax attention, bf16 (~141 GB)", LLAMA3_70B},
+    {.name = "llama3-70b-hybrid", .summary = "LLaMA-3-70B shape, softmax layers 0,2,4,...", LLAMA3_70B,
+     LLAMA3_LIZARD, .softmax_stride = 2},
+    {.name = "llama3-70b-lizard", .summary = "LLaMA-3-70B shape, every layer Lizard", LLAMA3_70B, LLAMA3_LIZARD},
+};
+
+size_t lz_preset_count(void) { return sizeof presets / sizeof presets[0]; }
+
+const lz_model_preset *lz_preset_at(size_t i) { return i < lz_preset_count() ? &presets[i] : NULL; }
+
+const lz_model_preset *lz_preset_find(const char *name) {
+    for (size_t i = 0; name && i < lz_preset_count(); i++)
+        if (strcmp(presets[i].name, name) == 0)
+            return &presets[i];
+    return NULL;
+}
+
+void lz_preset_names(char *buf, size_t cap) {
+    size_t used = 0;
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    for (size_t i = 0; i < lz_preset_count() && used < cap; i++) {
+        int k = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", presets[i].name);
+        if (k < 0)
+            break;
+        used += (size_t)k;
+    }
+}
+
+bool lz_preset_is_softmax_layer(const lz_model_preset *p, int layer) {
+    if (!p->has_lizard)
+        return true;
+    return p->softmax_stride > 0 && layer % p->softmax_stride == 0;
+}
+
+bool lz_preset_has_lizard_tensors(const lz_model_preset *p, int layer) {
+    if (!p->has_lizard)
+        return false;
+    return !lz_preset_is_softmax_layer(p, layer) || p->lizard_tensors_in_softmax;
+}
+
+/* ---- the tensor list ------------------------------------------------------ */
+
+/* A list being filled; `cap` is known in advance from the preset. */
+typedef struct {
+    lz_tensor_list *list;
+    size_t cap;
+    lz_dtype dtype;
+} list_builder;
+
+/* Appends one tensor of shape [d0, d1, d2] cut to `ndim` dims. */
+static lz_status add(list_builder *b, lz_tensor_role role, const char *name, int ndim, int64_t d0, int64_t d1,
+                     int64_t d2) {
+    if (b->list->n >= b->cap)
+        return lz_fail(LZ_ERR_INTERNAL, "tensor list of %zu entries overflowed at %s", b->cap, name);
+    char *copy = strdup(name);
+    if (!copy)
+        return lz_fail(LZ_ERR_NOMEM, "out of memory listing tensors");
+    lz_stw_tensor *t = &b->list->tensors[b->list->n];
+    *t = (lz_stw_tensor){.name = copy, .dtype = b->dtype, .ndim = ndim, .shape = {d0, d1, d2}};
+    b->list->roles[b->list->n++] = role;
+    return LZ_OK;
+}
+
+/* "model.layers.N.<suffix>" */
+static lz_status add_layer(list_builder *b, int layer, const char *suffix, lz_tensor_role role, int ndim, int64_t d0,
+                           int64_t d1, int64_t d2) {
+    char name[160];
+    snprintf(name, sizeof name, "model.layers.%d.%s", layer, suffix);
+    return add(b, role, name, ndim, d0, d1, d2);
+}
+
+static lz_status add_lizard_tensors(list_builder *b, const lz_model_preset *p, int layer) {
+    int f = p->lizard.feature_dim;
+    LZ_TRY(add_layer(b, layer, "self_attn.feature_map_q.weight", LZ_ROLE_FMAP, 3, p->feature_map_q_heads,
+                     p->head_dim, f));
+    LZ_TRY(add_layer(b, layer, "self_attn.feature_map_k.weight", LZ_ROLE_FMAP, 3, p->feature_map_k_heads,
+                     p->head_dim, f));
+    LZ_TRY(add_layer(b, layer, "self_attn.gate.weight", LZ_ROLE_GATE, 2, 1, p->hidden_size, 0));
+    LZ_TRY(add_layer(b, layer, "self_attn.meta_logits", LZ_ROLE_META, 1, p->lizard.num_meta_tokens, 0, 0));
+    return add_layer(b, layer, "self_attn.window_alpha", LZ_ROLE_ALPHA, 1, 1, 0, 0);
+}
+
+/* One decoder layer: norms, attention projections (+ Lizard), SwiGLU MLP. */
+static lz_status add_decoder_layer(list_builder *b, const lz_model_preset *p, int layer) {
+    int64_t h = p->hidden_size, q = (int64_t)p->num_attention_heads * p->head_dim;
+    int64_t kv = (int64_t)p->num_key_value_heads * p->head_dim, inter = p->intermediate_size;
+    LZ_TRY(add_layer(b, layer, "input_layernorm.weight", LZ_ROLE_NORM, 1, h, 0, 0));
+    LZ_TRY(add_layer(b, layer, "self_attn.q_proj.weight", LZ_ROLE_LINEAR, 2, q, h, 0));
+    LZ_TRY(add_layer(b, layer, "self_attn.k_proj.weight", LZ_ROLE_LINEAR, 2, kv, h, 0));
+    LZ_TRY(add_layer(b, layer, "self_attn.v_proj.weight", LZ_ROLE_LINEAR, 2, kv, h, 0));
+    LZ_TRY(add_layer(b, layer, "self_attn.o_proj.weight", LZ_ROLE_LINEAR, 2, h, q, 0));
+    if (lz_preset_has_lizard_tensors(p, layer))
+        LZ_TRY(add_lizard_tensors(b, p, layer));
+    LZ_TRY(add_layer(b, layer, "post_attention_layernorm.weight", LZ_ROLE_NORM, 1, h, 0, 0));
+    LZ_TRY(add_layer(b, layer, "mlp.gate_proj.weight", LZ_ROLE_LINEAR, 2, inter, h, 0));
+    LZ_TRY(add_layer(b, layer, "mlp.up_proj.weight", LZ_ROLE_LINEAR, 2, inter, h, 0));
+    return add_layer(b, layer, "mlp.down_proj.weight", LZ_ROLE_LINEAR, 2, h, inter, 0);
+}
+
+static lz_status fill_list(list_builder *b, const lz_model_preset *p) {
+    LZ_TRY(add(b, LZ_ROLE_EMBED, "model.embed_tokens.weight", 2, p->vocab_size, p->hidden_size, 0));
+    for (int layer = 0; layer < p->num_hidden_layers; layer++)
+        LZ_TRY(add_decoder_layer(b, p, layer));
+    LZ_TRY(add(b, LZ_ROLE_NORM, "model.norm.weight", 1, p->hidden_size, 0, 0));
+    if (!p->tie_word_embeddings)
+        LZ_TRY(add(b, LZ_ROLE_LINEAR, "lm_head.weight", 2, p->vocab_size, p->hidden_size, 0));
+    return LZ_OK;
+}
+
+lz_status lz_preset_tensors(const lz_model_preset *p, lz_dtype dtype, lz_tensor_list *out) {
+    *out = (lz_tensor_list){0};
+    /* 9 teacher tensors and up to 5 Lizard tensors per layer, 3 outside. */
+    size_t cap = (size_t)p->num_hidden_layers * 14 + 3;
+    out->tensors = calloc(cap, sizeof *out->tensors);
+    out->roles = calloc(cap, sizeof *out->roles);
+    if (!out->tensors || !out->roles) {
+        lz_tensor_list_free(out);
+        return lz_fail(LZ_ERR_NOMEM, "out of memory listing tensors of %s", p->name);
+    }
+    list_builder b = {.list = out, .cap = cap, .dtype = dtype};
+    lz_status st = fill_list(&b, p);
+    if (st != LZ_OK)
+        lz_tensor_list_free(out);
+    return st;
+}
+
+void lz_tensor_list_free(lz_tensor_list *list) {
+    for (size_t i = 0; list->tensors && i < list->n; i++)
+        free((char *)list->tensors[i].name);
+    free(list->tensors);
+    free(list->roles);
+    *list = (lz_tensor_list){0};
+}
+
+uint64_t lz_tensor_list_params(const lz_tensor_list *list) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < list->n; i++)
+        total += lz_stw_tensor_numel(&list->tensors[i]);
+    return total;
+}
+
+uint64_t lz_tensor_list_bytes(const lz_tensor_list *list) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < list->n; i++)
+        total += lz_stw_tensor_bytes(&list->tensors[i]);
+    return total;
+}

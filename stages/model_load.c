@@ -1,0 +1,214 @@
+/* model_load.c - checks every tensor a stage needs against the config (name,
+ * float dtype, exact shape) and uploads it to the backend. */
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // calloc, free
+#include <string.h> // memset
+
+#include "model.h"
+
+/* Limits of the reference kernels' stack buffers. */
+enum { LZ_MAX_HEAD_DIM = 1024, LZ_MAX_FEATURE_DIM = 512, LZ_MAX_WINDOW = 4096 };
+
+/* Fills the local buffer `name` with "<prefix p>.<suffix>". */
+#define LZ_NAME(suffix) (snprintf(name, sizeof name, "%s.%s", p, suffix), name)
+
+typedef struct {
+    lz_model *m;
+    size_t *param_count; /* which counter the next tensors add to */
+} loader;
+
+static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_t *shape, int64_t rows, int64_t cols,
+                             lz_weight *out) {
+    const lz_st_tensor *t;
+    LZ_TRY(lz_weights_expect(&L->m->ckpt, name, ndim, shape, &t));
+    LZ_TRY(L->m->ops->upload_weight(L->m->be, t, rows, cols, out));
+    *L->param_count += (size_t)t->numel;
+    return LZ_OK;
+}
+
+static lz_status load_matrix(loader *L, const char *name, int64_t rows, int64_t cols, lz_weight *out) {
+    int64_t shape[2] = {rows, cols};
+    return load_tensor(L, name, 2, shape, rows, cols, out);
+}
+
+static lz_status load_vector(loader *L, const char *name, int64_t n, lz_weight *out) {
+    int64_t shape[1] = {n};
+    return load_tensor(L, name, 1, shape, 1, n, out);
+}
+
+static lz_status load_attention(loader *L, lz_layer *ly, const char *p) {
+    const lz_config *c = &L->m->cfg;
+    const int64_t H = c->hidden_size, q_out = (int64_t)c->num_attention_heads * c->head_dim;
+    const int64_t kv_out = (int64_t)c->num_key_value_heads * c->head_dim;
+    char name[256];
+    LZ_TRY(load_matrix(L, LZ_NAME("self_attn.q_proj.weight"), q_out, H, &ly->wq));
+    LZ_TRY(load_matrix(L, LZ_NAME("self_attn.k_proj.weight"), kv_out, H, &ly->wk));
+    LZ_TRY(load_matrix(L, LZ_NAME("self_attn.v_proj.weight"), kv_out, H, &ly->wv));
+    LZ_TRY(load_matrix(L, LZ_NAME("self_attn.o_proj.weight"), H, q_out, &ly->wo));
+    if (c->attention_bias) {
+        LZ_TRY(load_vector(L, LZ_NAME("self_attn.q_proj.bias"), q_out, &ly->bq));
+        LZ_TRY(load_vector(L, LZ_NAME("self_attn.k_proj.bias"), kv_out, &ly->bk));
+        LZ_TRY(load_vector(L, LZ_NAME("self_attn.v_proj.bias"), kv_out, &ly->bv));
+        LZ_TRY(load_vector(L, LZ_NAME("self_attn.o_proj.bias"), H, &ly->bo));
+    }
+    return LZ_OK;
+}
+
+static lz_status load_mlp(loader *L, lz_layer *ly, const char *p) {
+    const lz_config *c = &L->m->cfg;
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    char name[256];
+    LZ_TRY(load_vector(L, LZ_NAME("input_layernorm.weight"), H, &ly->input_norm));
+    LZ_TRY(load_vector(L, LZ_NAME("post_attention_layernorm.weight"), H, &ly->post_norm));
+    LZ_TRY(load_matrix(L, LZ_NAME("mlp.gate_proj.weight"), I, H, &ly->w_gate));
+    LZ_TRY(load_matrix(L, LZ_NAME("mlp.up_proj.weight"), I, H, &ly->w_up));
+    LZ_TRY(load_matrix(L, LZ_NAME("mlp.down_proj.weight"), H, I, &ly->w_down));
+    if (c->mlp_bias) {
+        LZ_TRY(load_vector(L, LZ_NAME("mlp.gate_proj.bias"), I, &ly->b_gate));
+        LZ_TRY(load_vector(L, LZ_NAME("mlp.up_proj.bias"), I, &ly->b_up));
+        LZ_TRY(load_vector(L, LZ_NAME("mlp.down_proj.bias"), H, &ly->b_down));
+    }
+    return LZ_OK;
+}
+
+/* A feature map [heads, head_dim, f] whose head count must be one of `allowed`. */
+static lz_status load_feature_map(loader *L, const char *name, const int *allowed, int n_allowed, lz_weight *out) {
+    const lz_config *c = &L->m->cfg;
+    const lz_st_tensor *t = lz_weights_find(&L->m->ckpt, name);
+    int64_t heads = t && t->ndim == 3 ? t->shape[0] : -1;
+    bool ok = false;
+    for (int i = 0; i < n_allowed; i++)
+        ok |= heads == allowed[i];
+    int64_t shape[3] = {ok ? heads : allowed[0], c->head_dim, c->lizard.feature_dim};
+    if (t && !ok)
+        return lz_fail(LZ_ERR_INPUT, "%s: tensor '%s' has %lld maps; expected 1, %d%s%s", L->m->ckpt.dir, name,
+                       (long long)heads, allowed[n_allowed - 1], n_allowed > 2 ? " or " : "",
+                       n_allowed > 2 ? "num_key_value_heads" : " (num_attention_heads)");
+    return load_tensor(L, name, 3, shape, shape[0], shape[1] * shape[2], out);
+}
+
+static lz_status load_lizard(loader *L, lz_layer *ly, const char *p) {
+    const lz_config *c = &L->m->cfg;
+    char name[256];
+    const int q_allowed[2] = {1, c->num_attention_heads};
+    const int k_allowed[3] = {1, c->num_key_value_heads, c->num_attention_heads};
+    LZ_TRY(load_feature_map(L, LZ_NAME("self_attn.feature_map_q.weight"), q_allowed, 2, &ly->fmap_q));
+    LZ_TRY(load_feature_map(L, LZ_NAME("self_attn.feature_map_k.weight"), k_allowed, 3, &ly->fmap_k));
+    LZ_TRY(load_matrix(L, LZ_NAME("self_attn.gate.weight"), 1, c->hidden_size, &ly->gate));
+    LZ_TRY(load_vector(L, LZ_NAME("self_attn.meta_logits"), c->lizard.num_meta_tokens, &ly->meta));
+    const int64_t one[1] = {1};
+    const lz_st_tensor *alpha;
+    LZ_TRY(lz_weights_expect(&L->m->ckpt, LZ_NAME("self_attn.window_alpha"), 1, one, &alpha));
+    lz_convert_to_f32(&ly->alpha, alpha->data, alpha->dtype, 1); // a host scalar, read from the mapping
+    *L->param_count += 1;
+    // State is per query head only when phi_k is (keys repeated to every query head).
+    ly->dims.n_state_heads = ly->fmap_k.rows == c->num_attention_heads && c->num_attention_heads != c->num_key_value_heads
+                                 ? c->num_attention_heads
+                                 : c->num_key_value_heads;
+    return LZ_OK;
+}
+
+static lz_status check_limits(const lz_config *c) {
+    if (c->head_dim > LZ_MAX_HEAD_DIM)
+        return lz_fail(LZ_ERR_INPUT, "config.json: head_dim %d exceeds the supported %d", c->head_dim, LZ_MAX_HEAD_DIM);
+    if (c->has_lizard && c->lizard.feature_dim > LZ_MAX_FEATURE_DIM)
+        return lz_fail(LZ_ERR_INPUT, "config.json: lizard.feature_dim %d exceeds the supported %d",
+                       c->lizard.feature_dim, LZ_MAX_FEATURE_DIM);
+    if (c->has_lizard && c->lizard.window_size > LZ_MAX_WINDOW)
+        return lz_fail(LZ_ERR_INPUT, "config.json: lizard.window_size %d exceeds the supported %d",
+                       c->lizard.window_size, LZ_MAX_WINDOW);
+    return LZ_OK;
+}
+
+static lz_status load_layer(loader *L, int i) {
+    lz_model *m = L->m;
+    const lz_config *c = &m->cfg;
+    lz_layer *ly = &m->layers[i];
+    char p[64], name[256];
+    snprintf(p, sizeof p, "model.layers.%d", i);
+    snprintf(name, sizeof name, "%s.self_attn.feature_map_q.weight", p);
+    ly->index = i;
+    ly->run_softmax = c->softmax_layer[i];
+    ly->has_lizard = lz_weights_find(&m->ckpt, name) != NULL;
+    ly->dims = (lz_attn_dims){.n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
+                              .head_dim = c->head_dim, .sliding_window = c->sliding_window};
+    L->param_count = &m->n_params_teacher;
+    LZ_TRY(load_attention(L, ly, p));
+    LZ_TRY(load_mlp(L, ly, p));
+    if (ly->run_softmax)
+        return LZ_OK;
+    if (!c->has_lizard)
+        return lz_fail(LZ_ERR_INPUT, "%s: layer %d would run as Lizard but config.json has no \"lizard\" block",
+                       m->ckpt.dir, i);
+    if (!ly->has_lizard)
+        return lz_fail(LZ_ERR_INPUT, "%s: layer %d runs as Lizard but tensor '%s' is missing", m->ckpt.dir, i, name);
+    ly->dims.feature_dim = c->lizard.feature_dim;
+    ly->dims.window = c->lizard.window_size;
+    ly->dims.n_meta = c->lizard.num_meta_tokens;
+    ly->dims.gla_normalize = c->lizard.gla_normalize;
+    L->param_count = &m->n_params_lizard;
+    return load_lizard(L, ly, p);
+}
+
+lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->ops = ops;
+    m->be = be;
+    LZ_TRY(check_limits(cfg));
+    LZ_TRY(lz_weights_open(dir, &m->ckpt));
+    lz_status st = LZ_ERR_NOMEM;
+    m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof(lz_layer));
+    if (!m->layers)
+        goto fail;
+    loader L = {m, &m->n_params_teacher};
+    const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
+    if ((st = load_matrix(&L, "model.embed_tokens.weight", V, H, &m->embed)) != LZ_OK)
+        goto fail;
+    for (int i = 0; i < cfg->num_hidden_layers; i++)
+        if ((st = load_layer(&L, i)) != LZ_OK)
+            goto fail;
+    if ((st = load_vector(&L, "model.norm.weight", H, &m->final_norm)) != LZ_OK)
+        goto fail;
+    if (cfg->tie_word_embeddings)
+        m->lm_head = (lz_weight){m->embed.data, m->embed.dtype, V, H, false};
+    else if ((st = load_matrix(&L, "lm_head.weight", V, H, &m->lm_head)) != LZ_OK)
+        goto fail;
+    float freq[LZ_MAX_HEAD_DIM / 2];
+    lz_rope_inv_freq(cfg, freq);
+    if ((st = ops->alloc(be, sizeof(float) * (size_t)(cfg->head_dim / 2), (void **)&m->inv_freq)) != LZ_OK)
+        goto fail;
+    if ((st = ops->act_from_host(be, m->inv_freq, freq, (size_t)(cfg->head_dim / 2))) != LZ_OK)
+        goto fail;
+    return LZ_OK;
+fail:
+    if (st == LZ_ERR_NOMEM && !m->layers)
+        lz_fail(LZ_ERR_NOMEM, "%s: out of memory for %d layers", dir, cfg->num_hidden_layers);
+    lz_model_free(m);
+    return st;
+}
+
+static void free_layer(lz_model *m, lz_layer *ly) {
+    lz_weight *all[] = {&ly->input_norm, &ly->post_norm, &ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->bq, &ly->bk,
+                        &ly->bv, &ly->bo, &ly->w_gate, &ly->w_up, &ly->w_down, &ly->b_gate, &ly->b_up, &ly->b_down,
+                        &ly->fmap_q, &ly->fmap_k, &ly->gate, &ly->meta};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        m->ops->free_weight(m->be, all[i]);
+}
+
+void lz_model_free(lz_model *m) {
+    if (!m->ops)
+        return;
+    if (m->layers)
+        for (int i = 0; i < m->cfg.num_hidden_layers; i++)
+            free_layer(m, &m->layers[i]);
+    free(m->layers);
+    m->ops->free_weight(m->be, &m->embed);
+    m->ops->free_weight(m->be, &m->final_norm);
+    if (!m->cfg.tie_word_embeddings)
+        m->ops->free_weight(m->be, &m->lm_head);
+    if (m->inv_freq)
+        m->ops->free(m->be, m->inv_freq);
+    lz_weights_close(&m->ckpt);
+    memset(m, 0, sizeof *m);
+}

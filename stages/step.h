@@ -1,0 +1,26 @@
+/* step.h - one forward step of a batch of sequences through a stage:
+ * embedding -> decoder layers -> final norm + LM head on the requested rows. */
+#ifndef LZ_STEP_H
+#define LZ_STEP_H
+
+#include "model.h" // lz_model
+#include "state.h" // lz_state
+
+/* Scratch activations for up to max_tokens rows per step. */
+typedef struct {
+    int max_tokens;
+    void *x, *xn, *q, *k, *v, *att, *proj, *mlp_gate, *mlp_up, *phi_q, *phi_k, *gate_logit, *log_gamma, *head_in,
+        *logits;
+    int max_logit_rows;
+} lz_workspace;
+
+lz_status lz_workspace_create(lz_workspace *ws, const lz_model *m, int max_tokens, int max_logit_rows);
+void lz_workspace_free(lz_workspace *ws, const lz_model *m);
+
+/* Runs ids [batch->n_tokens] through every layer, updating the state of each
+ * sequence's slot (batch->pos[s] must equal the slot's position), and writes
+ * host fp32 logits [n_logit_rows, vocab] of the rows listed in logit_rows. */
+lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                  const int32_t *logit_rows, int n_logit_rows, float *logits);
+
+#endif

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# cli_test.sh LIZARD - the CLI end to end on a tiny model that `lizard init`
+# writes: forward/generate/info work, --stats shows constant Lizard state,
+# sampling is reproducible, and every bad input exits 2 with one line naming
+# the culprit and leaves no output file behind.
+set -u
+LIZARD=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+
+# expect_error NEEDLE CMD...: exit code 2, one stderr line containing NEEDLE, no crash
+expect_error() {
+    local needle=$1; shift
+    "$@" >"$TMP/out" 2>"$TMP/err"
+    local rc=$?
+    local lines; lines=$(wc -l <"$TMP/err")
+    if [ $rc -eq 2 ] && grep -q -- "$needle" "$TMP/err" && [ "$lines" -eq 1 ]; then ok
+    else bad "expected exit 2 and one line with '$needle' from: $* (rc=$rc, stderr: $(head -c 400 "$TMP/err"))"; fi
+}
+
+M=$TMP/tiny
+"$LIZARD" init --config tiny-hybrid --out "$M" --seed 1 >/dev/null 2>&1 && ok || bad "init tiny-hybrid"
+"$LIZARD" info --model "$M" >"$TMP/info" 2>&1 && grep -q "SLSL" "$TMP/info" && ok || bad "info layer kinds: $(cat "$TMP/info")"
+
+# forward: a [T, vocab] float32 npy
+"$LIZARD" forward --model "$M" --ids 1,2,3,4,5 --logits-out "$TMP/l.npy" 2>/dev/null && ok || bad "forward"
+vocab=$(python3 -c "import json;print(json.load(open('$M/config.json'))['vocab_size'])")
+size=$(stat -c %s "$TMP/l.npy" 2>/dev/null || echo 0)
+[ "$size" -eq $((128 + 5 * vocab * 4)) ] && ok || bad "npy size $size for 5 x $vocab"
+
+# generate: json form, greedy = reproducible, sampling reproducible per seed
+"$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 12 --format json --ignore-eos >"$TMP/g1" 2>/dev/null && ok || bad "generate json"
+grep -Eq '^\{"ids": \[[0-9]+(, [0-9]+){11}\]\}$' "$TMP/g1" && ok || bad "json form: $(cat "$TMP/g1")"
+"$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 12 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 7 --ignore-eos >"$TMP/s1" 2>/dev/null
+"$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 12 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 7 --ignore-eos >"$TMP/s2" 2>/dev/null
+"$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 12 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 8 --ignore-eos >"$TMP/s3" 2>/dev/null
+cmp -s "$TMP/s1" "$TMP/s2" && ok || bad "same seed, different ids"
+cmp -s "$TMP/s1" "$TMP/s3" && bad "seeds 7 and 8 gave identical 12-token samples" || ok
+[ "$(wc -w <"$TMP/s1")" -eq 12 ] && ok || bad "text form: $(cat "$TMP/s1")"
+
+# --stats: Lizard bytes constant, softmax KV growing
+"$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 70 --stats --ignore-eos >/dev/null 2>"$TMP/stats" && ok || bad "generate --stats"
+liz=$(grep -o 'lizard GLA [0-9]* + window [0-9]*' "$TMP/stats" | sort -u | wc -l)
+kv=$(grep -o 'softmax KV *[0-9]*' "$TMP/stats" | sort -u | wc -l)
+[ "$liz" -eq 1 ] && ok || bad "lizard state bytes changed with context: $(cat "$TMP/stats")"
+[ "$kv" -ge 5 ] && ok || bad "softmax KV bytes did not grow: $(cat "$TMP/stats")"
+"$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 40 --stats --softmax-layers none --ignore-eos >/dev/null 2>"$TMP/stats2" && ok || bad "--softmax-layers none"
+grep -q 'softmax KV          0 bytes (0 layers)' "$TMP/stats2" && ok || bad "pure Lizard run kept a KV cache: $(head -2 "$TMP/stats2")"
+
+# bad flags and ids
+expect_error "--model" "$LIZARD" forward --ids 1 --logits-out "$TMP/x.npy"
+expect_error "unknown flag '--bogus'" "$LIZARD" generate --model "$M" --ids 1 --bogus
+expect_error "--ids" "$LIZARD" forward --model "$M" --ids 1,x,3 --logits-out "$TMP/x.npy"
+expect_error "token id 999999 out of range" "$LIZARD" forward --model "$M" --ids 1,999999 --logits-out "$TMP/x.npy"
+expect_error "--max-tokens" "$LIZARD" generate --model "$M" --ids 1 --max-tokens abc
+expect_error "--top-p" "$LIZARD" generate --model "$M" --ids 1 --top-p 1.5
+expect_error "--format" "$LIZARD" generate --model "$M" --ids 1 --format xml
+expect_error "--device cuda" "$LIZARD" generate --model "$M" --ids 1 --device cuda
+expect_error "--softmax-layers" "$LIZARD" generate --model "$M" --ids 1 --softmax-layers 0,9
+expect_error "unknown command" "$LIZARD" frobnicate
+expect_error "$TMP/nodir" "$LIZARD" forward --model "$TMP/nodir" --ids 1 --logits-out "$TMP/x.npy"
+expect_error "$TMP/no/such/dir/x.npy" "$LIZARD" forward --model "$M" --ids 1 --logits-out "$TMP/no/such/dir/x.npy"
+[ ! -e "$TMP/x.npy" ] && ok || bad "a failed forward left $TMP/x.npy behind"
+
+# broken model folders: each defect named
+check_broken() {
+    local kind=$1 needle=$2
+    python3 "$HERE/corrupt_model.py" "$M" "$TMP/$kind" "$kind" || { bad "corrupt $kind"; return; }
+    expect_error "$needle" "$LIZARD" forward --model "$TMP/$kind" --ids 1,2 --logits-out "$TMP/$kind.npy"
+    [ ! -e "$TMP/$kind.npy" ] && ok || bad "$kind: partial output file"
+}
+check_broken truncated "model.safetensors"
+check_broken header-past-eof "header length"
+check_broken overlap "overlap"
+check_broken out-of-range "model.norm.weight"
+check_broken wrong-shape "model.norm.weight"
+check_broken wrong-dtype "model.norm.weight"
+check_broken missing-tensor "model.layers.1.mlp.up_proj.weight"
+check_broken bad-json "config.json"
+check_broken unknown-rope "yarn"
+check_broken missing-key "intermediate_size"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,158 @@
+/* test_parity.c - one fixture folder (tests/fixtures/<case>) against its
+ * references: HF transformers logits for teachers, the float64 reference
+ * (tests/reference/lizard_reference.py) for Lizard layers.
+ *
+ * For every run in expect.json:
+ *   1. prefill logits of every position: relative error <= 1e-4;
+ *   2. the same prompt fed in pieces of 5 tokens (state carried across steps);
+ *   3. the prompt fed one token at a time through the decode path (recurrent
+ *      GLA, ring, KV cache): the logits of every position again <= 1e-4;
+ *   4. greedy continuation: the same ids. */
+#include <jansson.h> // json_load_file
+#include <math.h>    // sqrt
+#include <stdio.h>   // snprintf
+#include <stdlib.h>  // malloc, free
+
+#include "engine.h"    // lz_engine
+#include "npy.h"       // lz_npy_read_f32
+#include "test_util.h" // CHECK
+
+static const double TOLERANCE = 1e-4;
+
+static double rel_err(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return sqrt(num / den);
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+typedef struct {
+    const char *name, *softmax_layers, *logits_file;
+    int32_t greedy[64];
+    int n_greedy;
+} run_spec;
+
+static lz_status open_engine(lz_engine *e, const char *model_dir, const run_spec *r, int context, int chunk) {
+    lz_engine_options o = {model_dir, "cpu", r->softmax_layers, 1, context, chunk};
+    lz_status s = lz_engine_open(e, &o);
+    CHECK_MSG(s == LZ_OK, "%s: open: %s", r->name, lz_error_message());
+    return s;
+}
+
+static void check_prefill(const char *model_dir, const run_spec *r, const int32_t *ids, int T, const float *ref,
+                          int chunk) {
+    lz_engine e;
+    if (open_engine(&e, model_dir, r, T, chunk) != LZ_OK)
+        return;
+    const int V = e.model.cfg.vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)T * V);
+    lz_status s = lz_engine_prefill(&e, 0, ids, T, logits, NULL);
+    CHECK_MSG(s == LZ_OK, "%s: prefill: %s", r->name, lz_error_message());
+    if (s == LZ_OK) {
+        double err = rel_err(logits, ref, (size_t)T * V);
+        CHECK_MSG(err <= TOLERANCE, "%s: prefill (chunk %d) logits rel err %.3g > %g", r->name, chunk, err, TOLERANCE);
+        fprintf(stderr, "  %-22s prefill chunk %-4d rel err %.2e\n", r->name, chunk, err);
+    }
+    free(logits);
+    lz_engine_close(&e);
+}
+
+/* Prompt through the decode path one token at a time, then greedy decoding. */
+static void check_decode_and_greedy(const char *model_dir, const run_spec *r, const int32_t *ids, int T,
+                                    const float *ref) {
+    lz_engine e;
+    if (open_engine(&e, model_dir, r, T + r->n_greedy, 512) != LZ_OK)
+        return;
+    const int V = e.model.cfg.vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)T * V);
+    const int32_t slot = 0;
+    lz_status s = LZ_OK;
+    for (int t = 0; t < T && s == LZ_OK; t++)
+        s = lz_engine_decode(&e, 1, &slot, &ids[t], logits + (size_t)t * V);
+    CHECK_MSG(s == LZ_OK, "%s: decode: %s", r->name, lz_error_message());
+    if (s == LZ_OK) {
+        double err = rel_err(logits, ref, (size_t)T * V);
+        CHECK_MSG(err <= TOLERANCE, "%s: token-by-token logits rel err %.3g > %g", r->name, err, TOLERANCE);
+        fprintf(stderr, "  %-22s decode path       rel err %.2e\n", r->name, err);
+    }
+    float *last = logits + (size_t)(T - 1) * V;
+    int matched = 0;
+    for (int i = 0; i < r->n_greedy && s == LZ_OK; i++) {
+        int32_t id = argmax(last, V);
+        CHECK_MSG(id == r->greedy[i], "%s: greedy token %d: %d, expected %d", r->name, i, id, r->greedy[i]);
+        matched += id == r->greedy[i];
+        if (i + 1 < r->n_greedy)
+            s = lz_engine_decode(&e, 1, &slot, &id, last);
+    }
+    fprintf(stderr, "  %-22s greedy            %d/%d tokens match\n", r->name, matched, r->n_greedy);
+    free(logits);
+    lz_engine_close(&e);
+}
+
+static void check_run(const char *dir, const char *model_dir, const run_spec *r, const int32_t *ids, int T) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, r->logits_file);
+    float *ref;
+    size_t rows, cols;
+    if (lz_npy_read_f32(path, &ref, &rows, &cols) != LZ_OK) {
+        CHECK_MSG(0, "%s", lz_error_message());
+        return;
+    }
+    CHECK_MSG(rows == (size_t)T, "%s: %zu reference rows for %d prompt tokens", path, rows, T);
+    if (rows == (size_t)T) {
+        check_prefill(model_dir, r, ids, T, ref, 512);
+        check_prefill(model_dir, r, ids, T, ref, 5);
+        check_decode_and_greedy(model_dir, r, ids, T, ref);
+    }
+    free(ref);
+}
+
+static int read_ids(json_t *arr, int32_t *out, int cap) {
+    size_t i;
+    json_t *v;
+    int n = 0;
+    json_array_foreach(arr, i, v) if (n < cap) out[n++] = (int32_t)json_integer_value(v);
+    return n;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_parity FIXTURE_DIR\n");
+        return 2;
+    }
+    char path[4096], model_dir[4096];
+    snprintf(path, sizeof path, "%s/expect.json", argv[1]);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    CHECK_MSG(root != NULL, "%s: %s", path, jerr.text);
+    if (!root)
+        return lz_test_finish(argv[1]);
+    snprintf(model_dir, sizeof model_dir, "%s/%s", argv[1], json_string_value(json_object_get(root, "model")));
+    int32_t ids[4096];
+    int T = read_ids(json_object_get(root, "prompt_ids"), ids, 4096);
+    CHECK(T > 0);
+    size_t i;
+    json_t *run;
+    json_array_foreach(json_object_get(root, "runs"), i, run) {
+        run_spec r = {json_string_value(json_object_get(run, "name")),
+                      json_string_value(json_object_get(run, "softmax_layers")), // NULL for json null
+                      json_string_value(json_object_get(run, "logits")), {0}, 0};
+        r.n_greedy = read_ids(json_object_get(run, "greedy_ids"), r.greedy, 64);
+        CHECK(r.name && r.logits_file && r.n_greedy > 0);
+        if (r.name && r.logits_file)
+            check_run(argv[1], model_dir, &r, ids, T);
+    }
+    json_decref(root);
+    return lz_test_finish(argv[1]);
+}

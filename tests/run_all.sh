@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# run_all.sh - build and run every CPU suite: the release build, the same
+# suites under AddressSanitizer + UndefinedBehaviorSanitizer, and a bounded
+# libFuzzer run of each parser. GPU suites (label gpu) skip without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc)
+FUZZ_SECONDS=${LZ_FUZZ_SECONDS:-30}
+
+echo "== release build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$JOBS"
+ctest --test-dir build --output-on-failure -j "$JOBS"
+
+echo "== ASan + UBSan build"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLIZARD_SANITIZE=ON >/dev/null
+cmake --build build-asan -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$JOBS"
+
+echo "== libFuzzer (${FUZZ_SECONDS}s per target)"
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DLIZARD_FUZZ=ON >/dev/null
+cmake --build build-fuzz -j "$JOBS" --target fuzz_safetensors fuzz_config
+bash tests/fuzz/run_fuzz.sh build-fuzz "$FUZZ_SECONDS"
+echo "run_all: every suite passed"
