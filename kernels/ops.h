@@ -78,56 +78,70 @@ typedef struct lz_ops {
     void (*free_weight)(lz_backend *be, lz_weight *w);
     /* n activations -> host fp32 */
     lz_status (*act_to_host)(lz_backend *be, float *dst, const void *src, size_t n);
+    /* n host fp32 values -> activations (converted to the backend's type) */
     lz_status (*act_from_host)(lz_backend *be, void *dst, const float *src, size_t n);
+    /* n fp32 values (not activations: e.g. RoPE frequencies) host -> backend */
+    lz_status (*upload_f32)(lz_backend *be, float *dst, const float *src, size_t n);
     lz_status (*sync)(lz_backend *be);
+    void (*destroy)(lz_backend *be);
 
-    /* math */
+    /* Called once at the start of every step, before the math below, with the
+     * host arrays that the step's ops will be given (a backend with its own
+     * memory copies them over once here). */
+    lz_status (*begin_step)(lz_backend *be, const int32_t *ids, const lz_batch *batch, const int32_t *logit_rows,
+                            int n_logit_rows);
+
+    /* math: each returns LZ_OK or the backend's failure (launch errors) */
     /* out[T, C] = table[ids[t], :] */
-    void (*embedding)(lz_backend *be, void *out, const lz_weight *table, const int32_t *ids, int T);
+    lz_status (*embedding)(lz_backend *be, void *out, const lz_weight *table, const int32_t *ids, int T);
     /* out[T, C] = x / rms(x) * w */
-    void (*rmsnorm)(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, float eps);
+    lz_status (*rmsnorm)(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, float eps);
     /* out[T, rows] = x[T, cols] . W^T (+ bias[rows] if bias) */
-    void (*linear)(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *bias, int T);
+    lz_status (*linear)(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *bias, int T);
     /* y[T, C] += x[T, C] */
-    void (*add)(lz_backend *be, void *y, const void *x, size_t n);
+    lz_status (*add)(lz_backend *be, void *y, const void *x, size_t n);
     /* out[T, n] = silu(gate) * up, gate/up [T, n] */
-    void (*swiglu)(lz_backend *be, void *out, const void *gate, const void *up, size_t n);
+    lz_status (*swiglu)(lz_backend *be, void *out, const void *gate, const void *up, size_t n);
     /* out[n, C] = x[rows[i], :] */
-    void (*gather_rows)(lz_backend *be, void *out, const void *x, const int32_t *rows, int n, int C);
+    lz_status (*gather_rows)(lz_backend *be, void *out, const void *x, const int32_t *rows, int n, int C);
     /* In place, HF rotate-half RoPE on q [T, Hq, d] and k [T, Hkv, d] at
      * batch->token_pos; inv_freq [d/2] fp32 in backend memory. */
-    void (*rope)(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *batch,
+    lz_status (*rope)(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *batch,
                  const lz_attn_dims *dims);
     /* Softmax layer: appends k, v [T, Hkv, d] to the cache, then
      * out[T, Hq, d] = causal GQA attention of q over the slot's cache. */
-    void (*softmax_attention)(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+    lz_status (*softmax_attention)(lz_backend *be, void *out, const void *q, const void *k, const void *v,
                               lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
     /* Hedgehog map: out[T, Hout, 2f] = [softmax(u) ++ softmax(-u)] (or exp),
      * u = x[t, o / (Hout / Hx), :] . W[Hw == 1 ? 0 : o]  with W [Hw, d, f]. */
-    void (*feature_map)(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, int Hx, int Hout,
+    lz_status (*feature_map)(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, int Hx, int Hout,
                         int head_dim, int f, bool exp_map);
     /* log_gamma[T] = log(sigmoid(gate_logit[T])) computed stably */
-    void (*log_sigmoid)(lz_backend *be, void *out, const void *x, int T);
+    lz_status (*log_sigmoid)(lz_backend *be, void *out, const void *x, int T);
     /* Gated linear attention for any step (chunked form), reading and
      * updating S, z of each sequence's slot:
      * out[T, Hq, d] = GLA of phi_q [T, Hq, 2f], phi_k [T, Hs, 2f], v [T, Hkv, d], log_gamma [T]. */
-    void (*gla_chunked)(lz_backend *be, void *out, const void *phi_q, const void *phi_k, const void *v,
+    lz_status (*gla_chunked)(lz_backend *be, void *out, const void *phi_q, const void *phi_k, const void *v,
                         const void *log_gamma, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
     /* The same for steps where every sequence has exactly one token: the
      * recurrent form (update S, z; read them out). */
-    void (*gla_recurrent)(lz_backend *be, void *out, const void *phi_q, const void *phi_k, const void *v,
+    lz_status (*gla_recurrent)(lz_backend *be, void *out, const void *phi_q, const void *phi_k, const void *v,
                           const void *log_gamma, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
     /* Window branch: out[T, Hq, d] += alpha * WIN over the last w positions
      * (ring + this step's k, v; raw q and k, no RoPE), meta logits [m] in the
      * denominator; then stores this step's k, v in the ring. */
-    void (*window_attention)(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+    lz_status (*window_attention)(lz_backend *be, void *out, const void *q, const void *k, const void *v,
                              const lz_weight *meta_logits, float alpha, lz_layer_state *st, const lz_batch *batch,
                              const lz_attn_dims *dims);
 } lz_ops;
 
-/* The CPU reference backend (kernels/cpu). */
-const lz_ops *lz_cpu_ops(void);
-lz_status lz_cpu_backend_create(lz_backend **out);
-void lz_cpu_backend_destroy(lz_backend *be);
+/* The CPU reference backend (kernels/cpu): fp32 activations and weights. */
+lz_status lz_cpu_backend_create(lz_backend **be, const lz_ops **ops);
+
+/* The CUDA backend (kernels/cuda), when built with LIZARD_CUDA: activations
+ * and weights in `dtype` (LZ_DTYPE_BF16 or LZ_DTYPE_F32), GLA state in fp32.
+ * The GPU is picked by the local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+ * SLURM_LOCALID or LOCAL_RANK; 0 without) modulo the visible GPUs. */
+lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **be, const lz_ops **ops);
 
 #endif

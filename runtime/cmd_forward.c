@@ -10,13 +10,14 @@
 #include "npy.h"         // lz_npy_write_f32
 
 lz_status lz_cmd_forward(int argc, char **argv) {
-    const char *model = NULL, *ids_text = NULL, *out_path = NULL, *device = "cpu", *softmax = NULL;
+    const char *model = NULL, *ids_text = NULL, *out_path = NULL, *device = "cpu", *dtype = "bf16", *softmax = NULL;
     long chunk = 512;
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &model, true, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &ids_text, true, 0, 0},
         {"--logits-out", LZ_OPT_STRING, "FILE.npy", "where to write float32 logits [T, vocab]", &out_path, true, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &device, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &dtype, false, 0, 0},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &softmax, false, 0, 0},
         {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per prefill step (default 512)", &chunk, false, 1, 1 << 20},
@@ -33,7 +34,8 @@ lz_status lz_cmd_forward(int argc, char **argv) {
     int n;
     LZ_TRY(lz_parse_id_list("--ids", ids_text, &ids, &n));
     lz_engine e;
-    lz_engine_options eo = {model, device, softmax, 1, n, (int)chunk};
+    lz_engine_options eo = {.model_dir = model, .device = device, .dtype = dtype, .softmax_layers = softmax,
+                           .n_slots = 1, .max_context = n, .prefill_chunk = (int)chunk};
     lz_status s = lz_engine_open(&e, &eo);
     float *logits = NULL;
     if (s == LZ_OK) {

@@ -13,7 +13,7 @@
 #include "sampler.h"           // lz_sampler
 
 typedef struct {
-    const char *model, *ids, *device, *softmax, *format;
+    const char *model, *ids, *device, *dtype, *softmax, *format;
     long max_tokens, top_k, seed, chunk;
     double temperature, top_p;
     bool stats, ignore_eos;
@@ -75,7 +75,8 @@ static void print_json(const int32_t *ids, int n) {
 
 static lz_status generate(const generate_args *a, const int32_t *prompt, int n_prompt) {
     lz_engine e;
-    lz_engine_options eo = {a->model, a->device, a->softmax, 1, n_prompt + (int)a->max_tokens, (int)a->chunk};
+    lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
+                           .n_slots = 1, .max_context = n_prompt + (int)a->max_tokens, .prefill_chunk = (int)a->chunk};
     LZ_TRY(lz_engine_open(&e, &eo));
     lz_generation_config gen;
     lz_sampler sampler = {0};
@@ -103,7 +104,7 @@ static lz_status generate(const generate_args *a, const int32_t *prompt, int n_p
 }
 
 lz_status lz_cmd_generate(int argc, char **argv) {
-    generate_args a = {NULL, NULL, "cpu", NULL, "text", 16, -1, 0, 512, -1.0, -1.0, false, false};
+    generate_args a = {NULL, NULL, "cpu", "bf16", NULL, "text", 16, -1, 0, 512, -1.0, -1.0, false, false};
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &a.model, true, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &a.ids, true, 0, 0},
@@ -117,6 +118,7 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         {"--format", LZ_OPT_STRING, "text|json", "text: ids as they come; json: {\"ids\": [...]}", &a.format, false,
          0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &a.dtype, false, 0, 0},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &a.softmax, false, 0, 0},
         {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per prefill step (default 512)", &a.chunk, false, 1, 1 << 20},

@@ -42,12 +42,13 @@ static void print_model(const lz_model *m, const char *dir) {
 }
 
 lz_status lz_cmd_info(int argc, char **argv) {
-    const char *model = NULL, *softmax = NULL, *device = "cpu";
+    const char *model = NULL, *softmax = NULL, *device = "cpu", *dtype = "bf16";
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder", &model, true, 0, 0},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &softmax, false, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &device, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &dtype, false, 0, 0},
     };
     const lz_command_spec spec = {"info", "describe a model folder", options, (int)(sizeof options / sizeof options[0])};
     bool help;
@@ -57,7 +58,8 @@ lz_status lz_cmd_info(int argc, char **argv) {
         return LZ_OK;
     }
     lz_engine e;
-    lz_engine_options eo = {model, device, softmax, 1, 1, 1};
+    lz_engine_options eo = {.model_dir = model, .device = device, .dtype = dtype, .softmax_layers = softmax,
+                           .n_slots = 1, .max_context = 1, .prefill_chunk = 1};
     LZ_TRY(lz_engine_open(&e, &eo));
     print_model(&e.model, model);
     lz_engine_close(&e);

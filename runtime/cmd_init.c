@@ -24,13 +24,11 @@
 #include <time.h>               // clock_gettime
 #include <unistd.h>             // unlink
 
-#include <jansson.h>            // json_t, json_pack, json_dumps
-
 #include "bpe_builder.h"        // lz_bpe_train, lz_bpe_write_files
 #include "cli_options.h"        // lz_option, lz_parse_options, lz_print_usage
 #include "dtype.h"              // lz_f32_to_bf16, lz_f32_to_f16
-#include "model_presets.h"      // lz_model_preset, lz_preset_tensors
-#include "safetensors_writer.h" // lz_stw_write_model, lz_write_file_atomic
+#include "model_presets.h"      // lz_model_preset, lz_preset_tensors, lz_preset_write_config
+#include "safetensors_writer.h" // lz_stw_write_model
 
 /* ---- flags ------------------------------------------------------------------------ */
 
@@ -96,6 +94,14 @@ static lz_status make_dirs(const char *path) {
  * they go first, so that no stale file (an old index, old shards, a
  * tokenizer of another vocabulary) sits beside the new model. */
 static bool is_model_file(const char *name) {
+    /* Our temporary names, ".<model file>.tmp", as a killed run leaves them. */
+    char base[256];
+    size_t tlen = strlen(name);
+    if (name[0] == '.' && tlen > 5 && tlen - 5 < sizeof base && strcmp(name + tlen - 4, ".tmp") == 0) {
+        memcpy(base, name + 1, tlen - 5);
+        base[tlen - 5] = '\0';
+        name = base;
+    }
     static const char *const fixed[] = {"config.json", "generation_config.json", "tokenizer.json",
                                         "tokenizer_config.json", "model.safetensors", "model.safetensors.index.json"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
@@ -129,6 +135,8 @@ static lz_status scan_out_dir(const char *dir, bool remove, int *n_entries) {
 
 /* Creates DIR, or accepts an empty one; a non-empty one only with --force. */
 static lz_status prepare_out_dir(const char *dir, bool force) {
+    if (!dir[0])
+        return lz_fail(LZ_ERR_INPUT, "lizard init: --out: empty path");
     struct stat sb;
     if (stat(dir, &sb) != 0) {
         if (errno != ENOENT)
@@ -158,9 +166,12 @@ static lz_status check_free_space(const char *dir, uint64_t bytes) {
 
 /* ---- random weights ------------------------------------------------------------- */
 
-/* splitmix64: tiny, fast, good enough for initial weights, and every seed is valid. */
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+/* splitmix64's output function. Element i of a tensor is mix64(stream +
+ * (i + 1) * golden), i.e. the i-th splitmix64 output: any chunk can be made
+ * without the ones before it, and the loop below vectorises. */
+static const uint64_t golden = 0x9E3779B97F4A7C15ULL;
+
+static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
@@ -173,11 +184,8 @@ static uint64_t fnv1a(const char *s) {
     return h;
 }
 
-/* One tensor's generator: a function of (seed, name) only. */
-static uint64_t tensor_stream(uint64_t seed, const char *name) {
-    uint64_t s = seed ^ fnv1a(name);
-    return splitmix64(&s);
-}
+/* One tensor's stream: a function of (seed, name) only. */
+static uint64_t tensor_stream(uint64_t seed, const char *name) { return mix64(mix64(seed + golden) ^ fnv1a(name)); }
 
 /* Values are uniform on [mean - w, mean + w] with w = std * sqrt(3): the
  * wanted standard deviation at a fraction of a Gaussian's cost. */
@@ -202,18 +210,31 @@ static init_dist dist_for(const lz_model_preset *p, lz_tensor_role role, const l
     return (init_dist){0.0f, 0.0f};
 }
 
-/* Stores one value little-endian in the tensor's dtype. */
-static void store(uint8_t *dst, float v, lz_dtype dtype) {
-    uint32_t bits;
+/* Elements first .. first+n-1 of a tensor's stream, as floats. */
+static void generate(float *out, size_t n, uint64_t stream, uint64_t first, init_dist d) {
+    float half_width = d.std * 1.7320508f; /* sqrt(3) */
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)(mix64(stream + (first + i + 1) * golden) >> 40) * 0x1p-24f; /* [0, 1) */
+        out[i] = d.mean + half_width * (2.0f * u - 1.0f);
+    }
+}
+
+/* n values to little-endian bytes of `dtype` (f32, bf16 or f16). */
+static void store(uint8_t *dst, const float *v, size_t n, lz_dtype dtype) {
     if (dtype == LZ_DTYPE_F32) {
-        memcpy(&bits, &v, sizeof bits);
-        for (int i = 0; i < 4; i++)
-            dst[i] = (uint8_t)(bits >> (8 * i));
+        for (size_t i = 0; i < n; i++) {
+            uint32_t bits;
+            memcpy(&bits, &v[i], sizeof bits);
+            for (int k = 0; k < 4; k++)
+                dst[4 * i + k] = (uint8_t)(bits >> (8 * k));
+        }
         return;
     }
-    uint16_t h = dtype == LZ_DTYPE_BF16 ? lz_f32_to_bf16(v) : lz_f32_to_f16(v);
-    dst[0] = (uint8_t)h;
-    dst[1] = (uint8_t)(h >> 8);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = dtype == LZ_DTYPE_BF16 ? lz_f32_to_bf16(v[i]) : lz_f32_to_f16(v[i]);
+        dst[2 * i] = (uint8_t)h;
+        dst[2 * i + 1] = (uint8_t)(h >> 8);
+    }
 }
 
 typedef struct {
@@ -222,7 +243,7 @@ typedef struct {
     uint64_t seed;
     /* the tensor being generated */
     const lz_stw_tensor *tensor;
-    uint64_t next_offset, rng;
+    uint64_t stream;
     init_dist dist;
     /* progress */
     uint64_t done, total;
@@ -244,26 +265,25 @@ static void report_progress(fill_ctx *c, bool final) {
             c->total ? 100.0 * (double)c->done / (double)c->total : 100.0, t - c->started);
 }
 
-/* lz_stw_fill_fn: the next `nbytes` of tensor t, in order. */
+/* lz_stw_fill_fn: `nbytes` of tensor t from byte `offset`. */
 static lz_status fill_random(void *ctx, const lz_stw_tensor *t, uint64_t offset, void *buf, size_t nbytes) {
     fill_ctx *c = ctx;
-    if (offset == 0) {
+    if (t != c->tensor) {
         size_t index = (size_t)(t - c->list->tensors);
-        if (index >= c->list->n)
+        if (t < c->list->tensors || index >= c->list->n)
             return lz_fail(LZ_ERR_INTERNAL, "tensor %s is not in the preset's list", t->name);
         c->tensor = t;
-        c->rng = tensor_stream(c->seed, t->name);
+        c->stream = tensor_stream(c->seed, t->name);
         c->dist = dist_for(c->preset, c->list->roles[index], t);
-    } else if (t != c->tensor || offset != c->next_offset) {
-        return lz_fail(LZ_ERR_INTERNAL, "tensor %s: bytes requested out of order", t->name);
     }
     size_t elem = lz_dtype_size(t->dtype), n = nbytes / elem;
-    float half_width = c->dist.std * 1.7320508f; /* sqrt(3) */
-    for (size_t i = 0; i < n; i++) {
-        float u = (float)(splitmix64(&c->rng) >> 40) * 0x1p-24f; /* [0, 1) */
-        store((uint8_t *)buf + i * elem, c->dist.mean + half_width * (2.0f * u - 1.0f), t->dtype);
+    uint64_t first = offset / elem;
+    float block[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+        size_t k = n - i < 1024 ? n - i : 1024;
+        generate(block, k, c->stream, first + i, c->dist);
+        store((uint8_t *)buf + i * elem, block, k, t->dtype);
     }
-    c->next_offset = offset + nbytes;
     c->done += nbytes;
     report_progress(c, false);
     return LZ_OK;
@@ -279,81 +299,7 @@ static lz_status write_weights(const lz_model_preset *p, const lz_tensor_list *l
     return LZ_OK;
 }
 
-/* ---- json files ------------------------------------------------------------------- */
-
-static lz_status write_json(const char *dir, const char *name, json_t *root) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    /* 12 significant digits: 1e-05 and 500000.0 as people write them. */
-    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12)) : NULL;
-    json_decref(root);
-    if (!text)
-        return lz_fail(LZ_ERR_NOMEM, "lizard init: out of memory building %s", path);
-    size_t len = strlen(text);
-    lz_status st = lz_write_file_atomic(path, text, len);
-    free(text);
-    return st;
-}
-
-/* An int for one eos id, a list for several (as HF writes them). */
-static json_t *eos_json(const lz_model_preset *p) {
-    if (p->n_eos == 1)
-        return json_integer(p->eos_token_ids[0]);
-    json_t *list = json_array();
-    for (int i = 0; list && i < p->n_eos; i++)
-        json_array_append_new(list, json_integer(p->eos_token_ids[i]));
-    return list;
-}
-
-static json_t *rope_scaling_json(const lz_model_preset *p) {
-    if (p->rope.type != LZ_ROPE_LLAMA3)
-        return json_null();
-    return json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", p->rope.factor, "low_freq_factor",
-                     p->rope.low_freq_factor, "high_freq_factor", p->rope.high_freq_factor,
-                     "original_max_position_embeddings", p->rope.original_max_position_embeddings, "rope_type",
-                     "llama3");
-}
-
-static json_t *lizard_json(const lz_model_preset *p) {
-    json_t *softmax = json_array();
-    for (int l = 0; softmax && l < p->num_hidden_layers; l++)
-        if (lz_preset_is_softmax_layer(p, l))
-            json_array_append_new(softmax, json_integer(l));
-    return json_pack("{s:o, s:i, s:s, s:i, s:i, s:b}", "softmax_layers", softmax, "feature_dim",
-                     p->lizard.feature_dim, "feature_map",
-                     p->lizard.feature_map == LZ_FMAP_SOFTMAX ? "softmax" : "exp", "window_size",
-                     p->lizard.window_size, "num_meta_tokens", p->lizard.num_meta_tokens, "gla_normalize",
-                     (int)p->lizard.gla_normalize);
-}
-
-static const char *torch_dtype(lz_dtype dtype) {
-    return dtype == LZ_DTYPE_BF16 ? "bfloat16" : dtype == LZ_DTYPE_F16 ? "float16" : "float32";
-}
-
-/* HF LlamaConfig keys (transformers 4 spelling of RoPE) plus the lizard block. */
-static lz_status write_config(const lz_model_preset *p, lz_dtype dtype, const char *dir) {
-    json_t *root = json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:o, s:b, s:f, s:b, s:b, s:i, s:o,"
-        " s:f, s:i, s:b, s:s}",
-        "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", p->vocab_size, "hidden_size",
-        p->hidden_size, "intermediate_size", p->intermediate_size, "num_hidden_layers", p->num_hidden_layers,
-        "num_attention_heads", p->num_attention_heads, "num_key_value_heads", p->num_key_value_heads, "head_dim",
-        p->head_dim, "hidden_act", "silu", "max_position_embeddings", p->max_position_embeddings, "rms_norm_eps",
-        p->rms_norm_eps, "rope_theta", p->rope.theta, "rope_scaling", rope_scaling_json(p), "attention_bias", 0,
-        "attention_dropout", 0.0, "mlp_bias", 0, "tie_word_embeddings", (int)p->tie_word_embeddings,
-        "bos_token_id", p->bos_token_id, "eos_token_id", eos_json(p), "initializer_range", 0.02, "pretraining_tp",
-        1, "use_cache", 1, "torch_dtype", torch_dtype(dtype));
-    if (root && p->has_lizard && json_object_set_new(root, "lizard", lizard_json(p)) != 0) {
-        json_decref(root);
-        root = NULL;
-    }
-    return write_json(dir, "config.json", root);
-}
-
-static lz_status write_generation_config(const lz_model_preset *p, const char *dir) {
-    return write_json(dir, "generation_config.json",
-                      json_pack("{s:i, s:o}", "bos_token_id", p->bos_token_id, "eos_token_id", eos_json(p)));
-}
+/* ---- tokenizer ------------------------------------------------------------------- */
 
 /* Tiny presets: a BPE trained now on the embedded text, with the two
  * specials at the ids that config.json names. Big presets use LLaMA-3's
@@ -391,9 +337,9 @@ static lz_status write_folder(const lz_model_preset *p, lz_dtype dtype, uint64_t
     if (st == LZ_OK)
         st = write_weights(p, &list, seed, dir);
     if (st == LZ_OK)
-        st = write_generation_config(p, dir);
+        st = lz_preset_write_generation_config(p, dir);
     if (st == LZ_OK)
-        st = write_config(p, dtype, dir);
+        st = lz_preset_write_config(p, dtype, dir);
     if (st == LZ_OK)
         printf("lizard init: wrote %s (preset %s, %" PRIu64 " parameters, %" PRIu64 " bytes %s, %zu tensors, seed %"
                PRIu64 ")\n", dir, p->name, params, bytes, lz_dtype_name(dtype), list.n, seed);

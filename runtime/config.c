@@ -338,8 +338,8 @@ lz_status lz_config_load(const char *dir, lz_config *out) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path)
         return lz_fail(LZ_ERR_INPUT, "%s: path too long", dir);
-    char *text;
-    size_t len;
+    char *text = NULL;
+    size_t len = 0;
     LZ_TRY(read_file(path, &text, &len));
     lz_status st = lz_config_parse(text, len, path, out);
     free(text);

@@ -14,6 +14,7 @@
 typedef struct {
     const char *model_dir;
     const char *device;          /* "cpu" (default) or "cuda" */
+    const char *dtype;           /* CUDA: "bf16" (default) or "fp32"; the CPU is always fp32 */
     const char *softmax_layers;  /* NULL, "all", "none" or "0,2,..." */
     int n_slots;                 /* concurrent sequences (default 1) */
     int max_context;             /* positions per sequence in KV caches */
@@ -23,6 +24,7 @@ typedef struct {
 typedef struct {
     lz_engine_options opt;
     lz_backend *be;
+    const lz_ops *ops;
     lz_model model;
     lz_state state;
     lz_workspace ws;

@@ -47,7 +47,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "lizard: error: %s\n", lz_error_message());
         return lz_status_exit_code(s);
     }
-    fprintf(stderr, "lizard: error: unknown command '%s'\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "lizard: error: unknown command '%s' (see lizard --help)\n", argv[1]);
     return 2;
 }

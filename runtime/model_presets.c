@@ -1,10 +1,12 @@
-/* model_presets.c - the preset table and the tensor list of a preset
- * (names and shapes as in shared/MODEL_FORMAT.md). */
+/* model_presets.c - the preset table, the tensor list of a preset (names and
+ * shapes as in shared/MODEL_FORMAT.md) and its config.json. */
 #include "model_presets.h"
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free
 #include <string.h> // strcmp, strdup, strlen
+
+#include <jansson.h> // json_t, json_pack, json_dumps
 
 /* ---- the table ------------------------------------------------------------ */
 
@@ -205,4 +207,80 @@ uint64_t lz_tensor_list_bytes(const lz_tensor_list *list) {
     for (size_t i = 0; i < list->n; i++)
         total += lz_stw_tensor_bytes(&list->tensors[i]);
     return total;
+}
+
+/* ---- config.json, generation_config.json ----------------------------------------- */
+
+static lz_status write_json(const char *dir, const char *name, json_t *root) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    /* 12 significant digits: 1e-05 and 500000.0 as people write them. */
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12)) : NULL;
+    json_decref(root);
+    if (!text)
+        return lz_fail(LZ_ERR_NOMEM, "out of memory building %s", path);
+    size_t len = strlen(text);
+    lz_status st = lz_write_file_atomic(path, text, len);
+    free(text);
+    return st;
+}
+
+/* An int for one eos id, a list for several (as HF writes them). */
+static json_t *eos_json(const lz_model_preset *p) {
+    if (p->n_eos == 1)
+        return json_integer(p->eos_token_ids[0]);
+    json_t *list = json_array();
+    for (int i = 0; list && i < p->n_eos; i++)
+        json_array_append_new(list, json_integer(p->eos_token_ids[i]));
+    return list;
+}
+
+static json_t *rope_scaling_json(const lz_model_preset *p) {
+    if (p->rope.type != LZ_ROPE_LLAMA3)
+        return json_null();
+    return json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", p->rope.factor, "low_freq_factor",
+                     p->rope.low_freq_factor, "high_freq_factor", p->rope.high_freq_factor,
+                     "original_max_position_embeddings", p->rope.original_max_position_embeddings, "rope_type",
+                     "llama3");
+}
+
+static json_t *lizard_json(const lz_model_preset *p) {
+    json_t *softmax = json_array();
+    for (int l = 0; softmax && l < p->num_hidden_layers; l++)
+        if (lz_preset_is_softmax_layer(p, l))
+            json_array_append_new(softmax, json_integer(l));
+    return json_pack("{s:o, s:i, s:s, s:i, s:i, s:b}", "softmax_layers", softmax, "feature_dim",
+                     p->lizard.feature_dim, "feature_map",
+                     p->lizard.feature_map == LZ_FMAP_SOFTMAX ? "softmax" : "exp", "window_size",
+                     p->lizard.window_size, "num_meta_tokens", p->lizard.num_meta_tokens, "gla_normalize",
+                     (int)p->lizard.gla_normalize);
+}
+
+static const char *torch_dtype(lz_dtype dtype) {
+    return dtype == LZ_DTYPE_BF16 ? "bfloat16" : dtype == LZ_DTYPE_F16 ? "float16" : "float32";
+}
+
+/* HF LlamaConfig keys (transformers 4 spelling of RoPE) plus the lizard block. */
+lz_status lz_preset_write_config(const lz_model_preset *p, lz_dtype dtype, const char *dir) {
+    json_t *root = json_pack(
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:o, s:b, s:f, s:b, s:b, s:i, s:o,"
+        " s:f, s:i, s:b, s:s}",
+        "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", p->vocab_size, "hidden_size",
+        p->hidden_size, "intermediate_size", p->intermediate_size, "num_hidden_layers", p->num_hidden_layers,
+        "num_attention_heads", p->num_attention_heads, "num_key_value_heads", p->num_key_value_heads, "head_dim",
+        p->head_dim, "hidden_act", "silu", "max_position_embeddings", p->max_position_embeddings, "rms_norm_eps",
+        p->rms_norm_eps, "rope_theta", p->rope.theta, "rope_scaling", rope_scaling_json(p), "attention_bias", 0,
+        "attention_dropout", 0.0, "mlp_bias", 0, "tie_word_embeddings", (int)p->tie_word_embeddings,
+        "bos_token_id", p->bos_token_id, "eos_token_id", eos_json(p), "initializer_range", 0.02, "pretraining_tp",
+        1, "use_cache", 1, "torch_dtype", torch_dtype(dtype));
+    if (root && p->has_lizard && json_object_set_new(root, "lizard", lizard_json(p)) != 0) {
+        json_decref(root);
+        root = NULL;
+    }
+    return write_json(dir, "config.json", root);
+}
+
+lz_status lz_preset_write_generation_config(const lz_model_preset *p, const char *dir) {
+    return write_json(dir, "generation_config.json",
+                      json_pack("{s:i, s:o}", "bos_token_id", p->bos_token_id, "eos_token_id", eos_json(p)));
 }

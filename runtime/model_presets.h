@@ -92,4 +92,11 @@ void lz_tensor_list_free(lz_tensor_list *list);
 uint64_t lz_tensor_list_params(const lz_tensor_list *list);
 uint64_t lz_tensor_list_bytes(const lz_tensor_list *list);
 
+/* DIR/config.json: HF LlamaConfig keys (transformers 4 RoPE spelling:
+ * rope_theta + rope_scaling), torch_dtype from `dtype`, and the "lizard"
+ * block for a Lizard preset. Written atomically. */
+lz_status lz_preset_write_config(const lz_model_preset *p, lz_dtype dtype, const char *dir);
+/* DIR/generation_config.json: {"bos_token_id", "eos_token_id"}. */
+lz_status lz_preset_write_generation_config(const lz_model_preset *p, const char *dir);
+
 #endif

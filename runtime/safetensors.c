@@ -220,8 +220,8 @@ static lz_status parse_header(const uint8_t *buf, size_t size, const char *path,
 
 lz_status lz_st_parse(const uint8_t *buf, size_t size, const char *path, lz_st_file *out) {
     memset(out, 0, sizeof *out);
-    json_t *root;
-    uint64_t header_len;
+    json_t *root = NULL;
+    uint64_t header_len = 0;
     LZ_TRY(parse_header(buf, size, path, &root, &header_len));
     size_t cap = json_object_size(root) + 1; /* +1: never calloc(0) */
     st_range *ranges = calloc(cap, sizeof *ranges);

@@ -3,34 +3,35 @@
  *   x += down(silu(gate(n)) * up(n)),  n = post_attention_layernorm(x) */
 #include "decoder_layer.h"
 
-static void softmax_attention(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws, const lz_batch *b,
-                              const lz_attn_dims *dims) {
-    m->ops->rope(m->be, ws->q, ws->k, m->inv_freq, b, dims);
-    m->ops->softmax_attention(m->be, ws->att, ws->q, ws->k, ws->v, ls, b, dims);
+static lz_status softmax_attention(lz_model *m, lz_layer_state *ls, lz_workspace *ws, const lz_batch *b,
+                                   const lz_attn_dims *dims) {
+    LZ_TRY(m->ops->rope(m->be, ws->q, ws->k, m->inv_freq, b, dims));
+    return m->ops->softmax_attention(m->be, ws->att, ws->q, ws->k, ws->v, ls, b, dims);
 }
 
 /* GLA_i + alpha * WIN_i (MODEL_FORMAT.md, "The function"). */
-static void lizard_attention(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws, const lz_batch *b,
-                             const lz_attn_dims *dims) {
+static lz_status lizard_attention(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws, const lz_batch *b,
+                                  const lz_attn_dims *dims) {
     const lz_ops *ops = m->ops;
     const int T = b->n_tokens, f = dims->feature_dim, d = dims->head_dim;
     const bool exp_map = m->cfg.lizard.feature_map == LZ_FMAP_EXP;
-    ops->linear(m->be, ws->gate_logit, ws->xn, &ly->gate, NULL, T);
-    ops->log_sigmoid(m->be, ws->log_gamma, ws->gate_logit, T);
-    ops->feature_map(m->be, ws->phi_q, ws->q, &ly->fmap_q, T, dims->n_heads, dims->n_heads, d, f, exp_map);
-    ops->feature_map(m->be, ws->phi_k, ws->k, &ly->fmap_k, T, dims->n_kv_heads, dims->n_state_heads, d, f, exp_map);
+    LZ_TRY(ops->linear(m->be, ws->gate_logit, ws->xn, &ly->gate, NULL, T));
+    LZ_TRY(ops->log_sigmoid(m->be, ws->log_gamma, ws->gate_logit, T));
+    LZ_TRY(ops->feature_map(m->be, ws->phi_q, ws->q, &ly->fmap_q, T, dims->n_heads, dims->n_heads, d, f, exp_map));
+    LZ_TRY(ops->feature_map(m->be, ws->phi_k, ws->k, &ly->fmap_k, T, dims->n_kv_heads, dims->n_state_heads, d, f,
+                            exp_map));
     bool one_token_each = true;
     for (int s = 0; s < b->n_seqs; s++)
         one_token_each &= b->len[s] == 1;
     if (one_token_each)
-        ops->gla_recurrent(m->be, ws->att, ws->phi_q, ws->phi_k, ws->v, ws->log_gamma, ls, b, dims);
+        LZ_TRY(ops->gla_recurrent(m->be, ws->att, ws->phi_q, ws->phi_k, ws->v, ws->log_gamma, ls, b, dims));
     else
-        ops->gla_chunked(m->be, ws->att, ws->phi_q, ws->phi_k, ws->v, ws->log_gamma, ls, b, dims);
-    ops->window_attention(m->be, ws->att, ws->q, ws->k, ws->v, &ly->meta, ly->alpha, ls, b, dims);
+        LZ_TRY(ops->gla_chunked(m->be, ws->att, ws->phi_q, ws->phi_k, ws->v, ws->log_gamma, ls, b, dims));
+    return ops->window_attention(m->be, ws->att, ws->q, ws->k, ws->v, &ly->meta, ly->alpha, ls, b, dims);
 }
 
-void lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws, const lz_batch *b,
-                              int kv_capacity) {
+lz_status lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws,
+                                   const lz_batch *b, int kv_capacity) {
     const lz_ops *ops = m->ops;
     const int T = b->n_tokens;
     const size_t H = (size_t)m->cfg.hidden_size, I = (size_t)m->cfg.intermediate_size;
@@ -38,21 +39,21 @@ void lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_
     lz_attn_dims dims = ly->dims;
     dims.kv_capacity = kv_capacity;
 
-    ops->rmsnorm(m->be, ws->xn, ws->x, &ly->input_norm, T, eps);
-    ops->linear(m->be, ws->q, ws->xn, &ly->wq, &ly->bq, T);
-    ops->linear(m->be, ws->k, ws->xn, &ly->wk, &ly->bk, T);
-    ops->linear(m->be, ws->v, ws->xn, &ly->wv, &ly->bv, T);
+    LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, &ly->input_norm, T, eps));
+    LZ_TRY(ops->linear(m->be, ws->q, ws->xn, &ly->wq, &ly->bq, T));
+    LZ_TRY(ops->linear(m->be, ws->k, ws->xn, &ly->wk, &ly->bk, T));
+    LZ_TRY(ops->linear(m->be, ws->v, ws->xn, &ly->wv, &ly->bv, T));
     if (ly->run_softmax)
-        softmax_attention(m, ly, ls, ws, b, &dims);
+        LZ_TRY(softmax_attention(m, ls, ws, b, &dims));
     else
-        lizard_attention(m, ly, ls, ws, b, &dims);
-    ops->linear(m->be, ws->proj, ws->att, &ly->wo, &ly->bo, T);
-    ops->add(m->be, ws->x, ws->proj, (size_t)T * H);
+        LZ_TRY(lizard_attention(m, ly, ls, ws, b, &dims));
+    LZ_TRY(ops->linear(m->be, ws->proj, ws->att, &ly->wo, &ly->bo, T));
+    LZ_TRY(ops->add(m->be, ws->x, ws->proj, (size_t)T * H));
 
-    ops->rmsnorm(m->be, ws->xn, ws->x, &ly->post_norm, T, eps);
-    ops->linear(m->be, ws->mlp_gate, ws->xn, &ly->w_gate, &ly->b_gate, T);
-    ops->linear(m->be, ws->mlp_up, ws->xn, &ly->w_up, &ly->b_up, T);
-    ops->swiglu(m->be, ws->mlp_gate, ws->mlp_gate, ws->mlp_up, (size_t)T * I);
-    ops->linear(m->be, ws->proj, ws->mlp_gate, &ly->w_down, &ly->b_down, T);
-    ops->add(m->be, ws->x, ws->proj, (size_t)T * H);
+    LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, &ly->post_norm, T, eps));
+    LZ_TRY(ops->linear(m->be, ws->mlp_gate, ws->xn, &ly->w_gate, &ly->b_gate, T));
+    LZ_TRY(ops->linear(m->be, ws->mlp_up, ws->xn, &ly->w_up, &ly->b_up, T));
+    LZ_TRY(ops->swiglu(m->be, ws->mlp_gate, ws->mlp_gate, ws->mlp_up, (size_t)T * I));
+    LZ_TRY(ops->linear(m->be, ws->proj, ws->mlp_gate, &ly->w_down, &ly->b_down, T));
+    return ops->add(m->be, ws->x, ws->proj, (size_t)T * H);
 }

@@ -178,7 +178,7 @@ lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, cons
     lz_rope_inv_freq(cfg, freq);
     if ((st = ops->alloc(be, sizeof(float) * (size_t)(cfg->head_dim / 2), (void **)&m->inv_freq)) != LZ_OK)
         goto fail;
-    if ((st = ops->act_from_host(be, m->inv_freq, freq, (size_t)(cfg->head_dim / 2))) != LZ_OK)
+    if ((st = ops->upload_f32(be, m->inv_freq, freq, (size_t)(cfg->head_dim / 2))) != LZ_OK)
         goto fail;
     return LZ_OK;
 fail:

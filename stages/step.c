@@ -94,15 +94,22 @@ lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *id
                   const int32_t *logit_rows, int n_logit_rows, float *logits) {
     LZ_TRY(validate_step(m, st, ws, ids, batch, logit_rows, n_logit_rows));
     const lz_ops *ops = m->ops;
-    ops->embedding(m->be, ws->x, &m->embed, ids, batch->n_tokens);
-    for (int i = 0; i < m->cfg.num_hidden_layers; i++)
-        lz_decoder_layer_forward(m, &m->layers[i], &st->layers[i], ws, batch, st->kv_capacity);
+    LZ_TRY(ops->begin_step(m->be, ids, batch, logit_rows, n_logit_rows));
+    LZ_TRY(ops->embedding(m->be, ws->x, &m->embed, ids, batch->n_tokens));
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
+        lz_status s = lz_decoder_layer_forward(m, &m->layers[i], &st->layers[i], ws, batch, st->kv_capacity);
+        if (s != LZ_OK) {
+            lz_error_prefix("layer %d: ", i);
+            return s; // the slots' state is now undefined: the caller resets them
+        }
+    }
     for (int s = 0; s < batch->n_seqs; s++)
         st->slot_pos[batch->slot[s]] += batch->len[s];
     if (n_logit_rows == 0)
         return ops->sync(m->be);
-    ops->gather_rows(m->be, ws->head_in, ws->x, logit_rows, n_logit_rows, m->cfg.hidden_size);
-    ops->rmsnorm(m->be, ws->head_in, ws->head_in, &m->final_norm, n_logit_rows, (float)m->cfg.rms_norm_eps);
-    ops->linear(m->be, ws->logits, ws->head_in, &m->lm_head, NULL, n_logit_rows);
+    const float eps = (float)m->cfg.rms_norm_eps;
+    LZ_TRY(ops->gather_rows(m->be, ws->head_in, ws->x, logit_rows, n_logit_rows, m->cfg.hidden_size));
+    LZ_TRY(ops->rmsnorm(m->be, ws->head_in, ws->head_in, &m->final_norm, n_logit_rows, eps));
+    LZ_TRY(ops->linear(m->be, ws->logits, ws->head_in, &m->lm_head, NULL, n_logit_rows));
     return ops->act_to_host(m->be, logits, ws->logits, (size_t)n_logit_rows * m->cfg.vocab_size);
 }

@@ -51,50 +51,76 @@ static lz_status cpu_copy_f32(lz_backend *be, float *dst, const void *src, size_
     memcpy(dst, src, sizeof(float) * n);
     return LZ_OK;
 }
-static lz_status cpu_from_host(lz_backend *be, void *dst, const float *src, size_t n) {
+static lz_status cpu_act_from_host(lz_backend *be, void *dst, const float *src, size_t n) {
     memcpy(dst, src, sizeof(float) * n);
     return LZ_OK;
 }
+static lz_status cpu_upload_f32(lz_backend *be, float *dst, const float *src, size_t n) {
+    return cpu_act_from_host(be, dst, src, n);
+}
 static lz_status cpu_sync(lz_backend *be) { return LZ_OK; }
+static void cpu_destroy(lz_backend *be) { free(be); }
+static lz_status cpu_begin_step(lz_backend *be, const int32_t *ids, const lz_batch *b, const int32_t *rows, int n) {
+    return LZ_OK; // the kernels read the host arrays directly
+}
 
 /* Adapters from the op table's untyped signatures to the fp32 kernels. */
-static void op_embedding(lz_backend *be, void *out, const lz_weight *t, const int32_t *ids, int T) {
+static lz_status op_embedding(lz_backend *be, void *out, const lz_weight *t, const int32_t *ids, int T) {
     embedding_forward(out, t->data, ids, T, (int)t->cols);
+    return LZ_OK;
 }
-static void op_rmsnorm(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, float eps) {
+static lz_status op_rmsnorm(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, float eps) {
     rmsnorm_forward(out, x, w->data, T, (int)w->cols, eps);
+    return LZ_OK;
 }
-static void op_linear(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *b, int T) {
+static lz_status op_linear(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *b, int T) {
     linear_forward(out, x, w->data, b && b->data ? b->data : NULL, T, (int)w->cols, (int)w->rows);
+    return LZ_OK;
 }
-static void op_add(lz_backend *be, void *y, const void *x, size_t n) { add_forward(y, x, n); }
-static void op_swiglu(lz_backend *be, void *out, const void *g, const void *u, size_t n) { swiglu_forward(out, g, u, n); }
-static void op_gather(lz_backend *be, void *out, const void *x, const int32_t *rows, int n, int C) {
+static lz_status op_add(lz_backend *be, void *y, const void *x, size_t n) {
+    add_forward(y, x, n);
+    return LZ_OK;
+}
+static lz_status op_swiglu(lz_backend *be, void *out, const void *g, const void *u, size_t n) {
+    swiglu_forward(out, g, u, n);
+    return LZ_OK;
+}
+static lz_status op_gather(lz_backend *be, void *out, const void *x, const int32_t *rows, int n, int C) {
     gather_rows_forward(out, x, rows, n, C);
+    return LZ_OK;
 }
-static void op_rope(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *b, const lz_attn_dims *d) {
+static lz_status op_rope(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *b, const lz_attn_dims *d) {
     rope_forward(q, k, inv_freq, b, d);
+    return LZ_OK;
 }
-static void op_softmax_attention(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+static lz_status op_softmax_attention(lz_backend *be, void *out, const void *q, const void *k, const void *v,
                                  lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
     softmax_attention_forward(out, q, k, v, st, b, d);
+    return LZ_OK;
 }
-static void op_feature_map(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, int Hx, int Hout,
+static lz_status op_feature_map(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, int Hx, int Hout,
                            int d, int f, bool exp_map) {
     feature_map_forward(out, x, w->data, (int)w->rows, T, Hx, Hout, d, f, exp_map);
+    return LZ_OK;
 }
-static void op_log_sigmoid(lz_backend *be, void *out, const void *x, int T) { log_sigmoid_forward(out, x, T); }
-static void op_gla_chunked(lz_backend *be, void *out, const void *pq, const void *pk, const void *v, const void *lg,
+static lz_status op_log_sigmoid(lz_backend *be, void *out, const void *x, int T) {
+    log_sigmoid_forward(out, x, T);
+    return LZ_OK;
+}
+static lz_status op_gla_chunked(lz_backend *be, void *out, const void *pq, const void *pk, const void *v, const void *lg,
                            lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
     gla_chunked_forward(out, pq, pk, v, lg, st, b, d);
+    return LZ_OK;
 }
-static void op_gla_recurrent(lz_backend *be, void *out, const void *pq, const void *pk, const void *v, const void *lg,
+static lz_status op_gla_recurrent(lz_backend *be, void *out, const void *pq, const void *pk, const void *v, const void *lg,
                              lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
     gla_recurrent_forward(out, pq, pk, v, lg, st, b, d);
+    return LZ_OK;
 }
-static void op_window(lz_backend *be, void *out, const void *q, const void *k, const void *v, const lz_weight *meta,
+static lz_status op_window(lz_backend *be, void *out, const void *q, const void *k, const void *v, const lz_weight *meta,
                       float alpha, lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
     window_attention_forward(out, q, k, v, meta->data, alpha, st, b, d);
+    return LZ_OK;
 }
 
 static const lz_ops cpu_ops = {
@@ -106,8 +132,11 @@ static const lz_ops cpu_ops = {
     .upload_weight = cpu_upload_weight,
     .free_weight = cpu_free_weight,
     .act_to_host = cpu_copy_f32,
-    .act_from_host = cpu_from_host,
+    .act_from_host = cpu_act_from_host,
+    .upload_f32 = cpu_upload_f32,
     .sync = cpu_sync,
+    .destroy = cpu_destroy,
+    .begin_step = cpu_begin_step,
     .embedding = op_embedding,
     .rmsnorm = op_rmsnorm,
     .linear = op_linear,
@@ -123,13 +152,10 @@ static const lz_ops cpu_ops = {
     .window_attention = op_window,
 };
 
-const lz_ops *lz_cpu_ops(void) { return &cpu_ops; }
-
-lz_status lz_cpu_backend_create(lz_backend **out) {
-    *out = calloc(1, sizeof(lz_backend));
-    if (!*out)
+lz_status lz_cpu_backend_create(lz_backend **be, const lz_ops **ops) {
+    *be = calloc(1, sizeof(lz_backend));
+    if (!*be)
         return lz_fail(LZ_ERR_NOMEM, "cpu backend: out of memory");
+    *ops = &cpu_ops;
     return LZ_OK;
 }
-
-void lz_cpu_backend_destroy(lz_backend *be) { free(be); }

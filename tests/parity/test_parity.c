@@ -11,13 +11,18 @@
 #include <jansson.h> // json_load_file
 #include <math.h>    // sqrt
 #include <stdio.h>   // snprintf
-#include <stdlib.h>  // malloc, free
+#include <stdlib.h>  // malloc, free, exit
+#include <string.h>  // strcmp, strstr
 
 #include "engine.h"    // lz_engine
 #include "npy.h"       // lz_npy_read_f32
 #include "test_util.h" // CHECK
 
-static const double TOLERANCE = 1e-4;
+/* Reference tolerances: the CPU reference (fp32) 1e-4; CUDA fp32 1e-3; CUDA bf16 3e-2
+ * (bf16 runs report greedy agreement but are not held to it). */
+static double TOLERANCE = 1e-4;
+static const char *DEVICE = "cpu", *DTYPE = "fp32";
+static bool REQUIRE_GREEDY = true;
 
 static double rel_err(const float *a, const float *ref, size_t n) {
     double num = 0, den = 0;
@@ -44,8 +49,13 @@ typedef struct {
 } run_spec;
 
 static lz_status open_engine(lz_engine *e, const char *model_dir, const run_spec *r, int context, int chunk) {
-    lz_engine_options o = {model_dir, "cpu", r->softmax_layers, 1, context, chunk};
+    lz_engine_options o = {.model_dir = model_dir, .device = DEVICE, .dtype = DTYPE, .softmax_layers = r->softmax_layers,
+                           .n_slots = 1, .max_context = context, .prefill_chunk = chunk};
     lz_status s = lz_engine_open(e, &o);
+    if (s != LZ_OK && strstr(lz_error_message(), "no CUDA device")) {
+        fprintf(stderr, "skipped: %s\n", lz_error_message());
+        exit(77);
+    }
     CHECK_MSG(s == LZ_OK, "%s: open: %s", r->name, lz_error_message());
     return s;
 }
@@ -90,7 +100,8 @@ static void check_decode_and_greedy(const char *model_dir, const run_spec *r, co
     int matched = 0;
     for (int i = 0; i < r->n_greedy && s == LZ_OK; i++) {
         int32_t id = argmax(last, V);
-        CHECK_MSG(id == r->greedy[i], "%s: greedy token %d: %d, expected %d", r->name, i, id, r->greedy[i]);
+        if (REQUIRE_GREEDY)
+            CHECK_MSG(id == r->greedy[i], "%s: greedy token %d: %d, expected %d", r->name, i, id, r->greedy[i]);
         matched += id == r->greedy[i];
         if (i + 1 < r->n_greedy)
             s = lz_engine_decode(&e, 1, &slot, &id, last);
@@ -127,9 +138,16 @@ static int read_ids(json_t *arr, int32_t *out, int cap) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: test_parity FIXTURE_DIR\n");
+    if (argc != 2 && argc != 4) {
+        fprintf(stderr, "usage: test_parity FIXTURE_DIR [cpu|cuda fp32|bf16]\n");
         return 2;
+    }
+    if (argc == 4) {
+        DEVICE = argv[2];
+        DTYPE = argv[3];
+        const bool bf16 = strcmp(DTYPE, "bf16") == 0, cuda = strcmp(DEVICE, "cuda") == 0;
+        TOLERANCE = bf16 ? 3e-2 : cuda ? 1e-3 : 1e-4;
+        REQUIRE_GREEDY = !bf16;
     }
     char path[4096], model_dir[4096];
     snprintf(path, sizeof path, "%s/expect.json", argv[1]);

@@ -338,6 +338,7 @@ static void check_bad_flags(void) {
                      LZ_ERR_INPUT, "--seed");
     CHECK_FAILS_WITH(run_init("--config", "tiny-hybrid", "--out", path_in(1, "x"), "--bogus", NULL), LZ_ERR_INPUT,
                      "--bogus");
+    CHECK_FAILS_WITH(run_init("--config", "tiny-hybrid", "--out", "", NULL), LZ_ERR_INPUT, "--out");
     /* a file where the folder should be */
     FILE *f = fopen(path_in(1, "plain_file"), "w");
     if (f)
@@ -353,8 +354,8 @@ static void check_force(void) {
     const char *dir = path_in(1, "forced");
     mkdir(dir, 0755);
     static const char *const stale[] = {"model-00001-of-00002.safetensors", "model.safetensors.index.json",
-                                        "notes.txt"};
-    for (int i = 0; i < 3; i++) {
+                                        ".model-00002-of-00002.safetensors.tmp", "notes.txt"};
+    for (int i = 0; i < 4; i++) {
         char p[1024];
         FILE *f = fopen(join(p, sizeof p, dir, stale[i]), "w");
         if (f)
@@ -364,6 +365,7 @@ static void check_force(void) {
     CHECK(run_init("--config", "tiny-hybrid", "--out", dir, "--force", NULL) == LZ_OK);
     CHECK(!exists(path_in(2, "forced/model-00001-of-00002.safetensors")));
     CHECK(!exists(path_in(2, "forced/model.safetensors.index.json")));
+    CHECK(!exists(path_in(2, "forced/.model-00002-of-00002.safetensors.tmp")));
     CHECK(exists(path_in(2, "forced/notes.txt")));
     CHECK(same_file(path_in(0, "a/model.safetensors"), path_in(2, "forced/model.safetensors")) == 1);
 }
@@ -502,6 +504,33 @@ static void check_big_presets(void) {
     CHECK(t && lz_preset_is_softmax_layer(t, 0) && lz_preset_has_lizard_tensors(t, 0));
 }
 
+/* The big presets' config.json, read back by config.c (weights not written). */
+static void check_big_config(void) {
+    const char *dir = path_in(1, "cfg70b");
+    mkdir(dir, 0755);
+    const lz_model_preset *p = lz_preset_find("llama3-70b-hybrid");
+    CHECK(p && lz_preset_write_config(p, p->dtype, dir) == LZ_OK);
+    CHECK(p && lz_preset_write_generation_config(p, dir) == LZ_OK);
+    lz_config c;
+    lz_error_clear();
+    lz_status st = lz_config_load(dir, &c);
+    CHECK_MSG(st == LZ_OK, "%s", lz_error_message());
+    if (st != LZ_OK)
+        return;
+    CHECK(c.vocab_size == 128256 && c.hidden_size == 8192 && c.intermediate_size == 28672);
+    CHECK(c.num_hidden_layers == 80 && c.num_attention_heads == 64 && c.num_key_value_heads == 8);
+    CHECK(c.head_dim == 128 && c.max_position_embeddings == 131072 && !c.tie_word_embeddings);
+    CHECK(c.rope.type == LZ_ROPE_LLAMA3 && c.rope.theta == 500000.0 && c.rope.factor == 8.0);
+    CHECK(c.rope.low_freq_factor == 1.0 && c.rope.high_freq_factor == 4.0);
+    CHECK(c.rope.original_max_position_embeddings == 8192);
+    CHECK(c.bos_token_id == 128000 && c.n_eos == 2 && c.eos_token_ids[0] == 128001 && c.eos_token_ids[1] == 128009);
+    CHECK(c.has_lizard && c.lizard.feature_dim == 128 && c.lizard.window_size == 128);
+    CHECK(lz_config_count_softmax(&c) == 40 && c.softmax_layer[78] && !c.softmax_layer[79]);
+    json_t *gen = json_load_file(path_in(2, "cfg70b/generation_config.json"), 0, NULL);
+    CHECK(gen && json_array_size(json_object_get(gen, "eos_token_id")) == 2);
+    json_decref(gen);
+}
+
 int main(void) {
     if (!mkdtemp(root)) {
         perror("mkdtemp");
@@ -524,6 +553,7 @@ int main(void) {
     check_sharded_writer();
     check_writer_errors();
     check_big_presets();
+    check_big_config();
     nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     return lz_test_finish("test_init");
 }

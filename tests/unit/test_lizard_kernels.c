@@ -16,7 +16,7 @@ static double urand(unsigned *s) {
 }
 
 static float *random_array(size_t n, double lo, double hi, unsigned *seed) {
-    float *a = malloc(sizeof(float) * n);
+    float *a = calloc(n ? n : 1, sizeof(float));
     for (size_t i = 0; i < n; i++)
         a[i] = (float)(lo + (hi - lo) * urand(seed));
     return a;

@@ -253,7 +253,7 @@ static void remove_tree(void) {
     static const char *const files[] = {"model.safetensors", "model.safetensors.index.json",
                                         "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
                                         "empty.safetensors"};
-    char path[512];
+    char path[sizeof dirs + 64]; /* big enough that -Wformat-truncation sees no risk */
     for (int d = 0; d < n_dirs; d++) {
         for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
             snprintf(path, sizeof path, "%s/%s", dirs[d], files[i]);

@@ -1,0 +1,134 @@
+// basic.cu - the small ops: embedding, RMSNorm, residual add, SwiGLU, row
+// gather, log-sigmoid, and linear layers through cuBLAS (fp32 accumulation).
+#include "cuda_kernels.cuh"
+
+// Kernels ---------------------------------------------------------------------
+
+template <typename T>
+__global__ void embedding_kernel(T *out, const T *table, const int32_t *ids, int C) {
+    const size_t row = (size_t)ids[blockIdx.x] * C, dst = (size_t)blockIdx.x * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        out[dst + c] = table[row + c];
+}
+
+// One block per row; the variance in fp32 as HF does.
+template <typename T>
+__global__ void rmsnorm_kernel(T *out, const T *x, const T *w, int C, float eps) {
+    __shared__ float red[32];
+    const T *xr = x + (size_t)blockIdx.x * C;
+    T *orow = out + (size_t)blockIdx.x * C;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = lz_to_float(xr[c]);
+        ss += v * v;
+    }
+    const float inv = rsqrtf(lz_block_sum(ss, red) / (float)C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        orow[c] = lz_from_float<T>(lz_to_float(w[c]) * (lz_to_float(xr[c]) * inv));
+}
+
+template <typename T> __global__ void add_kernel(T *y, const T *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = lz_from_float<T>(lz_to_float(y[i]) + lz_to_float(x[i]));
+}
+
+template <typename T> __global__ void swiglu_kernel(T *out, const T *gate, const T *up, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = lz_to_float(gate[i]);
+        out[i] = lz_from_float<T>(g / (1.0f + expf(-g)) * lz_to_float(up[i]));
+    }
+}
+
+template <typename T> __global__ void gather_rows_kernel(T *out, const T *x, const int32_t *rows, int C) {
+    const size_t src = (size_t)rows[blockIdx.x] * C, dst = (size_t)blockIdx.x * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        out[dst + c] = x[src + c];
+}
+
+template <typename T> __global__ void log_sigmoid_kernel(T *out, const T *x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const float v = lz_to_float(x[i]);
+        out[i] = lz_from_float<T>(v >= 0.0f ? -log1pf(expf(-v)) : v - log1pf(expf(v)));
+    }
+}
+
+// out[t, o] += bias[o]
+template <typename T> __global__ void bias_kernel(T *out, const T *bias, int n_out, size_t total) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = lz_from_float<T>(lz_to_float(out[i]) + lz_to_float(bias[i % n_out]));
+}
+
+// Launchers -------------------------------------------------------------------
+
+static int grid_for(size_t n, int block) {
+    size_t g = (n + block - 1) / block;
+    return (int)(g < 65535 * 8 ? (g > 0 ? g : 1) : 65535 * 8);
+}
+
+template <typename T>
+lz_status embedding_forward(lz_cuda_ctx *c, T *out, const T *table, const int32_t *ids, int n, int C) {
+    embedding_kernel<T><<<n, 256, 0, c->stream>>>(out, table, ids, C);
+    LZ_LAUNCH_CHECK("embedding");
+    return LZ_OK;
+}
+
+template <typename T> lz_status rmsnorm_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, int n, int C, float eps) {
+    rmsnorm_kernel<T><<<n, C >= 1024 ? 1024 : ((C + 31) / 32) * 32, 0, c->stream>>>(out, x, w, C, eps);
+    LZ_LAUNCH_CHECK("rmsnorm");
+    return LZ_OK;
+}
+
+template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, size_t n) {
+    add_kernel<T><<<grid_for(n, 256), 256, 0, c->stream>>>(y, x, n);
+    LZ_LAUNCH_CHECK("add");
+    return LZ_OK;
+}
+
+template <typename T> lz_status swiglu_forward(lz_cuda_ctx *c, T *out, const T *gate, const T *up, size_t n) {
+    swiglu_kernel<T><<<grid_for(n, 256), 256, 0, c->stream>>>(out, gate, up, n);
+    LZ_LAUNCH_CHECK("swiglu");
+    return LZ_OK;
+}
+
+template <typename T> lz_status gather_rows_forward(lz_cuda_ctx *c, T *out, const T *x, const int32_t *rows, int n, int C) {
+    gather_rows_kernel<T><<<n, 256, 0, c->stream>>>(out, x, rows, C);
+    LZ_LAUNCH_CHECK("gather_rows");
+    return LZ_OK;
+}
+
+template <typename T> lz_status log_sigmoid_forward(lz_cuda_ctx *c, T *out, const T *x, int n) {
+    log_sigmoid_kernel<T><<<grid_for((size_t)n, 256), 256, 0, c->stream>>>(out, x, n);
+    LZ_LAUNCH_CHECK("log_sigmoid");
+    return LZ_OK;
+}
+
+template <typename T> static cudaDataType_t cuda_type();
+template <> cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
+template <> cudaDataType_t cuda_type<__nv_bfloat16>() { return CUDA_R_16BF; }
+
+// Row-major out[n, o] = x[n, i] . W[o, i]^T is, column-major, out^T = W . x^T:
+// C (o x n) = op_T(A: i x o, lda i) * B (i x n, ldb i).
+template <typename T>
+lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int in, int out_features) {
+    const float one = 1.0f, zero = 0.0f;
+    LZ_CUBLAS_TRY(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in, &one, w, cuda_type<T>(), in, x,
+                               cuda_type<T>(), in, &zero, out, cuda_type<T>(), out_features, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+    if (bias) {
+        const size_t total = (size_t)n * out_features;
+        bias_kernel<T><<<grid_for(total, 256), 256, 0, c->stream>>>(out, bias, out_features, total);
+        LZ_LAUNCH_CHECK("linear bias");
+    }
+    return LZ_OK;
+}
+
+#define LZ_BASIC(T)                                                                                   \
+    template lz_status embedding_forward<T>(lz_cuda_ctx *, T *, const T *, const int32_t *, int, int); \
+    template lz_status rmsnorm_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, int, int, float);  \
+    template lz_status add_forward<T>(lz_cuda_ctx *, T *, const T *, size_t);                          \
+    template lz_status swiglu_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, size_t);            \
+    template lz_status gather_rows_forward<T>(lz_cuda_ctx *, T *, const T *, const int32_t *, int, int); \
+    template lz_status log_sigmoid_forward<T>(lz_cuda_ctx *, T *, const T *, int);                     \
+    template lz_status linear_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *, int, int, int);
+LZ_INSTANTIATE(LZ_BASIC)

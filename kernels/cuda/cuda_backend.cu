@@ -1,0 +1,375 @@
+// cuda_backend.cu - the CUDA backend: device memory, weight upload with dtype
+// conversion, the per-step batch upload, and the op table (one per activation
+// type) pointing at the launchers of this folder.
+#include <stdlib.h> // getenv, malloc, free, atoi
+#include <string.h> // memcpy
+
+#include "cuda_kernels.cuh"
+
+extern "C" {
+#include "dtype.h" // lz_convert_to_f32, lz_f32_to_bf16
+}
+
+struct lz_backend {
+    int device;
+    lz_dtype dtype;
+    lz_cuda_ctx ctx;
+    // the current step's arrays: one pinned host buffer, one device buffer
+    int32_t *h_step, *d_step;
+    size_t step_cap; // int32 elements
+    lz_cuda_batch batch;
+    void *h_stage; // pinned staging for act_to_host
+    size_t stage_cap;
+};
+
+lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes) {
+    if (bytes <= ctx->scratch_bytes)
+        return LZ_OK;
+    LZ_CUDA_TRY(cudaStreamSynchronize(ctx->stream)); // earlier kernels may still use the old scratch
+    if (ctx->scratch)
+        LZ_CUDA_TRY(cudaFree(ctx->scratch));
+    ctx->scratch = NULL;
+    ctx->scratch_bytes = 0;
+    LZ_CUDA_TRY(cudaMalloc(&ctx->scratch, bytes));
+    ctx->scratch_bytes = bytes;
+    return LZ_OK;
+}
+
+static size_t elem_size(const lz_backend *be) { return be->dtype == LZ_DTYPE_BF16 ? 2 : 4; }
+
+// Memory ----------------------------------------------------------------------
+
+static lz_status cuda_alloc(lz_backend *be, size_t bytes, void **out) {
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total = 0;
+        cudaMemGetInfo(&free_b, &total);
+        cudaGetLastError(); // clear the sticky-free error state of the failed allocation
+        return lz_fail(LZ_ERR_NOMEM, "cuda device %d: cannot allocate %zu bytes (%zu of %zu free): %s", be->device,
+                       bytes, free_b, total, cudaGetErrorString(e));
+    }
+    return LZ_OK;
+}
+
+static void cuda_free(lz_backend *be, void *p) { cudaFree(p); }
+
+static lz_status cuda_zero(lz_backend *be, void *p, size_t bytes) {
+    LZ_CUDA_TRY(cudaMemsetAsync(p, 0, bytes, be->ctx.stream));
+    return LZ_OK;
+}
+
+static lz_status grow_stage(lz_backend *be, size_t bytes) {
+    if (bytes <= be->stage_cap)
+        return LZ_OK;
+    if (be->h_stage)
+        LZ_CUDA_TRY(cudaFreeHost(be->h_stage));
+    be->h_stage = NULL;
+    be->stage_cap = 0;
+    LZ_CUDA_TRY(cudaMallocHost(&be->h_stage, bytes));
+    be->stage_cap = bytes;
+    return LZ_OK;
+}
+
+// Converts on the host in pieces of at most 16M elements, then copies.
+static lz_status cuda_upload_weight(lz_backend *be, const lz_st_tensor *src, int64_t rows, int64_t cols,
+                                    lz_weight *out) {
+    if (rows * cols != src->numel)
+        return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,
+                       (long long)src->numel, (long long)rows, (long long)cols);
+    *out = (lz_weight){NULL, be->dtype, rows, cols, true};
+    const size_t n = (size_t)src->numel, es = elem_size(be), piece = (size_t)1 << 24;
+    LZ_TRY(cuda_alloc(be, n * es, &out->data));
+    if (src->dtype == be->dtype) { // same type: straight from the mapping
+        LZ_CUDA_TRY(cudaMemcpy(out->data, src->data, n * es, cudaMemcpyHostToDevice));
+        return LZ_OK;
+    }
+    LZ_TRY(grow_stage(be, piece * (sizeof(float) + es)));
+    float *f32 = (float *)be->h_stage;
+    uint16_t *b16 = (uint16_t *)(f32 + piece);
+    const size_t src_es = lz_dtype_size(src->dtype);
+    for (size_t i = 0; i < n; i += piece) {
+        const size_t m = n - i < piece ? n - i : piece;
+        lz_convert_to_f32(f32, (const char *)src->data + i * src_es, src->dtype, m);
+        const void *host = f32;
+        if (be->dtype == LZ_DTYPE_BF16) {
+            for (size_t j = 0; j < m; j++)
+                b16[j] = lz_f32_to_bf16(f32[j]);
+            host = b16;
+        }
+        LZ_CUDA_TRY(cudaMemcpy((char *)out->data + i * es, host, m * es, cudaMemcpyHostToDevice));
+    }
+    return LZ_OK;
+}
+
+static void cuda_free_weight(lz_backend *be, lz_weight *w) {
+    if (w->owned && w->data)
+        cudaFree(w->data);
+    *w = (lz_weight){};
+}
+
+static lz_status cuda_act_to_host(lz_backend *be, float *dst, const void *src, size_t n) {
+    if (be->dtype == LZ_DTYPE_F32) {
+        LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, be->ctx.stream));
+        LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+        return LZ_OK;
+    }
+    LZ_TRY(grow_stage(be, n * sizeof(uint16_t)));
+    LZ_CUDA_TRY(cudaMemcpyAsync(be->h_stage, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, be->ctx.stream));
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+    const uint16_t *h = (const uint16_t *)be->h_stage;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = lz_bf16_to_f32(h[i]);
+    return LZ_OK;
+}
+
+static lz_status cuda_act_from_host(lz_backend *be, void *dst, const float *src, size_t n) {
+    if (be->dtype == LZ_DTYPE_F32) {
+        LZ_CUDA_TRY(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+        return LZ_OK;
+    }
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream)); // h_stage may feed an earlier copy
+    LZ_TRY(grow_stage(be, n * sizeof(uint16_t)));
+    uint16_t *h = (uint16_t *)be->h_stage;
+    for (size_t i = 0; i < n; i++)
+        h[i] = lz_f32_to_bf16(src[i]);
+    LZ_CUDA_TRY(cudaMemcpy(dst, h, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    return LZ_OK;
+}
+
+static lz_status cuda_upload_f32(lz_backend *be, float *dst, const float *src, size_t n) {
+    LZ_CUDA_TRY(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    return LZ_OK;
+}
+
+static lz_status cuda_sync(lz_backend *be) {
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+    return LZ_OK;
+}
+
+// The step's arrays ---------------------------------------------------------------
+
+// Lays out every int32 array the kernels need in one pinned buffer and copies it once.
+static lz_status cuda_begin_step(lz_backend *be, const int32_t *ids, const lz_batch *b, const int32_t *rows,
+                                 int n_rows) {
+    const int S = b->n_seqs, T = b->n_tokens;
+    int n_chunks = 0;
+    for (int s = 0; s < S; s++)
+        n_chunks += (b->len[s] + 63) / 64;
+    const size_t need = 6 * (size_t)S + 3 * (size_t)T + (size_t)n_rows + 2 * (size_t)n_chunks;
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream)); // the previous step's copy is done with h_step
+    if (need > be->step_cap) {
+        if (be->h_step)
+            LZ_CUDA_TRY(cudaFreeHost(be->h_step));
+        if (be->d_step)
+            LZ_CUDA_TRY(cudaFree(be->d_step));
+        be->h_step = be->d_step = NULL;
+        be->step_cap = 0;
+        LZ_CUDA_TRY(cudaMallocHost(&be->h_step, need * 2 * sizeof(int32_t)));
+        LZ_CUDA_TRY(cudaMalloc(&be->d_step, need * 2 * sizeof(int32_t)));
+        be->step_cap = need * 2;
+    }
+    int32_t *h = be->h_step, *d = be->d_step;
+    size_t off = 0;
+    auto put = [&](const int32_t *src, size_t n) -> const int32_t * {
+        if (src)
+            memcpy(h + off, src, n * sizeof(int32_t));
+        const int32_t *dev = d + off;
+        off += n;
+        return dev;
+    };
+    lz_cuda_batch *cb = &be->batch;
+    cb->slot = put(b->slot, S);
+    cb->start = put(b->start, S);
+    cb->len = put(b->len, S);
+    cb->pos = put(b->pos, S);
+    cb->token_pos = put(b->token_pos, T);
+    cb->ids = put(ids, T);
+    cb->rows = put(rows, n_rows);
+    int32_t *token_seq = h + off, *chunk_row0, *chunk_len, *seq_chunk0, *seq_chunks;
+    cb->token_seq = put(NULL, T);
+    chunk_row0 = h + off;
+    cb->chunk_row0 = put(NULL, n_chunks);
+    chunk_len = h + off;
+    cb->chunk_len = put(NULL, n_chunks);
+    seq_chunk0 = h + off;
+    cb->seq_chunk0 = put(NULL, S);
+    seq_chunks = h + off;
+    cb->seq_chunks = put(NULL, S);
+    cb->n_chunks = n_chunks;
+    cb->max_len = cb->max_end = 0;
+    for (int s = 0, c = 0; s < S; s++) {
+        seq_chunk0[s] = c;
+        seq_chunks[s] = 0;
+        for (int r = 0; r < b->len[s]; r += 64, c++, seq_chunks[s]++) {
+            chunk_row0[c] = b->start[s] + r;
+            chunk_len[c] = b->len[s] - r < 64 ? b->len[s] - r : 64;
+        }
+        for (int i = 0; i < b->len[s]; i++)
+            token_seq[b->start[s] + i] = s;
+        cb->max_len = b->len[s] > cb->max_len ? b->len[s] : cb->max_len;
+        cb->max_end = b->pos[s] + b->len[s] > cb->max_end ? b->pos[s] + b->len[s] : cb->max_end;
+    }
+    LZ_CUDA_TRY(cudaMemcpyAsync(d, h, off * sizeof(int32_t), cudaMemcpyHostToDevice, be->ctx.stream));
+    return LZ_OK;
+}
+
+// Op adapters -------------------------------------------------------------------
+
+template <typename T> struct cuda_ops {
+    static lz_status embedding(lz_backend *be, void *out, const lz_weight *t, const int32_t *ids, int n) {
+        return embedding_forward<T>(&be->ctx, (T *)out, (const T *)t->data, be->batch.ids, n, (int)t->cols);
+    }
+    static lz_status rmsnorm(lz_backend *be, void *out, const void *x, const lz_weight *w, int n, float eps) {
+        return rmsnorm_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data, n, (int)w->cols, eps);
+    }
+    static lz_status linear(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *b, int n) {
+        return linear_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data,
+                                 b && b->data ? (const T *)b->data : NULL, n, (int)w->cols, (int)w->rows);
+    }
+    static lz_status add(lz_backend *be, void *y, const void *x, size_t n) {
+        return add_forward<T>(&be->ctx, (T *)y, (const T *)x, n);
+    }
+    static lz_status swiglu(lz_backend *be, void *out, const void *g, const void *u, size_t n) {
+        return swiglu_forward<T>(&be->ctx, (T *)out, (const T *)g, (const T *)u, n);
+    }
+    static lz_status gather(lz_backend *be, void *out, const void *x, const int32_t *rows, int n, int C) {
+        return gather_rows_forward<T>(&be->ctx, (T *)out, (const T *)x, be->batch.rows, n, C);
+    }
+    static lz_status rope(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *b,
+                          const lz_attn_dims *d) {
+        return rope_forward<T>(&be->ctx, (T *)q, (T *)k, inv_freq, &be->batch, b->n_tokens, d);
+    }
+    static lz_status softmax_attention(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+                                       lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
+        return softmax_attention_forward<T>(&be->ctx, (T *)out, (const T *)q, (const T *)k, (const T *)v, st,
+                                            &be->batch, b, d);
+    }
+    static lz_status feature_map(lz_backend *be, void *out, const void *x, const lz_weight *w, int n, int Hx, int Hout,
+                                 int d, int f, bool exp_map) {
+        return feature_map_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data, (int)w->rows, n, Hx, Hout,
+                                      d, f, exp_map);
+    }
+    static lz_status log_sigmoid(lz_backend *be, void *out, const void *x, int n) {
+        return log_sigmoid_forward<T>(&be->ctx, (T *)out, (const T *)x, n);
+    }
+    static lz_status gla_chunked(lz_backend *be, void *out, const void *pq, const void *pk, const void *v,
+                                 const void *lg, lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
+        return gla_chunked_forward<T>(&be->ctx, (T *)out, (const T *)pq, (const T *)pk, (const T *)v, (const T *)lg, st,
+                                      &be->batch, b, d);
+    }
+    static lz_status gla_recurrent(lz_backend *be, void *out, const void *pq, const void *pk, const void *v,
+                                   const void *lg, lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
+        return gla_recurrent_forward<T>(&be->ctx, (T *)out, (const T *)pq, (const T *)pk, (const T *)v, (const T *)lg,
+                                        st, &be->batch, b, d);
+    }
+    static lz_status window(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+                            const lz_weight *meta, float alpha, lz_layer_state *st, const lz_batch *b,
+                            const lz_attn_dims *d) {
+        return window_attention_forward<T>(&be->ctx, (T *)out, (const T *)q, (const T *)k, (const T *)v,
+                                           (const T *)meta->data, alpha, st, &be->batch, b, d);
+    }
+};
+
+static void cuda_destroy(lz_backend *be);
+
+template <typename T> static lz_ops make_ops(const char *name) {
+    lz_ops o = {};
+    o.name = name;
+    o.act_size = sizeof(T);
+    o.alloc = cuda_alloc;
+    o.free = cuda_free;
+    o.zero = cuda_zero;
+    o.upload_weight = cuda_upload_weight;
+    o.free_weight = cuda_free_weight;
+    o.act_to_host = cuda_act_to_host;
+    o.act_from_host = cuda_act_from_host;
+    o.upload_f32 = cuda_upload_f32;
+    o.sync = cuda_sync;
+    o.destroy = cuda_destroy;
+    o.begin_step = cuda_begin_step;
+    o.embedding = cuda_ops<T>::embedding;
+    o.rmsnorm = cuda_ops<T>::rmsnorm;
+    o.linear = cuda_ops<T>::linear;
+    o.add = cuda_ops<T>::add;
+    o.swiglu = cuda_ops<T>::swiglu;
+    o.gather_rows = cuda_ops<T>::gather;
+    o.rope = cuda_ops<T>::rope;
+    o.softmax_attention = cuda_ops<T>::softmax_attention;
+    o.feature_map = cuda_ops<T>::feature_map;
+    o.log_sigmoid = cuda_ops<T>::log_sigmoid;
+    o.gla_chunked = cuda_ops<T>::gla_chunked;
+    o.gla_recurrent = cuda_ops<T>::gla_recurrent;
+    o.window_attention = cuda_ops<T>::window;
+    return o;
+}
+
+static const lz_ops cuda_bf16_ops = make_ops<__nv_bfloat16>("cuda-bf16");
+static const lz_ops cuda_f32_ops = make_ops<float>("cuda-fp32");
+
+// Creation ------------------------------------------------------------------------
+
+static int local_rank(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return atoi(v);
+    }
+    return 0;
+}
+
+static void cuda_destroy(lz_backend *be) {
+    if (!be)
+        return;
+    cudaStreamSynchronize(be->ctx.stream);
+    if (be->ctx.cublas)
+        cublasDestroy(be->ctx.cublas);
+    if (be->ctx.scratch)
+        cudaFree(be->ctx.scratch);
+    if (be->h_step)
+        cudaFreeHost(be->h_step);
+    if (be->d_step)
+        cudaFree(be->d_step);
+    if (be->h_stage)
+        cudaFreeHost(be->h_stage);
+    if (be->ctx.stream)
+        cudaStreamDestroy(be->ctx.stream);
+    free(be);
+}
+
+static lz_status init_device(lz_backend *be) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return lz_fail(LZ_ERR_INPUT, "--device cuda: no CUDA device available (%s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    be->device = local_rank() % count;
+    LZ_CUDA_TRY(cudaSetDevice(be->device));
+    cudaDeviceProp prop;
+    LZ_CUDA_TRY(cudaGetDeviceProperties(&prop, be->device));
+    be->ctx.n_sms = prop.multiProcessorCount;
+    be->ctx.max_smem = prop.sharedMemPerBlockOptin;
+    LZ_CUDA_TRY(cudaStreamCreateWithFlags(&be->ctx.stream, cudaStreamNonBlocking));
+    LZ_CUBLAS_TRY(cublasCreate(&be->ctx.cublas));
+    LZ_CUBLAS_TRY(cublasSetStream(be->ctx.cublas, be->ctx.stream));
+    // fp32 runs are exactness checks: no TF32 shortcuts
+    LZ_CUBLAS_TRY(cublasSetMathMode(be->ctx.cublas, be->dtype == LZ_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+    return LZ_OK;
+}
+
+extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, const lz_ops **ops) {
+    if (dtype != LZ_DTYPE_BF16 && dtype != LZ_DTYPE_F32)
+        return lz_fail(LZ_ERR_INPUT, "--dtype: the CUDA backend runs bf16 or fp32");
+    lz_backend *be = (lz_backend *)calloc(1, sizeof(lz_backend));
+    if (!be)
+        return lz_fail(LZ_ERR_NOMEM, "cuda backend: out of memory");
+    be->dtype = dtype;
+    lz_status s = init_device(be);
+    if (s != LZ_OK) {
+        cuda_destroy(be);
+        return s;
+    }
+    *out = be;
+    *ops = dtype == LZ_DTYPE_BF16 ? &cuda_bf16_ops : &cuda_f32_ops;
+    return LZ_OK;
+}

@@ -1,0 +1,90 @@
+// cuda_common.cuh - what every CUDA kernel file shares: the checked-call
+// macros (every CUDA / cuBLAS call names itself, the device and file:line in
+// the error), element conversions for the two activation types (bf16, fp32),
+// and warp/block reductions.
+#ifndef LZ_CUDA_COMMON_CUH
+#define LZ_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>    // cublasStatus_t
+#include <cuda_bf16.h>    // __nv_bfloat16
+#include <cuda_runtime.h> // cudaError_t
+
+extern "C" {
+#include "error.h" // lz_fail, lz_status
+#include "ops.h"   // lz_batch, lz_attn_dims
+}
+
+#define LZ_CUDA_TRY(call)                                                                                   \
+    do {                                                                                                    \
+        cudaError_t lz_e_ = (call);                                                                         \
+        if (lz_e_ != cudaSuccess) {                                                                         \
+            int lz_dev_ = -1;                                                                               \
+            cudaGetDevice(&lz_dev_);                                                                        \
+            return lz_fail(LZ_ERR_INTERNAL, "cuda device %d: %s failed: %s (%s:%d)", lz_dev_, #call,         \
+                           cudaGetErrorString(lz_e_), __FILE__, __LINE__);                                  \
+        }                                                                                                   \
+    } while (0)
+
+#define LZ_CUBLAS_TRY(call)                                                                                 \
+    do {                                                                                                    \
+        cublasStatus_t lz_s_ = (call);                                                                      \
+        if (lz_s_ != CUBLAS_STATUS_SUCCESS)                                                                 \
+            return lz_fail(LZ_ERR_INTERNAL, "cublas: %s failed: %s (%s:%d)", #call,                         \
+                           cublasGetStatusString(lz_s_), __FILE__, __LINE__);                               \
+    } while (0)
+
+// After every launch: a bad configuration shows up here, a fault at the next sync.
+#define LZ_LAUNCH_CHECK(what) LZ_CUDA_TRY(cudaGetLastError())
+
+__device__ __forceinline__ float lz_to_float(float x) { return x; }
+__device__ __forceinline__ float lz_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T lz_from_float(float x);
+template <> __device__ __forceinline__ float lz_from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 lz_from_float<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ float lz_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float lz_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+__device__ __forceinline__ float lz_block_sum(float v, float *smem32) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = lz_warp_sum(v);
+    __syncthreads(); // smem32 may still be read by a previous reduction
+    if (lane == 0)
+        smem32[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? smem32[lane] : 0.0f;
+    return lz_warp_sum(v);
+}
+__device__ __forceinline__ float lz_block_max(float v, float *smem32) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = lz_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        smem32[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? smem32[lane] : -INFINITY;
+    return lz_warp_max(v);
+}
+
+// Device copies of the current step's batch (uploaded once per step by begin_step).
+struct lz_cuda_batch {
+    const int32_t *slot, *start, *len, *pos, *token_pos, *token_seq, *ids, *rows;
+    // GLA chunks of 64 rows: chunk -> first row and length; sequence -> first chunk and count
+    const int32_t *chunk_row0, *chunk_len, *seq_chunk0, *seq_chunks;
+    int n_chunks;
+    int max_len; // longest sequence of the step
+    int max_end; // largest pos + len of the step
+};
+
+#endif

@@ -1,0 +1,54 @@
+// cuda_kernels.cuh - the launchers of the CUDA kernels, one per op, each a
+// template over the activation type T (float or __nv_bfloat16), instantiated
+// for both in its own .cu file. Same names and shapes as kernels/cpu.
+#ifndef LZ_CUDA_KERNELS_CUH
+#define LZ_CUDA_KERNELS_CUH
+
+#include "cuda_common.cuh" // lz_cuda_batch, checks
+
+struct lz_cuda_ctx {
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    int n_sms;
+    size_t max_smem;       // opt-in shared memory per block
+    void *scratch;         // device scratch for multi-pass kernels
+    size_t scratch_bytes;
+};
+
+// Grows ctx->scratch to at least `bytes` (synchronising the stream first).
+lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes);
+
+template <typename T> lz_status embedding_forward(lz_cuda_ctx *c, T *out, const T *table, const int32_t *ids, int n, int C);
+template <typename T> lz_status rmsnorm_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, int n, int C, float eps);
+template <typename T>
+lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int in, int out_features);
+template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, size_t n);
+template <typename T> lz_status swiglu_forward(lz_cuda_ctx *c, T *out, const T *gate, const T *up, size_t n);
+template <typename T> lz_status gather_rows_forward(lz_cuda_ctx *c, T *out, const T *x, const int32_t *rows, int n, int C);
+template <typename T> lz_status log_sigmoid_forward(lz_cuda_ctx *c, T *out, const T *x, int n);
+template <typename T>
+lz_status rope_forward(lz_cuda_ctx *c, T *q, T *k, const float *inv_freq, const lz_cuda_batch *b, int n_tokens,
+                       const lz_attn_dims *dims);
+template <typename T>
+lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, lz_layer_state *st,
+                                    const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims);
+template <typename T>
+lz_status feature_map_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, int n_w, int n, int Hx, int Hout, int d,
+                              int f, bool exp_map);
+template <typename T>
+lz_status gla_chunked_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *phi_k, const T *v, const T *log_gamma,
+                              lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims);
+template <typename T>
+lz_status gla_recurrent_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *phi_k, const T *v,
+                                const T *log_gamma, lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
+                                const lz_attn_dims *dims);
+template <typename T>
+lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *meta, float alpha,
+                                   lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
+                                   const lz_attn_dims *dims);
+
+#define LZ_INSTANTIATE(macro) \
+    macro(float)              \
+    macro(__nv_bfloat16)
+
+#endif

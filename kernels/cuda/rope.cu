@@ -1,0 +1,33 @@
+// rope.cu - rotary embedding in HF's rotate-half layout, angle = pos * inv_freq
+// in fp32 (as HF computes it), precise cosf/sinf.
+#include "cuda_kernels.cuh"
+
+// grid (tokens, Hq + Hkv), block: half head_dim
+template <typename T>
+__global__ void rope_kernel(T *q, T *k, const float *inv_freq, const int32_t *token_pos, int Hq, int Hkv, int d) {
+    const int t = blockIdx.x, h = blockIdx.y, half = d / 2;
+    T *x = h < Hq ? q + ((size_t)t * Hq + h) * d : k + ((size_t)t * Hkv + (h - Hq)) * d;
+    const float p = (float)token_pos[t];
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        const float angle = p * inv_freq[j], cs = cosf(angle), sn = sinf(angle);
+        const float a = lz_to_float(x[j]), b = lz_to_float(x[j + half]);
+        x[j] = lz_from_float<T>(a * cs - b * sn);
+        x[j + half] = lz_from_float<T>(b * cs + a * sn);
+    }
+}
+
+template <typename T>
+lz_status rope_forward(lz_cuda_ctx *c, T *q, T *k, const float *inv_freq, const lz_cuda_batch *b, int n_tokens,
+                       const lz_attn_dims *dims) {
+    const int half = dims->head_dim / 2;
+    dim3 grid(n_tokens, dims->n_heads + dims->n_kv_heads);
+    rope_kernel<T><<<grid, half < 32 ? 32 : (half > 512 ? 512 : half), 0, c->stream>>>(
+        q, k, inv_freq, b->token_pos, dims->n_heads, dims->n_kv_heads, dims->head_dim);
+    LZ_LAUNCH_CHECK("rope");
+    return LZ_OK;
+}
+
+#define LZ_ROPE(T)                                                                                              \
+    template lz_status rope_forward<T>(lz_cuda_ctx *, T *, T *, const float *, const lz_cuda_batch *, int,      \
+                                       const lz_attn_dims *);
+LZ_INSTANTIATE(LZ_ROPE)

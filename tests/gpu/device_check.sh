@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# device_check.sh - on the GPU machine: the GPU suites from binaries built on the
+# dev machine and carried in .devout/ (lizard, test_gpu_ops, test_parity, lib/).
+# Logs go to $OUT.
+set -uo pipefail
+export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+fail=0
+.devout/test_gpu_ops >"$OUT/gpu_ops.log" 2>&1 || fail=1
+tail -25 "$OUT/gpu_ops.log"
+for c in $(dirname tests/fixtures/*/expect.json); do
+  for dt in fp32 bf16; do
+    .devout/test_parity "$c" cuda "$dt" >>"$OUT/parity.log" 2>&1 || { fail=1; echo "FAILED: $c $dt"; }
+  done
+done
+grep -E "checks|rel err" "$OUT/parity.log" | tail -60
+echo "device_check: fail=$fail"

@@ -1,0 +1,290 @@
+/* test_gpu_ops.c - every op of the CUDA backend against the CPU reference,
+ * through the two op tables, on random shapes (odd lengths, T not a multiple
+ * of the GLA chunk, T < w, batches of mixed lengths, state carried across
+ * steps, gates near 0 and 1), with poisoned outputs so that an unwritten
+ * element fails. fp32: rel err <= 1e-4 (1e-3 for the GLA/attention ops);
+ * bf16: <= 2e-2. Exit 77 (skip) when no GPU is visible. */
+#include <math.h>   // sqrt, NAN
+#include <stdio.h>  // fprintf
+#include <stdlib.h> // malloc, free
+#include <string.h> // memcpy
+
+#include <cuda_runtime_api.h> // cudaMemcpy (the GLA state is fp32 on every backend)
+
+#include "ops.h"       // lz_ops
+#include "test_util.h" // CHECK
+
+typedef struct {
+    const lz_ops *ops;
+    lz_backend *be;
+} backend;
+
+static unsigned rng = 12345u;
+static float frand(float lo, float hi) {
+    rng = rng * 1664525u + 1013904223u;
+    return lo + (hi - lo) * (float)(rng >> 8) / (float)(1u << 24);
+}
+static float *rand_host(size_t n, float lo, float hi) {
+    float *a = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++)
+        a[i] = frand(lo, hi);
+    return a;
+}
+
+/* An activation buffer on a backend, filled from host floats (NULL: NaN poison). */
+static void *act(backend *b, const float *host, size_t n) {
+    void *p;
+    if (b->ops->alloc(b->be, n * b->ops->act_size + 16, &p) != LZ_OK)
+        abort();
+    float *tmp = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++)
+        tmp[i] = host ? host[i] : NAN;
+    if (b->ops->act_from_host(b->be, p, tmp, n) != LZ_OK)
+        abort();
+    free(tmp);
+    return p;
+}
+static float *f32buf(backend *b, const float *host, size_t n) {
+    void *p;
+    if (b->ops->alloc(b->be, n * sizeof(float) + 16, &p) != LZ_OK || b->ops->upload_f32(b->be, p, host, n) != LZ_OK)
+        abort();
+    return p;
+}
+static float *download(backend *b, const void *p, size_t n) {
+    float *h = malloc(sizeof(float) * (n ? n : 1));
+    CHECK_MSG(b->ops->act_to_host(b->be, h, p, n) == LZ_OK, "%s", lz_error_message());
+    return h;
+}
+/* fp32 state (S, z) whatever the activation type: host memcpy or cudaMemcpy. */
+static float *download_f32(backend *b, const float *p, size_t n) {
+    float *h = malloc(sizeof(float) * n);
+    CHECK(b->ops->sync(b->be) == LZ_OK);
+    if (strcmp(b->ops->name, "cpu") == 0)
+        memcpy(h, p, sizeof(float) * n);
+    else
+        CHECK(cudaMemcpy(h, p, sizeof(float) * n, cudaMemcpyDeviceToHost) == cudaSuccess);
+    return h;
+}
+
+/* A weight [rows, cols] from host floats, as an F32 checkpoint tensor. */
+static lz_weight weight(backend *b, const float *host, int64_t rows, int64_t cols) {
+    lz_st_tensor t = {.name = "test", .dtype = LZ_DTYPE_F32, .ndim = 2, .shape = {rows, cols}, .numel = rows * cols,
+                      .data = host, .nbytes = sizeof(float) * rows * cols};
+    lz_weight w;
+    if (b->ops->upload_weight(b->be, &t, rows, cols, &w) != LZ_OK)
+        abort();
+    return w;
+}
+
+static double rel_err(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    if (num != num)
+        return INFINITY; // a NaN: an unwritten (poisoned) element or an overflow
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static double tol;        /* for elementwise/GEMM ops */
+static double tol_attn;   /* for attention / GLA */
+static const char *dtype_name;
+
+static void compare(const char *what, backend *cpu, void *c, backend *gpu, void *g, size_t n, double limit) {
+    float *hc = download(cpu, c, n), *hg = download(gpu, g, n);
+    double e = rel_err(hg, hc, n);
+    CHECK_MSG(e <= limit, "%s %s: rel err %.3g > %.3g", dtype_name, what, e, limit);
+    free(hc);
+    free(hg);
+}
+
+/* A batch of sequences with the given lengths and starting positions. */
+typedef struct {
+    int n;
+    int32_t slot[8], start[8], len[8], pos[8], token_pos[4096], rows[4096];
+    lz_batch b;
+} batch_buf;
+
+static void make_batch(batch_buf *bb, int n, const int *lens, const int *pos) {
+    bb->n = n;
+    int t = 0;
+    for (int s = 0; s < n; s++) {
+        bb->slot[s] = n - 1 - s; // slots in another order than rows
+        bb->start[s] = t;
+        bb->len[s] = lens[s];
+        bb->pos[s] = pos[s];
+        for (int i = 0; i < lens[s]; i++, t++)
+            bb->token_pos[t] = pos[s] + i;
+    }
+    for (int i = 0; i < t; i++)
+        bb->rows[i] = (i * 7) % t;
+    bb->b = (lz_batch){n, t, bb->slot, bb->start, bb->len, bb->pos, bb->token_pos};
+}
+
+static int32_t ids_buf[4096];
+
+static void begin(backend *b, const batch_buf *bb) {
+    CHECK_MSG(b->ops->begin_step(b->be, ids_buf, &bb->b, bb->rows, bb->b.n_tokens) == LZ_OK, "%s",
+              lz_error_message());
+}
+
+#define BOTH(call_cpu, call_gpu)                                                             \
+    do {                                                                                     \
+        CHECK_MSG((call_cpu) == LZ_OK, "cpu: %s", lz_error_message());                       \
+        CHECK_MSG((call_gpu) == LZ_OK, "gpu: %s", lz_error_message());                       \
+    } while (0)
+
+static void test_dense_ops(backend *c, backend *g) {
+    const int T = 37, C = 96, O = 130, V = 50;
+    const int lens[1] = {T}, pos[1] = {0};
+    batch_buf bb;
+    make_batch(&bb, 1, lens, pos);
+    for (int i = 0; i < T; i++)
+        ids_buf[i] = (i * 13) % V;
+    begin(c, &bb), begin(g, &bb);
+    float *hx = rand_host((size_t)T * C, -2, 2), *hw = rand_host((size_t)O * C, -0.5f, 0.5f);
+    float *hb = rand_host(O, -1, 1), *hn = rand_host(C, 0.5f, 1.5f), *ht = rand_host((size_t)V * C, -1, 1);
+    lz_weight cw = weight(c, hw, O, C), gw = weight(g, hw, O, C), cb = weight(c, hb, 1, O), gb = weight(g, hb, 1, O);
+    lz_weight cn = weight(c, hn, 1, C), gn = weight(g, hn, 1, C), ct = weight(c, ht, V, C), gt = weight(g, ht, V, C);
+    void *cx = act(c, hx, (size_t)T * C), *gx = act(g, hx, (size_t)T * C);
+    void *co = act(c, NULL, (size_t)T * O), *go = act(g, NULL, (size_t)T * O);
+    BOTH(c->ops->linear(c->be, co, cx, &cw, &cb, T), g->ops->linear(g->be, go, gx, &gw, &gb, T));
+    compare("linear+bias", c, co, g, go, (size_t)T * O, tol);
+    BOTH(c->ops->linear(c->be, co, cx, &cw, NULL, 1), g->ops->linear(g->be, go, gx, &gw, NULL, 1));
+    compare("linear T=1", c, co, g, go, O, tol);
+    void *cy = act(c, NULL, (size_t)T * C), *gy = act(g, NULL, (size_t)T * C);
+    BOTH(c->ops->rmsnorm(c->be, cy, cx, &cn, T, 1e-5f), g->ops->rmsnorm(g->be, gy, gx, &gn, T, 1e-5f));
+    compare("rmsnorm", c, cy, g, gy, (size_t)T * C, tol);
+    BOTH(c->ops->add(c->be, cy, cx, (size_t)T * C), g->ops->add(g->be, gy, gx, (size_t)T * C));
+    compare("add", c, cy, g, gy, (size_t)T * C, tol);
+    BOTH(c->ops->swiglu(c->be, cy, cx, cy, (size_t)T * C), g->ops->swiglu(g->be, gy, gx, gy, (size_t)T * C));
+    compare("swiglu", c, cy, g, gy, (size_t)T * C, tol);
+    BOTH(c->ops->embedding(c->be, cy, &ct, ids_buf, T), g->ops->embedding(g->be, gy, &gt, ids_buf, T));
+    compare("embedding", c, cy, g, gy, (size_t)T * C, tol);
+    void *cr = act(c, NULL, (size_t)T * C), *gr = act(g, NULL, (size_t)T * C);
+    BOTH(c->ops->gather_rows(c->be, cr, cx, bb.rows, T, C), g->ops->gather_rows(g->be, gr, gx, bb.rows, T, C));
+    compare("gather_rows", c, cr, g, gr, (size_t)T * C, tol);
+    float *hl = rand_host(T, -30, 30);
+    void *cl = act(c, hl, T), *gl = act(g, hl, T), *cs = act(c, NULL, T), *gs = act(g, NULL, T);
+    BOTH(c->ops->log_sigmoid(c->be, cs, cl, T), g->ops->log_sigmoid(g->be, gs, gl, T));
+    compare("log_sigmoid", c, cs, g, gs, T, tol);
+    free(hx), free(hw), free(hb), free(hn), free(ht), free(hl);
+}
+
+typedef struct {
+    int Hq, Hkv, Hs, d, f, w, m;
+    bool normalize, exp_map;
+    float gate_lo, gate_hi;
+} lizard_shape;
+
+/* Two steps on a batch of 3 sequences (prefill of mixed lengths, then a
+ * decode step), GLA + window + feature maps + rope + softmax attention. */
+static void test_attention_ops(backend *c, backend *g, const lizard_shape *sh) {
+    const int n_slots = 3, cap = 300, F = 2 * sh->f, row = sh->Hkv * sh->d;
+    lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, cap, 0, sh->Hs, sh->f, sh->w, sh->m, sh->normalize};
+    // state: S, z random (as if earlier steps ran), ring and KV caches random
+    const size_t nS = (size_t)n_slots * sh->Hs * F * sh->d, nz = (size_t)n_slots * sh->Hs * F;
+    const size_t nring = (size_t)n_slots * sh->w * row, nkv = (size_t)n_slots * cap * row;
+    float *hS = rand_host(nS, 0, 0.2f), *hz = rand_host(nz, 0.5f, 1.5f), *hring = rand_host(nring, -1, 1);
+    float *hkv = rand_host(nkv, -1, 1);
+    lz_layer_state cst = {act(c, hkv, nkv), act(c, hkv, nkv), f32buf(c, hS, nS), f32buf(c, hz, nz), act(c, hring, nring),
+                          act(c, hring, nring)};
+    lz_layer_state gst = {act(g, hkv, nkv), act(g, hkv, nkv), f32buf(g, hS, nS), f32buf(g, hz, nz), act(g, hring, nring),
+                          act(g, hring, nring)};
+    float freq[128];
+    for (int j = 0; j < sh->d / 2; j++)
+        freq[j] = 1.0f / powf(10000.0f, 2.0f * j / sh->d);
+    float *cf = f32buf(c, freq, sh->d / 2), *gf = f32buf(g, freq, sh->d / 2);
+    const int prefill_lens[3] = {70, 5, 129}, prefill_pos[3] = {10, 0, 3}; // positions > 0: state from before
+    const int decode_lens[3] = {1, 1, 1}, decode_pos[3] = {80, 5, 132};
+    for (int step = 0; step < 2; step++) {
+        batch_buf bb;
+        make_batch(&bb, 3, step == 0 ? prefill_lens : decode_lens, step == 0 ? prefill_pos : decode_pos);
+        const int T = bb.b.n_tokens;
+        begin(c, &bb), begin(g, &bb);
+        float *hq = rand_host((size_t)T * sh->Hq * sh->d, -1.5f, 1.5f), *hk = rand_host((size_t)T * row, -1.5f, 1.5f);
+        float *hv = rand_host((size_t)T * row, -1, 1), *hgate = rand_host(T, sh->gate_lo, sh->gate_hi);
+        float *hwq = rand_host((size_t)sh->Hq * sh->d * sh->f, -0.5f, 0.5f);
+        float *hwk = rand_host((size_t)sh->Hs * sh->d * sh->f, -0.5f, 0.5f), *hmeta = rand_host(sh->m + 1, -1, 1);
+        const size_t nq = (size_t)T * sh->Hq * sh->d;
+        void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ck = act(c, hk, (size_t)T * row), *gk = act(g, hk, (size_t)T * row);
+        void *cv = act(c, hv, (size_t)T * row), *gv = act(g, hv, (size_t)T * row);
+        // feature maps (phi_k per state head reads kv head o / (Hs / Hkv))
+        lz_weight cwq = weight(c, hwq, sh->Hq, (int64_t)sh->d * sh->f), gwq = weight(g, hwq, sh->Hq, (int64_t)sh->d * sh->f);
+        lz_weight cwk = weight(c, hwk, sh->Hs, (int64_t)sh->d * sh->f), gwk = weight(g, hwk, sh->Hs, (int64_t)sh->d * sh->f);
+        void *cpq = act(c, NULL, (size_t)T * sh->Hq * F), *gpq = act(g, NULL, (size_t)T * sh->Hq * F);
+        void *cpk = act(c, NULL, (size_t)T * sh->Hs * F), *gpk = act(g, NULL, (size_t)T * sh->Hs * F);
+        BOTH(c->ops->feature_map(c->be, cpq, cq, &cwq, T, sh->Hq, sh->Hq, sh->d, sh->f, sh->exp_map),
+             g->ops->feature_map(g->be, gpq, gq, &gwq, T, sh->Hq, sh->Hq, sh->d, sh->f, sh->exp_map));
+        compare("feature_map q", c, cpq, g, gpq, (size_t)T * sh->Hq * F, tol);
+        BOTH(c->ops->feature_map(c->be, cpk, ck, &cwk, T, sh->Hkv, sh->Hs, sh->d, sh->f, sh->exp_map),
+             g->ops->feature_map(g->be, gpk, gk, &gwk, T, sh->Hkv, sh->Hs, sh->d, sh->f, sh->exp_map));
+        compare("feature_map k", c, cpk, g, gpk, (size_t)T * sh->Hs * F, tol);
+        // gates
+        void *cgl = act(c, hgate, T), *ggl = act(g, hgate, T), *clg = act(c, NULL, T), *glg = act(g, NULL, T);
+        BOTH(c->ops->log_sigmoid(c->be, clg, cgl, T), g->ops->log_sigmoid(g->be, glg, ggl, T));
+        // GLA: chunked for the prefill, recurrent for the decode step
+        void *co = act(c, NULL, nq), *go = act(g, NULL, nq);
+        if (step == 0)
+            BOTH(c->ops->gla_chunked(c->be, co, cpq, cpk, cv, clg, &cst, &bb.b, &dims),
+                 g->ops->gla_chunked(g->be, go, gpq, gpk, gv, glg, &gst, &bb.b, &dims));
+        else
+            BOTH(c->ops->gla_recurrent(c->be, co, cpq, cpk, cv, clg, &cst, &bb.b, &dims),
+                 g->ops->gla_recurrent(g->be, go, gpq, gpk, gv, glg, &gst, &bb.b, &dims));
+        compare(step == 0 ? "gla_chunked" : "gla_recurrent", c, co, g, go, nq, tol_attn);
+        float *cS = download_f32(c, cst.S, nS), *gS = download_f32(g, gst.S, nS);
+        double eS = rel_err(gS, cS, nS);
+        CHECK_MSG(eS <= tol_attn, "%s GLA state S after step %d: rel err %.3g", dtype_name, step, eS);
+        free(cS), free(gS);
+        // window branch, accumulated into the GLA output
+        lz_weight cm = weight(c, hmeta, 1, sh->m ? sh->m : 1), gm = weight(g, hmeta, 1, sh->m ? sh->m : 1);
+        BOTH(c->ops->window_attention(c->be, co, cq, ck, cv, &cm, 0.7f, &cst, &bb.b, &dims),
+             g->ops->window_attention(g->be, go, gq, gk, gv, &gm, 0.7f, &gst, &bb.b, &dims));
+        compare("gla + window", c, co, g, go, nq, tol_attn);
+        compare("window ring k", c, cst.ring_k, g, gst.ring_k, nring, tol);
+        // softmax layer: rope then attention over the KV cache
+        BOTH(c->ops->rope(c->be, cq, ck, cf, &bb.b, &dims), g->ops->rope(g->be, gq, gk, gf, &bb.b, &dims));
+        compare("rope q", c, cq, g, gq, nq, tol);
+        compare("rope k", c, ck, g, gk, (size_t)T * row, tol);
+        void *ca = act(c, NULL, nq), *ga = act(g, NULL, nq);
+        BOTH(c->ops->softmax_attention(c->be, ca, cq, ck, cv, &cst, &bb.b, &dims),
+             g->ops->softmax_attention(g->be, ga, gq, gk, gv, &gst, &bb.b, &dims));
+        compare("softmax_attention", c, ca, g, ga, nq, tol_attn);
+        c->ops->free_weight(c->be, &cwq), g->ops->free_weight(g->be, &gwq), c->ops->free_weight(c->be, &cwk);
+        g->ops->free_weight(g->be, &gwk), c->ops->free_weight(c->be, &cm), g->ops->free_weight(g->be, &gm);
+        free(hq), free(hk), free(hv), free(hgate), free(hwq), free(hwk), free(hmeta);
+    }
+    free(hS), free(hz), free(hring), free(hkv);
+}
+
+int main(void) {
+    backend cpu, gpu;
+    CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
+    const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};
+    for (int di = 0; di < 2; di++) {
+        lz_error_clear();
+        if (lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) != LZ_OK) {
+            fprintf(stderr, "test_gpu_ops: skipped: %s\n", lz_error_message());
+            return 77;
+        }
+        dtype_name = di == 0 ? "fp32" : "bf16";
+        tol = di == 0 ? 1e-5 : 1e-2;
+        tol_attn = di == 0 ? 1e-4 : 2e-2;
+        test_dense_ops(&cpu, &gpu);
+        const lizard_shape shapes[] = {
+            // Hq Hkv Hs  d   f   w   m  norm   exp    gate logits
+            {4, 2, 2, 16, 8, 4, 3, true, false, -3, 3},
+            {8, 2, 8, 32, 16, 16, 2, true, true, -3, 3},    // per-query-head state, exp map
+            {4, 1, 1, 64, 32, 130, 0, false, false, -3, 3}, // MQA, window > prefill, no meta, no normaliser
+            {8, 4, 4, 128, 64, 8, 4, true, false, 8, 12},   // LLaMA head_dim, gates near 1
+            {2, 2, 2, 16, 8, 4, 1, true, false, -14, -9},   // gates near 0
+        };
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            test_attention_ops(&cpu, &gpu, &shapes[i]);
+        gpu.ops->destroy(gpu.be);
+    }
+    cpu.ops->destroy(cpu.be);
+    return lz_test_finish("test_gpu_ops");
+}
