@@ -76,6 +76,16 @@ typedef struct lz_ops {
      * viewed as [rows, cols]; rows * cols must equal the tensor's numel. */
     lz_status (*upload_weight)(lz_backend *be, const lz_st_tensor *src, int64_t rows, int64_t cols, lz_weight *out);
     void (*free_weight)(lz_backend *be, lz_weight *w);
+    /* A weight [rows, cols] of random values (uniform, given mean and std),
+     * made where it lives: benchmarks start in seconds without files. */
+    lz_status (*random_weight)(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,
+                               lz_weight *out);
+    /* Optional (NULL when not measurable): the device's memory copy rate
+     * (bytes read + written per second) and its GEMM rate (FLOP/s) in the
+     * activation type, measured now. */
+    lz_status (*measure_ceilings)(lz_backend *be, double *copy_bytes_per_s, double *gemm_flops);
+    /* Optional: free and total device memory in bytes. */
+    lz_status (*memory_info)(lz_backend *be, size_t *free_bytes, size_t *total_bytes);
     /* n activations -> host fp32 */
     lz_status (*act_to_host)(lz_backend *be, float *dst, const void *src, size_t n);
     /* n host fp32 values -> activations (converted to the backend's type) */

@@ -10,5 +10,7 @@ lz_status lz_cmd_forward(int argc, char **argv);
 lz_status lz_cmd_generate(int argc, char **argv);
 lz_status lz_cmd_init(int argc, char **argv);
 lz_status lz_cmd_info(int argc, char **argv);
+lz_status lz_cmd_tokenize(int argc, char **argv);
+lz_status lz_cmd_bench(int argc, char **argv);
 
 #endif

@@ -4,15 +4,16 @@
 
 #include "engine.h"
 
-static lz_status open_backend(lz_engine *e) {
-    const char *dev = e->opt.device ? e->opt.device : "cpu", *dtype = e->opt.dtype ? e->opt.dtype : "bf16";
+lz_status lz_open_backend(const char *device, const char *dtype, lz_backend **be, const lz_ops **ops) {
+    const char *dev = device ? device : "cpu";
+    dtype = dtype ? dtype : "bf16";
     if (strcmp(dtype, "bf16") != 0 && strcmp(dtype, "fp32") != 0)
         return lz_fail(LZ_ERR_INPUT, "--dtype: expected bf16 or fp32, got '%s'", dtype);
     if (strcmp(dev, "cpu") == 0)
-        return lz_cpu_backend_create(&e->be, &e->ops); // the reference: always fp32
+        return lz_cpu_backend_create(be, ops); // the reference: always fp32
     if (strcmp(dev, "cuda") == 0) {
 #ifdef LIZARD_HAVE_CUDA
-        return lz_cuda_backend_create(strcmp(dtype, "fp32") == 0 ? LZ_DTYPE_F32 : LZ_DTYPE_BF16, &e->be, &e->ops);
+        return lz_cuda_backend_create(strcmp(dtype, "fp32") == 0 ? LZ_DTYPE_F32 : LZ_DTYPE_BF16, be, ops);
 #else
         return lz_fail(LZ_ERR_INPUT, "--device cuda: this build has no CUDA backend (rebuild with -DLIZARD_CUDA=ON)");
 #endif
@@ -33,7 +34,7 @@ lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
         LZ_TRY(lz_config_set_softmax_layers(&cfg, opt->softmax_layers));
     if (e->opt.max_context <= 0)
         e->opt.max_context = cfg.max_position_embeddings;
-    LZ_TRY(open_backend(e));
+    LZ_TRY(lz_open_backend(e->opt.device, e->opt.dtype, &e->be, &e->ops));
     lz_status s = lz_model_load(&e->model, opt->model_dir, &cfg, e->ops, e->be);
     if (s == LZ_OK)
         s = lz_state_create(&e->state, &e->model, e->opt.n_slots, e->opt.max_context);

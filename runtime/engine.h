@@ -30,6 +30,9 @@ typedef struct {
     lz_workspace ws;
 } lz_engine;
 
+/* "cpu" | "cuda" (NULL: cpu) and "bf16" | "fp32" (NULL: bf16; CUDA only). */
+lz_status lz_open_backend(const char *device, const char *dtype, lz_backend **be, const lz_ops **ops);
+
 lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt);
 void lz_engine_close(lz_engine *e);
 

@@ -15,6 +15,7 @@ typedef struct {
 static const command commands[] = {
     {"forward", lz_cmd_forward, "run a prompt, write the logits of every position (.npy)"},
     {"generate", lz_cmd_generate, "continue a prompt token by token"},
+    {"bench", lz_cmd_bench, "prompt and decode throughput beside the device's ceilings"},
     {"info", lz_cmd_info, "describe a model folder: layer kinds, parameters, state bytes"},
     {"init", lz_cmd_init, "write a random-weight model of a named shape (tiny-hybrid, llama3-8b-*, ...)"},
 };

@@ -10,6 +10,7 @@
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
+#include <stdint.h>  // uint64_t
 
 #include "config.h"      // lz_config
 #include "ops.h"         // lz_ops, lz_weight, lz_attn_dims
@@ -44,6 +45,9 @@ typedef struct {
 
 /* Loads DIR's weights for `cfg` (already parsed, overrides applied). */
 lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be);
+/* The same model with random weights made on the backend (no files): for
+ * benchmarks. Feature maps: phi_q shared, phi_k per key/value head. */
+lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be, uint64_t seed);
 void lz_model_free(lz_model *m);
 
 /* RoPE inverse frequencies [head_dim / 2] for the config (default or llama3),

@@ -2,7 +2,7 @@
  * float dtype, exact shape) and uploads it to the backend. */
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free
-#include <string.h> // memset
+#include <string.h> // memset, strstr
 
 #include "model.h"
 
@@ -15,15 +15,28 @@ enum { LZ_MAX_HEAD_DIM = 1024, LZ_MAX_FEATURE_DIM = 512, LZ_MAX_WINDOW = 4096 };
 typedef struct {
     lz_model *m;
     size_t *param_count; /* which counter the next tensors add to */
+    bool random;         /* no checkpoint: make every tensor at random on the backend */
+    uint64_t seed;
 } loader;
+
+/* Random weights that keep activations finite through a deep model: norms 1,
+ * everything else small. The seed mixes in the tensor's name. */
+static lz_status random_tensor(loader *L, const char *name, int64_t rows, int64_t cols, lz_weight *out) {
+    uint64_t h = L->seed ^ 0xcbf29ce484222325ull;
+    for (const char *c = name; *c; c++)
+        h = (h ^ (unsigned char)*c) * 0x100000001b3ull; // FNV-1a
+    const bool norm = strstr(name, "norm") != NULL;
+    return L->m->ops->random_weight(L->m->be, rows, cols, norm ? 1.0f : 0.0f, norm ? 0.0f : 0.02f, h, out);
+}
 
 static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_t *shape, int64_t rows, int64_t cols,
                              lz_weight *out) {
+    *L->param_count += (size_t)(rows * cols);
+    if (L->random)
+        return random_tensor(L, name, rows, cols, out);
     const lz_st_tensor *t;
     LZ_TRY(lz_weights_expect(&L->m->ckpt, name, ndim, shape, &t));
-    LZ_TRY(L->m->ops->upload_weight(L->m->be, t, rows, cols, out));
-    *L->param_count += (size_t)t->numel;
-    return LZ_OK;
+    return L->m->ops->upload_weight(L->m->be, t, rows, cols, out);
 }
 
 static lz_status load_matrix(loader *L, const char *name, int64_t rows, int64_t cols, lz_weight *out) {
@@ -74,8 +87,8 @@ static lz_status load_mlp(loader *L, lz_layer *ly, const char *p) {
 /* A feature map [heads, head_dim, f] whose head count must be one of `allowed`. */
 static lz_status load_feature_map(loader *L, const char *name, const int *allowed, int n_allowed, lz_weight *out) {
     const lz_config *c = &L->m->cfg;
-    const lz_st_tensor *t = lz_weights_find(&L->m->ckpt, name);
-    int64_t heads = t && t->ndim == 3 ? t->shape[0] : -1;
+    const lz_st_tensor *t = L->random ? NULL : lz_weights_find(&L->m->ckpt, name);
+    int64_t heads = t && t->ndim == 3 ? t->shape[0] : L->random ? allowed[n_allowed == 2 ? 0 : 1] : -1;
     bool ok = false;
     for (int i = 0; i < n_allowed; i++)
         ok |= heads == allowed[i];
@@ -98,9 +111,13 @@ static lz_status load_lizard(loader *L, lz_layer *ly, const char *p) {
     LZ_TRY(load_vector(L, LZ_NAME("self_attn.meta_logits"), c->lizard.num_meta_tokens, &ly->meta));
     const int64_t one[1] = {1};
     const lz_st_tensor *alpha;
-    LZ_TRY(lz_weights_expect(&L->m->ckpt, LZ_NAME("self_attn.window_alpha"), 1, one, &alpha));
-    lz_convert_to_f32(&ly->alpha, alpha->data, alpha->dtype, 1); // a host scalar, read from the mapping
     *L->param_count += 1;
+    if (L->random) {
+        ly->alpha = 1.0f;
+    } else {
+        LZ_TRY(lz_weights_expect(&L->m->ckpt, LZ_NAME("self_attn.window_alpha"), 1, one, &alpha));
+        lz_convert_to_f32(&ly->alpha, alpha->data, alpha->dtype, 1); // a host scalar, read from the mapping
+    }
     // State is per query head only when phi_k is (keys repeated to every query head).
     ly->dims.n_state_heads = ly->fmap_k.rows == c->num_attention_heads && c->num_attention_heads != c->num_key_value_heads
                                  ? c->num_attention_heads
@@ -129,7 +146,7 @@ static lz_status load_layer(loader *L, int i) {
     snprintf(name, sizeof name, "%s.self_attn.feature_map_q.weight", p);
     ly->index = i;
     ly->run_softmax = c->softmax_layer[i];
-    ly->has_lizard = lz_weights_find(&m->ckpt, name) != NULL;
+    ly->has_lizard = L->random ? c->has_lizard : lz_weights_find(&m->ckpt, name) != NULL;
     ly->dims = (lz_attn_dims){.n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
                               .head_dim = c->head_dim, .sliding_window = c->sliding_window};
     L->param_count = &m->n_params_teacher;
@@ -150,6 +167,8 @@ static lz_status load_layer(loader *L, int i) {
     return load_lizard(L, ly, p);
 }
 
+static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bool random, uint64_t seed);
+
 lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -157,11 +176,25 @@ lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, cons
     m->be = be;
     LZ_TRY(check_limits(cfg));
     LZ_TRY(lz_weights_open(dir, &m->ckpt));
+    return load_all(m, dir, cfg, false, 0);
+}
+
+lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be, uint64_t seed) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->ops = ops;
+    m->be = be;
+    LZ_TRY(check_limits(cfg));
+    m->ckpt.dir = NULL;
+    return load_all(m, "(random weights)", cfg, true, seed);
+}
+
+static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bool random, uint64_t seed) {
     lz_status st = LZ_ERR_NOMEM;
     m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof(lz_layer));
     if (!m->layers)
         goto fail;
-    loader L = {m, &m->n_params_teacher};
+    loader L = {m, &m->n_params_teacher, random, seed};
     const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
     if ((st = load_matrix(&L, "model.embed_tokens.weight", V, H, &m->embed)) != LZ_OK)
         goto fail;
@@ -176,9 +209,9 @@ lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, cons
         goto fail;
     float freq[LZ_MAX_HEAD_DIM / 2];
     lz_rope_inv_freq(cfg, freq);
-    if ((st = ops->alloc(be, sizeof(float) * (size_t)(cfg->head_dim / 2), (void **)&m->inv_freq)) != LZ_OK)
+    if ((st = m->ops->alloc(m->be, sizeof(float) * (size_t)(cfg->head_dim / 2), (void **)&m->inv_freq)) != LZ_OK)
         goto fail;
-    if ((st = ops->upload_f32(be, m->inv_freq, freq, (size_t)(cfg->head_dim / 2))) != LZ_OK)
+    if ((st = m->ops->upload_f32(m->be, m->inv_freq, freq, (size_t)(cfg->head_dim / 2))) != LZ_OK)
         goto fail;
     return LZ_OK;
 fail:

@@ -41,6 +41,27 @@ static lz_status cpu_upload_weight(lz_backend *be, const lz_st_tensor *src, int6
     return LZ_OK;
 }
 
+// splitmix64 of (seed, index): any element's value is independent of the others'
+static float random_value(uint64_t seed, uint64_t i) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 11) * 0x1.0p-53 * 2.0 - 1.0); // uniform in [-1, 1)
+}
+
+static lz_status cpu_random_weight(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,
+                                   lz_weight *out) {
+    const size_t n = (size_t)(rows * cols);
+    *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, true};
+    LZ_TRY(cpu_alloc(be, sizeof(float) * n, &out->data));
+    float *w = out->data;
+    const float a = std * 1.7320508f; // uniform [-a, a] has std a / sqrt(3)
+    for (size_t i = 0; i < n; i++)
+        w[i] = mean + a * random_value(seed, i);
+    return LZ_OK;
+}
+
 static void cpu_free_weight(lz_backend *be, lz_weight *w) {
     if (w->owned)
         free(w->data);
@@ -131,6 +152,9 @@ static const lz_ops cpu_ops = {
     .zero = cpu_zero,
     .upload_weight = cpu_upload_weight,
     .free_weight = cpu_free_weight,
+    .random_weight = cpu_random_weight,
+    .measure_ceilings = NULL,
+    .memory_info = NULL,
     .act_to_host = cpu_copy_f32,
     .act_from_host = cpu_act_from_host,
     .upload_f32 = cpu_upload_f32,

@@ -107,6 +107,27 @@ static void cuda_free_weight(lz_backend *be, lz_weight *w) {
     *w = (lz_weight){};
 }
 
+static lz_status cuda_random_weight(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,
+                                    lz_weight *out) {
+    *out = (lz_weight){NULL, be->dtype, rows, cols, true};
+    const size_t n = (size_t)(rows * cols);
+    LZ_TRY(cuda_alloc(be, n * elem_size(be), &out->data));
+    if (be->dtype == LZ_DTYPE_BF16)
+        return random_fill<__nv_bfloat16>(&be->ctx, (__nv_bfloat16 *)out->data, n, mean, std, seed);
+    return random_fill<float>(&be->ctx, (float *)out->data, n, mean, std, seed);
+}
+
+static lz_status cuda_measure_ceilings(lz_backend *be, double *copy_bps, double *gemm_flops) {
+    if (be->dtype == LZ_DTYPE_BF16)
+        return measure_ceilings<__nv_bfloat16>(&be->ctx, copy_bps, gemm_flops);
+    return measure_ceilings<float>(&be->ctx, copy_bps, gemm_flops);
+}
+
+static lz_status cuda_memory_info(lz_backend *be, size_t *free_b, size_t *total) {
+    LZ_CUDA_TRY(cudaMemGetInfo(free_b, total));
+    return LZ_OK;
+}
+
 static lz_status cuda_act_to_host(lz_backend *be, float *dst, const void *src, size_t n) {
     if (be->dtype == LZ_DTYPE_F32) {
         LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, be->ctx.stream));
@@ -281,6 +302,9 @@ template <typename T> static lz_ops make_ops(const char *name) {
     o.zero = cuda_zero;
     o.upload_weight = cuda_upload_weight;
     o.free_weight = cuda_free_weight;
+    o.random_weight = cuda_random_weight;
+    o.measure_ceilings = cuda_measure_ceilings;
+    o.memory_info = cuda_memory_info;
     o.act_to_host = cuda_act_to_host;
     o.act_from_host = cuda_act_from_host;
     o.upload_f32 = cuda_upload_f32;

@@ -47,6 +47,9 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
                                    lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
                                    const lz_attn_dims *dims);
 
+template <typename T> lz_status random_fill(lz_cuda_ctx *c, T *w, size_t n, float mean, float std, uint64_t seed);
+template <typename T> lz_status measure_ceilings(lz_cuda_ctx *c, double *copy_bytes_per_s, double *gemm_flops);
+
 #define LZ_INSTANTIATE(macro) \
     macro(float)              \
     macro(__nv_bfloat16)

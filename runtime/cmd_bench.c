@@ -1,0 +1,259 @@
+/* cmd_bench.c - `lizard bench`: prompt and decode throughput of a model shape
+ * (random weights made on the device: no files) or of a model folder, each
+ * figure beside its ceiling:
+ *   decode bound = batch / ((weight bytes + state bytes read per step) / copy rate)
+ *   prompt bound = GEMM rate / (2 x matmul params + attention FLOPs per token)
+ * where the copy rate and the GEMM rate are measured on this device now. */
+#include <stdio.h>    // printf, fprintf
+#include <stdlib.h>   // malloc, free
+#include <string.h>   // strcmp
+#include <time.h>     // clock_gettime
+#include <unistd.h>   // rmdir, unlink
+
+#include "cli_options.h"   // lz_parse_options
+#include "commands.h"      // lz_cmd_bench
+#include "id_list.h"       // lz_parse_id_list
+#include "model_presets.h" // lz_preset_find
+#include "state.h"         // lz_state
+#include "step.h"          // lz_step
+#include "engine.h"        // lz_open_backend
+
+typedef struct {
+    const char *shape, *model, *device, *dtype, *prompts, *batches, *contexts, *json;
+    long steps, chunk, seed;
+    bool no_ceilings;
+} bench_args;
+
+typedef struct {
+    const lz_ops *ops;
+    lz_backend *be;
+    lz_model model;
+    double copy_bps, gemm_flops; /* 0: not measured */
+    FILE *json;
+} bench;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A preset's config goes through config.json like any model's. */
+static lz_status preset_config(const char *name, lz_config *cfg) {
+    const lz_model_preset *p = lz_preset_find(name);
+    if (!p) {
+        char names[512];
+        lz_preset_names(names, sizeof names);
+        return lz_fail(LZ_ERR_INPUT, "lizard bench: --shape: unknown shape '%s' (known: %s)", name, names);
+    }
+    char dir[] = "/tmp/lizard-bench-XXXXXX", path[64];
+    if (!mkdtemp(dir))
+        return lz_fail(LZ_ERR_IO, "lizard bench: cannot make a temp folder");
+    lz_status s = lz_preset_write_config(p, p->dtype, dir);
+    if (s == LZ_OK)
+        s = lz_config_load(dir, cfg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+    return s;
+}
+
+static size_t weight_bytes(const bench *b) {
+    return (b->model.n_params_teacher + b->model.n_params_lizard) * b->ops->act_size;
+}
+
+/* Bytes of state one sequence reads per decode step at `context` positions. */
+static size_t state_read_bytes(const bench *b, int context) {
+    lz_state_bytes s = lz_state_bytes_at(&b->model, context);
+    return s.softmax_kv + 2 * s.lizard_gla + s.lizard_window; // S and z are read and written
+}
+
+static void report(bench *b, const char *kind, int prompt, int batch, int context, double tok_s, double bound,
+                   size_t mem_used) {
+    printf("%-7s prompt %7d  batch %4d  context %7d  %10.1f tok/s  bound %10.1f tok/s (%5.1f%%)  mem %6.2f GB\n", kind,
+           prompt, batch, context, tok_s, bound, bound > 0 ? 100.0 * tok_s / bound : 0.0, mem_used / 1e9);
+    if (b->json)
+        fprintf(b->json,
+                "{\"kind\": \"%s\", \"prompt\": %d, \"batch\": %d, \"context\": %d, \"tok_s\": %.2f, "
+                "\"bound_tok_s\": %.2f, \"mem_bytes\": %zu}\n",
+                kind, prompt, batch, context, tok_s, bound, mem_used);
+}
+
+static size_t mem_used(const bench *b) {
+    size_t free_b = 0, total = 0;
+    if (b->ops->memory_info && b->ops->memory_info(b->be, &free_b, &total) == LZ_OK)
+        return total - free_b;
+    return 0;
+}
+
+/* One sequence of P tokens through prefill steps of `chunk` tokens. */
+static lz_status bench_prompt(bench *b, int P, int chunk) {
+    lz_state st;
+    lz_workspace ws;
+    const int step = P < chunk ? P : chunk;
+    LZ_TRY(lz_state_create(&st, &b->model, 1, P + 1));
+    lz_status s = lz_workspace_create(&ws, &b->model, step, 1);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)step), *tpos = malloc(sizeof(int32_t) * (size_t)step);
+    float *logits = malloc(sizeof(float) * (size_t)b->model.cfg.vocab_size);
+    if (s == LZ_OK && (!ids || !tpos || !logits))
+        s = lz_fail(LZ_ERR_NOMEM, "bench: out of memory");
+    for (int i = 0; s == LZ_OK && i < step; i++)
+        ids[i] = (int32_t)((i * 7919) % b->model.cfg.vocab_size);
+    double t0 = now_s();
+    for (int c0 = 0; s == LZ_OK && c0 < P; c0 += step) {
+        int len = P - c0 < step ? P - c0 : step, slot = 0, start = 0, pos = c0, last = len - 1;
+        for (int i = 0; i < len; i++)
+            tpos[i] = c0 + i;
+        lz_batch batch = {1, len, &slot, &start, &len, &pos, tpos};
+        s = lz_step(&b->model, &st, &ws, ids, &batch, &last, c0 + len == P ? 1 : 0, logits);
+    }
+    if (s == LZ_OK)
+        s = b->ops->sync(b->be);
+    const double dt = now_s() - t0;
+    const size_t used = mem_used(b);
+    if (s == LZ_OK) {
+        const lz_config *c = &b->model.cfg;
+        double flops = 2.0 * (double)(b->model.n_params_teacher + b->model.n_params_lizard) -
+                       2.0 * c->vocab_size * c->hidden_size; // the embedding is a lookup
+        for (int i = 0; i < c->num_hidden_layers; i++) // causal attention: P/2 keys on average
+            if (b->model.layers[i].run_softmax)
+                flops += 4.0 * (P / 2.0) * c->num_attention_heads * c->head_dim;
+        report(b, "prompt", P, 1, P, P / dt, b->gemm_flops > 0 ? b->gemm_flops / flops : 0, used);
+    }
+    free(ids), free(tpos), free(logits);
+    lz_workspace_free(&ws, &b->model);
+    lz_state_free(&st, &b->model);
+    return s;
+}
+
+/* B sequences at `context` positions each, `steps` decode steps timed after 2 warm-ups. */
+static lz_status bench_decode(bench *b, int B, int context, int steps) {
+    lz_state st;
+    lz_workspace ws;
+    lz_status s = lz_state_create(&st, &b->model, B, context + steps + 3);
+    if (s != LZ_OK) {
+        printf("decode  batch %4d  context %7d  does not fit: %s\n", B, context, lz_error_message());
+        lz_error_clear();
+        return LZ_OK;
+    }
+    s = lz_workspace_create(&ws, &b->model, B, B);
+    int32_t *buf = malloc(sizeof(int32_t) * 5 * (size_t)B);
+    float *logits = malloc(sizeof(float) * (size_t)B * b->model.cfg.vocab_size);
+    if (s == LZ_OK && (!buf || !logits))
+        s = lz_fail(LZ_ERR_NOMEM, "bench: out of memory");
+    int32_t *slot = buf, *start = buf + B, *len = buf + 2 * B, *pos = buf + 3 * B, *ids = buf + 4 * B;
+    for (int i = 0; s == LZ_OK && i < B; i++) {
+        slot[i] = start[i] = i;
+        len[i] = 1;
+        ids[i] = (int32_t)((i * 31) % b->model.cfg.vocab_size);
+        st.slot_pos[i] = context; // as if `context` tokens were prefilled: the cost per step is the same
+    }
+    double t0 = 0;
+    for (int it = 0; s == LZ_OK && it < steps + 2; it++) {
+        if (it == 2) {
+            s = b->ops->sync(b->be);
+            t0 = now_s();
+        }
+        for (int i = 0; i < B; i++)
+            pos[i] = st.slot_pos[i];
+        lz_batch batch = {B, B, slot, start, len, pos, pos};
+        if (s == LZ_OK)
+            s = lz_step(&b->model, &st, &ws, ids, &batch, start, B, logits);
+    }
+    if (s == LZ_OK)
+        s = b->ops->sync(b->be);
+    const double dt = now_s() - t0;
+    if (s == LZ_OK) {
+        const double bytes = (double)weight_bytes(b) + (double)B * state_read_bytes(b, context);
+        report(b, "decode", 0, B, context, (double)B * steps / dt, b->copy_bps > 0 ? B * b->copy_bps / bytes : 0,
+               mem_used(b));
+    }
+    free(buf), free(logits);
+    lz_workspace_free(&ws, &b->model);
+    lz_state_free(&st, &b->model);
+    return s;
+}
+
+static void print_header(bench *b, const bench_args *a) {
+    const lz_state_bytes at2k = lz_state_bytes_at(&b->model, 2048), at32k = lz_state_bytes_at(&b->model, 32768);
+    const size_t per_seq = at32k.softmax_kv + at32k.lizard_gla + at32k.lizard_window;
+    printf("lizard bench: %s on %s, %zu parameters (%.2f GB), %d softmax + %d Lizard layers\n",
+           a->shape ? a->shape : a->model, b->ops->name, b->model.n_params_teacher + b->model.n_params_lizard,
+           weight_bytes(b) / 1e9, at32k.n_softmax, at32k.n_lizard);
+    printf("state per sequence: %zu bytes at 2K, %zu bytes at 32K (Lizard part %zu)\n",
+           at2k.softmax_kv + at2k.lizard_gla + at2k.lizard_window, per_seq, at32k.lizard_gla + at32k.lizard_window);
+    size_t free_b = 0, total = 0;
+    if (b->ops->memory_info && b->ops->memory_info(b->be, &free_b, &total) == LZ_OK)
+        printf("32K-context sequences that fit in the free %.1f GB: %zu\n", free_b / 1e9, per_seq ? free_b / per_seq : 0);
+    if (b->copy_bps > 0)
+        printf("ceilings: copy %.2f TB/s (read + write), GEMM %.1f TFLOP/s\n", b->copy_bps / 1e12, b->gemm_flops / 1e12);
+}
+
+static lz_status run_bench(bench *b, const bench_args *a) {
+    int32_t *prompts = NULL, *batches = NULL, *contexts = NULL;
+    int np = 0, nb = 0, nc = 0;
+    lz_status s = lz_parse_id_list("--prompt", a->prompts, &prompts, &np);
+    if (s == LZ_OK)
+        s = lz_parse_id_list("--batch", a->batches, &batches, &nb);
+    if (s == LZ_OK)
+        s = lz_parse_id_list("--context", a->contexts, &contexts, &nc);
+    if (s == LZ_OK && !a->no_ceilings && b->ops->measure_ceilings)
+        s = b->ops->measure_ceilings(b->be, &b->copy_bps, &b->gemm_flops);
+    if (s == LZ_OK)
+        print_header(b, a);
+    for (int i = 0; s == LZ_OK && i < np; i++)
+        if (prompts[i] > 0)
+            s = bench_prompt(b, prompts[i], (int)a->chunk);
+    for (int j = 0; s == LZ_OK && j < nc; j++)
+        for (int i = 0; s == LZ_OK && i < nb; i++)
+            if (batches[i] > 0)
+                s = bench_decode(b, batches[i], contexts[j], (int)a->steps);
+    free(prompts), free(batches), free(contexts);
+    return s;
+}
+
+lz_status lz_cmd_bench(int argc, char **argv) {
+    bench_args a = {NULL, NULL, "cuda", "bf16", "2048,8192,32768", "1,16,64,256", "2048,32768", NULL, 16, 8192, 0,
+                    false};
+    const lz_option options[] = {
+        {"--shape", LZ_OPT_STRING, "PRESET", "random weights of a named shape, made on the device (e.g. "
+                                             "llama3-8b-hybrid)", &a.shape, false, 0, 0},
+        {"--model", LZ_OPT_STRING, "DIR", "or a model folder", &a.model, false, 0, 0},
+        {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cuda)", &a.device, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &a.dtype, false, 0, 0},
+        {"--prompt", LZ_OPT_STRING, "N,...", "prompt lengths (default 2048,8192,32768; 0 = none)", &a.prompts, false,
+         0, 0},
+        {"--batch", LZ_OPT_STRING, "B,...", "decode batch sizes (default 1,16,64,256)", &a.batches, false, 0, 0},
+        {"--context", LZ_OPT_STRING, "C,...", "decode context lengths (default 2048,32768)", &a.contexts, false, 0, 0},
+        {"--steps", LZ_OPT_INT, "N", "decode steps timed (default 16)", &a.steps, false, 1, 1 << 20},
+        {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per prefill step (default 8192)", &a.chunk, false, 1, 1 << 20},
+        {"--seed", LZ_OPT_INT, "S", "random weights seed", &a.seed, false, 0, 9e15},
+        {"--json", LZ_OPT_STRING, "FILE", "also write one JSON object per result line", &a.json, false, 0, 0},
+        {"--no-ceilings", LZ_OPT_FLAG, "", "skip measuring the copy and GEMM ceilings", &a.no_ceilings, false, 0, 0},
+    };
+    const lz_command_spec spec = {"bench", "prompt and decode throughput beside the device's ceilings", options,
+                                  (int)(sizeof options / sizeof options[0])};
+    bool help;
+    LZ_TRY(lz_parse_options(&spec, argc, argv, &help));
+    if (help) {
+        lz_print_usage(stdout, &spec);
+        return LZ_OK;
+    }
+    if (!a.shape == !a.model)
+        return lz_fail(LZ_ERR_INPUT, "lizard bench: give exactly one of --shape PRESET or --model DIR");
+    lz_config cfg;
+    LZ_TRY(a.shape ? preset_config(a.shape, &cfg) : lz_config_load(a.model, &cfg));
+    bench b = {0};
+    LZ_TRY(lz_open_backend(a.device, a.dtype, &b.be, &b.ops));
+    lz_status s = a.shape ? lz_model_init_random(&b.model, &cfg, b.ops, b.be, (uint64_t)a.seed)
+                          : lz_model_load(&b.model, a.model, &cfg, b.ops, b.be);
+    if (s == LZ_OK && a.json && !(b.json = fopen(a.json, "w")))
+        s = lz_fail(LZ_ERR_IO, "lizard bench: --json: cannot write '%s'", a.json);
+    if (s == LZ_OK)
+        s = run_bench(&b, &a);
+    if (b.json)
+        fclose(b.json);
+    lz_model_free(&b.model);
+    b.ops->destroy(b.be);
+    return s;
+}
