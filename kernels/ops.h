@@ -101,6 +101,15 @@ typedef struct lz_ops {
     lz_status (*begin_step)(lz_backend *be, const int32_t *ids, const lz_batch *batch, const int32_t *logit_rows,
                             int n_logit_rows);
 
+    /* Optional (NULL: not supported): replay of repeated decode steps. lz_step
+     * calls graph_begin with a signature of everything the step's launches
+     * depend on; *run_ops = false means the step's ops are already recorded and
+     * graph_end replays them. graph_end(ok = false) abandons a recording.
+     * graph_reset forgets every recording (state or workspace freed). */
+    lz_status (*graph_begin)(lz_backend *be, uint64_t signature, bool *run_ops);
+    lz_status (*graph_end)(lz_backend *be, bool ok);
+    void (*graph_reset)(lz_backend *be);
+
     /* math: each returns LZ_OK or the backend's failure (launch errors) */
     /* out[T, C] = table[ids[t], :] */
     lz_status (*embedding)(lz_backend *be, void *out, const lz_weight *table, const int32_t *ids, int T);

@@ -39,9 +39,9 @@ static lz_status one_char(const tj_val *v, const char *what, uint32_t *cp) {
 
 static lz_status count(const tj_val *o, const char *key, size_t *out) {
     const tj_val *v = tj_get(o, key);
-    if (!v || v->type != TJ_NUM || !v->is_int || v->u.num.i < 0)
+    if (!v || v->type != TJ_NUM || !v->is_int || v->u.num < 0)
         return lz_fail(LZ_ERR_INPUT, "tokenizer.json: decoder Strip: \"%s\" must be a count", key);
-    *out = v->u.num.i > 1000000 ? 1000000 : (size_t)v->u.num.i;
+    *out = v->u.num > 1000000 ? 1000000 : (size_t)v->u.num;
     return LZ_OK;
 }
 

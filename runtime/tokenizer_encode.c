@@ -33,9 +33,9 @@ static lz_status append_ids(int32_t **list, int *n, const int32_t *ids, int k, b
 }
 
 static lz_status id_value(const tj_val *v, int32_t *id) {
-    if (!v || v->type != TJ_NUM || !v->is_int || v->u.num.i < 0 || v->u.num.i > INT32_MAX)
+    if (!v || v->type != TJ_NUM || !v->is_int || v->u.num < 0 || v->u.num > INT32_MAX)
         return lz_fail(LZ_ERR_INPUT, "tokenizer.json: post_processor: a token id must be an integer >= 0");
-    *id = (int32_t)v->u.num.i;
+    *id = (int32_t)v->u.num;
     return LZ_OK;
 }
 

@@ -63,10 +63,9 @@ uint64_t tk_hash(const void *p, size_t n);
 /* string -> int32; keys are copied into the map's pool. */
 typedef struct {
     struct tk_str_slot {
-        uint64_t hash;
-        uint32_t off, len;
+        uint32_t hash; /* low bits of tk_hash (the high bits pick the slot) */
+        uint32_t off, len_plus1; /* key in pool; len_plus1 == 0: an empty slot */
         int32_t val;
-        uint32_t used;
     } *slots;
     size_t mask, n;
     tk_buf pool;
@@ -76,6 +75,10 @@ lz_status tk_strmap_init(tk_strmap *m, size_t expected);
 /* Inserts or overwrites. */
 lz_status tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t val);
 int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n); /* -1 when absent */
+/* The same with the key's tk_hash given; and a prefetch of the slot a hash starts at
+ * (loading issues many lookups ahead of use, so that cache misses overlap). */
+int32_t tk_strmap_get_hashed(const tk_strmap *m, const char *k, size_t n, uint64_t h);
+void tk_strmap_prefetch(const tk_strmap *m, uint64_t h);
 void tk_strmap_free(tk_strmap *m);
 
 /* (left id, right id) -> (rank, merged id). */
@@ -90,6 +93,7 @@ typedef struct {
 
 lz_status tk_pairmap_init(tk_pairmap *m, size_t expected);
 lz_status tk_pairmap_put(tk_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id);
+void tk_pairmap_prefetch(const tk_pairmap *m, int32_t a, int32_t b);
 bool tk_pairmap_get(const tk_pairmap *m, int32_t a, int32_t b, uint32_t *rank, int32_t *id);
 void tk_pairmap_free(tk_pairmap *m);
 
@@ -119,17 +123,14 @@ typedef enum { TJ_NULL, TJ_FALSE, TJ_TRUE, TJ_NUM, TJ_STR, TJ_ARR, TJ_OBJ } tj_t
 typedef struct tj_val tj_val;
 struct tj_val {
     uint8_t type;    /* tj_type */
-    uint8_t is_int;  /* TJ_NUM: an integer that fits int64 */
+    uint8_t is_int;  /* TJ_NUM: an integer of at most 15 digits (exact in u.num) */
     uint32_t n;      /* TJ_STR: bytes; TJ_ARR/TJ_OBJ: children */
     uint32_t key_len;
     const char *key; /* member name inside an object */
     union {
         const char *s;
         tj_val *kids;
-        struct {
-            double d;
-            int64_t i;
-        } num;
+        double num;
     } u;
 };
 

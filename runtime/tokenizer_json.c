@@ -91,10 +91,26 @@ static int hex4(const char *s) {
 }
 
 /* p->pos at the opening quote. */
+/* Whether any byte of the 8 in w is '"', '\\' or below 0x20 (the bytes that end a plain run). */
+static bool special_byte(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+    uint64_t zero_q = (q - ones) & ~q & high, zero_b = (b - ones) & ~b & high;
+    uint64_t low = (w - ones * 0x20) & ~w & high; /* bytes < 0x20 (ASCII; high bytes masked by ~w) */
+    return (zero_q | zero_b | low) != 0;
+}
+
 static lz_status parse_string(tj_parser *p, const char **out, uint32_t *out_len) {
     size_t start = ++p->pos, i = start;
     bool escaped = false;
     for (;;) {
+        while (i + 8 <= p->n) { /* skip 8 plain bytes at a time */
+            uint64_t w;
+            memcpy(&w, p->s + i, 8);
+            if (special_byte(w))
+                break;
+            i += 8;
+        }
         if (i >= p->n)
             return p->pos = i, syntax(p, "unterminated string");
         unsigned char c = (unsigned char)p->s[i];
@@ -198,21 +214,22 @@ static lz_status parse_number(tj_parser *p, tj_val *v) {
             i++;
     }
     size_t len = i - start;
-    char buf[512];
-    if (len >= sizeof buf)
-        return syntax(p, "a number of reasonable length");
-    memcpy(buf, p->s + start, len);
-    buf[len] = '\0';
     v->type = TJ_NUM;
-    v->u.num.d = strtod(buf, NULL);
     v->is_int = 0;
-    size_t digits = len - (buf[0] == '-');
-    if (integer && digits <= 18) {
+    size_t digits = len - (p->s[start] == '-');
+    if (integer && digits <= 15) { /* ids: no strtod, and exact as a double */
         int64_t x = 0;
-        for (size_t k = buf[0] == '-'; k < len; k++)
-            x = x * 10 + (buf[k] - '0');
-        v->u.num.i = buf[0] == '-' ? -x : x;
+        for (size_t k = start + (p->s[start] == '-'); k < i; k++)
+            x = x * 10 + (p->s[k] - '0');
+        v->u.num = (double)(p->s[start] == '-' ? -x : x);
         v->is_int = 1;
+    } else {
+        char buf[512];
+        if (len >= sizeof buf)
+            return syntax(p, "a number of reasonable length");
+        memcpy(buf, p->s + start, len);
+        buf[len] = '\0';
+        v->u.num = strtod(buf, NULL);
     }
     p->pos = i;
     return LZ_OK;
@@ -328,6 +345,11 @@ static lz_status parse_value(tj_parser *p, tj_val *v, int depth) {
 /* Offset of the first byte that is not valid UTF-8, or n. */
 static size_t utf8_check(const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
+        uint64_t w;
+        if (i + 8 <= n && (memcpy(&w, s + i, 8), (w & 0x8080808080808080ull) == 0)) {
+            i += 8; /* eight ASCII bytes */
+            continue;
+        }
         if ((unsigned char)s[i] < 0x80) {
             i++;
             continue;

@@ -32,29 +32,107 @@ static bool bool_field(const tj_val *o, const char *key, bool dflt) {
     return v && (v->type == TJ_TRUE || v->type == TJ_FALSE) ? v->type == TJ_TRUE : dflt;
 }
 
-static lz_status vocab_id(const lz_tokenizer *t, const char *s, size_t n, size_t merge, int32_t *id) {
-    *id = tk_strmap_get(&t->vocab, s, n);
-    if (*id < 0)
-        return lz_fail(LZ_ERR_INPUT, "tokenizer.json: model: merge %zu: '%.*s' is not in the vocabulary", merge,
-                       (int)(n > 100 ? 100 : n), s);
+/* Loading a 128K vocabulary means ~1M lookups in tables larger than the
+ * caches: merges are resolved in a pipeline, RING merges after their slots
+ * were prefetched, and the (pair -> merge) inserts are batched the same way. */
+enum { RING = 16 };
+
+typedef struct {
+    const char *a, *b;
+    size_t na, nb, rank;
+    uint64_t ha, hb, hab;
+    tk_buf joined;   /* a + b (without the subword prefix of b) */
+    const char *bad; /* why this merge is malformed, or NULL */
+} merge_step;
+
+typedef struct {
+    int32_t a, b, id;
+    uint32_t rank;
+} merge_rec;
+
+static lz_status bad_merge(const merge_step *m, const char *why) {
+    return lz_fail(LZ_ERR_INPUT, "tokenizer.json: model: merge %zu: %s", m->rank, why);
+}
+
+static lz_status missing(const merge_step *m, const char *s, size_t n) {
+    return lz_fail(LZ_ERR_INPUT, "tokenizer.json: model: merge %zu: '%.*s' is not in the vocabulary", m->rank,
+                   (int)(n > 100 ? 100 : n), s);
+}
+
+/* Splits merge `v` into m and starts the lookups of its three strings. */
+static lz_status stage_merge(const lz_tokenizer *t, const tj_val *v, size_t rank, merge_step *m) {
+    m->rank = rank;
+    m->bad = NULL;
+    m->a = m->b = "";
+    m->na = m->nb = 0;
+    if (v->type == TJ_STR) { /* "a b": exactly one space (HF: line.split(' ') has two parts) */
+        const char *sp = memchr(v->u.s, ' ', v->n);
+        if (!sp || memchr(sp + 1, ' ', v->n - (size_t)(sp + 1 - v->u.s))) {
+            m->bad = "not two tokens separated by one space";
+            return LZ_OK;
+        }
+        m->a = v->u.s;
+        m->na = (size_t)(sp - v->u.s);
+        m->b = sp + 1;
+        m->nb = v->n - m->na - 1;
+    } else if (v->type == TJ_ARR && v->n == 2 && v->u.kids[0].type == TJ_STR && v->u.kids[1].type == TJ_STR) {
+        m->a = v->u.kids[0].u.s;
+        m->na = v->u.kids[0].n;
+        m->b = v->u.kids[1].u.s;
+        m->nb = v->u.kids[1].n;
+    } else {
+        m->bad = "must be \"a b\" or [\"a\", \"b\"]";
+        return LZ_OK;
+    }
+    if (m->nb < t->prefix_len) {
+        m->bad = "shorter than the continuing_subword_prefix";
+        return LZ_OK;
+    }
+    m->joined.n = 0;
+    LZ_TRY(tk_buf_append(&m->joined, m->a, m->na));
+    LZ_TRY(tk_buf_append(&m->joined, m->b + t->prefix_len, m->nb - t->prefix_len));
+    m->ha = tk_hash(m->a, m->na);
+    m->hb = tk_hash(m->b, m->nb);
+    m->hab = tk_hash(m->joined.p, m->joined.n);
+    tk_strmap_prefetch(&t->vocab, m->ha);
+    tk_strmap_prefetch(&t->vocab, m->hb);
+    tk_strmap_prefetch(&t->vocab, m->hab);
     return LZ_OK;
 }
 
-static lz_status add_merge(lz_tokenizer *t, const char *a, size_t na, const char *b, size_t nb, size_t rank,
-                           tk_buf *joined) {
-    int32_t ia, ib, inew;
-    LZ_TRY(vocab_id(t, a, na, rank, &ia));
-    LZ_TRY(vocab_id(t, b, nb, rank, &ib));
-    if (nb < t->prefix_len)
-        return lz_fail(LZ_ERR_INPUT, "tokenizer.json: model: merge %zu: '%.*s' is shorter than the subword prefix",
-                       rank, (int)nb, b);
-    joined->n = 0;
-    LZ_TRY(tk_buf_append(joined, a, na));
-    LZ_TRY(tk_buf_append(joined, b + t->prefix_len, nb - t->prefix_len));
-    LZ_TRY(vocab_id(t, joined->p, joined->n, rank, &inew));
-    if (rank > UINT32_MAX)
-        return lz_fail(LZ_ERR_INPUT, "tokenizer.json: model: too many merges");
-    return tk_pairmap_put(&t->merges, ia, ib, (uint32_t)rank, inew);
+static lz_status resolve_merge(const lz_tokenizer *t, const merge_step *m, merge_rec *out) {
+    if (m->bad)
+        return bad_merge(m, m->bad);
+    if ((out->a = tk_strmap_get_hashed(&t->vocab, m->a, m->na, m->ha)) < 0)
+        return missing(m, m->a, m->na);
+    if ((out->b = tk_strmap_get_hashed(&t->vocab, m->b, m->nb, m->hb)) < 0)
+        return missing(m, m->b, m->nb);
+    if ((out->id = tk_strmap_get_hashed(&t->vocab, m->joined.p, m->joined.n, m->hab)) < 0)
+        return missing(m, m->joined.p, m->joined.n);
+    if (m->rank > UINT32_MAX)
+        return bad_merge(m, "too many merges");
+    out->rank = (uint32_t)m->rank;
+    return LZ_OK;
+}
+
+/* recs[rank] for every merge; *n: how many (the "#version" lines of the legacy format are skipped). */
+static lz_status resolve_all(const lz_tokenizer *t, const tj_val *merges, merge_rec *recs, size_t *n,
+                             merge_step *ring) {
+    size_t staged = 0, done = 0;
+    for (uint32_t i = 0; i < merges->n || done < staged;) {
+        if (i < merges->n && staged - done < RING) {
+            const tj_val *v = &merges->u.kids[i++];
+            if (v->type == TJ_STR && v->n >= 8 && memcmp(v->u.s, "#version", 8) == 0)
+                continue;
+            LZ_TRY(stage_merge(t, v, staged, &ring[staged % RING]));
+            staged++;
+            continue;
+        }
+        LZ_TRY(resolve_merge(t, &ring[done % RING], &recs[done]));
+        done++;
+    }
+    *n = done;
+    return LZ_OK;
 }
 
 static lz_status load_merges(lz_tokenizer *t, const tj_val *merges) {
@@ -63,29 +141,19 @@ static lz_status load_merges(lz_tokenizer *t, const tj_val *merges) {
     if (merges->type != TJ_ARR)
         return lz_fail(LZ_ERR_INPUT, "tokenizer.json: model: \"merges\" must be a list");
     LZ_TRY(tk_pairmap_init(&t->merges, merges->n));
-    tk_buf joined = {0};
-    lz_status st = LZ_OK;
-    size_t rank = 0;
-    for (uint32_t i = 0; i < merges->n && st == LZ_OK; i++) {
-        const tj_val *m = &merges->u.kids[i];
-        if (m->type == TJ_STR) { /* "a b": exactly one space (HF: line.split(' ') has two parts) */
-            if (m->n >= 8 && memcmp(m->u.s, "#version", 8) == 0)
-                continue;
-            const char *sp = memchr(m->u.s, ' ', m->n);
-            if (!sp || memchr(sp + 1, ' ', m->n - (size_t)(sp + 1 - m->u.s)))
-                st = lz_fail(LZ_ERR_INPUT, "tokenizer.json: model: merge %zu: '%.*s' is not two tokens", rank,
-                             (int)(m->n > 100 ? 100 : m->n), m->u.s);
-            else
-                st = add_merge(t, m->u.s, (size_t)(sp - m->u.s), sp + 1, m->n - (size_t)(sp + 1 - m->u.s), rank,
-                               &joined);
-        } else if (m->type == TJ_ARR && m->n == 2 && m->u.kids[0].type == TJ_STR && m->u.kids[1].type == TJ_STR) {
-            st = add_merge(t, m->u.kids[0].u.s, m->u.kids[0].n, m->u.kids[1].u.s, m->u.kids[1].n, rank, &joined);
-        } else {
-            st = lz_fail(LZ_ERR_INPUT, "tokenizer.json: model: merge %zu must be \"a b\" or [\"a\", \"b\"]", rank);
-        }
-        rank++;
+    merge_rec *recs = malloc(((size_t)merges->n + 1) * sizeof *recs);
+    merge_step ring[RING];
+    memset(ring, 0, sizeof ring);
+    size_t n = 0;
+    lz_status st = recs ? resolve_all(t, merges, recs, &n, ring) : lz_fail(LZ_ERR_NOMEM, "tokenizer: out of memory");
+    for (size_t i = 0; st == LZ_OK && i < n; i++) { /* a later duplicate wins, as in HF's map */
+        if (i + RING < n)
+            tk_pairmap_prefetch(&t->merges, recs[i + RING].a, recs[i + RING].b);
+        st = tk_pairmap_put(&t->merges, recs[i].a, recs[i].b, recs[i].rank, recs[i].id);
     }
-    tk_buf_free(&joined);
+    for (int i = 0; i < RING; i++)
+        tk_buf_free(&ring[i].joined);
+    free(recs);
     return st;
 }
 
@@ -99,8 +167,8 @@ static lz_status load_model(lz_tokenizer *t, const tj_val *model) {
     if (!type && !tj_get(model, "merges"))
         return lz_fail(LZ_ERR_INPUT, "tokenizer.json: the model has no \"type\" (only BPE is supported)");
     const tj_val *dropout = tj_get(model, "dropout");
-    if (dropout && dropout->type == TJ_NUM && dropout->u.num.d > 0)
-        return lz_fail(LZ_ERR_INPUT, "tokenizer.json: unsupported model option: BPE dropout %g", dropout->u.num.d);
+    if (dropout && dropout->type == TJ_NUM && dropout->u.num > 0)
+        return lz_fail(LZ_ERR_INPUT, "tokenizer.json: unsupported model option: BPE dropout %g", dropout->u.num);
     LZ_TRY(optional_string(model, "continuing_subword_prefix", &t->prefix, &t->prefix_len));
     LZ_TRY(optional_string(model, "end_of_word_suffix", &t->suffix, &t->suffix_len));
     t->fuse_unk = bool_field(model, "fuse_unk", false);
@@ -113,10 +181,12 @@ static lz_status load_model(lz_tokenizer *t, const tj_val *model) {
     LZ_TRY(tk_strmap_init(&t->vocab, vocab->n));
     for (uint32_t i = 0; i < vocab->n; i++) {
         const tj_val *e = &vocab->u.kids[i];
-        if (e->type != TJ_NUM || !e->is_int || e->u.num.i < 0 || e->u.num.i >= INT32_MAX)
+        if (i + RING < vocab->n)
+            tk_strmap_prefetch(&t->vocab, tk_hash(e[RING].key, e[RING].key_len));
+        if (e->type != TJ_NUM || !e->is_int || e->u.num < 0 || e->u.num >= INT32_MAX)
             return lz_fail(LZ_ERR_INPUT, "tokenizer.json: model: vocab['%.*s'] must be an id >= 0",
                            (int)(e->key_len > 100 ? 100 : e->key_len), e->key);
-        LZ_TRY(tk_strmap_put(&t->vocab, e->key, e->key_len, (int32_t)e->u.num.i));
+        LZ_TRY(tk_strmap_put(&t->vocab, e->key, e->key_len, (int32_t)e->u.num));
     }
     t->model_size = t->vocab.n;
     LZ_TRY(load_merges(t, tj_get(model, "merges")));
@@ -235,7 +305,7 @@ static lz_status set_id(lz_tokenizer *t, int32_t id, const char *tok, size_t tok
 static lz_status build_ids(lz_tokenizer *t) {
     int32_t max = -1;
     for (size_t i = 0; i <= t->vocab.mask; i++)
-        if (t->vocab.slots[i].used && t->vocab.slots[i].val > max)
+        if (t->vocab.slots[i].len_plus1 && t->vocab.slots[i].val > max)
             max = t->vocab.slots[i].val;
     for (int i = 0; i < t->n_added; i++)
         if (t->added[i].id > max)
@@ -249,8 +319,9 @@ static lz_status build_ids(lz_tokenizer *t) {
     LZ_TRY(tk_buf_reserve(&t->id_pool, t->vocab.pool.n * 2 + 16));
     for (size_t i = 0; i <= t->vocab.mask; i++) {
         const struct tk_str_slot *s = &t->vocab.slots[i];
-        if (s->used)
-            LZ_TRY(set_id(t, s->val, t->vocab.pool.p + s->off, s->len, t->vocab.pool.p + s->off, s->len, false));
+        if (s->len_plus1)
+            LZ_TRY(set_id(t, s->val, t->vocab.pool.p + s->off, s->len_plus1 - 1, t->vocab.pool.p + s->off,
+                          s->len_plus1 - 1, false));
     }
     for (int i = 0; i < t->n_added; i++) {
         const tk_added *a = &t->added[i];

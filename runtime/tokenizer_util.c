@@ -185,9 +185,10 @@ uint64_t tk_hash(const void *data, size_t n) {
     return h;
 }
 
+/* Power of two with the load at most 0.6. */
 static size_t table_size(size_t expected) {
     size_t s = 16;
-    while (s < expected * 2 + 1)
+    while (s < expected + expected * 2 / 3 + 1)
         s *= 2;
     return s;
 }
@@ -204,10 +205,12 @@ lz_status tk_strmap_init(tk_strmap *m, size_t expected) {
     return LZ_OK;
 }
 
+/* Slots hold the low 32 bits of the hash; len_plus1 == 0 marks an empty one. */
 static struct tk_str_slot *str_find(const tk_strmap *m, const char *k, size_t n, uint64_t h) {
-    for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
+    const uint32_t h32 = (uint32_t)h, want = (uint32_t)n + 1;
+    for (size_t i = (size_t)(h >> 32) & m->mask;; i = (i + 1) & m->mask) {
         struct tk_str_slot *s = &m->slots[i];
-        if (!s->used || (s->hash == h && s->len == n && memcmp(m->pool.p + s->off, k, n) == 0))
+        if (!s->len_plus1 || (s->hash == h32 && s->len_plus1 == want && memcmp(m->pool.p + s->off, k, n) == 0))
             return s;
     }
 }
@@ -223,10 +226,10 @@ static lz_status str_rehash(tk_strmap *m) {
     }
     m->mask = size - 1;
     for (size_t i = 0; i < old_size; i++) {
-        if (!old[i].used)
+        if (!old[i].len_plus1)
             continue;
-        size_t j = old[i].hash & m->mask;
-        while (m->slots[j].used)
+        size_t j = (size_t)(tk_hash(m->pool.p + old[i].off, old[i].len_plus1 - 1) >> 32) & m->mask;
+        while (m->slots[j].len_plus1)
             j = (j + 1) & m->mask;
         m->slots[j] = old[i];
     }
@@ -235,30 +238,37 @@ static lz_status str_rehash(tk_strmap *m) {
 }
 
 lz_status tk_strmap_put(tk_strmap *m, const char *k, size_t n, int32_t val) {
-    if (n > UINT32_MAX || m->pool.n > UINT32_MAX - n)
+    if (n >= UINT32_MAX || m->pool.n > UINT32_MAX - n - 1)
         return lz_fail(LZ_ERR_INPUT, "tokenizer: vocabulary too large");
     uint64_t h = tk_hash(k, n);
     struct tk_str_slot *s = str_find(m, k, n, h);
-    if (s->used) {
+    if (s->len_plus1) {
         s->val = val;
         return LZ_OK;
     }
-    if ((m->n + 1) * 2 > m->mask + 1) {
+    if ((m->n + 1) * 5 > (m->mask + 1) * 3) {
         LZ_TRY(str_rehash(m));
         s = str_find(m, k, n, h);
     }
     uint32_t off = (uint32_t)m->pool.n;
     LZ_TRY(tk_buf_append(&m->pool, k, n));
-    *s = (struct tk_str_slot){h, off, (uint32_t)n, val, 1};
+    *s = (struct tk_str_slot){(uint32_t)h, off, (uint32_t)n + 1, val};
     m->n++;
     return LZ_OK;
 }
 
-int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n) {
+int32_t tk_strmap_get_hashed(const tk_strmap *m, const char *k, size_t n, uint64_t h) {
     if (!m->slots)
         return -1;
-    const struct tk_str_slot *s = str_find(m, k, n, tk_hash(k, n));
-    return s->used ? s->val : -1;
+    const struct tk_str_slot *s = str_find(m, k, n, h);
+    return s->len_plus1 ? s->val : -1;
+}
+
+int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n) { return tk_strmap_get_hashed(m, k, n, tk_hash(k, n)); }
+
+void tk_strmap_prefetch(const tk_strmap *m, uint64_t h) {
+    if (m->slots)
+        __builtin_prefetch(&m->slots[(size_t)(h >> 32) & m->mask]);
 }
 
 void tk_strmap_free(tk_strmap *m) {
@@ -291,7 +301,7 @@ lz_status tk_pairmap_init(tk_pairmap *m, size_t expected) {
 }
 
 lz_status tk_pairmap_put(tk_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id) {
-    if ((m->n + 1) * 2 > m->mask + 1) {
+    if ((m->n + 1) * 5 > (m->mask + 1) * 3) {
         size_t size = (m->mask + 1) * 2, old_size = m->mask + 1;
         struct tk_pair_slot *old = m->slots;
         m->slots = calloc(size, sizeof *m->slots);
@@ -318,6 +328,10 @@ lz_status tk_pairmap_put(tk_pairmap *m, int32_t a, int32_t b, uint32_t rank, int
         m->n++;
     m->slots[i] = (struct tk_pair_slot){k, rank, id};
     return LZ_OK;
+}
+
+void tk_pairmap_prefetch(const tk_pairmap *m, int32_t a, int32_t b) {
+    __builtin_prefetch(&m->slots[pair_hash(pair_key(a, b)) & m->mask]);
 }
 
 bool tk_pairmap_get(const tk_pairmap *m, int32_t a, int32_t b, uint32_t *rank, int32_t *id) {
@@ -372,7 +386,7 @@ const int32_t *tk_cache_get(const tk_cache *c, const char *k, size_t n, size_t *
 }
 
 lz_status tk_cache_put(tk_cache *c, const char *k, size_t n, const int32_t *ids, size_t n_ids) {
-    if ((c->n + 1) * 2 > c->mask + 1 || c->keys.n + n > CACHE_MAX_KEYS || c->ids.n + n_ids > CACHE_MAX_IDS) {
+    if ((c->n + 1) * 5 > (c->mask + 1) * 3 || c->keys.n + n > CACHE_MAX_KEYS || c->ids.n + n_ids > CACHE_MAX_IDS) {
         for (size_t i = 0; i <= c->mask; i++) /* full: start over */
             c->slots[i].key_len = UINT32_MAX;
         c->n = 0;

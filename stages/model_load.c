@@ -232,6 +232,8 @@ static void free_layer(lz_model *m, lz_layer *ly) {
 void lz_model_free(lz_model *m) {
     if (!m->ops)
         return;
+    if (m->ops->graph_reset)
+        m->ops->graph_reset(m->be);
     if (m->layers)
         for (int i = 0; i < m->cfg.num_hidden_layers; i++)
             free_layer(m, &m->layers[i]);

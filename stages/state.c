@@ -52,6 +52,8 @@ lz_status lz_state_create(lz_state *st, const lz_model *m, int n_slots, int kv_c
 }
 
 void lz_state_free(lz_state *st, const lz_model *m) {
+    if (m->ops && m->ops->graph_reset)
+        m->ops->graph_reset(m->be); // recordings may name these buffers
     if (st->layers)
         for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
             lz_layer_state *ls = &st->layers[i];

@@ -1,4 +1,5 @@
 /* step.c - scratch buffers and the forward step of a stage. */
+#include <stdint.h> // uintptr_t
 #include <string.h> // memset
 
 #include "decoder_layer.h"
@@ -45,6 +46,8 @@ lz_status lz_workspace_create(lz_workspace *ws, const lz_model *m, int max_token
 }
 
 void lz_workspace_free(lz_workspace *ws, const lz_model *m) {
+    if (m->ops->graph_reset)
+        m->ops->graph_reset(m->be); // recordings may name these buffers
     void *all[] = {ws->x, ws->xn, ws->q, ws->k, ws->v, ws->att, ws->proj, ws->mlp_gate, ws->mlp_up, ws->phi_q,
                    ws->phi_k, ws->gate_logit, ws->log_gamma, ws->head_in, ws->logits};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -90,26 +93,58 @@ static lz_status validate_step(const lz_model *m, const lz_state *st, const lz_w
     return LZ_OK;
 }
 
-lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
-                  const int32_t *logit_rows, int n_logit_rows, float *logits) {
-    LZ_TRY(validate_step(m, st, ws, ids, batch, logit_rows, n_logit_rows));
+/* Everything the launches of a decode step depend on besides the data the
+ * backend copies in begin_step: buffers, shapes, capacities. */
+static uint64_t step_signature(const lz_model *m, const lz_state *st, const lz_workspace *ws, const lz_batch *b,
+                               int n_logit_rows) {
+    const uint64_t parts[] = {(uint64_t)(uintptr_t)m, (uint64_t)(uintptr_t)m->layers, (uint64_t)(uintptr_t)st, (uint64_t)(uintptr_t)ws, (uint64_t)(uintptr_t)st->layers,
+                              (uint64_t)st->n_slots, (uint64_t)st->kv_capacity, (uint64_t)b->n_tokens,
+                              (uint64_t)b->n_seqs, (uint64_t)n_logit_rows};
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        h = (h ^ parts[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Embedding -> layers -> final norm + LM head on the requested rows. */
+static lz_status run_layers(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                            const int32_t *logit_rows, int n_logit_rows) {
     const lz_ops *ops = m->ops;
-    LZ_TRY(ops->begin_step(m->be, ids, batch, logit_rows, n_logit_rows));
     LZ_TRY(ops->embedding(m->be, ws->x, &m->embed, ids, batch->n_tokens));
     for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
         lz_status s = lz_decoder_layer_forward(m, &m->layers[i], &st->layers[i], ws, batch, st->kv_capacity);
         if (s != LZ_OK) {
             lz_error_prefix("layer %d: ", i);
-            return s; // the slots' state is now undefined: the caller resets them
+            return s;
         }
     }
-    for (int s = 0; s < batch->n_seqs; s++)
-        st->slot_pos[batch->slot[s]] += batch->len[s];
     if (n_logit_rows == 0)
-        return ops->sync(m->be);
+        return LZ_OK;
     const float eps = (float)m->cfg.rms_norm_eps;
     LZ_TRY(ops->gather_rows(m->be, ws->head_in, ws->x, logit_rows, n_logit_rows, m->cfg.hidden_size));
     LZ_TRY(ops->rmsnorm(m->be, ws->head_in, ws->head_in, &m->final_norm, n_logit_rows, eps));
-    LZ_TRY(ops->linear(m->be, ws->logits, ws->head_in, &m->lm_head, NULL, n_logit_rows));
+    return ops->linear(m->be, ws->logits, ws->head_in, &m->lm_head, NULL, n_logit_rows);
+}
+
+lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                  const int32_t *logit_rows, int n_logit_rows, float *logits) {
+    LZ_TRY(validate_step(m, st, ws, ids, batch, logit_rows, n_logit_rows));
+    const lz_ops *ops = m->ops;
+    LZ_TRY(ops->begin_step(m->be, ids, batch, logit_rows, n_logit_rows));
+    // Decode steps (one token per sequence) repeat the same launches: a backend may record and replay them.
+    bool run_ops = true, decode = batch->n_tokens == batch->n_seqs, graph = decode && ops->graph_begin;
+    if (graph)
+        LZ_TRY(ops->graph_begin(m->be, step_signature(m, st, ws, batch, n_logit_rows), &run_ops));
+    lz_status s = run_ops ? run_layers(m, st, ws, ids, batch, logit_rows, n_logit_rows) : LZ_OK;
+    if (graph) {
+        lz_status g = ops->graph_end(m->be, s == LZ_OK);
+        s = s == LZ_OK ? g : s;
+    }
+    if (s != LZ_OK)
+        return s; // the slots' state is now undefined: the caller resets them
+    for (int q = 0; q < batch->n_seqs; q++)
+        st->slot_pos[batch->slot[q]] += batch->len[q];
+    if (n_logit_rows == 0)
+        return ops->sync(m->be);
     return ops->act_to_host(m->be, logits, ws->logits, (size_t)n_logit_rows * m->cfg.vocab_size);
 }

@@ -2,7 +2,9 @@
 // conversion, the per-step batch upload, and the op table (one per activation
 // type) pointing at the launchers of this folder.
 #include <stdlib.h> // getenv, malloc, free, atoi
-#include <string.h> // memcpy
+#include <stdio.h>  // fprintf
+#include <string.h> // memcpy, strcmp
+#include <time.h>   // clock_gettime
 
 #include "cuda_kernels.cuh"
 
@@ -10,7 +12,32 @@ extern "C" {
 #include "dtype.h" // lz_convert_to_f32, lz_f32_to_bf16
 }
 
+// LIZARD_PROFILE=1: every op is bracketed by stream syncs and its wall time
+// added to a per-op total, printed when the backend is destroyed.
+enum { LZ_PROFILE_OPS = 24 };
+struct lz_profile {
+    bool on;
+    const char *name[LZ_PROFILE_OPS];
+    double seconds[LZ_PROFILE_OPS];
+    long calls[LZ_PROFILE_OPS];
+};
+
+// Recorded decode steps, by signature (see lz_ops.graph_begin).
+enum { LZ_GRAPHS = 8 };
+struct lz_graph_cache {
+    bool off;               // LIZARD_NO_GRAPHS=1, or profiling
+    uint64_t sig[LZ_GRAPHS];
+    bool seen[LZ_GRAPHS];   // a step runs once eagerly (warming cuBLAS and scratch) before it is recorded
+    cudaGraphExec_t exec[LZ_GRAPHS];
+    int next;               // round-robin replacement
+    int mode;               // 0: eager, 1: recording, 2: replaying
+    int current;
+};
+
 struct lz_backend {
+    lz_graph_cache graphs;
+    void *cublas_workspace;
+    lz_profile prof;
     int device;
     lz_dtype dtype;
     lz_cuda_ctx ctx;
@@ -32,6 +59,7 @@ lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes) {
     ctx->scratch_bytes = 0;
     LZ_CUDA_TRY(cudaMalloc(&ctx->scratch, bytes));
     ctx->scratch_bytes = bytes;
+    ctx->buffers_moved = true;
     return LZ_OK;
 }
 
@@ -128,7 +156,7 @@ static lz_status cuda_memory_info(lz_backend *be, size_t *free_b, size_t *total)
     return LZ_OK;
 }
 
-static lz_status cuda_act_to_host(lz_backend *be, float *dst, const void *src, size_t n) {
+static lz_status act_to_host_impl(lz_backend *be, float *dst, const void *src, size_t n) {
     if (be->dtype == LZ_DTYPE_F32) {
         LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, be->ctx.stream));
         LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
@@ -170,7 +198,7 @@ static lz_status cuda_sync(lz_backend *be) {
 // The step's arrays ---------------------------------------------------------------
 
 // Lays out every int32 array the kernels need in one pinned buffer and copies it once.
-static lz_status cuda_begin_step(lz_backend *be, const int32_t *ids, const lz_batch *b, const int32_t *rows,
+static lz_status begin_step_impl(lz_backend *be, const int32_t *ids, const lz_batch *b, const int32_t *rows,
                                  int n_rows) {
     const int S = b->n_seqs, T = b->n_tokens;
     int n_chunks = 0;
@@ -188,6 +216,7 @@ static lz_status cuda_begin_step(lz_backend *be, const int32_t *ids, const lz_ba
         LZ_CUDA_TRY(cudaMallocHost(&be->h_step, need * 2 * sizeof(int32_t)));
         LZ_CUDA_TRY(cudaMalloc(&be->d_step, need * 2 * sizeof(int32_t)));
         be->step_cap = need * 2;
+        be->ctx.buffers_moved = true;
     }
     int32_t *h = be->h_step, *d = be->d_step;
     size_t off = 0;
@@ -234,60 +263,175 @@ static lz_status cuda_begin_step(lz_backend *be, const int32_t *ids, const lz_ba
     return LZ_OK;
 }
 
+// Profiling -----------------------------------------------------------------------
+
+static double wall_now() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Runs call(); with profiling on, syncs around it and books the time under `name`.
+template <typename Call> static lz_status profiled(lz_backend *be, const char *name, Call call) {
+    if (!be->prof.on)
+        return call();
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+    const double t0 = wall_now();
+    lz_status s = call();
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+    int i = 0;
+    while (i < LZ_PROFILE_OPS - 1 && be->prof.name[i] && strcmp(be->prof.name[i], name) != 0)
+        i++;
+    be->prof.name[i] = name;
+    be->prof.seconds[i] += wall_now() - t0;
+    be->prof.calls[i]++;
+    return s;
+}
+
+static void print_profile(const lz_profile *p) {
+    double total = 0;
+    for (int i = 0; i < LZ_PROFILE_OPS && p->name[i]; i++)
+        total += p->seconds[i];
+    fprintf(stderr, "lizard profile (cuda): %.3f s in ops\n", total);
+    for (int i = 0; i < LZ_PROFILE_OPS && p->name[i]; i++)
+        fprintf(stderr, "  %-18s %9ld calls %10.3f ms %5.1f%%\n", p->name[i], p->calls[i], 1e3 * p->seconds[i],
+                100.0 * p->seconds[i] / (total > 0 ? total : 1));
+}
+
+static lz_status cuda_begin_step(lz_backend *be, const int32_t *ids, const lz_batch *b, const int32_t *rows,
+                                 int n_rows) {
+    return profiled(be, "begin_step", [&] { return begin_step_impl(be, ids, b, rows, n_rows); });
+}
+
+static lz_status cuda_act_to_host(lz_backend *be, float *dst, const void *src, size_t n) {
+    return profiled(be, "act_to_host", [&] { return act_to_host_impl(be, dst, src, n); });
+}
+
+// Graphs --------------------------------------------------------------------------
+
+static void cuda_graph_reset(lz_backend *be) {
+    lz_graph_cache *g = &be->graphs;
+    for (int i = 0; i < LZ_GRAPHS; i++) {
+        if (g->exec[i])
+            cudaGraphExecDestroy(g->exec[i]);
+        g->exec[i] = NULL;
+        g->seen[i] = false;
+        g->sig[i] = 0;
+    }
+}
+
+static lz_status cuda_graph_begin(lz_backend *be, uint64_t sig, bool *run_ops) {
+    lz_graph_cache *g = &be->graphs;
+    *run_ops = true;
+    g->mode = 0;
+    if (g->off)
+        return LZ_OK;
+    if (be->ctx.buffers_moved) {
+        cuda_graph_reset(be);
+        be->ctx.buffers_moved = false;
+    }
+    int i = 0;
+    while (i < LZ_GRAPHS && !(g->seen[i] && g->sig[i] == sig))
+        i++;
+    if (i == LZ_GRAPHS) { // first sight: run eagerly, record next time
+        i = g->next;
+        g->next = (g->next + 1) % LZ_GRAPHS;
+        if (g->exec[i])
+            cudaGraphExecDestroy(g->exec[i]);
+        g->exec[i] = NULL;
+        g->sig[i] = sig;
+        g->seen[i] = true;
+        return LZ_OK;
+    }
+    g->current = i;
+    if (g->exec[i]) {
+        g->mode = 2;
+        *run_ops = false;
+        return LZ_OK;
+    }
+    LZ_CUDA_TRY(cudaStreamBeginCapture(be->ctx.stream, cudaStreamCaptureModeThreadLocal));
+    g->mode = 1;
+    return LZ_OK;
+}
+
+static lz_status cuda_graph_end(lz_backend *be, bool ok) {
+    lz_graph_cache *g = &be->graphs;
+    const int mode = g->mode, i = g->current;
+    g->mode = 0;
+    if (mode == 1) {
+        cudaGraph_t graph = NULL;
+        cudaError_t e = cudaStreamEndCapture(be->ctx.stream, &graph);
+        if (!ok || e != cudaSuccess) {
+            if (graph)
+                cudaGraphDestroy(graph);
+            g->seen[i] = false;
+            if (!ok)
+                return LZ_OK; // the caller reports the op's own error
+            LZ_CUDA_TRY(e);
+        }
+        e = cudaGraphInstantiate(&g->exec[i], graph, 0);
+        cudaGraphDestroy(graph);
+        LZ_CUDA_TRY(e);
+    }
+    if (mode != 0 && ok)
+        LZ_CUDA_TRY(cudaGraphLaunch(g->exec[i], be->ctx.stream));
+    return LZ_OK;
+}
+
 // Op adapters -------------------------------------------------------------------
 
 template <typename T> struct cuda_ops {
     static lz_status embedding(lz_backend *be, void *out, const lz_weight *t, const int32_t *ids, int n) {
-        return embedding_forward<T>(&be->ctx, (T *)out, (const T *)t->data, be->batch.ids, n, (int)t->cols);
+        return profiled(be, "embedding", [&] { return embedding_forward<T>(&be->ctx, (T *)out, (const T *)t->data, be->batch.ids, n, (int)t->cols); });
     }
     static lz_status rmsnorm(lz_backend *be, void *out, const void *x, const lz_weight *w, int n, float eps) {
-        return rmsnorm_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data, n, (int)w->cols, eps);
+        return profiled(be, "rmsnorm", [&] { return rmsnorm_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data, n, (int)w->cols, eps); });
     }
     static lz_status linear(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *b, int n) {
-        return linear_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data,
-                                 b && b->data ? (const T *)b->data : NULL, n, (int)w->cols, (int)w->rows);
+        return profiled(be, "linear", [&] { return linear_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data,
+                                 b && b->data ? (const T *)b->data : NULL, n, (int)w->cols, (int)w->rows); });
     }
     static lz_status add(lz_backend *be, void *y, const void *x, size_t n) {
-        return add_forward<T>(&be->ctx, (T *)y, (const T *)x, n);
+        return profiled(be, "add", [&] { return add_forward<T>(&be->ctx, (T *)y, (const T *)x, n); });
     }
     static lz_status swiglu(lz_backend *be, void *out, const void *g, const void *u, size_t n) {
-        return swiglu_forward<T>(&be->ctx, (T *)out, (const T *)g, (const T *)u, n);
+        return profiled(be, "swiglu", [&] { return swiglu_forward<T>(&be->ctx, (T *)out, (const T *)g, (const T *)u, n); });
     }
     static lz_status gather(lz_backend *be, void *out, const void *x, const int32_t *rows, int n, int C) {
-        return gather_rows_forward<T>(&be->ctx, (T *)out, (const T *)x, be->batch.rows, n, C);
+        return profiled(be, "gather_rows", [&] { return gather_rows_forward<T>(&be->ctx, (T *)out, (const T *)x, be->batch.rows, n, C); });
     }
     static lz_status rope(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *b,
                           const lz_attn_dims *d) {
-        return rope_forward<T>(&be->ctx, (T *)q, (T *)k, inv_freq, &be->batch, b->n_tokens, d);
+        return profiled(be, "rope", [&] { return rope_forward<T>(&be->ctx, (T *)q, (T *)k, inv_freq, &be->batch, b->n_tokens, d); });
     }
     static lz_status softmax_attention(lz_backend *be, void *out, const void *q, const void *k, const void *v,
                                        lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
-        return softmax_attention_forward<T>(&be->ctx, (T *)out, (const T *)q, (const T *)k, (const T *)v, st,
-                                            &be->batch, b, d);
+        return profiled(be, "softmax_attention", [&] { return softmax_attention_forward<T>(&be->ctx, (T *)out, (const T *)q, (const T *)k, (const T *)v, st,
+                                            &be->batch, b, d); });
     }
     static lz_status feature_map(lz_backend *be, void *out, const void *x, const lz_weight *w, int n, int Hx, int Hout,
                                  int d, int f, bool exp_map) {
-        return feature_map_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data, (int)w->rows, n, Hx, Hout,
-                                      d, f, exp_map);
+        return profiled(be, "feature_map", [&] { return feature_map_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data, (int)w->rows, n, Hx, Hout,
+                                      d, f, exp_map); });
     }
     static lz_status log_sigmoid(lz_backend *be, void *out, const void *x, int n) {
-        return log_sigmoid_forward<T>(&be->ctx, (T *)out, (const T *)x, n);
+        return profiled(be, "log_sigmoid", [&] { return log_sigmoid_forward<T>(&be->ctx, (T *)out, (const T *)x, n); });
     }
     static lz_status gla_chunked(lz_backend *be, void *out, const void *pq, const void *pk, const void *v,
                                  const void *lg, lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
-        return gla_chunked_forward<T>(&be->ctx, (T *)out, (const T *)pq, (const T *)pk, (const T *)v, (const T *)lg, st,
-                                      &be->batch, b, d);
+        return profiled(be, "gla_chunked", [&] { return gla_chunked_forward<T>(&be->ctx, (T *)out, (const T *)pq, (const T *)pk, (const T *)v, (const T *)lg, st,
+                                      &be->batch, b, d); });
     }
     static lz_status gla_recurrent(lz_backend *be, void *out, const void *pq, const void *pk, const void *v,
                                    const void *lg, lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
-        return gla_recurrent_forward<T>(&be->ctx, (T *)out, (const T *)pq, (const T *)pk, (const T *)v, (const T *)lg,
-                                        st, &be->batch, b, d);
+        return profiled(be, "gla_recurrent", [&] { return gla_recurrent_forward<T>(&be->ctx, (T *)out, (const T *)pq, (const T *)pk, (const T *)v, (const T *)lg,
+                                        st, &be->batch, b, d); });
     }
     static lz_status window(lz_backend *be, void *out, const void *q, const void *k, const void *v,
                             const lz_weight *meta, float alpha, lz_layer_state *st, const lz_batch *b,
                             const lz_attn_dims *d) {
-        return window_attention_forward<T>(&be->ctx, (T *)out, (const T *)q, (const T *)k, (const T *)v,
-                                           (const T *)meta->data, alpha, st, &be->batch, b, d);
+        return profiled(be, "window_attention", [&] { return window_attention_forward<T>(&be->ctx, (T *)out, (const T *)q, (const T *)k, (const T *)v,
+                                           (const T *)meta->data, alpha, st, &be->batch, b, d); });
     }
 };
 
@@ -311,6 +455,9 @@ template <typename T> static lz_ops make_ops(const char *name) {
     o.sync = cuda_sync;
     o.destroy = cuda_destroy;
     o.begin_step = cuda_begin_step;
+    o.graph_begin = cuda_graph_begin;
+    o.graph_end = cuda_graph_end;
+    o.graph_reset = cuda_graph_reset;
     o.embedding = cuda_ops<T>::embedding;
     o.rmsnorm = cuda_ops<T>::rmsnorm;
     o.linear = cuda_ops<T>::linear;
@@ -345,6 +492,11 @@ static int local_rank(void) {
 static void cuda_destroy(lz_backend *be) {
     if (!be)
         return;
+    if (be->prof.on)
+        print_profile(&be->prof);
+    cuda_graph_reset(be);
+    if (be->cublas_workspace)
+        cudaFree(be->cublas_workspace);
     cudaStreamSynchronize(be->ctx.stream);
     if (be->ctx.cublas)
         cublasDestroy(be->ctx.cublas);
@@ -376,8 +528,19 @@ static lz_status init_device(lz_backend *be) {
     LZ_CUDA_TRY(cudaStreamCreateWithFlags(&be->ctx.stream, cudaStreamNonBlocking));
     LZ_CUBLAS_TRY(cublasCreate(&be->ctx.cublas));
     LZ_CUBLAS_TRY(cublasSetStream(be->ctx.cublas, be->ctx.stream));
+    // a workspace of our own: cuBLAS must not allocate while a decode step is recorded
+    const size_t ws_bytes = (size_t)32 << 20;
+    LZ_CUDA_TRY(cudaMalloc(&be->cublas_workspace, ws_bytes));
+    LZ_CUBLAS_TRY(cublasSetWorkspace(be->ctx.cublas, be->cublas_workspace, ws_bytes));
     // fp32 runs are exactness checks: no TF32 shortcuts
     LZ_CUBLAS_TRY(cublasSetMathMode(be->ctx.cublas, be->dtype == LZ_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+    if (be->dtype == LZ_DTYPE_BF16) {
+        LZ_TRY(gla_init<__nv_bfloat16>(&be->ctx));
+        LZ_TRY(attention_init<__nv_bfloat16>(&be->ctx));
+    } else {
+        LZ_TRY(gla_init<float>(&be->ctx));
+        LZ_TRY(attention_init<float>(&be->ctx));
+    }
     return LZ_OK;
 }
 
@@ -388,6 +551,10 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     if (!be)
         return lz_fail(LZ_ERR_NOMEM, "cuda backend: out of memory");
     be->dtype = dtype;
+    const char *prof = getenv("LIZARD_PROFILE");
+    be->prof.on = prof && *prof && strcmp(prof, "0") != 0;
+    const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
+    be->graphs.off = be->prof.on || (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
     lz_status s = init_device(be);
     if (s != LZ_OK) {
         cuda_destroy(be);

@@ -13,6 +13,7 @@ struct lz_cuda_ctx {
     size_t max_smem;       // opt-in shared memory per block
     void *scratch;         // device scratch for multi-pass kernels
     size_t scratch_bytes;
+    bool buffers_moved;    // scratch or step arrays reallocated: recorded graphs are stale
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).
@@ -47,6 +48,9 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
                                    lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
                                    const lz_attn_dims *dims);
 
+// Kernel attributes (shared-memory limits), set once when the backend starts.
+template <typename T> lz_status gla_init(lz_cuda_ctx *c);
+template <typename T> lz_status attention_init(lz_cuda_ctx *c);
 template <typename T> lz_status random_fill(lz_cuda_ctx *c, T *w, size_t n, float mean, float std, uint64_t seed);
 template <typename T> lz_status measure_ceilings(lz_cuda_ctx *c, double *copy_bytes_per_s, double *gemm_flops);
 

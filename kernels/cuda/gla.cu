@@ -101,22 +101,27 @@ __global__ void chunk_scan_kernel(float *dS, float *dz, const float *decay, floa
     *state = acc;
 }
 
-// grid (chunks, Hq), block 256; smem: phi_q [64][F], phi_k [64][F], v [64][d] (as T), A [64][65], g [64], den [64]
+// Row stride of phi tiles in shared memory: one element of padding puts
+// consecutive rows in different banks (the A loop reads down a column).
+template <typename T> __host__ __device__ constexpr int padded(int F) { return F + (sizeof(T) == 2 ? 2 : 1); }
+
+// grid (chunks, Hq), block 256; smem: A [64][65], g, den, lg [64] (fp32), phi_q, phi_k [64][F+pad], v [64][d] (T)
 template <typename T>
 __global__ void chunk_output_kernel(T *out, const T *phi_q, const T *phi_k, const T *v, const T *log_gamma,
                                     const float *S_prev, const float *z_prev, const int32_t *chunk_row0,
                                     const int32_t *chunk_len, gla_shape sh, bool normalize) {
     extern __shared__ float sm[];
+    const int Fp = padded<T>(sh.F);
     float *A = sm, *g = A + LZ_CHUNK * (LZ_CHUNK + 1), *den = g + LZ_CHUNK, *lg = den + LZ_CHUNK;
-    T *pq = (T *)(lg + LZ_CHUNK), *pk = pq + LZ_CHUNK * sh.F, *vs = pk + LZ_CHUNK * sh.F;
+    T *pq = (T *)(lg + LZ_CHUNK), *pk = pq + LZ_CHUNK * Fp, *vs = pk + LZ_CHUNK * Fp;
     const int c = blockIdx.x, h = blockIdx.y, row0 = chunk_row0[c], L = chunk_len[c];
     const int s = sh.Hs == sh.Hq ? h : h / (sh.Hq / sh.Hs), vh = sh.value_head(s);
     load_log_gates(lg, log_gamma, row0, L);
     chunk_cumsum(g, lg, L);
     for (int e = threadIdx.x; e < L * sh.F; e += blockDim.x) {
         const int t = e / sh.F, a = e % sh.F;
-        pq[e] = phi_q[((size_t)(row0 + t) * sh.Hq + h) * sh.F + a];
-        pk[e] = phi_k[((size_t)(row0 + t) * sh.Hs + s) * sh.F + a];
+        pq[t * Fp + a] = phi_q[((size_t)(row0 + t) * sh.Hq + h) * sh.F + a];
+        pk[t * Fp + a] = phi_k[((size_t)(row0 + t) * sh.Hs + s) * sh.F + a];
     }
     for (int e = threadIdx.x; e < L * sh.d; e += blockDim.x)
         vs[e] = v[((size_t)(row0 + e / sh.d) * sh.Hkv + vh) * sh.d + e % sh.d];
@@ -126,39 +131,63 @@ __global__ void chunk_output_kernel(T *out, const T *phi_q, const T *phi_k, cons
         const int i = e / L, t = e % L;
         float acc = 0.0f;
         if (t <= i) {
+            const T *qi = pq + i * Fp, *kt = pk + t * Fp;
             for (int a = 0; a < sh.F; a++)
-                acc += lz_to_float(pq[i * sh.F + a]) * lz_to_float(pk[t * sh.F + a]);
+                acc += lz_to_float(qi[a]) * lz_to_float(kt[a]);
             acc *= expf(g[i] - g[t]);
         }
         A[i * (LZ_CHUNK + 1) + t] = acc;
     }
     __syncthreads();
     const float *Sp = S_prev + ((size_t)c * sh.Hs + s) * sh.F * sh.d, *zp = z_prev + ((size_t)c * sh.Hs + s) * sh.F;
-    // den_i: one warp per row
+    // den_i = exp(G_i) phi_q_i . z_prev + sum_t A_it: one warp per row
     for (int i = threadIdx.x >> 5; i < L; i += blockDim.x >> 5) {
         float inter = 0.0f, intra = 0.0f;
         for (int a = threadIdx.x & 31; a < sh.F; a += 32)
-            inter += lz_to_float(pq[i * sh.F + a]) * zp[a];
+            inter += lz_to_float(pq[i * Fp + a]) * zp[a];
         for (int t = threadIdx.x & 31; t <= i; t += 32)
             intra += A[i * (LZ_CHUNK + 1) + t];
         const float total = expf(g[i]) * lz_warp_sum(inter) + lz_warp_sum(intra);
         if ((threadIdx.x & 31) == 0)
             den[i] = total;
     }
-    __syncthreads();
-    // out[i][j]: thread owns column j and rows i = i0, i0 + step, ...
-    const int rows_per_pass = blockDim.x / sh.d > 0 ? blockDim.x / sh.d : 1;
-    for (int e = threadIdx.x; e < sh.d * rows_per_pass; e += blockDim.x) {
-        const int j = e % sh.d, i0 = e / sh.d;
-        for (int i = i0; i < L; i += rows_per_pass) {
-            float inter = 0.0f, intra = 0.0f;
-            for (int a = 0; a < sh.F; a++)
-                inter += lz_to_float(pq[i * sh.F + a]) * Sp[(size_t)a * sh.d + j];
-            for (int t = 0; t <= i; t++)
-                intra += A[i * (LZ_CHUNK + 1) + t] * lz_to_float(vs[t * sh.d + j]);
-            const float num = expf(g[i]) * inter + intra;
-            out[((size_t)(row0 + i) * sh.Hq + h) * sh.d + j] = lz_from_float<T>(normalize ? num / den[i] : num);
+    // out[i][j]: thread owns column j and rows i0, i0 + rpp, ...; the state
+    // element S_prev[a][j] and v[t][j] are loaded once and used for all its rows.
+    const int rpp = blockDim.x / sh.d, j = threadIdx.x % sh.d, i0 = threadIdx.x / sh.d; // blockDim = rpp * d
+    float acc[LZ_CHUNK];
+#pragma unroll
+    for (int k = 0; k < LZ_CHUNK; k++)
+        acc[k] = 0.0f;
+    for (int a = 0; a < sh.F; a++) {
+        const float sv = Sp[(size_t)a * sh.d + j];
+#pragma unroll
+        for (int k = 0; k < LZ_CHUNK; k++) {
+            const int i = i0 + k * rpp;
+            if (i < L)
+                acc[k] += lz_to_float(pq[i * Fp + a]) * sv;
         }
+    }
+#pragma unroll
+    for (int k = 0; k < LZ_CHUNK; k++) {
+        const int i = i0 + k * rpp;
+        if (i < L)
+            acc[k] *= expf(g[i]);
+    }
+    for (int t = 0; t < L; t++) {
+        const float vv = lz_to_float(vs[t * sh.d + j]);
+#pragma unroll
+        for (int k = 0; k < LZ_CHUNK; k++) {
+            const int i = i0 + k * rpp;
+            if (i < L && t <= i)
+                acc[k] += A[i * (LZ_CHUNK + 1) + t] * vv;
+        }
+    }
+    __syncthreads(); // den is complete
+#pragma unroll
+    for (int k = 0; k < LZ_CHUNK; k++) {
+        const int i = i0 + k * rpp;
+        if (i < L)
+            out[((size_t)(row0 + i) * sh.Hq + h) * sh.d + j] = lz_from_float<T>(normalize ? acc[k] / den[i] : acc[k]);
     }
 }
 
@@ -177,12 +206,10 @@ lz_status gla_chunked_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *p
 
     const size_t smem_a = sizeof(float) * (LZ_CHUNK * LZ_FTILE + LZ_CHUNK * sh.d + 2 * LZ_CHUNK);
     const size_t smem_c = sizeof(float) * (LZ_CHUNK * (LZ_CHUNK + 1) + 3 * LZ_CHUNK) +
-                          sizeof(T) * (2 * (size_t)LZ_CHUNK * sh.F + (size_t)LZ_CHUNK * sh.d);
+                          sizeof(T) * (2 * (size_t)LZ_CHUNK * padded<T>(sh.F) + (size_t)LZ_CHUNK * sh.d);
     if (smem_a > c->max_smem || smem_c > c->max_smem)
         return lz_fail(LZ_ERR_INPUT, "GLA chunk kernel needs %zu bytes of shared memory (feature_dim %d, head_dim %d); "
                                      "the GPU offers %zu", smem_c, dims->feature_dim, sh.d, c->max_smem);
-    LZ_CUDA_TRY(cudaFuncSetAttribute(chunk_state_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_a));
-    LZ_CUDA_TRY(cudaFuncSetAttribute(chunk_output_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_c));
 
     chunk_state_kernel<T><<<dim3(C, sh.Hs, (sh.F + LZ_FTILE - 1) / LZ_FTILE), 256, smem_a, c->stream>>>(
         dS, dz, decay, phi_k, v, log_gamma, b->chunk_row0, b->chunk_len, sh);
@@ -191,7 +218,10 @@ lz_status gla_chunked_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *p
     chunk_scan_kernel<<<dim3(hb->n_seqs, sh.Hs, (unsigned)((elems + 255) / 256)), 256, 0, c->stream>>>(
         dS, dz, decay, st->S, st->z, b->seq_chunk0, b->seq_chunks, b->slot, sh);
     LZ_LAUNCH_CHECK("gla chunk_scan");
-    chunk_output_kernel<T><<<dim3(C, sh.Hq), 256, smem_c, c->stream>>>(out, phi_q, phi_k, v, log_gamma, dS, dz,
+    // 256 threads = rows-per-pass x d columns; d > 256 would need more threads than rows fit
+    if (sh.d > 256)
+        return lz_fail(LZ_ERR_INPUT, "GLA chunk kernel supports head_dim <= 256, got %d", sh.d);
+    chunk_output_kernel<T><<<dim3(C, sh.Hq), (256 / sh.d) * sh.d, smem_c, c->stream>>>(out, phi_q, phi_k, v, log_gamma, dS, dz,
                                                                          b->chunk_row0, b->chunk_len, sh,
                                                                          dims->gla_normalize);
     LZ_LAUNCH_CHECK("gla chunk_output");
@@ -263,7 +293,9 @@ lz_status gla_recurrent_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T 
         return lz_fail(LZ_ERR_INPUT, "GLA decode supports at most %d query heads per state head, got %d", LZ_MAX_GROUP,
                        group);
     const size_t smem = sizeof(float) * ((size_t)group * sh.F + sh.F + sh.d + (size_t)parts * group * sh.d + group);
-    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (smem > c->max_smem)
+        return lz_fail(LZ_ERR_INPUT, "GLA decode kernel needs %zu bytes of shared memory; the GPU offers %zu", smem,
+                       c->max_smem);
     gla_decode_kernel<T><<<dim3(hb->n_seqs, sh.Hs), block, smem, c->stream>>>(out, phi_q, phi_k, v, log_gamma, st->S,
                                                                                st->z, b->start, b->slot, sh,
                                                                                dims->gla_normalize);
@@ -271,7 +303,17 @@ lz_status gla_recurrent_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T 
     return LZ_OK;
 }
 
+// Once per backend (not per launch, so that decode steps can be captured in graphs).
+template <typename T> lz_status gla_init(lz_cuda_ctx *c) {
+    const int max = (int)c->max_smem;
+    LZ_CUDA_TRY(cudaFuncSetAttribute(chunk_state_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    LZ_CUDA_TRY(cudaFuncSetAttribute(chunk_output_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    return LZ_OK;
+}
+
 #define LZ_GLA(T)                                                                                                  \
+    template lz_status gla_init<T>(lz_cuda_ctx *);                                                                 \
     template lz_status gla_chunked_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *, const T *,      \
                                               lz_layer_state *, const lz_cuda_batch *, const lz_batch *,           \
                                               const lz_attn_dims *);                                               \

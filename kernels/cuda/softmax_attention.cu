@@ -73,6 +73,100 @@ template <typename T> __global__ void combine_kernel(T *out, const float *partia
     out[((size_t)t * Hq + h) * d + j] = lz_from_float<T>(acc / l);
 }
 
+// Prompt path: a block takes one chunk of up to 64 rows of one sequence and one
+// query head, and walks the keys in tiles of 64 through shared memory with an
+// online softmax (flash-attention style, on CUDA cores): no T x T matrix.
+// grid (chunks, Hq), block rpp x d; smem: S [64][65], m, l, c [64] (fp32); Q, K [64][d+pad], V [64][d] (T)
+template <typename T> __host__ __device__ constexpr int kpad(int d) { return d + (sizeof(T) == 2 ? 2 : 1); }
+
+template <typename T>
+__global__ void attention_tiled_kernel(T *out, const T *q, const T *kc, const T *vc, const int32_t *chunk_row0,
+                                       const int32_t *chunk_len, const int32_t *token_seq, const int32_t *slot,
+                                       const int32_t *token_pos, int Hq, int Hkv, int d, int capacity,
+                                       int sliding_window) {
+    extern __shared__ float sm[];
+    const int TILE = 64, dp = kpad<T>(d);
+    float *S = sm, *m = S + TILE * (TILE + 1), *l = m + TILE, *cscale = l + TILE;
+    T *Qs = (T *)(cscale + TILE), *Ks = Qs + TILE * dp, *Vs = Ks + TILE * dp;
+    const int c = blockIdx.x, h = blockIdx.y, g = h / (Hq / Hkv), row0 = chunk_row0[c], L = chunk_len[c];
+    const int p0 = token_pos[row0], p_last = token_pos[row0 + L - 1];
+    const size_t row = (size_t)Hkv * d, base = (size_t)slot[token_seq[row0]] * capacity * row + (size_t)g * d;
+    const float scale = rsqrtf((float)d);
+    for (int e = threadIdx.x; e < L * d; e += blockDim.x)
+        Qs[(e / d) * dp + e % d] = q[((size_t)(row0 + e / d) * Hq + h) * d + e % d];
+    for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    const int rpp = blockDim.x / d, j = threadIdx.x % d, i0 = threadIdx.x / d;
+    float acc[TILE];
+#pragma unroll
+    for (int k = 0; k < TILE; k++)
+        acc[k] = 0.0f;
+    const int k_first = sliding_window > 0 && p0 - sliding_window + 1 > 0 ? p0 - sliding_window + 1 : 0;
+    for (int t0 = k_first; t0 <= p_last; t0 += TILE) {
+        const int n_keys = min(TILE, p_last + 1 - t0);
+        __syncthreads(); // the previous tile is consumed
+        for (int e = threadIdx.x; e < n_keys * d; e += blockDim.x) {
+            const size_t src = base + (size_t)(t0 + e / d) * row + e % d;
+            Ks[(e / d) * dp + e % d] = kc[src];
+            Vs[(e / d) * d + e % d] = vc[src];
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < L * TILE; e += blockDim.x) {
+            const int i = e / TILE, tt = e % TILE, t = t0 + tt, p = p0 + i;
+            const bool visible = tt < n_keys && t <= p && (sliding_window <= 0 || t > p - sliding_window);
+            float sc = -INFINITY;
+            if (visible) {
+                sc = 0.0f;
+                for (int x = 0; x < d; x++)
+                    sc += lz_to_float(Qs[i * dp + x]) * lz_to_float(Ks[tt * dp + x]);
+                sc *= scale;
+            }
+            S[i * (TILE + 1) + tt] = sc;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x >> 5; i < L; i += blockDim.x >> 5) { // one warp per row
+            const int lane = threadIdx.x & 31;
+            float *Si = S + i * (TILE + 1);
+            const float mx = lz_warp_max(fmaxf(Si[lane], Si[lane + 32])), m_new = fmaxf(m[i], mx);
+            const float e0 = m_new == -INFINITY ? 0.0f : expf(Si[lane] - m_new);
+            const float e1 = m_new == -INFINITY ? 0.0f : expf(Si[lane + 32] - m_new);
+            Si[lane] = e0;
+            Si[lane + 32] = e1;
+            const float sum = lz_warp_sum(e0 + e1);
+            if (lane == 0) {
+                const float keep = m[i] == -INFINITY ? 0.0f : expf(m[i] - m_new);
+                cscale[i] = keep;
+                l[i] = l[i] * keep + sum;
+                m[i] = m_new;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < TILE; k++) {
+            const int i = i0 + k * rpp;
+            if (i < L)
+                acc[k] *= cscale[i];
+        }
+        for (int tt = 0; tt < n_keys; tt++) {
+            const float vv = lz_to_float(Vs[tt * d + j]);
+#pragma unroll
+            for (int k = 0; k < TILE; k++) {
+                const int i = i0 + k * rpp;
+                if (i < L)
+                    acc[k] += S[i * (TILE + 1) + tt] * vv;
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < TILE; k++) {
+        const int i = i0 + k * rpp;
+        if (i < L)
+            out[((size_t)(row0 + i) * Hq + h) * d + j] = lz_from_float<T>(acc[k] / l[i]);
+    }
+}
+
 template <typename T>
 lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, lz_layer_state *st,
                                     const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims) {
@@ -84,11 +178,26 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
     kv_append_kernel<T><<<n, 256, 0, c->stream>>>((T *)st->k_cache, (T *)st->v_cache, k, v, b->token_seq, b->slot,
                                                   b->token_pos, row, dims->kv_capacity);
     LZ_LAUNCH_CHECK("kv_append");
-    // Enough splits to fill the GPU on long contexts, bounded by the scratch for partials.
-    int splits = (b->max_end + LZ_KEYS_PER_SPLIT - 1) / LZ_KEYS_PER_SPLIT;
+    if (b->max_len > 1) { // a prompt in the step: the tiled kernel for every row
+        if (d > 256)
+            return lz_fail(LZ_ERR_INPUT, "CUDA prompt attention supports head_dim <= 256, got %d", d);
+        const size_t smem = sizeof(float) * (64 * 65 + 3 * 64) + sizeof(T) * (2 * 64 * (size_t)kpad<T>(d) + 64 * (size_t)d);
+        if (smem > c->max_smem)
+            return lz_fail(LZ_ERR_INPUT, "prompt attention needs %zu bytes of shared memory; the GPU offers %zu", smem,
+                           c->max_smem);
+        attention_tiled_kernel<T><<<dim3(b->n_chunks, Hq), (256 / d) * d, smem, c->stream>>>(
+            out, q, (const T *)st->k_cache, (const T *)st->v_cache, b->chunk_row0, b->chunk_len, b->token_seq, b->slot,
+            b->token_pos, Hq, Hkv, d, dims->kv_capacity, dims->sliding_window);
+        LZ_LAUNCH_CHECK("attention tiled");
+        return LZ_OK;
+    }
+    // Decode: the keys split into ranges so that one long sequence fills the GPU. The
+    // split count follows the cache capacity, not the current length, so that every
+    // decode step of a state launches the same grid (and can be replayed as a graph).
+    int splits = (dims->kv_capacity + LZ_KEYS_PER_SPLIT - 1) / LZ_KEYS_PER_SPLIT;
     const int cap = (int)(LZ_MAX_PARTIALS / ((size_t)n * Hq));
     splits = splits < cap ? splits : (cap > 1 ? cap : 1);
-    const int keys_per_split = (b->max_end + splits - 1) / splits;
+    const int keys_per_split = (dims->kv_capacity + splits - 1) / splits;
     float *partial = NULL;
     if (splits > 1) {
         LZ_TRY(lz_cuda_scratch(c, sizeof(float) * (size_t)n * Hq * splits * (d + 2)));
@@ -106,7 +215,15 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
     return LZ_OK;
 }
 
+// Once per backend (not per launch, so that decode steps can be captured in graphs).
+template <typename T> lz_status attention_init(lz_cuda_ctx *c) {
+    LZ_CUDA_TRY(cudaFuncSetAttribute(attention_tiled_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)c->max_smem));
+    return LZ_OK;
+}
+
 #define LZ_SOFTMAX_ATTN(T)                                                                                          \
+    template lz_status attention_init<T>(lz_cuda_ctx *);                                                           \
     template lz_status softmax_attention_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *,            \
                                                     lz_layer_state *, const lz_cuda_batch *, const lz_batch *,      \
                                                     const lz_attn_dims *);
