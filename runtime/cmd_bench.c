@@ -21,7 +21,7 @@
 typedef struct {
     const char *shape, *model, *device, *dtype, *prompts, *batches, *contexts, *json;
     long steps, chunk, seed;
-    bool no_ceilings;
+    bool no_ceilings, linear_shapes;
 } bench_args;
 
 typedef struct {
@@ -174,6 +174,66 @@ static lz_status bench_decode(bench *b, int B, int context, int steps) {
     return s;
 }
 
+/* Median seconds of 5 timed calls of the linear op (after one warm-up). */
+static lz_status time_linear(bench *b, void *out, const void *x, const lz_weight *w, int n, double *secs) {
+    double t[5];
+    LZ_TRY(b->ops->linear(b->be, out, x, w, NULL, n));
+    for (int r = 0; r < 5; r++) {
+        LZ_TRY(b->ops->sync(b->be));
+        const double t0 = now_s();
+        LZ_TRY(b->ops->linear(b->be, out, x, w, NULL, n));
+        LZ_TRY(b->ops->sync(b->be));
+        t[r] = now_s() - t0;
+    }
+    for (int i = 1; i < 5; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x2 = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x2;
+        }
+    *secs = t[2];
+    return LZ_OK;
+}
+
+/* Every distinct linear shape of layer 0 and the LM head at a few token
+ * counts: time, weight bandwidth and FLOP rate, to see where steps go. */
+static lz_status bench_linear_shapes(bench *b) {
+    const lz_layer *ly = &b->model.layers[0], *lizard = ly;
+    for (int i = 0; i < b->model.cfg.num_hidden_layers && lizard->run_softmax; i++)
+        lizard = &b->model.layers[i];
+    const lz_weight *shapes[] = {&ly->wq, &ly->wk, &ly->wo, &ly->w_up, &ly->w_down, &lizard->gate, &b->model.lm_head};
+    const char *names[] = {"q_proj", "k_proj", "o_proj", "up_proj", "down_proj", "lizard gate", "lm_head"};
+    const int tokens[] = {1, 4, 8, 16, 64, 256, 2048};
+    void *x = NULL, *out = NULL;
+    const size_t cap = 2048 * (size_t)b->model.cfg.vocab_size;
+    lz_status s = b->ops->alloc(b->be, cap * b->ops->act_size, &out);
+    if (s == LZ_OK)
+        s = b->ops->alloc(b->be, 2048 * (size_t)b->model.cfg.intermediate_size * b->ops->act_size, &x);
+    if (s == LZ_OK)
+        s = b->ops->zero(b->be, x, 2048 * (size_t)b->model.cfg.intermediate_size * b->ops->act_size);
+    for (size_t i = 0; s == LZ_OK && i < sizeof shapes / sizeof shapes[0]; i++) {
+        const lz_weight *w = shapes[i];
+        if (!w->data)
+            continue;
+        for (size_t j = 0; s == LZ_OK && j < sizeof tokens / sizeof tokens[0]; j++) {
+            if ((size_t)tokens[j] * w->rows > cap)
+                continue;
+            double secs;
+            s = time_linear(b, out, x, w, tokens[j], &secs);
+            const double bytes = (double)w->rows * w->cols * b->ops->act_size;
+            if (s == LZ_OK)
+                printf("linear  %-12s [%6lld x %5lld]  tokens %5d  %9.1f us  %7.0f GB/s  %6.1f TFLOP/s\n", names[i],
+                       (long long)w->rows, (long long)w->cols, tokens[j], secs * 1e6, bytes / secs / 1e9,
+                       2.0 * tokens[j] * w->rows * w->cols / secs / 1e12);
+        }
+    }
+    if (x)
+        b->ops->free(b->be, x);
+    if (out)
+        b->ops->free(b->be, out);
+    return s;
+}
+
 static void print_header(bench *b, const bench_args *a) {
     const lz_state_bytes at2k = lz_state_bytes_at(&b->model, 2048), at32k = lz_state_bytes_at(&b->model, 32768);
     const size_t per_seq = at32k.softmax_kv + at32k.lizard_gla + at32k.lizard_window;
@@ -201,6 +261,8 @@ static lz_status run_bench(bench *b, const bench_args *a) {
         s = b->ops->measure_ceilings(b->be, &b->copy_bps, &b->gemm_flops);
     if (s == LZ_OK)
         print_header(b, a);
+    if (s == LZ_OK && a->linear_shapes)
+        s = bench_linear_shapes(b);
     for (int i = 0; s == LZ_OK && i < np; i++)
         if (prompts[i] > 0)
             s = bench_prompt(b, prompts[i], (int)a->chunk);
@@ -214,7 +276,7 @@ static lz_status run_bench(bench *b, const bench_args *a) {
 
 lz_status lz_cmd_bench(int argc, char **argv) {
     bench_args a = {NULL, NULL, "cuda", "bf16", "2048,8192,32768", "1,16,64,256", "2048,32768", NULL, 16, 8192, 0,
-                    false};
+                    false, false};
     const lz_option options[] = {
         {"--shape", LZ_OPT_STRING, "PRESET", "random weights of a named shape, made on the device (e.g. "
                                              "llama3-8b-hybrid)", &a.shape, false, 0, 0},
@@ -230,6 +292,8 @@ lz_status lz_cmd_bench(int argc, char **argv) {
         {"--seed", LZ_OPT_INT, "S", "random weights seed", &a.seed, false, 0, 9e15},
         {"--json", LZ_OPT_STRING, "FILE", "also write one JSON object per result line", &a.json, false, 0, 0},
         {"--no-ceilings", LZ_OPT_FLAG, "", "skip measuring the copy and GEMM ceilings", &a.no_ceilings, false, 0, 0},
+        {"--linear-shapes", LZ_OPT_FLAG, "", "also time every linear shape of the model at 1..2048 tokens",
+         &a.linear_shapes, false, 0, 0},
     };
     const lz_command_spec spec = {"bench", "prompt and decode throughput beside the device's ceilings", options,
                                   (int)(sizeof options / sizeof options[0])};

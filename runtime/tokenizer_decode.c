@@ -313,11 +313,13 @@ static lz_status release(lz_detok *d, bool final, const char **text, size_t *len
     for (int k = 0; k < tok->strip_stop && ready - skip >= clen && memcmp(d->pending + ready - clen, c, clen) == 0; k++)
         ready -= clen;
     LZ_TRY(reserve(&d->out, &d->cap_out, ready - skip + 1));
-    memcpy(d->out, d->pending + skip, ready - skip);
+    if (ready > skip)
+        memcpy(d->out, d->pending + skip, ready - skip);
     *text = d->out;
     *len = ready - skip;
     size_t rest = final ? 0 : d->n_pending - ready;
-    memmove(d->pending, d->pending + ready, rest);
+    if (rest)
+        memmove(d->pending, d->pending + ready, rest);
     d->n_pending = rest;
     return LZ_OK;
 }

@@ -285,6 +285,9 @@ static lz_status load_added(lz_tokenizer *t, const tj_val *list) {
     return LZ_OK;
 }
 
+/* Ids index a table: far beyond any real vocabulary (LLaMA-3: 128256) is an error. */
+enum { TK_MAX_ID = 1 << 24 };
+
 /* ---- id -> strings ----------------------------------------------------------------------------------- */
 
 static lz_status set_id(lz_tokenizer *t, int32_t id, const char *tok, size_t tok_len, const char *dec, size_t dec_len,
@@ -310,6 +313,8 @@ static lz_status build_ids(lz_tokenizer *t) {
     for (int i = 0; i < t->n_added; i++)
         if (t->added[i].id > max)
             max = t->added[i].id;
+    if (max >= TK_MAX_ID)
+        return lz_fail(LZ_ERR_INPUT, "tokenizer.json: token id %d is too large (ids are below %d)", max, TK_MAX_ID);
     t->n_ids = max + 1;
     t->ids = malloc(((size_t)t->n_ids + 1) * sizeof *t->ids);
     if (!t->ids)

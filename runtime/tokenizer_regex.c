@@ -121,6 +121,8 @@ lz_status tk_pattern_regex(const char *re, size_t len, const char *what, tk_patt
     }
     if (p->jit)
         pcre2_jit_stack_assign(p->mctx, NULL, p->stack);
+    /* tokenizer patterns need little backtracking; a pathological one fails instead of running for minutes */
+    pcre2_set_match_limit(p->mctx, 1000000);
     *out = p;
     return LZ_OK;
 }

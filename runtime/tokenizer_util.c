@@ -381,8 +381,9 @@ const int32_t *tk_cache_get(const tk_cache *c, const char *k, size_t n, size_t *
     const struct tk_cache_slot *s = cache_find(c, k, n, tk_hash(k, n));
     if (s->key_len == UINT32_MAX)
         return NULL;
+    static const int32_t none[1] = {0};
     *n_ids = s->n_ids;
-    return c->ids.p + s->ids_off;
+    return s->n_ids ? c->ids.p + s->ids_off : none; /* a word can map to no ids (no unk token) */
 }
 
 lz_status tk_cache_put(tk_cache *c, const char *k, size_t n, const int32_t *ids, size_t n_ids) {

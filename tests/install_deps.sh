@@ -5,7 +5,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config ca-certificates \
-    libjansson-dev \
+    libjansson-dev libpcre2-dev \
     clang libclang-rt-14-dev \
     python3 >/dev/null
 echo "install_deps: done"

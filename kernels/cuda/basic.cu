@@ -111,6 +111,10 @@ template <> cudaDataType_t cuda_type<__nv_bfloat16>() { return CUDA_R_16BF; }
 // C (o x n) = op_T(A: i x o, lda i) * B (i x n, ldb i).
 template <typename T>
 lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int in, int out_features) {
+    // Decode-sized steps and single-row outputs (the Lizard gate) are memory-bound: our GEMV.
+    const bool vec_ok = in % (16 / (int)sizeof(T)) == 0;
+    if (!c->gemv_off && vec_ok && (n <= LZ_GEMV_MAX_TOKENS || out_features <= 4))
+        return gemv_forward<T>(c, out, x, w, bias, n, in, out_features);
     const float one = 1.0f, zero = 0.0f;
     LZ_CUBLAS_TRY(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in, &one, w, cuda_type<T>(), in, x,
                                cuda_type<T>(), in, &zero, out, cuda_type<T>(), out_features, CUBLAS_COMPUTE_32F,

@@ -553,6 +553,8 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->dtype = dtype;
     const char *prof = getenv("LIZARD_PROFILE");
     be->prof.on = prof && *prof && strcmp(prof, "0") != 0;
+    const char *gemv = getenv("LIZARD_GEMV");
+    be->ctx.gemv_off = gemv && strcmp(gemv, "0") == 0;
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
     be->graphs.off = be->prof.on || (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
     lz_status s = init_device(be);

@@ -77,6 +77,28 @@ __device__ __forceinline__ float lz_block_max(float v, float *smem32) {
     return lz_warp_max(v);
 }
 
+// 16 bytes as floats: 8 bf16 or 4 fp32 (the source 16-byte aligned)
+template <typename T> struct vec16;
+template <> struct vec16<__nv_bfloat16> {
+    static constexpr int N = 8;
+    __device__ static void load(float *dst, const __nv_bfloat16 *src) {
+        const uint4 raw = *(const uint4 *)src;
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __bfloat1622float2(h[i]);
+            dst[2 * i] = f.x;
+            dst[2 * i + 1] = f.y;
+        }
+    }
+};
+template <> struct vec16<float> {
+    static constexpr int N = 4;
+    __device__ static void load(float *dst, const float *src) {
+        const float4 f = *(const float4 *)src;
+        dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
+    }
+};
+
 // Device copies of the current step's batch (uploaded once per step by begin_step).
 struct lz_cuda_batch {
     const int32_t *slot, *start, *len, *pos, *token_pos, *token_seq, *ids, *rows;

@@ -14,6 +14,7 @@ struct lz_cuda_ctx {
     void *scratch;         // device scratch for multi-pass kernels
     size_t scratch_bytes;
     bool buffers_moved;    // scratch or step arrays reallocated: recorded graphs are stale
+    bool gemv_off;         // LIZARD_GEMV=0: every linear layer through cuBLAS (for comparison)
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).
@@ -47,6 +48,11 @@ template <typename T>
 lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *meta, float alpha,
                                    lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
                                    const lz_attn_dims *dims);
+
+// Few-token linear layers (see gemv.cu); the launcher picks it below this size.
+enum { LZ_GEMV_MAX_TOKENS = 8 };
+template <typename T>
+lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m);
 
 // Kernel attributes (shared-memory limits), set once when the backend starts.
 template <typename T> lz_status gla_init(lz_cuda_ctx *c);

@@ -25,6 +25,7 @@ template <typename T>
 __global__ void attention_kernel(T *out, float *partial, const T *q, const T *kc, const T *vc,
                                  const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int Hq,
                                  int Hkv, int d, int capacity, int sliding_window, int splits, int keys_per_split) {
+    __shared__ float q_s[8][32 * LZ_ATTN_MAX_DPL]; // one query per warp (at most 8 warps)
     const int t = blockIdx.x, g = blockIdx.y, split = blockIdx.z, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int group = Hq / Hkv, n_warps = blockDim.x >> 5, n_dims = lz_lane_dims(d), p = token_pos[t];
     const int first = sliding_window > 0 && p - sliding_window + 1 > 0 ? p - sliding_window + 1 : 0;
@@ -33,8 +34,11 @@ __global__ void attention_kernel(T *out, float *partial, const T *q, const T *kc
     const float scale = rsqrtf((float)d);
     for (int hq = warp; hq < group; hq += n_warps) {
         const int h = g * group + hq;
-        float qv[LZ_ATTN_MAX_DPL];
-        lz_lane_load(qv, q + ((size_t)t * Hq + h) * d, d);
+        float *qv = q_s[warp];
+        __syncwarp();
+        for (int x = lane; x < d; x += 32)
+            qv[x] = lz_to_float(q[((size_t)t * Hq + h) * d + x]);
+        __syncwarp();
         lz_online_softmax st = {-INFINITY, 0.0f, {0}};
         lz_warp_attend<T>(&st, qv, d, t0, t1, scale, [&](int key) { return kc + base + (size_t)key * row; },
                           [&](int key) { return vc + base + (size_t)key * row; });

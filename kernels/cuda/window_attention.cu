@@ -11,6 +11,7 @@ __global__ void window_kernel(T *out, const T *q, const T *k, const T *v, const 
                               const T *meta, int n_meta, float alpha, const int32_t *token_seq, const int32_t *slot,
                               const int32_t *start, const int32_t *pos, const int32_t *token_pos, int Hq, int Hkv, int d,
                               int w) {
+    __shared__ float q_s[8][32 * LZ_ATTN_MAX_DPL]; // one query per warp (at most 8 warps)
     const int t = blockIdx.x, g = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int group = Hq / Hkv, n_warps = blockDim.x >> 5, n_dims = lz_lane_dims(d), s = token_seq[t], p = token_pos[t];
     const int pos0 = pos[s], row0 = start[s], first = p - w + 1 > 0 ? p - w + 1 : 0;
@@ -20,8 +21,11 @@ __global__ void window_kernel(T *out, const T *q, const T *k, const T *v, const 
         mm = fmaxf(mm, lz_to_float(meta[j]));
     for (int hq = warp; hq < group; hq += n_warps) {
         const int h = g * group + hq;
-        float qv[LZ_ATTN_MAX_DPL];
-        lz_lane_load(qv, q + ((size_t)t * Hq + h) * d, d);
+        float *qv = q_s[warp];
+        __syncwarp();
+        for (int x = lane; x < d; x += 32)
+            qv[x] = lz_to_float(q[((size_t)t * Hq + h) * d + x]);
+        __syncwarp();
         // meta logits: mass in the denominator only
         lz_online_softmax st = {mm, 0.0f, {0}};
         for (int j = 0; j < n_meta; j++)
