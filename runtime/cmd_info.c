@@ -4,7 +4,8 @@
 
 #include "cli_options.h" // lz_parse_options
 #include "commands.h"    // lz_cmd_info
-#include "engine.h"      // lz_engine
+#include "model.h"       // lz_model_describe
+#include "state.h"       // lz_state_bytes_at
 
 static void print_layers(const lz_model *m) {
     printf("layers         ");
@@ -32,23 +33,23 @@ static void print_model(const lz_model *m, const char *dir) {
     print_layers(m);
     printf("parameters     %zu teacher + %zu lizard = %zu\n", m->n_params_teacher, m->n_params_lizard,
            m->n_params_teacher + m->n_params_lizard);
+    // KV caches and the window ring hold activations (fp32 on the CPU, bf16 on the GPU by default);
+    // the GLA state is fp32 everywhere.
     const int ctx[] = {1024, 32768, 131072};
     for (int i = 0; i < 3; i++) {
-        lz_state_bytes b = lz_state_bytes_at(m, ctx[i]);
-        printf("state @ %6d  softmax KV %zu + lizard %zu = %zu bytes/sequence (%s activations)\n", ctx[i],
+        lz_state_bytes b = lz_state_bytes_at(m, ctx[i]); // fp32 activations
+        printf("state @ %6d  softmax KV %zu + lizard %zu = %zu bytes/sequence fp32 (%zu bf16)\n", ctx[i],
                b.softmax_kv, b.lizard_gla + b.lizard_window, b.softmax_kv + b.lizard_gla + b.lizard_window,
-               m->ops->name);
+               b.softmax_kv / 2 + b.lizard_gla + b.lizard_window / 2);
     }
 }
 
 lz_status lz_cmd_info(int argc, char **argv) {
-    const char *model = NULL, *softmax = NULL, *device = "cpu", *dtype = "bf16";
+    const char *model = NULL, *softmax = NULL;
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder", &model, true, 0, 0},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &softmax, false, 0, 0},
-        {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &device, false, 0, 0},
-        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &dtype, false, 0, 0},
     };
     const lz_command_spec spec = {"info", "describe a model folder", options, (int)(sizeof options / sizeof options[0])};
     bool help;
@@ -57,11 +58,19 @@ lz_status lz_cmd_info(int argc, char **argv) {
         lz_print_usage(stdout, &spec);
         return LZ_OK;
     }
-    lz_engine e;
-    lz_engine_options eo = {.model_dir = model, .device = device, .dtype = dtype, .softmax_layers = softmax,
-                           .n_slots = 1, .max_context = 1, .prefill_chunk = 1};
-    LZ_TRY(lz_engine_open(&e, &eo));
-    print_model(&e.model, model);
-    lz_engine_close(&e);
-    return LZ_OK;
+    // Describe, do not load: an 8B or 70B checkpoint is checked and counted without reading its weights.
+    lz_config cfg;
+    LZ_TRY(lz_config_load(model, &cfg));
+    if (softmax)
+        LZ_TRY(lz_config_set_softmax_layers(&cfg, softmax));
+    lz_backend *be;
+    const lz_ops *ops;
+    LZ_TRY(lz_cpu_backend_create(&be, &ops));
+    lz_model m;
+    lz_status s = lz_model_describe(&m, model, &cfg, ops);
+    if (s == LZ_OK)
+        print_model(&m, model);
+    lz_model_free(&m);
+    ops->destroy(be);
+    return s;
 }

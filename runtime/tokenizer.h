@@ -40,8 +40,7 @@ void lz_tokenizer_free(lz_tokenizer *tok);
 /* Encodes len bytes of text. add_special: add BOS/EOS as the post-processor
  * says (HF's add_special_tokens=True). *ids is malloc'd (free it), even when
  * *n is 0. */
-lz_status lz_tokenizer_encode(lz_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids,
-                              int *n);
+lz_status lz_tokenizer_encode(lz_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids, int *n);
 
 /* Decodes ids to text in one go (the same bytes as feeding an lz_detok and
  * flushing it). *text is malloc'd and NUL-terminated; *len excludes the NUL.

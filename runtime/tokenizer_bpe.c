@@ -128,7 +128,8 @@ static int32_t char_id(lz_tokenizer *tok, const char *s, size_t len, uint32_t cp
     tk_buf *b = &tok->word_buf;
     b->n = 0;
     if ((!first && tok->prefix_len && tk_buf_append(b, tok->prefix, tok->prefix_len) != LZ_OK) ||
-        tk_buf_append(b, s, len) != LZ_OK || (last && tok->suffix_len && tk_buf_append(b, tok->suffix, tok->suffix_len) != LZ_OK))
+        tk_buf_append(b, s, len) != LZ_OK ||
+        (last && tok->suffix_len && tk_buf_append(b, tok->suffix, tok->suffix_len) != LZ_OK))
         return -2;
     *str = b->p;
     *str_len = b->n;
@@ -193,7 +194,20 @@ static lz_status merge_word(lz_tokenizer *tok, const char *w, size_t n, tk_ids *
     return LZ_OK;
 }
 
+static lz_status bpe_word(lz_tokenizer *tok, const char *s, size_t n, tk_ids *out);
+
 lz_status tk_bpe_word(lz_tokenizer *tok, const char *s, size_t n, tk_ids *out) {
+    if (!tok->split_at_space || n <= 3)
+        return bpe_word(tok, s, n, out);
+    size_t start = 0;
+    for (const char *p = s + 1; (p = memmem(p, n - (size_t)(p - s), "\xe2\x96\x81", 3)) != NULL; p += 3) {
+        LZ_TRY(bpe_word(tok, s + start, (size_t)(p - s) - start, out));
+        start = (size_t)(p - s);
+    }
+    return bpe_word(tok, s + start, n - start, out);
+}
+
+static lz_status bpe_word(lz_tokenizer *tok, const char *s, size_t n, tk_ids *out) {
     if (n == 0)
         return LZ_OK;
     if (tok->ignore_merges) {

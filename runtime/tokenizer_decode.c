@@ -152,7 +152,10 @@ static lz_status reserve(char **p, size_t *cap, size_t need) {
 }
 
 static int hex_digit(char c) {
-    return (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+    return (c >= '0' && c <= '9')   ? c - '0'
+           : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+           : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                    : -1;
 }
 
 /* HF: u8::from_str_radix(&token[3..5], 16) on a 6-byte "<0x..>" token. */

@@ -102,8 +102,7 @@ static lz_status load_processor(const tj_val *v, int32_t **pre, int *n_pre, int3
         return append_ids(post, n_post, &s, 1, false);
     }
     if (!tj_is_str(type, "TemplateProcessing"))
-        return lz_fail(LZ_ERR_INPUT, "tokenizer.json: unsupported post_processor type '%.*s'", (int)type->n,
-                       type->u.s);
+        return lz_fail(LZ_ERR_INPUT, "tokenizer.json: unsupported post_processor type '%.*s'", (int)type->n, type->u.s);
     const tj_val *single = tj_get(v, "single"), *specials = tj_get(v, "special_tokens");
     if (!single || single->type != TJ_ARR)
         return lz_fail(LZ_ERR_INPUT, "tokenizer.json: post_processor TemplateProcessing: \"single\" must be a list");
@@ -112,7 +111,8 @@ static lz_status load_processor(const tj_val *v, int32_t **pre, int *n_pre, int3
         const tj_val *item = &single->u.kids[i], *sp = tj_get(item, "SpecialToken"), *seq = tj_get(item, "Sequence");
         if (seq) {
             if (!tj_is_str(tj_get(seq, "id"), "A") || seen_a)
-                return lz_fail(LZ_ERR_INPUT, "tokenizer.json: post_processor TemplateProcessing: \"single\" must hold $A once");
+                return lz_fail(LZ_ERR_INPUT,
+                               "tokenizer.json: post_processor TemplateProcessing: \"single\" must hold $A once");
             seen_a = true;
         } else if (sp) {
             int32_t *ids;

@@ -63,10 +63,10 @@ uint64_t tk_hash(const void *p, size_t n);
 /* string -> int32; keys are copied into the map's pool. */
 typedef struct {
     struct tk_str_slot {
-        uint32_t hash; /* low bits of tk_hash (the high bits pick the slot) */
+        uint32_t hash;           /* low bits of tk_hash (the high bits pick the slot) */
         uint32_t off, len_plus1; /* key in pool; len_plus1 == 0: an empty slot */
         int32_t val;
-    } *slots;
+    } * slots;
     size_t mask, n;
     tk_buf pool;
 } tk_strmap;
@@ -87,7 +87,7 @@ typedef struct {
         uint64_t key;
         uint32_t rank;
         int32_t id;
-    } *slots;
+    } * slots;
     size_t mask, n;
 } tk_pairmap;
 
@@ -102,7 +102,7 @@ typedef struct {
     struct tk_cache_slot {
         uint64_t hash;
         uint32_t key_off, key_len, ids_off, n_ids;
-    } *slots; /* key_len == UINT32_MAX: empty */
+    } * slots; /* key_len == UINT32_MAX: empty */
     size_t mask, n;
     tk_buf keys;
     tk_ids ids;
@@ -122,9 +122,9 @@ typedef enum { TJ_NULL, TJ_FALSE, TJ_TRUE, TJ_NUM, TJ_STR, TJ_ARR, TJ_OBJ } tj_t
 
 typedef struct tj_val tj_val;
 struct tj_val {
-    uint8_t type;    /* tj_type */
-    uint8_t is_int;  /* TJ_NUM: an integer of at most 15 digits (exact in u.num) */
-    uint32_t n;      /* TJ_STR: bytes; TJ_ARR/TJ_OBJ: children */
+    uint8_t type;   /* tj_type */
+    uint8_t is_int; /* TJ_NUM: an integer of at most 15 digits (exact in u.num) */
+    uint32_t n;     /* TJ_STR: bytes; TJ_ARR/TJ_OBJ: children */
     uint32_t key_len;
     const char *key; /* member name inside an object */
     union {
@@ -165,7 +165,13 @@ extern const char tk_word_char_regex[];
 
 /* ---- the tokenizer ---------------------------------------------------------------------------------- */
 
-typedef enum { TK_SPLIT_REMOVED, TK_SPLIT_ISOLATED, TK_SPLIT_MERGED_PREV, TK_SPLIT_MERGED_NEXT, TK_SPLIT_CONTIGUOUS } tk_behavior;
+typedef enum {
+    TK_SPLIT_REMOVED,
+    TK_SPLIT_ISOLATED,
+    TK_SPLIT_MERGED_PREV,
+    TK_SPLIT_MERGED_NEXT,
+    TK_SPLIT_CONTIGUOUS
+} tk_behavior;
 typedef enum { TK_PREPEND_ALWAYS, TK_PREPEND_FIRST, TK_PREPEND_NEVER } tk_prepend;
 
 typedef enum { TK_NORM_PREPEND, TK_NORM_REPLACE, TK_NORM_STRIP } tk_norm_kind;
@@ -207,17 +213,24 @@ typedef struct {
         int32_t child, sibling; /* -1: none */
         int32_t added;          /* index into added[], -1 if no token ends here */
         uint8_t byte;
-    } *nodes;
+    } * nodes;
     size_t n, cap;
     bool first[256]; /* bytes a token can start with */
 } tk_trie;
 
-typedef enum { TK_DEC_BYTELEVEL, TK_DEC_METASPACE, TK_DEC_BYTEFALLBACK, TK_DEC_FUSE, TK_DEC_STRIP, TK_DEC_REPLACE } tk_dec_kind;
+typedef enum {
+    TK_DEC_BYTELEVEL,
+    TK_DEC_METASPACE,
+    TK_DEC_BYTEFALLBACK,
+    TK_DEC_FUSE,
+    TK_DEC_STRIP,
+    TK_DEC_REPLACE
+} tk_dec_kind;
 typedef struct {
     tk_dec_kind kind;
     char *from, *to; /* REPLACE */
     size_t from_len, to_len;
-    uint32_t ch;       /* METASPACE replacement, STRIP content */
+    uint32_t ch;        /* METASPACE replacement, STRIP content */
     size_t start, stop; /* STRIP */
     tk_prepend prepend; /* METASPACE */
 } tk_dec;
@@ -255,8 +268,10 @@ struct lz_tokenizer {
     size_t model_size; /* entries in the model vocabulary */
     tk_pairmap merges;
     bool ignore_merges, byte_fallback, fuse_unk;
-    int32_t unk_id; /* -1: no unk_token */
-    char *prefix, *suffix; /* continuing_subword_prefix, end_of_word_suffix */
+    bool merge_joins_space; /* some merge's right side starts with "▁" */
+    bool split_at_space;    /* words can be cut before each "▁" without changing the result */
+    int32_t unk_id;         /* -1: no unk_token */
+    char *prefix, *suffix;  /* continuing_subword_prefix, end_of_word_suffix */
     size_t prefix_len, suffix_len;
     int32_t byte_ids[256]; /* <0xNN> ids, -1 when absent */
     int32_t *char_ids;     /* vocab id of each code point below 0x800, -1 when absent */
@@ -295,7 +310,6 @@ struct lz_tokenizer {
     size_t cap_heap;
 };
 
-
 /* tokenizer_added.c */
 lz_status tk_trie_add(tk_trie *t, const char *s, size_t n, int32_t added);
 void tk_trie_free(tk_trie *t);
@@ -307,6 +321,7 @@ lz_status tk_added_find(const lz_tokenizer *tok, const tk_trie *t, const char *s
 /* tokenizer_normalize.c */
 /* {"String": ...} or {"Regex": ...}; `what` names the part in errors. */
 lz_status tk_load_pattern(const tj_val *v, const char *what, tk_pattern **out);
+/* Runs the normalizers on s; *out is one of tok->norm_buf (valid until the next call). */
 lz_status tk_normalize(lz_tokenizer *tok, const char *s, size_t n, tk_buf **out);
 /* tokenizer_pretok.c: Metaspace's replacement and prepend_scheme (the decoder reads them too). */
 lz_status tk_load_metaspace(const tj_val *v, const char *what, char repl[8], size_t *repl_len, tk_prepend *prepend);
@@ -315,11 +330,12 @@ lz_status tk_pretokenize(lz_tokenizer *tok, int stage, const char *s, size_t n, 
 /* tokenizer_bpe.c: the model on one pre-tokenized word. */
 lz_status tk_bpe_word(lz_tokenizer *tok, const char *s, size_t n, tk_ids *out);
 
-/* tokenizer_load.c helpers used by the parts' parsers */
+/* Each part's loader lives beside the code that runs it; tokenizer_load.c calls them. */
 lz_status tk_load_normalizer(lz_tokenizer *tok, const tj_val *v);
 lz_status tk_load_pretokenizer(lz_tokenizer *tok, const tj_val *v);
 lz_status tk_load_decoder(lz_tokenizer *tok, const tj_val *v);
 lz_status tk_load_post_processor(lz_tokenizer *tok, const tj_val *v);
+/* tokenizer_util.c: a NUL-terminated copy, or NULL */
 char *tk_strndup(const char *s, size_t n);
 
 #endif

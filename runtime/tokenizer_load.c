@@ -100,9 +100,11 @@ static lz_status stage_merge(const lz_tokenizer *t, const tj_val *v, size_t rank
     return LZ_OK;
 }
 
-static lz_status resolve_merge(const lz_tokenizer *t, const merge_step *m, merge_rec *out) {
+static lz_status resolve_merge(lz_tokenizer *t, const merge_step *m, merge_rec *out) {
     if (m->bad)
         return bad_merge(m, m->bad);
+    if (m->nb >= 3 && memcmp(m->b, "\xe2\x96\x81", 3) == 0)
+        t->merge_joins_space = true;
     if ((out->a = tk_strmap_get_hashed(&t->vocab, m->a, m->na, m->ha)) < 0)
         return missing(m, m->a, m->na);
     if ((out->b = tk_strmap_get_hashed(&t->vocab, m->b, m->nb, m->hb)) < 0)
@@ -116,8 +118,7 @@ static lz_status resolve_merge(const lz_tokenizer *t, const merge_step *m, merge
 }
 
 /* recs[rank] for every merge; *n: how many (the "#version" lines of the legacy format are skipped). */
-static lz_status resolve_all(const lz_tokenizer *t, const tj_val *merges, merge_rec *recs, size_t *n,
-                             merge_step *ring) {
+static lz_status resolve_all(lz_tokenizer *t, const tj_val *merges, merge_rec *recs, size_t *n, merge_step *ring) {
     size_t staged = 0, done = 0;
     for (uint32_t i = 0; i < merges->n || done < staged;) {
         if (i < merges->n && staged - done < RING) {
@@ -190,6 +191,10 @@ static lz_status load_model(lz_tokenizer *t, const tj_val *model) {
     }
     t->model_size = t->vocab.n;
     LZ_TRY(load_merges(t, tj_get(model, "merges")));
+    /* SentencePiece-style vocabularies: when no merge can join a symbol to a "▁" on its right, a
+     * word is the same as the words that start at each "▁", and those hit the word cache. */
+    t->split_at_space = !t->ignore_merges && !t->prefix_len && !t->suffix_len && !t->merge_joins_space &&
+                        tk_strmap_get(&t->vocab, "\xe2\x96\x81", 3) >= 0;
 
     const tj_val *unk = tj_get(model, "unk_token");
     t->unk_id = -1;
@@ -405,10 +410,12 @@ static lz_status build(lz_tokenizer *t, const tj_val *root) {
     LZ_TRY(build_ids(t));
     for (int i = 0; i < t->n_pre; i++) /* the post-processor's ids must exist */
         if (t->pre_ids[i] >= t->n_ids)
-            return lz_fail(LZ_ERR_INPUT, "tokenizer.json: post_processor: id %d is not in the vocabulary", t->pre_ids[i]);
+            return lz_fail(LZ_ERR_INPUT, "tokenizer.json: post_processor: id %d is not in the vocabulary",
+                           t->pre_ids[i]);
     for (int i = 0; i < t->n_post; i++)
         if (t->post_ids[i] >= t->n_ids)
-            return lz_fail(LZ_ERR_INPUT, "tokenizer.json: post_processor: id %d is not in the vocabulary", t->post_ids[i]);
+            return lz_fail(LZ_ERR_INPUT, "tokenizer.json: post_processor: id %d is not in the vocabulary",
+                           t->post_ids[i]);
     if (t->n_pre)
         t->bos_id = t->pre_ids[0];
     return tk_cache_init(&t->cache, 1 << 16);

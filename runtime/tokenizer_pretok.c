@@ -106,8 +106,7 @@ lz_status tk_load_pretokenizer(lz_tokenizer *tok, const tj_val *v) {
         pt.behavior = flag(v, "individual_digits", false) ? TK_SPLIT_ISOLATED : TK_SPLIT_CONTIGUOUS;
         LZ_TRY(tk_pattern_regex("\\p{N}", 5, "Digits", &pt.pattern));
     } else {
-        return lz_fail(LZ_ERR_INPUT, "tokenizer.json: unsupported pre_tokenizer type '%.*s'", (int)type->n,
-                       type->u.s);
+        return lz_fail(LZ_ERR_INPUT, "tokenizer.json: unsupported pre_tokenizer type '%.*s'", (int)type->n, type->u.s);
     }
     return add(tok, pt);
 }

@@ -264,7 +264,9 @@ int32_t tk_strmap_get_hashed(const tk_strmap *m, const char *k, size_t n, uint64
     return s->len_plus1 ? s->val : -1;
 }
 
-int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n) { return tk_strmap_get_hashed(m, k, n, tk_hash(k, n)); }
+int32_t tk_strmap_get(const tk_strmap *m, const char *k, size_t n) {
+    return tk_strmap_get_hashed(m, k, n, tk_hash(k, n));
+}
 
 void tk_strmap_prefetch(const tk_strmap *m, uint64_t h) {
     if (m->slots)
@@ -371,8 +373,7 @@ lz_status tk_cache_init(tk_cache *c, size_t slots) {
 static struct tk_cache_slot *cache_find(const tk_cache *c, const char *k, size_t n, uint64_t h) {
     for (size_t i = h & c->mask;; i = (i + 1) & c->mask) {
         struct tk_cache_slot *s = &c->slots[i];
-        if (s->key_len == UINT32_MAX ||
-            (s->hash == h && s->key_len == n && memcmp(c->keys.p + s->key_off, k, n) == 0))
+        if (s->key_len == UINT32_MAX || (s->hash == h && s->key_len == n && memcmp(c->keys.p + s->key_off, k, n) == 0))
             return s;
     }
 }

@@ -48,6 +48,10 @@ lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, cons
 /* The same model with random weights made on the backend (no files): for
  * benchmarks. Feature maps: phi_q shared, phi_k per key/value head. */
 lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be, uint64_t seed);
+/* Checks every tensor of DIR against `cfg` (names, dtypes, shapes) and fills
+ * the layer geometry and parameter counts, without uploading any weight:
+ * what `lizard info` needs, for a model of any size. `ops` only sizes state. */
+lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops);
 void lz_model_free(lz_model *m);
 
 /* RoPE inverse frequencies [head_dim / 2] for the config (default or llama3),

@@ -16,6 +16,7 @@ typedef struct {
     lz_model *m;
     size_t *param_count; /* which counter the next tensors add to */
     bool random;         /* no checkpoint: make every tensor at random on the backend */
+    bool describe;       /* check and count the checkpoint's tensors, upload nothing */
     uint64_t seed;
 } loader;
 
@@ -36,6 +37,10 @@ static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_
         return random_tensor(L, name, rows, cols, out);
     const lz_st_tensor *t;
     LZ_TRY(lz_weights_expect(&L->m->ckpt, name, ndim, shape, &t));
+    if (L->describe) {
+        *out = (lz_weight){NULL, t->dtype, rows, cols, false};
+        return LZ_OK;
+    }
     return L->m->ops->upload_weight(L->m->be, t, rows, cols, out);
 }
 
@@ -167,7 +172,8 @@ static lz_status load_layer(loader *L, int i) {
     return load_lizard(L, ly, p);
 }
 
-static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bool random, uint64_t seed);
+static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bool random, bool describe,
+                          uint64_t seed);
 
 lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be) {
     memset(m, 0, sizeof *m);
@@ -176,7 +182,15 @@ lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, cons
     m->be = be;
     LZ_TRY(check_limits(cfg));
     LZ_TRY(lz_weights_open(dir, &m->ckpt));
-    return load_all(m, dir, cfg, false, 0);
+    return load_all(m, dir, cfg, false, false, 0);
+}
+
+lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->ops = ops;
+    LZ_TRY(lz_weights_open(dir, &m->ckpt));
+    return load_all(m, dir, cfg, false, true, 0);
 }
 
 lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be, uint64_t seed) {
@@ -186,15 +200,16 @@ lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *
     m->be = be;
     LZ_TRY(check_limits(cfg));
     m->ckpt.dir = NULL;
-    return load_all(m, "(random weights)", cfg, true, seed);
+    return load_all(m, "(random weights)", cfg, true, false, seed);
 }
 
-static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bool random, uint64_t seed) {
+static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bool random, bool describe,
+                          uint64_t seed) {
     lz_status st = LZ_ERR_NOMEM;
     m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof(lz_layer));
     if (!m->layers)
         goto fail;
-    loader L = {m, &m->n_params_teacher, random, seed};
+    loader L = {m, &m->n_params_teacher, random, describe, seed};
     const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
     if ((st = load_matrix(&L, "model.embed_tokens.weight", V, H, &m->embed)) != LZ_OK)
         goto fail;
@@ -207,6 +222,8 @@ static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bo
         m->lm_head = (lz_weight){m->embed.data, m->embed.dtype, V, H, false};
     else if ((st = load_matrix(&L, "lm_head.weight", V, H, &m->lm_head)) != LZ_OK)
         goto fail;
+    if (describe)
+        return LZ_OK;
     float freq[LZ_MAX_HEAD_DIM / 2];
     lz_rope_inv_freq(cfg, freq);
     if ((st = m->ops->alloc(m->be, sizeof(float) * (size_t)(cfg->head_dim / 2), (void **)&m->inv_freq)) != LZ_OK)

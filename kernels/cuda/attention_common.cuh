@@ -60,7 +60,8 @@ __device__ void lz_warp_attend(lz_online_softmax *st, const float *q_s, int d, i
         st->m = m_new;
         for (int i = 0; i < n; i++)
             st->acc[i] *= keep;
-        for (int j = 0; j < cnt; j++) {
+#pragma unroll 8
+        for (int j = 0; j < cnt; j++) { // unrolled: eight value rows in flight per lane
             const float pj = __shfl_sync(0xffffffffu, p, j);
             const T *vr = values(base + j);
             for (int i = 0; i < n; i++)

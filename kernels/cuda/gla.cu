@@ -288,7 +288,8 @@ lz_status gla_recurrent_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T 
                                 const T *log_gamma, lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
                                 const lz_attn_dims *dims) {
     const gla_shape sh = shape_of(dims);
-    const int group = sh.Hq / sh.Hs, block = sh.d >= 256 ? sh.d : (256 / sh.d) * sh.d, parts = block / sh.d;
+    // 1024 threads: d columns x (1024 / d) feature parts, so that the state streams through many warps
+    const int group = sh.Hq / sh.Hs, block = sh.d >= 1024 ? sh.d : (1024 / sh.d) * sh.d, parts = block / sh.d;
     if (group > LZ_MAX_GROUP)
         return lz_fail(LZ_ERR_INPUT, "GLA decode supports at most %d query heads per state head, got %d", LZ_MAX_GROUP,
                        group);

@@ -5,7 +5,7 @@
 // fills the GPU. No T x T matrix is formed.
 #include "attention_common.cuh"
 
-enum { LZ_KEYS_PER_SPLIT = 256, LZ_MAX_PARTIALS = 1 << 20 };
+enum { LZ_KEYS_PER_SPLIT = 64, LZ_MAX_PARTIALS = 1 << 21 };
 
 // grid (tokens), block 256: copy k and v rows into the cache at (slot, position)
 template <typename T>

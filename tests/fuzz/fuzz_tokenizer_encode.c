@@ -14,8 +14,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char llama3_regex[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "
-                                   "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+";
+static const char llama3_regex[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+";
 
 static size_t put(char *buf, size_t at, size_t cap, const char *fmt, const char *a, int b) {
     int n = snprintf(buf + at, at < cap ? cap - at : 0, fmt, a, b);
@@ -46,9 +47,10 @@ static lz_tokenizer *byte_level(void) {
     char c[8];
     for (int b = 0; b < 256; b++)
         at = put(json, at, sizeof json, "\"%s\": %d, ", byte_char(b, c), b);
-    static const char *const merged[][3] = {{"\\u0120", "t", "\\u0120t"}, {"h", "e", "he"}, {"\\u0120t", "he", "\\u0120the"},
-                                           {"i", "n", "in"}, {"\\u0120", "a", "\\u0120a"}, {"e", "r", "er"},
-                                           {"\\u0120", "l", "\\u0120l"}, {"\\u0120l", "i", "\\u0120li"}};
+    static const char *const merged[][3] = {{"\\u0120", "t", "\\u0120t"},     {"h", "e", "he"},
+                                            {"\\u0120t", "he", "\\u0120the"}, {"i", "n", "in"},
+                                            {"\\u0120", "a", "\\u0120a"},     {"e", "r", "er"},
+                                            {"\\u0120", "l", "\\u0120l"},     {"\\u0120l", "i", "\\u0120li"}};
     for (int i = 0; i < 8; i++)
         at = put(json, at, sizeof json, "\"%s\": %d, ", merged[i][2], 256 + i);
     at -= 2;
@@ -60,17 +62,19 @@ static lz_tokenizer *byte_level(void) {
     }
     char model[32768];
     snprintf(model, sizeof model, "%.*s]}", (int)at, json);
-    snprintf(json, sizeof json,
-             "{\"added_tokens\": [{\"id\": 264, \"content\": \"<|bos|>\", \"special\": true, \"normalized\": false},"
-             " {\"id\": 265, \"content\": \"<|eot|>\", \"special\": true, \"normalized\": false},"
-             " {\"id\": 266, \"content\": \"lizard\", \"special\": false, \"normalized\": false, \"single_word\": true}],"
-             " \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\","
-             " \"pattern\": {\"Regex\": \"%s\"}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\","
-             " \"add_prefix_space\": false, \"use_regex\": false}]}, \"post_processor\": {\"type\": \"TemplateProcessing\","
-             " \"single\": [{\"SpecialToken\": {\"id\": \"<|bos|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}],"
-             " \"special_tokens\": {\"<|bos|>\": {\"id\": \"<|bos|>\", \"ids\": [264], \"tokens\": [\"<|bos|>\"]}}},"
-             " \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": %s}",
-             llama3_regex, model);
+    snprintf(
+        json, sizeof json,
+        "{\"added_tokens\": [{\"id\": 264, \"content\": \"<|bos|>\", \"special\": true, \"normalized\": false},"
+        " {\"id\": 265, \"content\": \"<|eot|>\", \"special\": true, \"normalized\": false},"
+        " {\"id\": 266, \"content\": \"lizard\", \"special\": false, \"normalized\": false, \"single_word\": true}],"
+        " \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\","
+        " \"pattern\": {\"Regex\": \"%s\"}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\","
+        " \"add_prefix_space\": false, \"use_regex\": false}]}, \"post_processor\": {\"type\": \"TemplateProcessing\","
+        " \"single\": [{\"SpecialToken\": {\"id\": \"<|bos|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", "
+        "\"type_id\": 0}}],"
+        " \"special_tokens\": {\"<|bos|>\": {\"id\": \"<|bos|>\", \"ids\": [264], \"tokens\": [\"<|bos|>\"]}}},"
+        " \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": %s}",
+        llama3_regex, model);
     lz_tokenizer *tok = NULL;
     if (lz_tokenizer_load_json(json, strlen(json), NULL, 0, &tok) != LZ_OK)
         abort();
@@ -85,29 +89,50 @@ static lz_tokenizer *sentencepiece(void) {
         snprintf(name, sizeof name, "<0x%02X>", b);
         at = put(json, at, sizeof json, ", \"%s\": %d", name, 3 + b);
     }
-    static const char *const pieces[] = {"\xe2\x96\x81", "t", "h", "e", "a", "i", "n", "r", "\xe2\x96\x81t", "he",
-                                         "\xe2\x96\x81the", ("\xe2\x96\x81" "a"), "in", "er", "\xe2\x96\x81in"};
+    static const char *const pieces[] = {"\xe2\x96\x81",
+                                         "t",
+                                         "h",
+                                         "e",
+                                         "a",
+                                         "i",
+                                         "n",
+                                         "r",
+                                         "\xe2\x96\x81t",
+                                         "he",
+                                         "\xe2\x96\x81the",
+                                         ("\xe2\x96\x81"
+                                          "a"),
+                                         "in",
+                                         "er",
+                                         "\xe2\x96\x81in"};
     for (int i = 0; i < 15; i++)
         at = put(json, at, sizeof json, ", \"%s\": %d", pieces[i], 259 + i);
     char vocab[16384];
     snprintf(vocab, sizeof vocab, "%.*s}", (int)at, json);
-    snprintf(json, sizeof json,
-             "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true, \"normalized\": false},"
-             " {\"id\": 1, \"content\": \"<s>\", \"special\": true, \"normalized\": false},"
-             " {\"id\": 2, \"content\": \"</s>\", \"special\": true, \"normalized\": false},"
-             " {\"id\": 274, \"content\": \"<|im_start|>\", \"special\": true, \"normalized\": false, \"rstrip\": true},"
-             " {\"id\": 275, \"content\": \"Lizard\", \"special\": false, \"normalized\": true}],"
-             " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\xe2\x96\x81\"},"
-             " {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\xe2\x96\x81\"}]},"
-             " \"pre_tokenizer\": null, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\":"
-             " {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"special_tokens\":"
-             " {\"<s>\": {\"id\": \"<s>\", \"ids\": [1], \"tokens\": [\"<s>\"]}}},"
-             " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \"\xe2\x96\x81\"},"
-             " \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \","
-             " \"start\": 1, \"stop\": 0}]},"
-             " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"fuse_unk\": true, \"byte_fallback\": true, \"vocab\": %s,"
-             " \"merges\": [\"\xe2\x96\x81 t\", \"h e\", \"\xe2\x96\x81t he\", \"\xe2\x96\x81 a\", \"i n\", \"e r\", \"\xe2\x96\x81 in\"]}}",
-             vocab);
+    snprintf(
+        json, sizeof json,
+        "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true, \"normalized\": false},"
+        " {\"id\": 1, \"content\": \"<s>\", \"special\": true, \"normalized\": false},"
+        " {\"id\": 2, \"content\": \"</s>\", \"special\": true, \"normalized\": false},"
+        " {\"id\": 274, \"content\": \"<|im_start|>\", \"special\": true, \"normalized\": false, \"rstrip\": true},"
+        " {\"id\": 275, \"content\": \"Lizard\", \"special\": false, \"normalized\": true}],"
+        " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": "
+        "\"\xe2\x96\x81\"},"
+        " {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\xe2\x96\x81\"}]},"
+        " \"pre_tokenizer\": null, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+        "[{\"SpecialToken\":"
+        " {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"special_tokens\":"
+        " {\"<s>\": {\"id\": \"<s>\", \"ids\": [1], \"tokens\": [\"<s>\"]}}},"
+        " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": "
+        "\"\xe2\x96\x81\"},"
+        " \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": "
+        "\" \","
+        " \"start\": 1, \"stop\": 0}]},"
+        " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"fuse_unk\": true, \"byte_fallback\": true, "
+        "\"vocab\": %s,"
+        " \"merges\": [\"\xe2\x96\x81 t\", \"h e\", \"\xe2\x96\x81t he\", \"\xe2\x96\x81 a\", \"i n\", \"e r\", "
+        "\"\xe2\x96\x81 in\"]}}",
+        vocab);
     lz_tokenizer *tok = NULL;
     if (lz_tokenizer_load_json(json, strlen(json), NULL, 0, &tok) != LZ_OK)
         abort();
@@ -164,7 +189,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (lz_tokenizer_encode(tok, text, n, false, &ids, &k) != LZ_OK)
         abort();
     char *back = decode_checked(tok, ids, k, false, &len);
-    bool exact = which == 0 || (!memchr(text, '<', n) && !memmem(text, n, "Lizard", 6) && !memmem(text, n, "\xe2\x96\x81", 3));
+    bool exact =
+        which == 0 || (!memchr(text, '<', n) && !memmem(text, n, "Lizard", 6) && !memmem(text, n, "\xe2\x96\x81", 3));
     if (exact && (len != n || memcmp(back, text, n) != 0))
         abort();
     free(back);

@@ -53,8 +53,8 @@ static void expect_text(const lz_tokenizer *tok, const int32_t *ids, int n, bool
     char *text;
     size_t len;
     lz_status st = lz_tokenizer_decode(tok, ids, n, skip, &text, &len);
-    CHECK_MSG(st == LZ_OK && len == strlen(want) && memcmp(text, want, len) == 0, "%s: decoded '%s', want '%s'",
-              what, st == LZ_OK ? text : lz_error_message(), want);
+    CHECK_MSG(st == LZ_OK && len == strlen(want) && memcmp(text, want, len) == 0, "%s: decoded '%s', want '%s'", what,
+              st == LZ_OK ? text : lz_error_message(), want);
     if (st == LZ_OK)
         free(text);
 }
@@ -68,16 +68,45 @@ static void split_behaviors(void) {
         int n;
     } cases[] = {
         {"null", "a-b", {5}, 1},
-        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"Removed\", \"invert\": false}", "a-b", {0, 1}, 2},
-        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"Isolated\", \"invert\": false}", "a-b", {0, 2, 1}, 3},
-        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"MergedWithPrevious\", \"invert\": false}", "a-b", {3, 1}, 2},
-        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"MergedWithNext\", \"invert\": false}", "a-b", {0, 4}, 2},
-        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"Contiguous\", \"invert\": false}", "a--b", {0, 6, 1}, 3},
-        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"Isolated\", \"invert\": false}", "a--b", {0, 2, 2, 1}, 4},
-        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"Removed\", \"invert\": true}", "a-b", {2}, 1},
-        {"{\"type\": \"Split\", \"pattern\": {\"Regex\": \"-+\"}, \"behavior\": \"Isolated\", \"invert\": false}", "a--b", {0, 6, 1}, 3},
-        {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"b\"}, \"behavior\": "
-         "\"Removed\", \"invert\": false}, {\"type\": \"Digits\", \"individual_digits\": true}]}", "a-b", {3}, 1},
+        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"Removed\", \"invert\": false}",
+         "a-b",
+         {0, 1},
+         2},
+        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"Isolated\", \"invert\": false}",
+         "a-b",
+         {0, 2, 1},
+         3},
+        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"MergedWithPrevious\", \"invert\": "
+         "false}",
+         "a-b",
+         {3, 1},
+         2},
+        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"MergedWithNext\", \"invert\": false}",
+         "a-b",
+         {0, 4},
+         2},
+        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"Contiguous\", \"invert\": false}",
+         "a--b",
+         {0, 6, 1},
+         3},
+        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"Isolated\", \"invert\": false}",
+         "a--b",
+         {0, 2, 2, 1},
+         4},
+        {"{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, \"behavior\": \"Removed\", \"invert\": true}",
+         "a-b",
+         {2},
+         1},
+        {"{\"type\": \"Split\", \"pattern\": {\"Regex\": \"-+\"}, \"behavior\": \"Isolated\", \"invert\": false}",
+         "a--b",
+         {0, 6, 1},
+         3},
+        {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"b\"}, "
+         "\"behavior\": "
+         "\"Removed\", \"invert\": false}, {\"type\": \"Digits\", \"individual_digits\": true}]}",
+         "a-b",
+         {3},
+         1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         lz_tokenizer *tok = load(make_json(split_model, "null", cases[i].pre, "null", "null", "[]"), NULL);
@@ -92,7 +121,8 @@ static void split_behaviors(void) {
 
 /* Replace/ByteFallback/Fuse/Strip(" ", 1, 1): leading and trailing spaces of the whole text go, in a stream too. */
 static void strip_stream(void) {
-    const char *model = "{\"type\": \"BPE\", \"vocab\": {\"\xe2\x96\x81" "a\": 0, \"\xe2\x96\x81\": 1, \"b\": 2, "
+    const char *model = "{\"type\": \"BPE\", \"vocab\": {\"\xe2\x96\x81"
+                        "a\": 0, \"\xe2\x96\x81\": 1, \"b\": 2, "
                         "\"<0xC3>\": 3, \"<0xA9>\": 4}, \"merges\": []}";
     const char *dec = "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": "
                       "\"\xe2\x96\x81\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, "
@@ -121,15 +151,21 @@ static void strip_stream(void) {
 }
 
 static void other_decoders(void) {
-    const char *model = "{\"type\": \"BPE\", \"vocab\": {\"\xe2\x96\x81" "a\": 0, \"\xe2\x96\x81\": 1, \"b\": 2}, "
+    const char *model = "{\"type\": \"BPE\", \"vocab\": {\"\xe2\x96\x81"
+                        "a\": 0, \"\xe2\x96\x81\": 1, \"b\": 2}, "
                         "\"merges\": []}";
     lz_tokenizer *tok = load(make_json(model, "null", "null", "null", "null", "[]"), NULL);
     if (tok) /* no decoder: HF joins the tokens with spaces */
-        expect_text(tok, IDS(0, 2, 2), true, "\xe2\x96\x81" "a b b", "no decoder");
+        expect_text(tok, IDS(0, 2, 2), true,
+                    "\xe2\x96\x81"
+                    "a b b",
+                    "no decoder");
     lz_tokenizer_free(tok);
     tok = load(make_json(model, "null", "null", "null",
                          "{\"type\": \"Metaspace\", \"replacement\": \"\xe2\x96\x81\", \"prepend_scheme\": \"always\", "
-                         "\"split\": true}", "[]"), NULL);
+                         "\"split\": true}",
+                         "[]"),
+               NULL);
     if (tok) { /* Metaspace drops the replacement in the first token, spaces elsewhere */
         expect_text(tok, IDS(0, 1, 2, 0), true, "a b a", "metaspace");
         expect_text(tok, IDS(1, 0), true, " a", "metaspace first");
@@ -153,14 +189,16 @@ static void unk_and_fallback(void) {
         expect_ids(tok, "axya", false, IDS(1, 0, 0, 1), "no fuse_unk");
     lz_tokenizer_free(tok);
     /* no unk token: unknown characters vanish, as in HF */
-    tok = load(make_json("{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}", "null", "null", "null", "null", "[]"),
-               NULL);
+    tok = load(
+        make_json("{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}", "null", "null", "null", "null", "[]"),
+        NULL);
     if (tok)
         expect_ids(tok, "xax", false, IDS(0), "no unk");
     lz_tokenizer_free(tok);
     /* an unk_token missing from the vocabulary fails only when it is needed */
     tok = load(make_json("{\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"vocab\": {\"a\": 0}, \"merges\": []}", "null",
-                         "null", "null", "null", "[]"), NULL);
+                         "null", "null", "null", "[]"),
+               NULL);
     if (tok) {
         expect_ids(tok, "aa", false, IDS(0, 0), "unk unused");
         int32_t *ids;
@@ -170,7 +208,9 @@ static void unk_and_fallback(void) {
     lz_tokenizer_free(tok);
     /* continuing_subword_prefix: "a ##b" makes "ab" */
     tok = load(make_json("{\"type\": \"BPE\", \"continuing_subword_prefix\": \"##\", \"vocab\": {\"a\": 0, \"##b\": 1, "
-                         "\"ab\": 2, \"##a\": 3}, \"merges\": [\"a ##b\"]}", "null", "null", "null", "null", "[]"), NULL);
+                         "\"ab\": 2, \"##a\": 3}, \"merges\": [\"a ##b\"]}",
+                         "null", "null", "null", "null", "[]"),
+               NULL);
     if (tok) {
         expect_ids(tok, "ab", false, IDS(2), "subword prefix");
         expect_ids(tok, "aa", false, IDS(0, 3), "subword prefix 2");
@@ -179,9 +219,10 @@ static void unk_and_fallback(void) {
 }
 
 static void added_tokens_and_config(void) {
-    const char *added = "[{\"id\": 7, \"content\": \"<s>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
-                        "\"normalized\": false, \"special\": true}, {\"id\": 8, \"content\": \"</s>\", \"single_word\": "
-                        "false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}]";
+    const char *added =
+        "[{\"id\": 7, \"content\": \"<s>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+        "\"normalized\": false, \"special\": true}, {\"id\": 8, \"content\": \"</s>\", \"single_word\": "
+        "false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}]";
     const char *post = "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\", "
                        "\"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"pair\": [], "
                        "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [7], \"tokens\": [\"<s>\"]}}}";
@@ -223,15 +264,18 @@ static void errors(void) {
          "unsupported normalizer type 'Lowercase'"},
         {NULL, "null", "null", "{\"type\": \"Foo\"}", "null", "unsupported post_processor type 'Foo'"},
         {NULL, "null", "null", "null", "{\"type\": \"WordPiece\"}", "unsupported decoder type 'WordPiece'"},
-        {NULL, "null", "null", "null", "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteLevel\"}, {\"type\": "
-         "\"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"b\"}]}", "'Replace' after 'ByteLevel'"},
+        {NULL, "null", "null", "null",
+         "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteLevel\"}, {\"type\": "
+         "\"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"b\"}]}",
+         "'Replace' after 'ByteLevel'"},
         {"{\"type\": \"BPE\", \"dropout\": 0.1, \"vocab\": {\"a\": 0}, \"merges\": []}", "null", "null", "null", "null",
          "dropout"},
         {"{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}", "null", "null", "null", "null",
          "'b' is not in the vocabulary"},
         {"{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a a a\"]}", "null", "null", "null", "null",
          "not two tokens"},
-        {"{\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}", "null", "null", "null", "null", "must be an id"},
+        {"{\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}", "null", "null", "null", "null",
+         "must be an id"},
         {NULL, "null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}", "null",
          "null", "does not compile"},
         {NULL, "null", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Sideways\"}", "null",
@@ -246,8 +290,18 @@ static void errors(void) {
         CHECK(tok == NULL);
     }
     static const char *const malformed[] = {
-        "", "{", "[]", "{\"model\": }", "{\"model\": {\"type\": \"BPE\",}}", "{\"a\": \"\\ud800\"}", "{\"a\": \"\xff\"}",
-        "{\"a\": 01}", "{\"a\": \"tab\there\"}", "{\"a\": 1} x", "{\"a\": tru}", "{\"a\": \"\\x\"}",
+        "",
+        "{",
+        "[]",
+        "{\"model\": }",
+        "{\"model\": {\"type\": \"BPE\",}}",
+        "{\"a\": \"\\ud800\"}",
+        "{\"a\": \"\xff\"}",
+        "{\"a\": 01}",
+        "{\"a\": \"tab\there\"}",
+        "{\"a\": 1} x",
+        "{\"a\": tru}",
+        "{\"a\": \"\\x\"}",
     };
     for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
         lz_tokenizer *tok = NULL;
