@@ -1,9 +1,11 @@
 /* cmd_generate.c - `lizard generate`: prefill a prompt, then sample tokens one
  * at a time until --max-tokens or an eos id. --stats reports the state a
  * sequence holds, by layer kind, as the context grows. */
-#include <stdio.h>  // printf, fprintf, fflush
+#include <jansson.h> // json_dumps (the "text" field)
+#include <stdio.h>   // printf, fprintf, fflush
 #include <stdlib.h> // malloc, free
-#include <string.h> // strcmp
+#include <string.h> // strcmp, strlen, memcpy
+#include <unistd.h> // access
 
 #include "cli_options.h"       // lz_parse_options
 #include "commands.h"          // lz_cmd_generate
@@ -11,9 +13,10 @@
 #include "generation_config.h" // lz_generation_config
 #include "id_list.h"           // lz_parse_id_list
 #include "sampler.h"           // lz_sampler
+#include "tokenizer.h"         // lz_tokenizer, lz_detok
 
 typedef struct {
-    const char *model, *ids, *device, *dtype, *softmax, *format;
+    const char *model, *ids, *prompt, *device, *dtype, *softmax, *format;
     long max_tokens, top_k, seed, chunk;
     double temperature, top_p;
     bool stats, ignore_eos;
@@ -35,9 +38,27 @@ static bool is_eos(const lz_generation_config *g, int32_t id) {
     return false;
 }
 
-static lz_status run(lz_engine *e, const generate_args *a, const int32_t *prompt, int n_prompt,
+/* Prints a generated token as it comes: decoded text with a tokenizer (a UTF-8
+ * character split across tokens is held back until complete), else its id. */
+static lz_status emit(lz_detok *detok, const lz_tokenizer *tok, int32_t id, int index) {
+    if (!tok) {
+        printf("%s%d", index > 0 ? " " : "", id);
+    } else {
+        const char *text;
+        size_t len;
+        LZ_TRY(lz_detok_push(detok, id, &text, &len));
+        fwrite(text, 1, len, stdout);
+    }
+    fflush(stdout);
+    return LZ_OK;
+}
+
+static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, const int32_t *prompt, int n_prompt,
                      const lz_generation_config *gen, lz_sampler *sampler, int32_t *out, int *n_out) {
     const bool json = strcmp(a->format, "json") == 0;
+    lz_detok detok;
+    if (tok)
+        lz_detok_init(&detok, tok, true);
     float *logits = malloc(sizeof(float) * (size_t)e->model.cfg.vocab_size);
     if (!logits)
         return lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
@@ -49,10 +70,8 @@ static lz_status run(lz_engine *e, const generate_args *a, const int32_t *prompt
     while (s == LZ_OK && *n_out < a->max_tokens) {
         int32_t id = lz_sampler_next(sampler, logits);
         out[(*n_out)++] = id;
-        if (!json) {
-            printf("%s%d", *n_out > 1 ? " " : "", id);
-            fflush(stdout);
-        }
+        if (!json && (s = emit(&detok, tok, id, *n_out - 1)) != LZ_OK)
+            break;
         if ((!a->ignore_eos && is_eos(gen, id)) || *n_out == a->max_tokens)
             break;
         s = lz_engine_decode(e, 1, &slot, &id, logits);
@@ -62,18 +81,67 @@ static lz_status run(lz_engine *e, const generate_args *a, const int32_t *prompt
     }
     if (s == LZ_OK && a->stats)
         print_stats(e, e->state.slot_pos[0]);
+    if (tok) {
+        const char *text;
+        size_t len;
+        if (s == LZ_OK && !json && lz_detok_flush(&detok, &text, &len) == LZ_OK)
+            fwrite(text, 1, len, stdout);
+        lz_detok_free(&detok);
+    }
     free(logits);
     return s;
 }
 
-static void print_json(const int32_t *ids, int n) {
+/* Invalid UTF-8 (a random model can emit any bytes) becomes U+FFFD, as HF
+ * decodes it, so that the JSON string is valid. Returns a malloc'd string. */
+static char *utf8_replace_invalid(const char *s, size_t n) {
+    char *out = malloc(3 * n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++)
+            ok = ((unsigned char)s[i + k] >> 6) == 2;
+        if (ok) {
+            memcpy(o, s + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* {"ids": [...]} and, with a tokenizer, "text": the decoded continuation. */
+static lz_status print_json(const lz_tokenizer *tok, const int32_t *ids, int n) {
     printf("{\"ids\": [");
     for (int i = 0; i < n; i++)
         printf("%s%d", i ? ", " : "", ids[i]);
-    printf("]}\n");
+    printf("]");
+    if (tok) {
+        char *text;
+        size_t len;
+        LZ_TRY(lz_tokenizer_decode(tok, ids, n, true, &text, &len));
+        char *clean = utf8_replace_invalid(text, len);
+        json_t *str = clean ? json_string(clean) : NULL;
+        char *dumped = str ? json_dumps(str, JSON_ENCODE_ANY) : NULL;
+        free(clean);
+        printf(", \"text\": %s", dumped ? dumped : "null");
+        free(dumped);
+        json_decref(str);
+        free(text);
+    }
+    printf("}\n");
+    return LZ_OK;
 }
 
-static lz_status generate(const generate_args *a, const int32_t *prompt, int n_prompt) {
+static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32_t *prompt, int n_prompt) {
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
                            .n_slots = 1, .max_context = n_prompt + (int)a->max_tokens, .prefill_chunk = (int)a->chunk};
@@ -92,9 +160,9 @@ static lz_status generate(const generate_args *a, const int32_t *prompt, int n_p
         s = lz_sampler_init(&sampler, &p, e.model.cfg.vocab_size);
     }
     if (s == LZ_OK)
-        s = run(&e, a, prompt, n_prompt, &gen, &sampler, out, &n_out);
+        s = run(&e, a, tok, prompt, n_prompt, &gen, &sampler, out, &n_out);
     if (s == LZ_OK && strcmp(a->format, "json") == 0)
-        print_json(out, n_out);
+        s = print_json(tok, out, n_out);
     else if (s == LZ_OK)
         printf("\n");
     lz_sampler_free(&sampler);
@@ -104,10 +172,12 @@ static lz_status generate(const generate_args *a, const int32_t *prompt, int n_p
 }
 
 lz_status lz_cmd_generate(int argc, char **argv) {
-    generate_args a = {NULL, NULL, "cpu", "bf16", NULL, "text", 16, -1, 0, 512, -1.0, -1.0, false, false};
+    generate_args a = {NULL, NULL, NULL, "cpu", "bf16", NULL, "text", 16, -1, 0, 512, -1.0, -1.0, false, false};
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &a.model, true, 0, 0},
-        {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &a.ids, true, 0, 0},
+        {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &a.ids, false, 0, 0},
+        {"--prompt", LZ_OPT_STRING, "TEXT", "prompt text (tokenized with the model's tokenizer.json)", &a.prompt,
+         false, 0, 0},
         {"--max-tokens", LZ_OPT_INT, "N", "tokens to generate (default 16)", &a.max_tokens, false, 1, 1 << 24},
         {"--temperature", LZ_OPT_FLOAT, "T", "0 = greedy (default: generation_config.json, else greedy)",
          &a.temperature, false, 0, 100},
@@ -115,8 +185,9 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         {"--top-p", LZ_OPT_FLOAT, "P", "keep the smallest set with probability >= P (1 = off)", &a.top_p, false,
          1e-9, 1},
         {"--seed", LZ_OPT_INT, "S", "sampling seed (default 0)", &a.seed, false, 0, 9e15},
-        {"--format", LZ_OPT_STRING, "text|json", "text: ids as they come; json: {\"ids\": [...]}", &a.format, false,
-         0, 0},
+        {"--format", LZ_OPT_STRING, "text|json",
+         "text: the text as it comes (ids without a tokenizer); json: {\"ids\": [...], \"text\": ...}", &a.format,
+         false, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
         {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &a.dtype, false, 0, 0},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
@@ -135,10 +206,23 @@ lz_status lz_cmd_generate(int argc, char **argv) {
     }
     if (strcmp(a.format, "text") != 0 && strcmp(a.format, "json") != 0)
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --format: expected text or json, got '%s'", a.format);
-    int32_t *prompt;
-    int n_prompt;
-    LZ_TRY(lz_parse_id_list("--ids", a.ids, &prompt, &n_prompt));
-    lz_status s = generate(&a, prompt, n_prompt);
+    if (!a.ids == !a.prompt)
+        return lz_fail(LZ_ERR_INPUT, "lizard generate: give exactly one of --ids 1,2,3 or --prompt TEXT");
+    // The tokenizer is optional with --ids (ids are printed), required with --prompt.
+    lz_tokenizer *tok = NULL;
+    char tok_path[4096];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", a.model);
+    if (a.prompt || access(tok_path, F_OK) == 0)
+        LZ_TRY(lz_tokenizer_load(a.model, &tok));
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
+    lz_status s = a.prompt ? lz_tokenizer_encode(tok, a.prompt, strlen(a.prompt), true, &prompt, &n_prompt)
+                           : lz_parse_id_list("--ids", a.ids, &prompt, &n_prompt);
+    if (s == LZ_OK && n_prompt == 0)
+        s = lz_fail(LZ_ERR_INPUT, "lizard generate: --prompt: the text has no tokens");
+    if (s == LZ_OK)
+        s = generate(&a, tok, prompt, n_prompt);
     free(prompt);
+    lz_tokenizer_free(tok);
     return s;
 }

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"generate", lz_cmd_generate, "continue a prompt token by token"},
     {"bench", lz_cmd_bench, "prompt and decode throughput beside the device's ceilings"},
     {"info", lz_cmd_info, "describe a model folder: layer kinds, parameters, state bytes"},
+    {"tokenize", lz_cmd_tokenize, "text -> token ids and back with the model's tokenizer.json"},
     {"init", lz_cmd_init, "write a random-weight model of a named shape (tiny-hybrid, llama3-8b-*, ...)"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };

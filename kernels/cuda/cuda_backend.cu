@@ -537,9 +537,11 @@ static lz_status init_device(lz_backend *be) {
     if (be->dtype == LZ_DTYPE_BF16) {
         LZ_TRY(gla_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(attention_init<__nv_bfloat16>(&be->ctx));
+        LZ_TRY(window_init<__nv_bfloat16>(&be->ctx));
     } else {
         LZ_TRY(gla_init<float>(&be->ctx));
         LZ_TRY(attention_init<float>(&be->ctx));
+        LZ_TRY(window_init<float>(&be->ctx));
     }
     return LZ_OK;
 }

@@ -57,6 +57,7 @@ lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *
 // Kernel attributes (shared-memory limits), set once when the backend starts.
 template <typename T> lz_status gla_init(lz_cuda_ctx *c);
 template <typename T> lz_status attention_init(lz_cuda_ctx *c);
+template <typename T> lz_status window_init(lz_cuda_ctx *c);
 template <typename T> lz_status random_fill(lz_cuda_ctx *c, T *w, size_t n, float mean, float std, uint64_t seed);
 template <typename T> lz_status measure_ceilings(lz_cuda_ctx *c, double *copy_bytes_per_s, double *gemm_flops);
 

@@ -5,43 +5,67 @@
 // that another block of the same step has already overwritten).
 #include "attention_common.cuh"
 
-// grid (tokens, Hkv), warps over the query heads of the group
+// grid (tokens, Hkv), block: `parts` warps per query head of the group. Warp
+// (hq, r) takes the r-th slice of the window's keys; the slices' partial
+// softmaxes are merged through shared memory, then added as alpha * WIN.
+// smem: q [warps][d], partials [warps][d + 2]
 template <typename T>
 __global__ void window_kernel(T *out, const T *q, const T *k, const T *v, const T *ring_k, const T *ring_v,
                               const T *meta, int n_meta, float alpha, const int32_t *token_seq, const int32_t *slot,
                               const int32_t *start, const int32_t *pos, const int32_t *token_pos, int Hq, int Hkv, int d,
-                              int w) {
-    __shared__ float q_s[8][32 * LZ_ATTN_MAX_DPL]; // one query per warp (at most 8 warps)
+                              int w, int parts) {
+    extern __shared__ float sm[];
     const int t = blockIdx.x, g = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int group = Hq / Hkv, n_warps = blockDim.x >> 5, n_dims = lz_lane_dims(d), s = token_seq[t], p = token_pos[t];
+    const int group = Hq / Hkv, n_dims = lz_lane_dims(d), s = token_seq[t], p = token_pos[t];
+    const int hq = warp / parts, part = warp % parts, h = g * group + hq;
     const int pos0 = pos[s], row0 = start[s], first = p - w + 1 > 0 ? p - w + 1 : 0;
+    const int span = ((p + 1 - first + parts - 1) / parts + 31) / 32 * 32; // whole rounds of 32 keys
+    const int t0 = min(p + 1, first + part * span), t1 = min(p + 1, t0 + span);
     const size_t row = (size_t)Hkv * d, ring = (size_t)slot[s] * w * row + (size_t)g * d;
-    float mm = -INFINITY;
-    for (int j = 0; j < n_meta; j++)
-        mm = fmaxf(mm, lz_to_float(meta[j]));
-    for (int hq = warp; hq < group; hq += n_warps) {
-        const int h = g * group + hq;
-        float *qv = q_s[warp];
-        __syncwarp();
-        for (int x = lane; x < d; x += 32)
-            qv[x] = lz_to_float(q[((size_t)t * Hq + h) * d + x]);
-        __syncwarp();
-        // meta logits: mass in the denominator only
-        lz_online_softmax st = {mm, 0.0f, {0}};
+    float *qv = sm + warp * d, *partial = sm + blockDim.x / 32 * d + warp * (d + 2);
+    for (int x = lane; x < d; x += 32)
+        qv[x] = lz_to_float(q[((size_t)t * Hq + h) * d + x]);
+    __syncwarp();
+    lz_online_softmax st = {-INFINITY, 0.0f, {0}};
+    if (part == 0) { // the meta logits: mass in the denominator only, counted once per head
         for (int j = 0; j < n_meta; j++)
-            st.l += expf(lz_to_float(meta[j]) - mm);
-        auto key = [&](int key_pos) {
-            return key_pos >= pos0 ? k + (size_t)(row0 + key_pos - pos0) * row + (size_t)g * d
-                                   : ring_k + ring + (size_t)(key_pos % w) * row;
-        };
-        auto value = [&](int key_pos) {
-            return key_pos >= pos0 ? v + (size_t)(row0 + key_pos - pos0) * row + (size_t)g * d
-                                   : ring_v + ring + (size_t)(key_pos % w) * row;
-        };
-        lz_warp_attend<T>(&st, qv, d, first, p + 1, rsqrtf((float)d), key, value);
-        T *o = out + ((size_t)t * Hq + h) * d + lane;
-        for (int i = 0; i < n_dims; i++)
-            o[32 * i] = lz_from_float<T>(lz_to_float(o[32 * i]) + alpha * st.acc[i] / st.l);
+            st.m = fmaxf(st.m, lz_to_float(meta[j]));
+        for (int j = 0; j < n_meta; j++)
+            st.l += expf(lz_to_float(meta[j]) - st.m);
+    }
+    auto key = [&](int key_pos) {
+        return key_pos >= pos0 ? k + (size_t)(row0 + key_pos - pos0) * row + (size_t)g * d
+                               : ring_k + ring + (size_t)(key_pos % w) * row;
+    };
+    auto value = [&](int key_pos) {
+        return key_pos >= pos0 ? v + (size_t)(row0 + key_pos - pos0) * row + (size_t)g * d
+                               : ring_v + ring + (size_t)(key_pos % w) * row;
+    };
+    lz_warp_attend<T>(&st, qv, d, t0, t1, rsqrtf((float)d), key, value);
+    if (lane == 0) {
+        partial[0] = st.m;
+        partial[1] = st.l;
+    }
+    for (int i = 0; i < n_dims; i++)
+        partial[2 + lane + 32 * i] = st.acc[i];
+    __syncthreads();
+    if (part != 0)
+        return;
+    float m = -INFINITY;
+    for (int r = 0; r < parts; r++)
+        m = fmaxf(m, partial[r * (d + 2)]);
+    float l = 0.0f;
+    for (int r = 0; r < parts; r++)
+        l += partial[r * (d + 2) + 1] * (partial[r * (d + 2)] == -INFINITY ? 0.0f : expf(partial[r * (d + 2)] - m));
+    T *o = out + ((size_t)t * Hq + h) * d;
+    for (int x = lane; x < d; x += 32) {
+        float acc = 0.0f;
+        for (int r = 0; r < parts; r++) {
+            const float mr = partial[r * (d + 2)];
+            if (mr != -INFINITY)
+                acc += partial[r * (d + 2) + 2 + x] * expf(mr - m);
+        }
+        o[x] = lz_from_float<T>(lz_to_float(o[x]) + alpha * acc / l);
     }
 }
 
@@ -68,10 +92,16 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     if (dims->head_dim > 32 * LZ_ATTN_MAX_DPL)
         return lz_fail(LZ_ERR_INPUT, "CUDA attention supports head_dim <= %d, got %d", 32 * LZ_ATTN_MAX_DPL,
                        dims->head_dim);
-    const int group = Hq / Hkv, warps = group < 8 ? group : 8;
-    window_kernel<T><<<dim3(n, Hkv), 32 * warps, 0, c->stream>>>(
+    // one warp per 32 keys of the window for every query head, at most 32 warps a block
+    const int group = Hq / Hkv;
+    if (group > 32)
+        return lz_fail(LZ_ERR_INPUT, "window attention supports at most 32 query heads per kv head, got %d", group);
+    int parts = (w + 31) / 32;
+    parts = parts * group > 32 ? 32 / group : parts;
+    const size_t smem = sizeof(float) * (size_t)group * parts * (2 * d + 2);
+    window_kernel<T><<<dim3(n, Hkv), 32 * group * parts, smem, c->stream>>>(
         out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq, b->slot,
-        b->start, b->pos, b->token_pos, Hq, Hkv, d, w);
+        b->start, b->pos, b->token_pos, Hq, Hkv, d, w, parts);
     LZ_LAUNCH_CHECK("window");
     ring_store_kernel<T><<<n, 256, 0, c->stream>>>((T *)st->ring_k, (T *)st->ring_v, k, v, b->token_seq, b->slot,
                                                    b->start, b->len, b->token_pos, Hkv * d, w);
@@ -79,7 +109,14 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     return LZ_OK;
 }
 
+// Once per backend: the merge buffers may pass 48 KB (32 warps x head_dim 256).
+template <typename T> lz_status window_init(lz_cuda_ctx *c) {
+    LZ_CUDA_TRY(cudaFuncSetAttribute(window_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->max_smem));
+    return LZ_OK;
+}
+
 #define LZ_WINDOW(T)                                                                                               \
+    template lz_status window_init<T>(lz_cuda_ctx *);                                                              \
     template lz_status window_attention_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *, const T *, \
                                                    float, lz_layer_state *, const lz_cuda_batch *,                 \
                                                    const lz_batch *, const lz_attn_dims *);

@@ -34,13 +34,26 @@ size=$(stat -c %s "$TMP/l.npy" 2>/dev/null || echo 0)
 
 # generate: json form, greedy = reproducible, sampling reproducible per seed
 "$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 12 --format json --ignore-eos >"$TMP/g1" 2>/dev/null && ok || bad "generate json"
-grep -Eq '^\{"ids": \[[0-9]+(, [0-9]+){11}\]\}$' "$TMP/g1" && ok || bad "json form: $(cat "$TMP/g1")"
+grep -Eq '^\{"ids": \[[0-9]+(, [0-9]+){11}\](, "text": ".*")?\}$' "$TMP/g1" && ok || bad "json form: $(cat "$TMP/g1")"
 "$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 12 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 7 --ignore-eos >"$TMP/s1" 2>/dev/null
 "$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 12 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 7 --ignore-eos >"$TMP/s2" 2>/dev/null
 "$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 12 --temperature 0.8 --top-k 40 --top-p 0.95 --seed 8 --ignore-eos >"$TMP/s3" 2>/dev/null
 cmp -s "$TMP/s1" "$TMP/s2" && ok || bad "same seed, different ids"
 cmp -s "$TMP/s1" "$TMP/s3" && bad "seeds 7 and 8 gave identical 12-token samples" || ok
-[ "$(wc -w <"$TMP/s1")" -eq 12 ] && ok || bad "text form: $(cat "$TMP/s1")"
+[ -s "$TMP/s1" ] && ok || bad "text form printed nothing"
+# without a tokenizer.json the text form prints the ids
+cp -r "$M" "$TMP/notok" && rm "$TMP/notok/tokenizer.json"
+"$LIZARD" generate --model "$TMP/notok" --ids 1,2,3 --max-tokens 12 --ignore-eos >"$TMP/s4" 2>/dev/null
+[ "$(wc -w <"$TMP/s4")" -eq 12 ] && ok || bad "ids form: $(cat "$TMP/s4")"
+expect_error "tokenizer.json" "$LIZARD" generate --model "$TMP/notok" --prompt "hi"
+
+# text in, text out: the model's own tokenizer.json
+"$LIZARD" generate --model "$M" --prompt "The lizard basks" --max-tokens 6 --format json --ignore-eos >"$TMP/p1" 2>/dev/null && ok || bad "generate --prompt"
+grep -Eq '^\{"ids": \[[0-9]+(, [0-9]+){5}\], "text": ".*"\}$' "$TMP/p1" && ok || bad "--prompt json form: $(cat "$TMP/p1")"
+ids=$("$LIZARD" tokenize --model "$M" --text "The lizard basks" 2>/dev/null)
+"$LIZARD" generate --model "$M" --ids "$ids" --max-tokens 6 --format json --ignore-eos >"$TMP/p2" 2>/dev/null
+cmp -s "$TMP/p1" "$TMP/p2" && ok || bad "--prompt and --ids of its tokens differ: $(cat "$TMP/p1") vs $(cat "$TMP/p2")"
+expect_error "exactly one of --ids" "$LIZARD" generate --model "$M" --ids 1 --prompt x
 
 # --stats: Lizard bytes constant, softmax KV growing
 "$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 70 --stats --ignore-eos >/dev/null 2>"$TMP/stats" && ok || bad "generate --stats"
