@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 def load(paths):
     rows = {}
     for p in paths:
-        name = p.split("/")[-1].split(".")[0].replace("bench-", "")
+        name = p.split("/")[-1].split(".")[0].replace("bench-", "").split("-")[0]  # bench-lizard-DATE -> lizard
         rows[name] = [json.loads(line) for line in open(p) if line.strip()]
     return rows
 
