@@ -15,6 +15,7 @@ struct lz_cuda_ctx {
     size_t scratch_bytes;
     bool buffers_moved;    // scratch or step arrays reallocated: recorded graphs are stale
     bool gemv_off;         // LIZARD_GEMV=0: every linear layer through cuBLAS (for comparison)
+    bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).
@@ -53,6 +54,23 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
 enum { LZ_GEMV_MAX_TOKENS = 8 };
 template <typename T>
 lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m);
+
+// The GLA chunk output on tensor cores (bf16; gla_tc.cu).
+size_t lz_gla_tc_smem(int F, int d);
+bool lz_gla_tc_fits(const lz_cuda_ctx *c, int F, int d);
+lz_status lz_gla_tc_init(lz_cuda_ctx *c);
+lz_status lz_gla_tc_output(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat16 *phi_q, const __nv_bfloat16 *phi_k,
+                           const __nv_bfloat16 *v, const __nv_bfloat16 *log_gamma, const float *S_prev,
+                           const float *z_prev, const int32_t *chunk_row0, const int32_t *chunk_len, int n_chunks,
+                           int Hq, int Hkv, int Hs, int d, int F, bool normalize);
+
+// The prompt path of softmax attention on tensor cores (bf16; attention_tc.cu).
+bool lz_attention_tc_fits(const lz_cuda_ctx *c, int d);
+lz_status lz_attention_tc_init(lz_cuda_ctx *c);
+lz_status lz_attention_tc(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *kc,
+                          const __nv_bfloat16 *vc, const int32_t *chunk_row0, const int32_t *chunk_len,
+                          const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int n_chunks,
+                          int Hq, int Hkv, int d, int capacity, int sliding_window);
 
 // Kernel attributes (shared-memory limits), set once when the backend starts.
 template <typename T> lz_status gla_init(lz_cuda_ctx *c);

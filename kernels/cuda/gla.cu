@@ -207,7 +207,8 @@ lz_status gla_chunked_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *p
     const size_t smem_a = sizeof(float) * (LZ_CHUNK * LZ_FTILE + LZ_CHUNK * sh.d + 2 * LZ_CHUNK);
     const size_t smem_c = sizeof(float) * (LZ_CHUNK * (LZ_CHUNK + 1) + 3 * LZ_CHUNK) +
                           sizeof(T) * (2 * (size_t)LZ_CHUNK * padded<T>(sh.F) + (size_t)LZ_CHUNK * sh.d);
-    if (smem_a > c->max_smem || smem_c > c->max_smem)
+    const bool tensor_cores = sizeof(T) == 2 && lz_gla_tc_fits(c, sh.F, sh.d);
+    if (smem_a > c->max_smem || (!tensor_cores && smem_c > c->max_smem))
         return lz_fail(LZ_ERR_INPUT, "GLA chunk kernel needs %zu bytes of shared memory (feature_dim %d, head_dim %d); "
                                      "the GPU offers %zu", smem_c, dims->feature_dim, sh.d, c->max_smem);
 
@@ -218,6 +219,11 @@ lz_status gla_chunked_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *p
     chunk_scan_kernel<<<dim3(hb->n_seqs, sh.Hs, (unsigned)((elems + 255) / 256)), 256, 0, c->stream>>>(
         dS, dz, decay, st->S, st->z, b->seq_chunk0, b->seq_chunks, b->slot, sh);
     LZ_LAUNCH_CHECK("gla chunk_scan");
+    if constexpr (sizeof(T) == 2) { // bf16: the chunk output on tensor cores when the shape allows
+        if (tensor_cores)
+            return lz_gla_tc_output(c, out, phi_q, phi_k, v, log_gamma, dS, dz, b->chunk_row0, b->chunk_len, C, sh.Hq,
+                                    sh.Hkv, sh.Hs, sh.d, sh.F, dims->gla_normalize);
+    }
     // 256 threads = rows-per-pass x d columns; d > 256 would need more threads than rows fit
     if (sh.d > 256)
         return lz_fail(LZ_ERR_INPUT, "GLA chunk kernel supports head_dim <= 256, got %d", sh.d);

@@ -183,6 +183,12 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
                                                   b->token_pos, row, dims->kv_capacity);
     LZ_LAUNCH_CHECK("kv_append");
     if (b->max_len > 1) { // a prompt in the step: the tiled kernel for every row
+        if constexpr (sizeof(T) == 2) {
+            if (lz_attention_tc_fits(c, d))
+                return lz_attention_tc(c, out, q, (const T *)st->k_cache, (const T *)st->v_cache, b->chunk_row0,
+                                       b->chunk_len, b->token_seq, b->slot, b->token_pos, b->n_chunks, Hq, Hkv, d,
+                                       dims->kv_capacity, dims->sliding_window);
+        }
         if (d > 256)
             return lz_fail(LZ_ERR_INPUT, "CUDA prompt attention supports head_dim <= 256, got %d", d);
         const size_t smem = sizeof(float) * (64 * 65 + 3 * 64) + sizeof(T) * (2 * 64 * (size_t)kpad<T>(d) + 64 * (size_t)d);
