@@ -100,3 +100,10 @@ void lz_print_usage(FILE *out, const lz_command_spec *spec) {
         fprintf(out, "  %-28s %s%s\n", left, o->help, o->required ? " (required)" : "");
     }
 }
+
+lz_status lz_parse_command(const lz_command_spec *spec, int argc, char **argv, bool *done) {
+    LZ_TRY(lz_parse_options(spec, argc, argv, done));
+    if (*done)
+        lz_print_usage(stdout, spec);
+    return LZ_OK;
+}

@@ -36,5 +36,8 @@ typedef struct {
  * "--name=value". Errors name the flag; "--help" sets *help_requested. */
 lz_status lz_parse_options(const lz_command_spec *spec, int argc, char **argv, bool *help_requested);
 void lz_print_usage(FILE *out, const lz_command_spec *spec);
+/* lz_parse_options, and on --help the usage on stdout: *done = true means the
+ * command has nothing more to do. */
+lz_status lz_parse_command(const lz_command_spec *spec, int argc, char **argv, bool *done);
 
 #endif

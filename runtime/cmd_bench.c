@@ -307,11 +307,9 @@ lz_status lz_cmd_bench(int argc, char **argv) {
     const lz_command_spec spec = {"bench", "prompt and decode throughput beside the device's ceilings", options,
                                   (int)(sizeof options / sizeof options[0])};
     bool help;
-    LZ_TRY(lz_parse_options(&spec, argc, argv, &help));
-    if (help) {
-        lz_print_usage(stdout, &spec);
+    LZ_TRY(lz_parse_command(&spec, argc, argv, &help));
+    if (help)
         return LZ_OK;
-    }
     if (!a.shape == !a.model)
         return lz_fail(LZ_ERR_INPUT, "lizard bench: give exactly one of --shape PRESET or --model DIR");
     lz_config cfg;

@@ -25,11 +25,9 @@ lz_status lz_cmd_forward(int argc, char **argv) {
     const lz_command_spec spec = {"forward", "run a prompt and write the logits of every position",
                                   options, (int)(sizeof options / sizeof options[0])};
     bool help;
-    LZ_TRY(lz_parse_options(&spec, argc, argv, &help));
-    if (help) {
-        lz_print_usage(stdout, &spec);
+    LZ_TRY(lz_parse_command(&spec, argc, argv, &help));
+    if (help)
         return LZ_OK;
-    }
     int32_t *ids;
     int n;
     LZ_TRY(lz_parse_id_list("--ids", ids_text, &ids, &n));

@@ -199,11 +199,9 @@ lz_status lz_cmd_generate(int argc, char **argv) {
     const lz_command_spec spec = {"generate", "continue a prompt, token by token", options,
                                   (int)(sizeof options / sizeof options[0])};
     bool help;
-    LZ_TRY(lz_parse_options(&spec, argc, argv, &help));
-    if (help) {
-        lz_print_usage(stdout, &spec);
+    LZ_TRY(lz_parse_command(&spec, argc, argv, &help));
+    if (help)
         return LZ_OK;
-    }
     if (strcmp(a.format, "text") != 0 && strcmp(a.format, "json") != 0)
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --format: expected text or json, got '%s'", a.format);
     if (!a.ids == !a.prompt)

@@ -53,11 +53,9 @@ lz_status lz_cmd_info(int argc, char **argv) {
     };
     const lz_command_spec spec = {"info", "describe a model folder", options, (int)(sizeof options / sizeof options[0])};
     bool help;
-    LZ_TRY(lz_parse_options(&spec, argc, argv, &help));
-    if (help) {
-        lz_print_usage(stdout, &spec);
+    LZ_TRY(lz_parse_command(&spec, argc, argv, &help));
+    if (help)
         return LZ_OK;
-    }
     // Describe, do not load: an 8B or 70B checkpoint is checked and counted without reading its weights.
     lz_config cfg;
     LZ_TRY(lz_config_load(model, &cfg));

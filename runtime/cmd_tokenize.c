@@ -116,11 +116,9 @@ lz_status lz_cmd_tokenize(int argc, char **argv) {
     const lz_command_spec spec = {"tokenize", "encode text to token ids, or decode ids to text", options,
                                   (int)(sizeof options / sizeof options[0])};
     bool help;
-    LZ_TRY(lz_parse_options(&spec, argc, argv, &help));
-    if (help) {
-        lz_print_usage(stdout, &spec);
+    LZ_TRY(lz_parse_command(&spec, argc, argv, &help));
+    if (help)
         return LZ_OK;
-    }
     if ((text != NULL) + (file != NULL) + (ids_text != NULL) != 1)
         return lz_fail(LZ_ERR_INPUT, "tokenize: give exactly one of --text, --file, --ids");
     if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0)

@@ -17,17 +17,6 @@ size_t lz_attention_tc_smem(int d) {
     return sizeof(bf16) * (3 * (size_t)AT * d + AT * AT) + sizeof(float) * (AT * AT + (size_t)AT * d + 3 * AT);
 }
 
-__device__ void load_kv_rows(bf16 *dst, const bf16 *src, size_t stride, int d, int valid) {
-    const int vecs = d / 8;
-    for (int e = threadIdx.x; e < AT * vecs; e += blockDim.x) {
-        const int t = e / vecs, c = e % vecs;
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (t < valid)
-            val = ((const uint4 *)(src + (size_t)t * stride))[c];
-        ((uint4 *)(dst + (size_t)t * d))[c] = val;
-    }
-}
-
 // grid (chunks, Hq), block 256
 __global__ void attention_tc_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc,
                                     const int32_t *chunk_row0, const int32_t *chunk_len, const int32_t *token_seq,
@@ -41,7 +30,7 @@ __global__ void attention_tc_kernel(bf16 *out, const bf16 *q, const bf16 *kc, co
     const int p0 = token_pos[row0], p_last = token_pos[row0 + L - 1];
     const size_t row = (size_t)Hkv * d, base = (size_t)slot[token_seq[row0]] * capacity * row + (size_t)g * d;
     const float scale = rsqrtf((float)d);
-    load_kv_rows(Qs, q + ((size_t)row0 * Hq + h) * d, (size_t)Hq * d, d, L);
+    lz_load_tile_rows(Qs, q + ((size_t)row0 * Hq + h) * d, (size_t)Hq * d, d, AT, L);
     for (int e = threadIdx.x; e < AT * d; e += blockDim.x)
         O[e] = 0.0f;
     for (int i = threadIdx.x; i < AT; i += blockDim.x) {
@@ -53,8 +42,8 @@ __global__ void attention_tc_kernel(bf16 *out, const bf16 *q, const bf16 *kc, co
     for (int t0 = k_first; t0 <= p_last; t0 += AT) {
         const int n_keys = min(AT, p_last + 1 - t0);
         __syncthreads(); // the previous tile is consumed
-        load_kv_rows(Ks, kc + base + (size_t)t0 * row, row, d, n_keys);
-        load_kv_rows(Vs, vc + base + (size_t)t0 * row, row, d, n_keys);
+        lz_load_tile_rows(Ks, kc + base + (size_t)t0 * row, row, d, AT, n_keys);
+        lz_load_tile_rows(Vs, vc + base + (size_t)t0 * row, row, d, AT, n_keys);
         __syncthreads();
         for (int tile = warp; tile < 16; tile += n_warps) { // S = Q K^T
             const int ti = tile / 4, tj = tile % 4;

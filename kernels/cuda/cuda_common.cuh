@@ -99,6 +99,21 @@ template <> struct vec16<float> {
     }
 };
 
+// Copies a tile of `rows` rows of `width` 16-bit elements (width % 8 == 0,
+// 16-byte vectors) from rows `stride` elements apart into a dense shared-memory
+// tile; rows at and past `valid` become zeros (the padding of a partial tile).
+template <typename T>
+__device__ void lz_load_tile_rows(T *dst, const T *src, size_t stride, int width, int rows, int valid) {
+    const int vecs = width / 8;
+    for (int e = threadIdx.x; e < rows * vecs; e += blockDim.x) {
+        const int t = e / vecs, c = e % vecs;
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (t < valid)
+            val = ((const uint4 *)(src + (size_t)t * stride))[c];
+        ((uint4 *)(dst + (size_t)t * width))[c] = val;
+    }
+}
+
 // Device copies of the current step's batch (uploaded once per step by begin_step).
 struct lz_cuda_batch {
     const int32_t *slot, *start, *len, *pos, *token_pos, *token_seq, *ids, *rows;

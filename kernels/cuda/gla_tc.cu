@@ -23,18 +23,6 @@ size_t lz_gla_tc_smem(int F, int d) {
            sizeof(float) * (TC_CHUNK * TC_CHUNK + 2 * (size_t)TC_CHUNK * d + 3 * TC_CHUNK);
 }
 
-// Copies `rows` rows of `width` bf16 (16-byte vectors) into smem rows; rows past `valid` are zero.
-__device__ void load_rows(bf16 *dst, const bf16 *src, size_t src_stride, int width, int valid) {
-    const int vecs = width / 8;
-    for (int e = threadIdx.x; e < TC_CHUNK * vecs; e += blockDim.x) {
-        const int t = e / vecs, c = e % vecs;
-        uint4 val = make_uint4(0, 0, 0, 0);
-        if (t < valid)
-            val = ((const uint4 *)(src + (size_t)t * src_stride))[c];
-        ((uint4 *)(dst + (size_t)t * width))[c] = val;
-    }
-}
-
 // grid (chunks, Hq), block 256 (8 warps)
 __global__ void chunk_output_tc_kernel(bf16 *out, const bf16 *phi_q, const bf16 *phi_k, const bf16 *v,
                                        const bf16 *log_gamma, const float *S_prev, const float *z_prev,
@@ -50,9 +38,9 @@ __global__ void chunk_output_tc_kernel(bf16 *out, const bf16 *phi_q, const bf16 
     const int s = sh.Hs == sh.Hq ? h : h / (sh.Hq / sh.Hs);
     const int vh = sh.Hs == sh.Hkv ? s : s / (sh.Hq / sh.Hkv);
 
-    load_rows(Qs, phi_q + ((size_t)row0 * sh.Hq + h) * F, (size_t)sh.Hq * F, F, L);
-    load_rows(Ks, phi_k + ((size_t)row0 * sh.Hs + s) * F, (size_t)sh.Hs * F, F, L);
-    load_rows(Vs, v + ((size_t)row0 * sh.Hkv + vh) * d, (size_t)sh.Hkv * d, d, L);
+    lz_load_tile_rows(Qs, phi_q + ((size_t)row0 * sh.Hq + h) * F, (size_t)sh.Hq * F, F, TC_CHUNK, L);
+    lz_load_tile_rows(Ks, phi_k + ((size_t)row0 * sh.Hs + s) * F, (size_t)sh.Hs * F, F, TC_CHUNK, L);
+    lz_load_tile_rows(Vs, v + ((size_t)row0 * sh.Hkv + vh) * d, (size_t)sh.Hkv * d, d, TC_CHUNK, L);
     for (int i = threadIdx.x; i < TC_CHUNK; i += blockDim.x)
         lg[i] = i < L ? __bfloat162float(log_gamma[row0 + i]) : 0.0f;
     __syncthreads();
