@@ -6,7 +6,7 @@
 // The same function as attention_tiled_kernel (softmax_attention.cu).
 #include <mma.h> // nvcuda::wmma
 
-#include "cuda_kernels.cuh"
+#include "wmma_tiles.cuh" // lz_wmma_abt_64x64
 
 using namespace nvcuda;
 typedef __nv_bfloat16 bf16;
@@ -45,19 +45,7 @@ __global__ void attention_tc_kernel(bf16 *out, const bf16 *q, const bf16 *kc, co
         lz_load_tile_rows(Ks, kc + base + (size_t)t0 * row, row, d, AT, n_keys);
         lz_load_tile_rows(Vs, vc + base + (size_t)t0 * row, row, d, AT, n_keys);
         __syncthreads();
-        for (int tile = warp; tile < 16; tile += n_warps) { // S = Q K^T
-            const int ti = tile / 4, tj = tile % 4;
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int k = 0; k < d; k += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-                wmma::load_matrix_sync(a, Qs + ti * 16 * d + k, d);
-                wmma::load_matrix_sync(b, Ks + tj * 16 * d + k, d);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(S + ti * 16 * AT + tj * 16, acc, AT, wmma::mem_row_major);
-        }
+        lz_wmma_abt_64x64(S, Qs, Ks, d); // S = Q K^T
         __syncthreads();
         for (int i = warp; i < AT; i += n_warps) { // online softmax, one warp per row
             const int p = p0 + i;

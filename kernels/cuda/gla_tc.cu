@@ -7,7 +7,7 @@
 // the same function as chunk_output_kernel; the fp32 state itself stays fp32.
 #include <mma.h> // nvcuda::wmma
 
-#include "cuda_kernels.cuh"
+#include "wmma_tiles.cuh" // lz_wmma_abt_64x64
 
 using namespace nvcuda;
 typedef __nv_bfloat16 bf16;
@@ -49,20 +49,7 @@ __global__ void chunk_output_tc_kernel(bf16 *out, const bf16 *phi_q, const bf16 
         for (int i = 0; i < TC_CHUNK; i++)
             g[i] = (acc += lg[i]);
     }
-    // A = Q K^T: 16 tiles of 16 x 16
-    for (int tile = warp; tile < 16; tile += n_warps) {
-        const int ti = tile / 4, tj = tile % 4;
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        wmma::fill_fragment(acc, 0.0f);
-        for (int k = 0; k < F; k += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-            wmma::load_matrix_sync(a, Qs + ti * 16 * F + k, F);
-            wmma::load_matrix_sync(b, Ks + tj * 16 * F + k, F);
-            wmma::mma_sync(acc, a, b, acc);
-        }
-        wmma::store_matrix_sync(A + ti * 16 * TC_CHUNK + tj * 16, acc, TC_CHUNK, wmma::mem_row_major);
-    }
+    lz_wmma_abt_64x64(A, Qs, Ks, F); // A = Q K^T
     __syncthreads();
     // causal mask and decay, in fp32; a bf16 copy for A V
     for (int e = threadIdx.x; e < TC_CHUNK * TC_CHUNK; e += blockDim.x) {
