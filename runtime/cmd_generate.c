@@ -10,14 +10,15 @@
 #include "cli_options.h"       // lz_parse_options
 #include "commands.h"          // lz_cmd_generate
 #include "engine.h"            // lz_engine
+#include "generate_batch.h"    // lz_generate_batch
 #include "generation_config.h" // lz_generation_config
 #include "id_list.h"           // lz_parse_id_list
 #include "sampler.h"           // lz_sampler
 #include "tokenizer.h"         // lz_tokenizer, lz_detok
 
 typedef struct {
-    const char *model, *ids, *prompt, *device, *dtype, *softmax, *format;
-    long max_tokens, top_k, seed, chunk;
+    const char *model, *ids, *prompt, *prompts_file, *device, *dtype, *softmax, *format;
+    long max_tokens, top_k, seed, chunk, batch;
     double temperature, top_p;
     bool stats, ignore_eos;
 } generate_args;
@@ -118,9 +119,9 @@ static char *utf8_replace_invalid(const char *s, size_t n) {
     return out;
 }
 
-/* {"ids": [...]} and, with a tokenizer, "text": the decoded continuation. */
-static lz_status print_json(const lz_tokenizer *tok, const int32_t *ids, int n) {
-    printf("{\"ids\": [");
+/* "ids": [...] and, with a tokenizer, "text": the decoded continuation; then "}". */
+static lz_status print_json_fields(const lz_tokenizer *tok, const int32_t *ids, int n) {
+    printf("\"ids\": [");
     for (int i = 0; i < n; i++)
         printf("%s%d", i ? ", " : "", ids[i]);
     printf("]");
@@ -141,6 +142,21 @@ static lz_status print_json(const lz_tokenizer *tok, const int32_t *ids, int n) 
     return LZ_OK;
 }
 
+static lz_status print_json(const lz_tokenizer *tok, const int32_t *ids, int n) {
+    printf("{");
+    return print_json_fields(tok, ids, n);
+}
+
+/* generation_config.json's defaults, overridden by the flags given. */
+static lz_sampler_params sampler_params(const generate_args *a, const lz_generation_config *gen) {
+    lz_sampler_params p = gen->defaults;
+    p.temperature = a->temperature >= 0 ? a->temperature : p.temperature;
+    p.top_k = a->top_k >= 0 ? (int)a->top_k : p.top_k;
+    p.top_p = a->top_p >= 0 ? a->top_p : p.top_p;
+    p.seed = (uint64_t)a->seed;
+    return p;
+}
+
 static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32_t *prompt, int n_prompt) {
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
@@ -152,11 +168,7 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
     int n_out = 0;
     lz_status s = out ? lz_generation_config_load(a->model, &e.model.cfg, &gen) : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK) {
-        lz_sampler_params p = gen.defaults; // flags given on the command line win
-        p.temperature = a->temperature >= 0 ? a->temperature : p.temperature;
-        p.top_k = a->top_k >= 0 ? (int)a->top_k : p.top_k;
-        p.top_p = a->top_p >= 0 ? a->top_p : p.top_p;
-        p.seed = (uint64_t)a->seed;
+        const lz_sampler_params p = sampler_params(a, &gen);
         s = lz_sampler_init(&sampler, &p, e.model.cfg.vocab_size);
     }
     if (s == LZ_OK)
@@ -171,13 +183,105 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
     return s;
 }
 
+/* One result line per sequence: JSON, or "[i] text" (ids without a tokenizer). */
+static lz_status print_completion(const generate_args *a, const lz_tokenizer *tok, int index, const lz_completion *c) {
+    if (strcmp(a->format, "json") == 0) {
+        printf("{\"index\": %d, ", index);
+        return print_json_fields(tok, c->ids, c->n);
+    }
+    printf("[%d] ", index);
+    if (!tok) {
+        for (int i = 0; i < c->n; i++)
+            printf("%s%d", i ? " " : "", c->ids[i]);
+    } else {
+        char *text;
+        size_t len;
+        LZ_TRY(lz_tokenizer_decode(tok, c->ids, c->n, true, &text, &len));
+        fwrite(text, 1, len, stdout);
+        free(text);
+    }
+    printf("\n");
+    return LZ_OK;
+}
+
+static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const lz_prompt *prompts, int n) {
+    int longest = 0;
+    for (int i = 0; i < n; i++)
+        longest = prompts[i].n > longest ? prompts[i].n : longest;
+    lz_engine e;
+    lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
+                           .n_slots = n, .max_context = longest + (int)a->max_tokens, .prefill_chunk = (int)a->chunk};
+    LZ_TRY(lz_engine_open(&e, &eo));
+    lz_generation_config gen;
+    lz_completion *out = calloc((size_t)n, sizeof(lz_completion));
+    lz_batch_timing t;
+    lz_status s = out ? lz_generation_config_load(a->model, &e.model.cfg, &gen) : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    if (s == LZ_OK) {
+        const lz_sampler_params p = sampler_params(a, &gen);
+        s = lz_generate_batch(&e, prompts, n, (int)a->max_tokens, &p, &gen, a->ignore_eos, out, &t);
+    }
+    for (int i = 0; s == LZ_OK && i < n; i++)
+        s = print_completion(a, tok, i, &out[i]);
+    if (s == LZ_OK)
+        fprintf(stderr, "lizard generate: %d sequences, %ld prompt tokens in %.3f s, %ld tokens generated in %.3f s "
+                        "(%.1f tok/s)\n", n, t.prompt_tokens, t.prefill_seconds, t.generated_tokens, t.decode_seconds,
+                t.decode_seconds > 0 ? t.generated_tokens / t.decode_seconds : 0.0);
+    for (int i = 0; out && i < n; i++)
+        free(out[i].ids);
+    free(out);
+    lz_engine_close(&e);
+    return s;
+}
+
+/* Lines of FILE, each a prompt (blank lines skipped), tokenized. */
+static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **prompts, int *n) {
+    if (!tok)
+        return lz_fail(LZ_ERR_INPUT, "--prompts-file: the model has no tokenizer.json");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return lz_fail(LZ_ERR_IO, "--prompts-file: %s: cannot open", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    lz_status s = LZ_OK;
+    *prompts = NULL;
+    *n = 0;
+    while (s == LZ_OK && (len = getline(&line, &cap, f)) >= 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (len == 0)
+            continue;
+        lz_prompt *grown = realloc(*prompts, sizeof(lz_prompt) * (size_t)(*n + 1));
+        if (!grown) {
+            s = lz_fail(LZ_ERR_NOMEM, "--prompts-file: out of memory");
+            break;
+        }
+        *prompts = grown;
+        int32_t *ids;
+        int k;
+        s = lz_tokenizer_encode(tok, line, (size_t)len, true, &ids, &k);
+        if (s == LZ_OK)
+            (*prompts)[(*n)++] = (lz_prompt){ids, k};
+    }
+    free(line);
+    fclose(f);
+    if (s == LZ_OK && *n == 0)
+        s = lz_fail(LZ_ERR_INPUT, "--prompts-file: %s has no prompts", path);
+    return s;
+}
+
 lz_status lz_cmd_generate(int argc, char **argv) {
-    generate_args a = {NULL, NULL, NULL, "cpu", "bf16", NULL, "text", 16, -1, 0, 512, -1.0, -1.0, false, false};
+    generate_args a = {NULL, NULL, NULL, NULL, "cpu", "bf16", NULL, "text", 16, -1, 0, 512, 0, -1.0, -1.0, false,
+                       false};
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &a.model, true, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &a.ids, false, 0, 0},
         {"--prompt", LZ_OPT_STRING, "TEXT", "prompt text (tokenized with the model's tokenizer.json)", &a.prompt,
          false, 0, 0},
+        {"--prompts-file", LZ_OPT_STRING, "FILE", "many prompts, one per line, generated together as a batch",
+         &a.prompts_file, false, 0, 0},
+        {"--batch", LZ_OPT_INT, "N", "generate N sequences from the prompt at once (seeds S, S+1, ...)", &a.batch,
+         false, 1, 1 << 16},
         {"--max-tokens", LZ_OPT_INT, "N", "tokens to generate (default 16)", &a.max_tokens, false, 1, 1 << 24},
         {"--temperature", LZ_OPT_FLOAT, "T", "0 = greedy (default: generation_config.json, else greedy)",
          &a.temperature, false, 0, 100},
@@ -204,22 +308,45 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         return LZ_OK;
     if (strcmp(a.format, "text") != 0 && strcmp(a.format, "json") != 0)
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --format: expected text or json, got '%s'", a.format);
-    if (!a.ids == !a.prompt)
-        return lz_fail(LZ_ERR_INPUT, "lizard generate: give exactly one of --ids 1,2,3 or --prompt TEXT");
+    if ((a.ids != NULL) + (a.prompt != NULL) + (a.prompts_file != NULL) != 1)
+        return lz_fail(LZ_ERR_INPUT, "lizard generate: give exactly one of --ids 1,2,3, --prompt TEXT or --prompts-file FILE");
+    if (a.prompts_file && a.batch)
+        return lz_fail(LZ_ERR_INPUT, "lizard generate: --batch copies one prompt; --prompts-file gives many");
     // The tokenizer is optional with --ids (ids are printed), required with --prompt.
     lz_tokenizer *tok = NULL;
     char tok_path[4096];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", a.model);
     if (a.prompt || access(tok_path, F_OK) == 0)
         LZ_TRY(lz_tokenizer_load(a.model, &tok));
+    if (a.prompts_file) {
+        lz_prompt *prompts = NULL;
+        int n = 0;
+        lz_status s = read_prompts(a.prompts_file, tok, &prompts, &n);
+        if (s == LZ_OK)
+            s = generate_many(&a, tok, prompts, n);
+        for (int i = 0; i < n; i++)
+            free((void *)prompts[i].ids);
+        free(prompts);
+        lz_tokenizer_free(tok);
+        return s;
+    }
     int32_t *prompt = NULL;
     int n_prompt = 0;
     lz_status s = a.prompt ? lz_tokenizer_encode(tok, a.prompt, strlen(a.prompt), true, &prompt, &n_prompt)
                            : lz_parse_id_list("--ids", a.ids, &prompt, &n_prompt);
     if (s == LZ_OK && n_prompt == 0)
         s = lz_fail(LZ_ERR_INPUT, "lizard generate: --prompt: the text has no tokens");
-    if (s == LZ_OK)
+    if (s == LZ_OK && a.batch > 0) { // N copies of the prompt
+        lz_prompt *copies = malloc(sizeof(lz_prompt) * (size_t)a.batch);
+        s = copies ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "--batch: out of memory");
+        for (long i = 0; s == LZ_OK && i < a.batch; i++)
+            copies[i] = (lz_prompt){prompt, n_prompt};
+        if (s == LZ_OK)
+            s = generate_many(&a, tok, copies, (int)a.batch);
+        free(copies);
+    } else if (s == LZ_OK) {
         s = generate(&a, tok, prompt, n_prompt);
+    }
     free(prompt);
     lz_tokenizer_free(tok);
     return s;

@@ -55,6 +55,16 @@ ids=$("$LIZARD" tokenize --model "$M" --text "The lizard basks" 2>/dev/null)
 cmp -s "$TMP/p1" "$TMP/p2" && ok || bad "--prompt and --ids of its tokens differ: $(cat "$TMP/p1") vs $(cat "$TMP/p2")"
 expect_error "exactly one of --ids" "$LIZARD" generate --model "$M" --ids 1 --prompt x
 
+# many sequences at once: each line of a prompts file, or --batch copies of one prompt
+printf 'The lizard\n\nA warm rock\n' >"$TMP/prompts.txt"
+"$LIZARD" generate --model "$M" --prompts-file "$TMP/prompts.txt" --max-tokens 5 --format json --ignore-eos >"$TMP/b1" 2>/dev/null && ok || bad "--prompts-file"
+[ "$(grep -c '^{"index": [01], "ids": \[' "$TMP/b1")" -eq 2 ] && ok || bad "--prompts-file output: $(cat "$TMP/b1")"
+"$LIZARD" generate --model "$M" --prompt "A warm rock" --max-tokens 5 --format json --ignore-eos >"$TMP/b2" 2>/dev/null
+[ "$(sed -n 2p "$TMP/b1" | sed 's/"index": 1, //')" = "$(cat "$TMP/b2")" ] && ok || bad "batched sequence differs from alone"
+"$LIZARD" generate --model "$M" --prompt "x" --batch 4 --max-tokens 3 --temperature 1 --ignore-eos >"$TMP/b3" 2>/dev/null && ok || bad "--batch 4"
+[ "$(grep -c '^\[[0-3]\] ' "$TMP/b3")" -eq 4 ] && ok || bad "--batch output: $(cat "$TMP/b3")"
+expect_error "no prompts" "$LIZARD" generate --model "$M" --prompts-file /dev/null
+
 # --stats: Lizard bytes constant, softmax KV growing
 "$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 70 --stats --ignore-eos >/dev/null 2>"$TMP/stats" && ok || bad "generate --stats"
 liz=$(grep -o 'lizard GLA [0-9]* + window [0-9]*' "$TMP/stats" | sort -u | wc -l)
