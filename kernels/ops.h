@@ -110,6 +110,15 @@ typedef struct lz_ops {
     lz_status (*graph_end)(lz_backend *be, bool ok);
     void (*graph_reset)(lz_backend *be);
 
+    /* Optional (NULL: activations go through host memory and MPI): direct
+     * device-to-device transfers between the ranks of a pipeline (NCCL).
+     * p2p_id writes the unique id rank 0 creates (at most 256 bytes);
+     * p2p_init joins the communicator with the id every rank received. */
+    lz_status (*p2p_id)(lz_backend *be, void *id, size_t *len);
+    lz_status (*p2p_init)(lz_backend *be, const void *id, size_t len, int rank, int n_ranks);
+    lz_status (*p2p_send)(lz_backend *be, const void *buf, size_t bytes, int peer);
+    lz_status (*p2p_recv)(lz_backend *be, void *buf, size_t bytes, int peer);
+
     /* math: each returns LZ_OK or the backend's failure (launch errors) */
     /* out[T, C] = table[ids[t], :] */
     lz_status (*embedding)(lz_backend *be, void *out, const lz_weight *table, const int32_t *ids, int T);

@@ -10,7 +10,8 @@
 #include "npy.h"         // lz_npy_write_f32
 
 lz_status lz_cmd_forward(int argc, char **argv) {
-    const char *model = NULL, *ids_text = NULL, *out_path = NULL, *device = "cpu", *dtype = "bf16", *softmax = NULL;
+    const char *model = NULL, *ids_text = NULL, *out_path = NULL, *device = "cpu", *dtype = "bf16", *softmax = NULL, *placement = NULL,
+               *plan = NULL;
     long chunk = 512;
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &model, true, 0, 0},
@@ -21,6 +22,9 @@ lz_status lz_cmd_forward(int argc, char **argv) {
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &softmax, false, 0, 0},
         {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per prefill step (default 512)", &chunk, false, 1, 1 << 20},
+        {"--placement", LZ_OPT_STRING, "balanced|by-type", "under mpirun: how layers are spread over the ranks",
+         &placement, false, 0, 0},
+        {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written placement plan", &plan, false, 0, 0},
     };
     const lz_command_spec spec = {"forward", "run a prompt and write the logits of every position",
                                   options, (int)(sizeof options / sizeof options[0])};
@@ -33,10 +37,11 @@ lz_status lz_cmd_forward(int argc, char **argv) {
     LZ_TRY(lz_parse_id_list("--ids", ids_text, &ids, &n));
     lz_engine e;
     lz_engine_options eo = {.model_dir = model, .device = device, .dtype = dtype, .softmax_layers = softmax,
-                           .n_slots = 1, .max_context = n, .prefill_chunk = (int)chunk};
+                           .n_slots = 1, .max_context = n, .prefill_chunk = (int)chunk,
+                           .placement = placement, .plan_file = plan};
     lz_status s = lz_engine_open(&e, &eo);
     float *logits = NULL;
-    if (s == LZ_OK) {
+    if (s == LZ_OK && !e.worker) { // under mpirun only rank 0 writes the file
         const size_t V = (size_t)e.model.cfg.vocab_size;
         logits = malloc(sizeof(float) * (size_t)n * V);
         s = logits ? lz_engine_prefill(&e, 0, ids, n, logits, NULL) : lz_fail(LZ_ERR_NOMEM, "logits: out of memory");

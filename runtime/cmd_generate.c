@@ -17,7 +17,7 @@
 #include "tokenizer.h"         // lz_tokenizer, lz_detok
 
 typedef struct {
-    const char *model, *ids, *prompt, *prompts_file, *device, *dtype, *softmax, *format;
+    const char *model, *ids, *prompt, *prompts_file, *device, *dtype, *softmax, *format, *placement, *plan;
     long max_tokens, top_k, seed, chunk, batch;
     double temperature, top_p;
     bool stats, ignore_eos;
@@ -160,8 +160,13 @@ static lz_sampler_params sampler_params(const generate_args *a, const lz_generat
 static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32_t *prompt, int n_prompt) {
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
-                           .n_slots = 1, .max_context = n_prompt + (int)a->max_tokens, .prefill_chunk = (int)a->chunk};
+                           .n_slots = 1, .max_context = n_prompt + (int)a->max_tokens, .prefill_chunk = (int)a->chunk,
+                           .placement = a->placement, .plan_file = a->plan};
     LZ_TRY(lz_engine_open(&e, &eo));
+    if (e.worker) { // another rank of the pipeline: it has served every step
+        lz_engine_close(&e);
+        return LZ_OK;
+    }
     lz_generation_config gen;
     lz_sampler sampler = {0};
     int32_t *out = malloc(sizeof(int32_t) * (size_t)(a->max_tokens > 0 ? a->max_tokens : 1));
@@ -210,8 +215,13 @@ static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const 
         longest = prompts[i].n > longest ? prompts[i].n : longest;
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
-                           .n_slots = n, .max_context = longest + (int)a->max_tokens, .prefill_chunk = (int)a->chunk};
+                           .n_slots = n, .max_context = longest + (int)a->max_tokens, .prefill_chunk = (int)a->chunk,
+                           .placement = a->placement, .plan_file = a->plan};
     LZ_TRY(lz_engine_open(&e, &eo));
+    if (e.worker) {
+        lz_engine_close(&e);
+        return LZ_OK;
+    }
     lz_generation_config gen;
     lz_completion *out = calloc((size_t)n, sizeof(lz_completion));
     lz_batch_timing t;
@@ -271,8 +281,8 @@ static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **p
 }
 
 lz_status lz_cmd_generate(int argc, char **argv) {
-    generate_args a = {NULL, NULL, NULL, NULL, "cpu", "bf16", NULL, "text", 16, -1, 0, 512, 0, -1.0, -1.0, false,
-                       false};
+    generate_args a = {NULL, NULL, NULL, NULL, "cpu", "bf16", NULL, "text", NULL, NULL, 16, -1, 0, 512, 0, -1.0, -1.0,
+                       false, false};
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &a.model, true, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &a.ids, false, 0, 0},
@@ -298,6 +308,9 @@ lz_status lz_cmd_generate(int argc, char **argv) {
          &a.softmax, false, 0, 0},
         {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per prefill step (default 512)", &a.chunk, false, 1, 1 << 20},
         {"--ignore-eos", LZ_OPT_FLAG, "", "do not stop at eos ids", &a.ignore_eos, false, 0, 0},
+        {"--placement", LZ_OPT_STRING, "balanced|by-type", "under mpirun: how layers are spread over the ranks",
+         &a.placement, false, 0, 0},
+        {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written placement plan", &a.plan, false, 0, 0},
         {"--stats", LZ_OPT_FLAG, "", "print state bytes per sequence by layer kind (stderr)", &a.stats, false, 0, 0},
     };
     const lz_command_spec spec = {"generate", "continue a prompt, token by token", options,

@@ -1,6 +1,9 @@
 /* engine.c - opening a model on a backend and feeding it tokens. */
 #include <stdlib.h> // malloc, free
 #include <string.h> // strcmp, memset, memcpy
+#include <unistd.h> // sysconf
+
+#include "mpi_world.h" // lz_world_get
 
 #include "engine.h"
 
@@ -21,6 +24,22 @@ lz_status lz_open_backend(const char *device, const char *dtype, lz_backend **be
     return lz_fail(LZ_ERR_INPUT, "--device: unknown device '%s' (expected cpu or cuda)", dev);
 }
 
+/* What this rank may hold: the device's free memory, or the host's. */
+static uint64_t free_bytes(lz_engine *e) {
+    size_t free_b = 0, total = 0;
+    if (e->ops->memory_info && e->ops->memory_info(e->be, &free_b, &total) == LZ_OK)
+        return free_b;
+    return (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGE_SIZE);
+}
+
+/* One step, in this process or through the pipeline. */
+static lz_status engine_step(lz_engine *e, const int32_t *ids, const lz_batch *b, const int32_t *rows, int n_rows,
+                             float *logits) {
+    if (e->pipelined)
+        return lz_pipeline_step(&e->pipe, &e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits);
+    return lz_step(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits);
+}
+
 lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
     memset(e, 0, sizeof *e);
     e->opt = *opt;
@@ -35,12 +54,27 @@ lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
     if (e->opt.max_context <= 0)
         e->opt.max_context = cfg.max_position_embeddings;
     LZ_TRY(lz_open_backend(e->opt.device, e->opt.dtype, &e->be, &e->ops));
-    lz_status s = lz_model_load(&e->model, opt->model_dir, &cfg, e->ops, e->be);
+    lz_stage_parts parts;
+    lz_stage_parts_all(&parts, cfg.num_hidden_layers);
+    lz_status s = LZ_OK;
+    if (lz_world_get()->size > 1) {
+        e->pipelined = true;
+        s = lz_pipeline_plan(&e->pipe, &cfg, opt->placement, opt->plan_file, (uint64_t)e->opt.max_context,
+                             e->opt.n_slots, free_bytes(e), &parts);
+        if (s == LZ_OK)
+            s = lz_pipeline_connect(&e->pipe, e->ops, e->be);
+    }
+    if (s == LZ_OK)
+        s = lz_model_load_stage(&e->model, opt->model_dir, &cfg, e->ops, e->be, &parts);
     if (s == LZ_OK)
         s = lz_state_create(&e->state, &e->model, e->opt.n_slots, e->opt.max_context);
     if (s == LZ_OK) {
         int step_tokens = e->opt.prefill_chunk > e->opt.n_slots ? e->opt.prefill_chunk : e->opt.n_slots;
         s = lz_workspace_create(&e->ws, &e->model, step_tokens, step_tokens);
+    }
+    if (s == LZ_OK && e->pipelined && e->pipe.rank != 0) {
+        s = lz_pipeline_serve(&e->pipe, &e->model, &e->state, &e->ws);
+        e->worker = true;
     }
     if (s != LZ_OK)
         lz_engine_close(e);
@@ -48,6 +82,10 @@ lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
 }
 
 void lz_engine_close(lz_engine *e) {
+    if (e->pipelined && !e->worker && e->pipe.rank == 0 && e->model.ops)
+        lz_pipeline_close(&e->pipe); // the other ranks leave their serve loop
+    if (e->pipelined)
+        lz_pipeline_free(&e->pipe);
     if (e->model.ops) {
         lz_workspace_free(&e->ws, &e->model);
         lz_state_free(&e->state, &e->model);
@@ -77,9 +115,9 @@ lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, f
         // logits of every row when asked for all, else only of the prompt's last row
         const bool last_chunk = c0 + len == n;
         if (logits_all)
-            s = lz_step(&e->model, &e->state, &e->ws, ids + c0, &b, rows, len, logits_all + (size_t)c0 * V);
+            s = engine_step(e, ids + c0, &b, rows, len, logits_all + (size_t)c0 * V);
         else
-            s = lz_step(&e->model, &e->state, &e->ws, ids + c0, &b, rows + len - 1, last_chunk ? 1 : 0, tail);
+            s = engine_step(e, ids + c0, &b, rows + len - 1, last_chunk ? 1 : 0, tail);
     }
     if (s == LZ_OK && logits_last)
         memcpy(logits_last, logits_all ? logits_all + (size_t)(n - 1) * V : tail, sizeof(float) * (size_t)V);
@@ -106,7 +144,7 @@ lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int3
         pos[i] = tpos[i] = e->state.slot_pos[slots[i]];
     }
     lz_batch b = {n, n, slots, start, len, pos, tpos};
-    lz_status s = lz_step(&e->model, &e->state, &e->ws, ids, &b, start, n, logits);
+    lz_status s = engine_step(e, ids, &b, start, n, logits);
     free(buf);
     return s;
 }

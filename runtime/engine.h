@@ -7,7 +7,8 @@
 #include <stdbool.h> // bool
 #include <stdint.h>  // int32_t
 
-#include "model.h" // lz_model
+#include "model.h"    // lz_model
+#include "pipeline.h" // lz_pipeline
 #include "state.h" // lz_state
 #include "step.h"  // lz_workspace
 
@@ -19,10 +20,16 @@ typedef struct {
     int n_slots;                 /* concurrent sequences (default 1) */
     int max_context;             /* positions per sequence in KV caches */
     int prefill_chunk;           /* tokens per prefill step (default 512) */
+    /* under mpirun -np N (N > 1): how layers are placed on the ranks */
+    const char *placement;       /* "balanced" (default) or "by-type" */
+    const char *plan_file;       /* or a hand-written plan (docs/running.md) */
 } lz_engine_options;
 
 typedef struct {
     lz_engine_options opt;
+    bool pipelined;   /* one stage of an MPI pipeline */
+    bool worker;      /* a rank other than 0: it has served every step already; the command just ends */
+    lz_pipeline pipe;
     lz_backend *be;
     const lz_ops *ops;
     lz_model model;
@@ -33,6 +40,10 @@ typedef struct {
 /* "cpu" | "cuda" (NULL: cpu) and "bf16" | "fp32" (NULL: bf16; CUDA only). */
 lz_status lz_open_backend(const char *device, const char *dtype, lz_backend **be, const lz_ops **ops);
 
+/* Under mpirun with several ranks the model is split into stages: rank 0
+ * returns from lz_engine_open ready to drive it; every other rank serves the
+ * steps inside lz_engine_open and returns with e->worker set once rank 0 has
+ * closed its engine. */
 lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt);
 void lz_engine_close(lz_engine *e);
 

@@ -5,6 +5,7 @@
 
 #include "commands.h" // lz_cmd_*
 #include "error.h"    // lz_error_message
+#include "mpi_world.h" // lz_world_init, lz_world_finish
 
 typedef struct {
     const char *name;
@@ -28,27 +29,39 @@ static void usage(FILE *out) {
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
 
+static int finish(int code) {
+    lz_world_finish(code);
+    return code;
+}
+
 int main(int argc, char **argv) {
+    if (lz_world_init(&argc, &argv) != LZ_OK) {
+        fprintf(stderr, "lizard: error: %s\n", lz_error_message());
+        return 1;
+    }
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return finish(2);
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(stdout);
-        return 0;
+        return finish(0);
     }
     if (strcmp(argv[1], "--version") == 0) {
         printf("lizard %s\n", LIZARD_VERSION);
-        return 0;
+        return finish(0);
     }
     for (int i = 0; i < N_COMMANDS; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;
         lz_status s = commands[i].run(argc - 1, argv + 1);
-        if (s != LZ_OK)
+        const lz_world *w = lz_world_get();
+        if (s != LZ_OK && w->size > 1) // under mpirun: say which rank stopped the job
+            fprintf(stderr, "lizard: error: rank %d of %d (%s): %s\n", w->rank, w->size, w->host, lz_error_message());
+        else if (s != LZ_OK)
             fprintf(stderr, "lizard: error: %s\n", lz_error_message());
-        return lz_status_exit_code(s);
+        return finish(lz_status_exit_code(s));
     }
     fprintf(stderr, "lizard: error: unknown command '%s' (see lizard --help)\n", argv[1]);
-    return 2;
+    return finish(2);
 }

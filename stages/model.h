@@ -32,8 +32,16 @@ typedef struct {
     float alpha;
 } lz_layer;
 
+/* Which parts of the model a process holds (a pipeline stage); all by default. */
+typedef struct {
+    bool layer[LZ_MAX_LAYERS];
+    bool embed; /* the embedding (first stage) */
+    bool head;  /* final norm + LM head (last stage) */
+} lz_stage_parts;
+
 typedef struct {
     lz_config cfg;
+    lz_stage_parts parts;
     const lz_ops *ops;
     lz_backend *be;
     lz_weights ckpt; /* the mapped checkpoint (CPU weights may point into it) */
@@ -45,6 +53,12 @@ typedef struct {
 
 /* Loads DIR's weights for `cfg` (already parsed, overrides applied). */
 lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be);
+/* Loads only `parts` (a pipeline stage); the other layers keep their kind
+ * and geometry but no weights. */
+lz_status lz_model_load_stage(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
+                              const lz_stage_parts *parts);
+/* Every part of a model with `n_layers` layers. */
+void lz_stage_parts_all(lz_stage_parts *parts, int n_layers);
 /* The same model with random weights made on the backend (no files): for
  * benchmarks. Feature maps: phi_q shared, phi_k per key/value head. */
 lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be, uint64_t seed);

@@ -154,6 +154,8 @@ static lz_status load_layer(loader *L, int i) {
     ly->has_lizard = L->random ? c->has_lizard : lz_weights_find(&m->ckpt, name) != NULL;
     ly->dims = (lz_attn_dims){.n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
                               .head_dim = c->head_dim, .sliding_window = c->sliding_window};
+    if (!m->parts.layer[i])
+        return LZ_OK; // another stage's layer: its kind is known, its weights are not needed here
     L->param_count = &m->n_params_teacher;
     LZ_TRY(load_attention(L, ly, p));
     LZ_TRY(load_mlp(L, ly, p));
@@ -175,9 +177,18 @@ static lz_status load_layer(loader *L, int i) {
 static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bool random, bool describe,
                           uint64_t seed);
 
-lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be) {
+void lz_stage_parts_all(lz_stage_parts *parts, int n_layers) {
+    memset(parts, 0, sizeof *parts);
+    for (int i = 0; i < n_layers && i < LZ_MAX_LAYERS; i++)
+        parts->layer[i] = true;
+    parts->embed = parts->head = true;
+}
+
+lz_status lz_model_load_stage(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
+                              const lz_stage_parts *parts) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
+    m->parts = *parts;
     m->ops = ops;
     m->be = be;
     LZ_TRY(check_limits(cfg));
@@ -185,9 +196,16 @@ lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, cons
     return load_all(m, dir, cfg, false, false, 0);
 }
 
+lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be) {
+    lz_stage_parts all;
+    lz_stage_parts_all(&all, cfg->num_hidden_layers);
+    return lz_model_load_stage(m, dir, cfg, ops, be, &all);
+}
+
 lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
+    lz_stage_parts_all(&m->parts, cfg->num_hidden_layers);
     m->ops = ops;
     LZ_TRY(lz_weights_open(dir, &m->ckpt));
     return load_all(m, dir, cfg, false, true, 0);
@@ -196,6 +214,7 @@ lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, 
 lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be, uint64_t seed) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
+    lz_stage_parts_all(&m->parts, cfg->num_hidden_layers);
     m->ops = ops;
     m->be = be;
     LZ_TRY(check_limits(cfg));
@@ -211,17 +230,21 @@ static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bo
         goto fail;
     loader L = {m, &m->n_params_teacher, random, describe, seed};
     const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
-    if ((st = load_matrix(&L, "model.embed_tokens.weight", V, H, &m->embed)) != LZ_OK)
+    // the embedding: on the first stage, and on the last when the LM head is tied to it
+    const bool need_embed = m->parts.embed || (m->parts.head && cfg->tie_word_embeddings);
+    if (need_embed && (st = load_matrix(&L, "model.embed_tokens.weight", V, H, &m->embed)) != LZ_OK)
         goto fail;
     for (int i = 0; i < cfg->num_hidden_layers; i++)
         if ((st = load_layer(&L, i)) != LZ_OK)
             goto fail;
-    if ((st = load_vector(&L, "model.norm.weight", H, &m->final_norm)) != LZ_OK)
-        goto fail;
-    if (cfg->tie_word_embeddings)
-        m->lm_head = (lz_weight){m->embed.data, m->embed.dtype, V, H, false};
-    else if ((st = load_matrix(&L, "lm_head.weight", V, H, &m->lm_head)) != LZ_OK)
-        goto fail;
+    if (m->parts.head) {
+        if ((st = load_vector(&L, "model.norm.weight", H, &m->final_norm)) != LZ_OK)
+            goto fail;
+        if (cfg->tie_word_embeddings)
+            m->lm_head = (lz_weight){m->embed.data, m->embed.dtype, V, H, false};
+        else if ((st = load_matrix(&L, "lm_head.weight", V, H, &m->lm_head)) != LZ_OK)
+            goto fail;
+    }
     if (describe)
         return LZ_OK;
     float freq[LZ_MAX_HEAD_DIM / 2];

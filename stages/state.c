@@ -17,6 +17,8 @@ static size_t ring_bytes(const lz_model *m, const lz_layer *ly) {
 
 static lz_status alloc_layer(lz_state *st, const lz_model *m, const lz_layer *ly, lz_layer_state *ls) {
     const size_t slots = (size_t)st->n_slots;
+    if (!m->parts.layer[ly->index])
+        return LZ_OK; // another stage keeps this layer's state
     if (ly->run_softmax) {
         LZ_TRY(m->ops->alloc(m->be, slots * kv_bytes(m, ly, (size_t)st->kv_capacity) / 2, &ls->k_cache));
         return m->ops->alloc(m->be, slots * kv_bytes(m, ly, (size_t)st->kv_capacity) / 2, &ls->v_cache);
@@ -70,7 +72,7 @@ void lz_state_free(lz_state *st, const lz_model *m) {
 lz_status lz_state_reset_slot(lz_state *st, const lz_model *m, int slot) {
     for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
         const lz_layer *ly = &m->layers[i];
-        if (ly->run_softmax)
+        if (ly->run_softmax || !m->parts.layer[i])
             continue; // positions >= slot_pos are never read: no need to clear the cache
         const size_t F = 2 * (size_t)ly->dims.feature_dim, Hs = (size_t)ly->dims.n_state_heads;
         const size_t s_elems = Hs * F * ly->dims.head_dim;
@@ -85,6 +87,8 @@ lz_state_bytes lz_state_bytes_at(const lz_model *m, int positions) {
     lz_state_bytes b = {0};
     for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
         const lz_layer *ly = &m->layers[i];
+        if (!m->parts.layer[i])
+            continue; // counted by the stage that owns it
         if (ly->run_softmax) {
             b.softmax_kv += kv_bytes(m, ly, (size_t)positions);
             b.n_softmax++;

@@ -106,31 +106,62 @@ static uint64_t step_signature(const lz_model *m, const lz_state *st, const lz_w
     return h;
 }
 
-/* Embedding -> layers -> final norm + LM head on the requested rows. */
-static lz_status run_layers(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
-                            const int32_t *logit_rows, int n_logit_rows) {
-    const lz_ops *ops = m->ops;
-    LZ_TRY(ops->embedding(m->be, ws->x, &m->embed, ids, batch->n_tokens));
-    for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
+lz_status lz_step_embed(lz_model *m, lz_workspace *ws, const int32_t *ids, const lz_batch *batch) {
+    return m->ops->embedding(m->be, ws->x, &m->embed, ids, batch->n_tokens);
+}
+
+lz_status lz_step_layers(lz_model *m, lz_state *st, lz_workspace *ws, const lz_batch *batch, int first, int last) {
+    for (int i = first; i < last; i++) {
+        if (!m->parts.layer[i])
+            continue;
         lz_status s = lz_decoder_layer_forward(m, &m->layers[i], &st->layers[i], ws, batch, st->kv_capacity);
         if (s != LZ_OK) {
             lz_error_prefix("layer %d: ", i);
             return s;
         }
     }
-    if (n_logit_rows == 0)
-        return LZ_OK;
+    return LZ_OK;
+}
+
+/* Final norm + LM head on the requested rows, left on the device. */
+static lz_status head_ops(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows) {
+    const lz_ops *ops = m->ops;
     const float eps = (float)m->cfg.rms_norm_eps;
     LZ_TRY(ops->gather_rows(m->be, ws->head_in, ws->x, logit_rows, n_logit_rows, m->cfg.hidden_size));
     LZ_TRY(ops->rmsnorm(m->be, ws->head_in, ws->head_in, &m->final_norm, n_logit_rows, eps));
     return ops->linear(m->be, ws->logits, ws->head_in, &m->lm_head, NULL, n_logit_rows);
 }
 
+lz_status lz_step_head(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows, float *logits) {
+    if (n_logit_rows == 0)
+        return m->ops->sync(m->be);
+    LZ_TRY(head_ops(m, ws, logit_rows, n_logit_rows));
+    return m->ops->act_to_host(m->be, logits, ws->logits, (size_t)n_logit_rows * m->cfg.vocab_size);
+}
+
+void lz_step_end(lz_state *st, const lz_batch *batch) {
+    for (int q = 0; q < batch->n_seqs; q++)
+        st->slot_pos[batch->slot[q]] += batch->len[q];
+}
+
+lz_status lz_step_begin(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                        const int32_t *logit_rows, int n_logit_rows) {
+    LZ_TRY(validate_step(m, st, ws, ids, batch, logit_rows, n_logit_rows));
+    return m->ops->begin_step(m->be, ids, batch, logit_rows, n_logit_rows);
+}
+
+/* Embedding -> layers -> final norm + LM head on the requested rows (device side). */
+static lz_status run_layers(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                            const int32_t *logit_rows, int n_logit_rows) {
+    LZ_TRY(lz_step_embed(m, ws, ids, batch));
+    LZ_TRY(lz_step_layers(m, st, ws, batch, 0, m->cfg.num_hidden_layers));
+    return n_logit_rows > 0 ? head_ops(m, ws, logit_rows, n_logit_rows) : LZ_OK;
+}
+
 lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
                   const int32_t *logit_rows, int n_logit_rows, float *logits) {
-    LZ_TRY(validate_step(m, st, ws, ids, batch, logit_rows, n_logit_rows));
+    LZ_TRY(lz_step_begin(m, st, ws, ids, batch, logit_rows, n_logit_rows));
     const lz_ops *ops = m->ops;
-    LZ_TRY(ops->begin_step(m->be, ids, batch, logit_rows, n_logit_rows));
     // Decode steps (one token per sequence) repeat the same launches: a backend may record and replay them.
     bool run_ops = true, decode = batch->n_tokens == batch->n_seqs, graph = decode && ops->graph_begin;
     if (graph)
@@ -142,8 +173,7 @@ lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *id
     }
     if (s != LZ_OK)
         return s; // the slots' state is now undefined: the caller resets them
-    for (int q = 0; q < batch->n_seqs; q++)
-        st->slot_pos[batch->slot[q]] += batch->len[q];
+    lz_step_end(st, batch);
     if (n_logit_rows == 0)
         return ops->sync(m->be);
     return ops->act_to_host(m->be, logits, ws->logits, (size_t)n_logit_rows * m->cfg.vocab_size);

@@ -35,6 +35,7 @@ struct lz_graph_cache {
 };
 
 struct lz_backend {
+    void *nccl; // the pipeline's communicator (ncclComm_t), when there is one
     lz_graph_cache graphs;
     void *cublas_workspace;
     lz_profile prof;
@@ -378,6 +379,19 @@ static lz_status cuda_graph_end(lz_backend *be, bool ok) {
     return LZ_OK;
 }
 
+// Pipeline transfers ----------------------------------------------------------------
+
+static lz_status cuda_p2p_id(lz_backend *be, void *id, size_t *len) { return lz_nccl_id(id, len); }
+static lz_status cuda_p2p_init(lz_backend *be, const void *id, size_t len, int rank, int n_ranks) {
+    return lz_nccl_init(&be->ctx, &be->nccl, id, len, rank, n_ranks);
+}
+static lz_status cuda_p2p_send(lz_backend *be, const void *buf, size_t bytes, int peer) {
+    return profiled(be, "p2p_send", [&] { return lz_nccl_send(&be->ctx, be->nccl, buf, bytes, peer); });
+}
+static lz_status cuda_p2p_recv(lz_backend *be, void *buf, size_t bytes, int peer) {
+    return profiled(be, "p2p_recv", [&] { return lz_nccl_recv(&be->ctx, be->nccl, buf, bytes, peer); });
+}
+
 // Op adapters -------------------------------------------------------------------
 
 template <typename T> struct cuda_ops {
@@ -458,6 +472,10 @@ template <typename T> static lz_ops make_ops(const char *name) {
     o.graph_begin = cuda_graph_begin;
     o.graph_end = cuda_graph_end;
     o.graph_reset = cuda_graph_reset;
+    o.p2p_id = cuda_p2p_id;
+    o.p2p_init = cuda_p2p_init;
+    o.p2p_send = cuda_p2p_send;
+    o.p2p_recv = cuda_p2p_recv;
     o.embedding = cuda_ops<T>::embedding;
     o.rmsnorm = cuda_ops<T>::rmsnorm;
     o.linear = cuda_ops<T>::linear;
@@ -495,6 +513,7 @@ static void cuda_destroy(lz_backend *be) {
     if (be->prof.on)
         print_profile(&be->prof);
     cuda_graph_reset(be);
+    lz_nccl_free(be->nccl);
     if (be->cublas_workspace)
         cudaFree(be->cublas_workspace);
     cudaStreamSynchronize(be->ctx.stream);

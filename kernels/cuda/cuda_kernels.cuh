@@ -72,6 +72,13 @@ lz_status lz_attention_tc(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat1
                           const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int n_chunks,
                           int Hq, int Hkv, int d, int capacity, int sliding_window);
 
+// NCCL point-to-point between the ranks of a pipeline (nccl_p2p.cu).
+lz_status lz_nccl_id(void *id, size_t *len);
+lz_status lz_nccl_init(lz_cuda_ctx *c, void **comm, const void *id, size_t len, int rank, int n_ranks);
+lz_status lz_nccl_send(lz_cuda_ctx *c, void *comm, const void *buf, size_t bytes, int peer);
+lz_status lz_nccl_recv(lz_cuda_ctx *c, void *comm, void *buf, size_t bytes, int peer);
+void lz_nccl_free(void *comm);
+
 // Kernel attributes (shared-memory limits), set once when the backend starts.
 template <typename T> lz_status gla_init(lz_cuda_ctx *c);
 template <typename T> lz_status attention_init(lz_cuda_ctx *c);

@@ -107,5 +107,16 @@ check_broken bad-json "config.json"
 check_broken unknown-rope "yarn"
 check_broken missing-key "intermediate_size"
 
+# placement plans: a 70B shape on 8 ranks without files; a bad plan file named by line
+if "$LIZARD" --help 2>/dev/null | grep -q '^  plan '; then
+    "$LIZARD" plan --shape llama3-70b-hybrid --ranks 8 >"$TMP/plan8" 2>&1 && ok || bad "plan 70b on 8 ranks: $(cat "$TMP/plan8")"
+    [ "$(grep -c '^rank [0-7]:' "$TMP/plan8")" -eq 8 ] && ok || bad "plan did not print 8 ranks: $(cat "$TMP/plan8")"
+    "$LIZARD" plan --shape llama3-70b-hybrid --ranks 4 --out "$TMP/plan4.txt" >/dev/null 2>&1 && ok || bad "plan --out"
+    "$LIZARD" plan --shape llama3-70b-hybrid --plan "$TMP/plan4.txt" >/dev/null 2>&1 && ok || bad "plan --plan of its own output"
+    printf 'rank 0: embed 0-39\nrank 1: 40-79, 85 head\n' >"$TMP/badplan.txt"
+    expect_error "badplan.txt:2: layer 85 out of range (model has 80 layers)" "$LIZARD" plan --shape llama3-70b-hybrid --plan "$TMP/badplan.txt"
+    expect_error "--placement" "$LIZARD" plan --shape llama3-70b-hybrid --ranks 2 --placement zigzag
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,55 @@
+/* mpi_world.c - MPI start, checked calls, and the way a job ends. */
+#include <mpi.h>    // MPI_Init, MPI_Abort, MPI_Error_string
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // getenv
+#include <string.h> // strncpy
+#include <unistd.h> // gethostname
+
+#include "mpi_world.h"
+
+static lz_world world = {false, 0, 1, 0, "localhost"};
+
+static bool launched_by_mpi(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"};
+    for (int i = 0; i < 4; i++)
+        if (getenv(vars[i]))
+            return true;
+    return false;
+}
+
+lz_status lz_world_mpi_error(int rc, const char *call, const char *file, int line) {
+    char reason[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, reason, &len) != MPI_SUCCESS)
+        snprintf(reason, sizeof reason, "MPI error %d", rc);
+    return lz_fail(LZ_ERR_INTERNAL, "rank %d (%s): %s failed: %s (%s:%d)", world.rank, world.host, call, reason, file,
+                   line);
+}
+
+lz_status lz_world_init(int *argc, char ***argv) {
+    gethostname(world.host, sizeof world.host - 1);
+    if (!launched_by_mpi())
+        return LZ_OK;
+    if (MPI_Init(argc, argv) != MPI_SUCCESS)
+        return lz_fail(LZ_ERR_INTERNAL, "MPI_Init failed on %s", world.host);
+    world.active = true;
+    // errors come back as codes (checked by LZ_MPI_TRY) instead of aborting inside MPI
+    LZ_MPI_TRY(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    LZ_MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &world.rank));
+    LZ_MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &world.size));
+    MPI_Comm node;
+    LZ_MPI_TRY(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node));
+    LZ_MPI_TRY(MPI_Comm_rank(node, &world.local_rank));
+    LZ_MPI_TRY(MPI_Comm_free(&node));
+    return LZ_OK;
+}
+
+const lz_world *lz_world_get(void) { return &world; }
+
+void lz_world_finish(int exit_code) {
+    if (!world.active)
+        return;
+    if (exit_code != 0 && world.size > 1)
+        MPI_Abort(MPI_COMM_WORLD, exit_code); // the other ranks may be blocked waiting for this one
+    MPI_Finalize();
+}

@@ -1,0 +1,268 @@
+/* pipeline.c - plan agreement, step broadcast, and the flow of activations. */
+#include <mpi.h>    // MPI_Bcast, MPI_Send, MPI_Recv
+#include <stdlib.h> // malloc, free
+#include <string.h> // memset, strcmp
+
+#include "lizard.pb-c.h" // Lizard__StepHeader
+#include "mpi_world.h"   // LZ_MPI_TRY
+#include "pipeline.h"
+
+enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, STEP_FLAG_STOP = 1 };
+
+/* Bytes from rank 0 to all: the length, then the bytes. */
+static lz_status broadcast_bytes(uint8_t **buf, size_t *len, int rank) {
+    uint64_t n = *len;
+    LZ_MPI_TRY(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    if (rank != 0) {
+        if (n > ((uint64_t)1 << 31))
+            return lz_fail(LZ_ERR_INTERNAL, "rank %d: a broadcast of %llu bytes is not plausible", rank,
+                           (unsigned long long)n);
+        *buf = malloc(n ? n : 1);
+        if (!*buf)
+            return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory for a %llu-byte message", rank, (unsigned long long)n);
+        *len = n;
+    }
+    LZ_MPI_TRY(MPI_Bcast(*buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD));
+    return LZ_OK;
+}
+
+lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *placement, const char *plan_file,
+                           uint64_t context, int batch, uint64_t free_bytes, lz_stage_parts *parts) {
+    const lz_world *w = lz_world_get();
+    memset(p, 0, sizeof *p);
+    p->rank = w->rank;
+    p->n_ranks = w->size;
+    uint64_t *free_all = malloc(sizeof(uint64_t) * (size_t)w->size);
+    if (!free_all)
+        return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", w->rank);
+    lz_status s = LZ_OK;
+    int rc = MPI_Allgather(&free_bytes, 1, MPI_UINT64_T, free_all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS)
+        s = lz_world_mpi_error(rc, "MPI_Allgather(free bytes)", __FILE__, __LINE__);
+    uint8_t *msg = NULL;
+    size_t len = 0;
+    if (s == LZ_OK && p->rank == 0) { // rank 0 plans, then everyone receives the same message
+        lz_plan_costs costs;
+        s = lz_plan_costs_from_config(cfg, context, batch, &costs);
+        if (s == LZ_OK && plan_file) {
+            s = lz_plan_load_text(plan_file, cfg->num_hidden_layers, &p->plan);
+            if (s == LZ_OK && p->plan.n_ranks != w->size)
+                s = lz_fail(LZ_ERR_INPUT, "--plan %s: the plan has %d ranks, the job %d", plan_file, p->plan.n_ranks,
+                            w->size);
+            if (s == LZ_OK)
+                lz_plan_account(&p->plan, &costs, free_all);
+        } else if (s == LZ_OK) {
+            s = lz_plan_make(placement ? placement : "balanced", &costs, w->size, free_all, &p->plan);
+        }
+        if (s == LZ_OK)
+            s = lz_plan_validate(&p->plan);
+        if (s == LZ_OK)
+            s = lz_plan_pack(&p->plan, &msg, &len);
+    }
+    free(free_all);
+    if (s != LZ_OK)
+        return s; // rank 0 ends the job (MPI_Abort) before anyone waits on the broadcast
+    s = broadcast_bytes(&msg, &len, p->rank);
+    if (s == LZ_OK && p->rank != 0)
+        s = lz_plan_unpack(msg, len, &p->plan);
+    free(msg);
+    if (s != LZ_OK)
+        return s;
+    memset(parts, 0, sizeof *parts);
+    for (int i = 0; i < cfg->num_hidden_layers; i++)
+        parts->layer[i] = p->plan.layer_rank[i] == p->rank;
+    parts->embed = p->plan.embed_rank == p->rank;
+    parts->head = p->plan.head_rank == p->rank;
+    lz_plan_visit_order(&p->plan, p->visits, LZ_MAX_LAYERS + 2, &p->n_visits);
+    return LZ_OK;
+}
+
+static lz_status grow_xfer(lz_pipeline *p, size_t floats) {
+    if (floats <= p->xfer_cap)
+        return LZ_OK;
+    free(p->xfer);
+    p->xfer = malloc(sizeof(float) * floats);
+    p->xfer_cap = p->xfer ? floats : 0;
+    return p->xfer ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory for %zu activations", p->rank, floats);
+}
+
+lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be) {
+    if (!ops->p2p_init)
+        return LZ_OK; // activations go through host memory and MPI
+    uint8_t id[256];
+    size_t len = sizeof id;
+    if (p->rank == 0)
+        LZ_TRY(ops->p2p_id(be, id, &len));
+    uint64_t n = len;
+    LZ_MPI_TRY(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    if (n > sizeof id)
+        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a device communicator id of %llu bytes", p->rank,
+                       (unsigned long long)n);
+    LZ_MPI_TRY(MPI_Bcast(id, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD));
+    LZ_TRY(ops->p2p_init(be, id, (size_t)n, p->rank, p->n_ranks));
+    p->device_p2p = true;
+    return LZ_OK;
+}
+
+/* Activations between stages: device to device where the backend can (NCCL),
+ * else through host memory and MPI (fp32, lossless for bf16). */
+static lz_status send_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tokens, int to) {
+    const size_t n = (size_t)n_tokens * m->cfg.hidden_size;
+    if (p->device_p2p)
+        return m->ops->p2p_send(m->be, ws->x, n * m->ops->act_size, to);
+    LZ_TRY(grow_xfer(p, n));
+    LZ_TRY(m->ops->act_to_host(m->be, p->xfer, ws->x, n));
+    LZ_MPI_TRY(MPI_Send(p->xfer, (int)n, MPI_FLOAT, to, TAG_ACTIVATIONS, MPI_COMM_WORLD));
+    return LZ_OK;
+}
+
+static lz_status recv_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tokens, int from) {
+    const size_t n = (size_t)n_tokens * m->cfg.hidden_size;
+    if (p->device_p2p)
+        return m->ops->p2p_recv(m->be, ws->x, n * m->ops->act_size, from);
+    LZ_TRY(grow_xfer(p, n));
+    LZ_MPI_TRY(MPI_Recv(p->xfer, (int)n, MPI_FLOAT, from, TAG_ACTIVATIONS, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    return m->ops->act_from_host(m->be, ws->x, p->xfer, n);
+}
+
+/* This rank's part of one step: its visits in the global order, receiving
+ * from the previous visit's rank and sending to the next one's. */
+static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
+                            const lz_batch *b, const int32_t *rows, int n_rows, float *logits) {
+    const int vocab = m->cfg.vocab_size;
+    for (int v = 0; v < p->n_visits; v++) {
+        const lz_plan_visit *vis = &p->visits[v];
+        if (vis->rank != p->rank)
+            continue;
+        if (vis->embed)
+            LZ_TRY(lz_step_embed(m, ws, ids, b));
+        else if (v > 0 && p->visits[v - 1].rank != p->rank)
+            LZ_TRY(recv_x(p, m, ws, b->n_tokens, p->visits[v - 1].rank));
+        if (vis->count > 0)
+            LZ_TRY(lz_step_layers(m, st, ws, b, vis->first, vis->first + vis->count));
+        if (vis->head) {
+            float *out = p->rank == 0 ? logits : NULL;
+            if (!out) {
+                LZ_TRY(grow_xfer(p, (size_t)n_rows * vocab));
+                out = p->xfer;
+            }
+            LZ_TRY(lz_step_head(m, ws, rows, n_rows, out));
+            if (p->rank != 0 && n_rows > 0)
+                LZ_MPI_TRY(MPI_Send(out, n_rows * vocab, MPI_FLOAT, 0, TAG_LOGITS, MPI_COMM_WORLD));
+        } else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank) {
+            LZ_TRY(send_x(p, m, ws, b->n_tokens, p->visits[v + 1].rank));
+        }
+    }
+    if (p->rank == 0 && p->plan.head_rank != 0 && n_rows > 0)
+        LZ_MPI_TRY(MPI_Recv(logits, n_rows * vocab, MPI_FLOAT, p->plan.head_rank, TAG_LOGITS, MPI_COMM_WORLD,
+                            MPI_STATUS_IGNORE));
+    return m->ops->sync(m->be);
+}
+
+/* A step as a batch: sequence q's rows follow the previous sequence's. */
+typedef struct {
+    int32_t *slot, *start, *len, *pos, *token_pos;
+    lz_batch b;
+} step_arrays;
+
+static lz_status step_from_header(const Lizard__StepHeader *h, step_arrays *a) {
+    const int S = (int)h->n_seq_ids;
+    if (h->n_positions != (size_t)S || h->n_token_counts != (size_t)S)
+        return lz_fail(LZ_ERR_INTERNAL, "StepHeader: %d sequences but %zu positions, %zu counts", S, h->n_positions,
+                       h->n_token_counts);
+    const int T = (int)h->n_token_ids;
+    a->slot = malloc(sizeof(int32_t) * (size_t)(4 * S + T + 1));
+    if (!a->slot)
+        return lz_fail(LZ_ERR_NOMEM, "StepHeader: out of memory");
+    a->start = a->slot + S, a->len = a->start + S, a->pos = a->len + S, a->token_pos = a->pos + S;
+    int t = 0;
+    for (int q = 0; q < S; q++) {
+        a->slot[q] = h->seq_ids[q];
+        a->start[q] = t;
+        a->len[q] = h->token_counts[q];
+        a->pos[q] = h->positions[q];
+        for (int i = 0; i < a->len[q] && t < T; i++)
+            a->token_pos[t++] = a->pos[q] + i;
+    }
+    if (t != T)
+        return lz_fail(LZ_ERR_INTERNAL, "StepHeader: token counts add up to %d, %d tokens sent", t, T);
+    a->b = (lz_batch){S, T, a->slot, a->start, a->len, a->pos, a->token_pos};
+    return LZ_OK;
+}
+
+static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const Lizard__StepHeader *h,
+                          float *logits) {
+    step_arrays a = {0};
+    lz_status s = step_from_header(h, &a);
+    const int32_t *ids = h->token_ids, *rows = h->logit_rows;
+    const int n_rows = (int)h->n_logit_rows;
+    if (s == LZ_OK)
+        s = lz_step_begin(m, st, ws, ids, &a.b, rows, n_rows);
+    if (s == LZ_OK)
+        s = run_visits(p, m, st, ws, ids, &a.b, rows, n_rows, logits);
+    if (s == LZ_OK)
+        lz_step_end(st, &a.b);
+    free(a.slot);
+    return s;
+}
+
+static lz_status broadcast_header(lz_pipeline *p, Lizard__StepHeader *h) {
+    size_t len = lizard__step_header__get_packed_size(h);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return lz_fail(LZ_ERR_NOMEM, "StepHeader: out of memory");
+    lizard__step_header__pack(h, buf);
+    lz_status s = broadcast_bytes(&buf, &len, p->rank);
+    free(buf);
+    return s;
+}
+
+lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
+                           const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits) {
+    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
+    h.step_id = ++p->step_id;
+    h.n_seq_ids = h.n_positions = h.n_token_counts = (size_t)batch->n_seqs;
+    h.seq_ids = (int32_t *)batch->slot;
+    h.positions = (int32_t *)batch->pos;
+    h.token_counts = (int32_t *)batch->len;
+    h.n_token_ids = (size_t)batch->n_tokens;
+    h.token_ids = (int32_t *)ids;
+    h.n_logit_rows = (size_t)n_logit_rows;
+    h.logit_rows = (int32_t *)logit_rows;
+    h.phase = batch->n_tokens == batch->n_seqs ? LIZARD__STEP_HEADER__PHASE__DECODE
+                                               : LIZARD__STEP_HEADER__PHASE__PREFILL;
+    for (int q = 0; q + 1 < batch->n_seqs; q++) // the receivers rebuild starts as consecutive runs
+        if (batch->start[q + 1] != batch->start[q] + batch->len[q])
+            return lz_fail(LZ_ERR_INTERNAL, "pipeline: batch rows are not consecutive");
+    LZ_TRY(broadcast_header(p, &h));
+    return run_step(p, m, st, ws, &h, logits);
+}
+
+lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws) {
+    for (;;) {
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        LZ_TRY(broadcast_bytes(&buf, &len, p->rank));
+        Lizard__StepHeader *h = lizard__step_header__unpack(NULL, len, buf);
+        free(buf);
+        if (!h)
+            return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed StepHeader came from rank 0", p->rank);
+        const bool stop = (h->flags & STEP_FLAG_STOP) != 0;
+        lz_status s = stop ? LZ_OK : run_step(p, m, st, ws, h, NULL);
+        lizard__step_header__free_unpacked(h, NULL);
+        if (s != LZ_OK || stop)
+            return s;
+    }
+}
+
+lz_status lz_pipeline_close(lz_pipeline *p) {
+    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
+    h.flags = STEP_FLAG_STOP;
+    return broadcast_header(p, &h);
+}
+
+void lz_pipeline_free(lz_pipeline *p) {
+    free(p->xfer);
+    p->xfer = NULL;
+    p->xfer_cap = 0;
+}

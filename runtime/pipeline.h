@@ -1,0 +1,50 @@
+/* pipeline.h - one model as a pipeline of MPI ranks.
+ *
+ * Rank 0 is the frontend: it decides every step and broadcasts it as a
+ * StepHeader (proto/lizard.proto); every rank runs the layers its plan gives
+ * it, in layer order, revisiting a rank for each of its runs; activations
+ * [tokens, hidden] go from rank to rank, and the last stage's logits come
+ * back to rank 0. The other ranks serve steps until rank 0 closes the
+ * pipeline. All ranks keep the same per-slot positions, so the same checks
+ * pass or fail everywhere. */
+#ifndef LZ_PIPELINE_H
+#define LZ_PIPELINE_H
+
+#include <stdint.h> // int32_t, uint64_t
+
+#include "model.h" // lz_model, lz_stage_parts, lz_ops
+#include "plan.h"  // lz_plan
+#include "state.h" // lz_state
+#include "step.h"  // lz_workspace
+
+typedef struct {
+    int rank, n_ranks;
+    lz_plan plan;
+    lz_plan_visit visits[LZ_MAX_LAYERS + 2];
+    int n_visits;
+    uint64_t step_id;
+    bool device_p2p;  /* activations move device to device (the backend's p2p ops) */
+    float *xfer;      /* host staging for activations and logits */
+    size_t xfer_cap;  /* floats */
+} lz_pipeline;
+
+/* Agrees on a plan: rank 0 makes it (`plan_file`, or `placement` over the
+ * ranks' free bytes gathered from all) and broadcasts it; every rank checks
+ * it. Fills *parts with what this rank must load. */
+lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *placement, const char *plan_file,
+                           uint64_t context, int batch, uint64_t free_bytes, lz_stage_parts *parts);
+
+/* Sets up device-to-device transfers when the backend has them (NCCL: the
+ * unique id made on rank 0 and broadcast over MPI). Collective. */
+lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be);
+
+/* Rank 0: one step through the whole pipeline (the same contract as lz_step). */
+lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
+                           const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits);
+/* Other ranks: run the steps rank 0 sends until it closes the pipeline. */
+lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws);
+/* Rank 0: tells the other ranks to stop. */
+lz_status lz_pipeline_close(lz_pipeline *p);
+void lz_pipeline_free(lz_pipeline *p);
+
+#endif

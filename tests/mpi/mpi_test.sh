@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# mpi_test.sh LIZARD - the model as a pipeline of MPI ranks on the CPU backend:
+# forward logits byte-identical to one process for 1..4 ranks and both
+# planners; greedy and batched generation identical with a hand-written
+# interleaved plan; a bad plan, a rank that fails while loading, and a rank
+# killed mid-run all end the whole job with a non-zero exit within 10 s.
+set -u
+LIZARD=$1
+FIX=$(cd "$(dirname "$0")/../fixtures" && pwd)
+command -v mpirun >/dev/null || { echo "mpirun not found: skipped"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+run() { timeout 120 mpirun -np "$@"; }
+
+H=$FIX/hybrid50/model
+IDS=305,265,245,226,40,81,264,106,271,56,111,312
+"$LIZARD" forward --model "$H" --ids $IDS --logits-out "$TMP/one.npy" 2>/dev/null || bad "single-process forward"
+for n in 1 2 3 4; do
+  for pl in balanced by-type; do
+    run $n "$LIZARD" forward --model "$H" --ids $IDS --logits-out "$TMP/$n-$pl.npy" --placement $pl \
+      >/dev/null 2>"$TMP/err" || { bad "np $n $pl: $(grep error "$TMP/err" | head -2)"; continue; }
+    cmp -s "$TMP/one.npy" "$TMP/$n-$pl.npy" && ok || bad "np $n $pl: logits differ from one process"
+  done
+done
+
+# a rank owning two non-adjacent runs of layers; greedy ids identical
+printf '# interleaved\nrank 0: embed 0, 2\nrank 1: 1, 3 head\n' >"$TMP/plan.txt"
+"$LIZARD" generate --model "$H" --ids $IDS --max-tokens 12 --format json --ignore-eos >"$TMP/g1" 2>/dev/null
+run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 12 --format json --ignore-eos --plan "$TMP/plan.txt" \
+  >"$TMP/g2" 2>"$TMP/err" && cmp -s "$TMP/g1" "$TMP/g2" && ok || bad "interleaved plan: $(cat "$TMP/g2") vs $(cat "$TMP/g1")"
+
+# many sequences at once, sampled, pure Lizard with per-head maps
+L=$FIX/lizard_perhead/model
+"$LIZARD" generate --model "$L" --ids $IDS --batch 3 --max-tokens 8 --temperature 0.7 --format json --ignore-eos \
+  >"$TMP/b1" 2>/dev/null
+run 3 "$LIZARD" generate --model "$L" --ids $IDS --batch 3 --max-tokens 8 --temperature 0.7 --format json \
+  --ignore-eos >"$TMP/b3" 2>/dev/null && cmp -s "$TMP/b1" "$TMP/b3" && ok || bad "batched generation on 3 ranks differs"
+
+# a plan that does not match the job: refused, with the file named
+run 3 "$LIZARD" forward --model "$H" --ids 1 --logits-out "$TMP/x.npy" --plan "$TMP/plan.txt" >/dev/null 2>"$TMP/err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "plan.txt" "$TMP/err" && [ ! -e "$TMP/x.npy" ] && ok || bad "mismatched plan: rc=$rc $(grep error "$TMP/err")"
+
+# rank 1 fails while loading its layers (layer 3's tensor is broken): everyone stops, rank 1 named
+cp -r "$H" "$TMP/broken"
+python3 - "$TMP/broken/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+data = open(p, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+h = json.loads(data[8:8 + n])
+t = h["model.layers.3.mlp.up_proj.weight"]
+t["shape"] = [t["shape"][1], t["shape"][0]]
+b = json.dumps(h).encode()
+b += b" " * ((8 - len(b) % 8) % 8)
+open(p, "wb").write(struct.pack("<Q", len(b)) + b + data[8 + n:])
+PY
+start=$(date +%s)
+run 2 "$LIZARD" forward --model "$TMP/broken" --ids $IDS --logits-out "$TMP/y.npy" >/dev/null 2>"$TMP/err"
+rc=$? took=$(( $(date +%s) - start ))
+[ $rc -ne 0 ] && [ $took -le 10 ] && grep -q "rank 1 of 2.*model.layers.3.mlp.up_proj.weight" "$TMP/err" && ok ||
+  bad "failing rank: rc=$rc after ${took}s: $(grep error "$TMP/err" | head -2)"
+
+# a rank killed in the middle of a long generation: the job ends non-zero within 10 s
+N=$FIX/lizard_nonorm/model
+run 2 "$LIZARD" generate --model "$N" --ids $IDS --max-tokens 1000000 --ignore-eos >/dev/null 2>"$TMP/err" &
+job=$!
+sleep 3
+victim=$(pgrep -f "lizard generate --model $N" | grep -v "^$job\$" | tail -1)
+[ -n "$victim" ] && kill -9 "$victim"
+start=$(date +%s)
+for _ in $(seq 1 20); do kill -0 $job 2>/dev/null || break; sleep 0.5; done
+wait $job
+rc=$? took=$(( $(date +%s) - start ))
+[ -n "$victim" ] && [ $rc -ne 0 ] && [ $took -le 10 ] && ok || bad "killed rank: rc=$rc after ${took}s (victim '$victim')"
+pkill -9 -f "lizard generate --model $N" 2>/dev/null
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
