@@ -17,6 +17,7 @@ static const command commands[] = {
     {"forward", lz_cmd_forward, "run a prompt, write the logits of every position (.npy)"},
     {"generate", lz_cmd_generate, "continue a prompt token by token"},
     {"bench", lz_cmd_bench, "prompt and decode throughput beside the device's ceilings"},
+    {"plan", lz_cmd_plan, "place the layers on pipeline ranks (balanced, by-type, a file) and show each rank's bytes"},
     {"info", lz_cmd_info, "describe a model folder: layer kinds, parameters, state bytes"},
     {"tokenize", lz_cmd_tokenize, "text -> token ids and back with the model's tokenizer.json"},
     {"init", lz_cmd_init, "write a random-weight model of a named shape (tiny-hybrid, llama3-8b-*, ...)"},
