@@ -90,6 +90,9 @@ typedef struct lz_ops {
     lz_status (*act_to_host)(lz_backend *be, float *dst, const void *src, size_t n);
     /* n host fp32 values -> activations (converted to the backend's type) */
     lz_status (*act_from_host)(lz_backend *be, void *dst, const float *src, size_t n);
+    /* Raw bytes between backend memory and the host (state snapshots). */
+    lz_status (*copy_to_host)(lz_backend *be, void *dst, const void *src, size_t bytes);
+    lz_status (*copy_from_host)(lz_backend *be, void *dst, const void *src, size_t bytes);
     /* n fp32 values (not activations: e.g. RoPE frequencies) host -> backend */
     lz_status (*upload_f32)(lz_backend *be, float *dst, const float *src, size_t n);
     lz_status (*sync)(lz_backend *be);

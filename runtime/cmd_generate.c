@@ -10,6 +10,7 @@
 #include "cli_options.h"       // lz_parse_options
 #include "commands.h"          // lz_cmd_generate
 #include "engine.h"            // lz_engine
+#include "engine_session.h"    // lz_engine_save_stages
 #include "generate_batch.h"    // lz_generate_batch
 #include "generation_config.h" // lz_generation_config
 #include "id_list.h"           // lz_parse_id_list
@@ -17,7 +18,7 @@
 #include "tokenizer.h"         // lz_tokenizer, lz_detok
 
 typedef struct {
-    const char *model, *ids, *prompt, *prompts_file, *device, *dtype, *softmax, *format, *placement, *plan;
+    const char *model, *ids, *prompt, *prompts_file, *device, *dtype, *softmax, *format, *placement, *plan, *session;
     long max_tokens, top_k, seed, chunk, batch;
     double temperature, top_p;
     bool stats, ignore_eos;
@@ -65,7 +66,7 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
         return lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
     lz_status s = lz_engine_prefill(e, 0, prompt, n_prompt, NULL, logits);
     if (s == LZ_OK && a->stats)
-        print_stats(e, n_prompt);
+        print_stats(e, e->state.slot_pos[0]);
     *n_out = 0;
     const int32_t slot = 0;
     while (s == LZ_OK && *n_out < a->max_tokens) {
@@ -157,33 +158,119 @@ static lz_sampler_params sampler_params(const generate_args *a, const lz_generat
     return p;
 }
 
-static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32_t *prompt, int n_prompt) {
+/* The session to continue, if --session names an existing file (checked
+ * against the model once the engine is open). */
+static lz_status read_session(const generate_args *a, Lizard__SequenceState **saved) {
+    *saved = NULL;
+    if (!a->session || access(a->session, F_OK) != 0)
+        return LZ_OK;
+    uint8_t *buf;
+    size_t len;
+    LZ_TRY(lz_session_read_file(a->session, &buf, &len));
+    lz_status s = lz_session_unpack(buf, len, a->session, NULL, saved);
+    free(buf);
+    return s;
+}
+
+/* Everything fed and generated, saved to --session (atomically). */
+static lz_status write_session(const generate_args *a, lz_engine *e, const Lizard__SequenceState *saved,
+                               const int32_t *input, int n_input, const int32_t *out, int n_out,
+                               const lz_sampler *sampler) {
+    const size_t n_old = saved ? saved->n_tokens : 0, n_tokens = n_old + (size_t)n_input + (size_t)n_out;
+    int32_t *tokens = malloc(sizeof(int32_t) * (n_tokens ? n_tokens : 1));
+    if (!tokens)
+        return lz_fail(LZ_ERR_NOMEM, "--session: out of memory");
+    if (n_old)
+        memcpy(tokens, saved->tokens, sizeof(int32_t) * n_old);
+    memcpy(tokens + n_old, input, sizeof(int32_t) * (size_t)n_input);
+    memcpy(tokens + n_old + n_input, out, sizeof(int32_t) * (size_t)n_out);
+    uint8_t fp[LZ_FINGERPRINT_BYTES], smp[128];
+    size_t smp_len;
+    lz_session_fingerprint(&e->model, a->model, fp);
+    lz_session_sampler_bytes(sampler, smp, &smp_len);
+    Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
+    msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, fp};
+    msg.position = (uint64_t)e->state.slot_pos[0];
+    msg.tokens = tokens;
+    msg.n_tokens = n_tokens;
+    msg.has_pending = n_out > 0; // the last sampled token has not been fed
+    msg.sampler = (ProtobufCBinaryData){smp_len, smp};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    lz_status s = lz_engine_save_stages(e, 0, &msg);
+    if (s == LZ_OK)
+        s = lz_session_pack(&msg, &buf, &len);
+    if (s == LZ_OK)
+        s = lz_session_write_file(a->session, buf, len);
+    lz_engine_free_stages(&msg);
+    free(buf);
+    free(tokens);
+    return s;
+}
+
+static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32_t *input, int n_input) {
+    Lizard__SequenceState *saved = NULL;
+    LZ_TRY(read_session(a, &saved));
+    // feed: the token the saved run sampled last (not yet fed), then the new input
+    const bool pending = saved && saved->has_pending;
+    const int n_feed = n_input + (pending ? 1 : 0), held = saved ? (int)saved->position : 0;
+    int32_t *feed = malloc(sizeof(int32_t) * (size_t)(n_feed ? n_feed : 1));
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)(a->max_tokens > 0 ? a->max_tokens : 1));
+    lz_status s = feed && out ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    if (s == LZ_OK && n_feed == 0)
+        s = lz_fail(LZ_ERR_INPUT, "lizard generate: --session %s holds nothing to continue and no --ids/--prompt was given",
+                    a->session);
+    if (s != LZ_OK) {
+        free(feed), free(out);
+        if (saved)
+            lizard__sequence_state__free_unpacked(saved, NULL);
+        return s;
+    }
+    if (pending)
+        feed[0] = saved->tokens[saved->n_tokens - 1];
+    memcpy(feed + (pending ? 1 : 0), input, sizeof(int32_t) * (size_t)n_input);
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
-                           .n_slots = 1, .max_context = n_prompt + (int)a->max_tokens, .prefill_chunk = (int)a->chunk,
-                           .placement = a->placement, .plan_file = a->plan};
-    LZ_TRY(lz_engine_open(&e, &eo));
-    if (e.worker) { // another rank of the pipeline: it has served every step
-        lz_engine_close(&e);
-        return LZ_OK;
+                           .n_slots = 1, .max_context = held + n_feed + (int)a->max_tokens,
+                           .prefill_chunk = (int)a->chunk, .placement = a->placement, .plan_file = a->plan};
+    s = lz_engine_open(&e, &eo);
+    if (s != LZ_OK || e.worker) { // a worker rank has served every step already
+        if (s == LZ_OK)
+            lz_engine_close(&e);
+        free(feed), free(out);
+        if (saved)
+            lizard__sequence_state__free_unpacked(saved, NULL);
+        return s;
     }
     lz_generation_config gen;
     lz_sampler sampler = {0};
-    int32_t *out = malloc(sizeof(int32_t) * (size_t)(a->max_tokens > 0 ? a->max_tokens : 1));
     int n_out = 0;
-    lz_status s = out ? lz_generation_config_load(a->model, &e.model.cfg, &gen) : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    s = lz_generation_config_load(a->model, &e.model.cfg, &gen);
     if (s == LZ_OK) {
         const lz_sampler_params p = sampler_params(a, &gen);
         s = lz_sampler_init(&sampler, &p, e.model.cfg.vocab_size);
     }
+    if (s == LZ_OK && saved) { // the saved sequence: the same model, its state, its random stream
+        uint8_t fp[LZ_FINGERPRINT_BYTES];
+        lz_session_fingerprint(&e.model, a->model, fp);
+        s = lz_session_check_fingerprint(saved, fp, a->session);
+        if (s == LZ_OK)
+            s = lz_engine_restore_stages(&e, 0, saved);
+        if (s == LZ_OK)
+            s = lz_session_sampler_restore(&sampler, saved->sampler.data, saved->sampler.len);
+    }
     if (s == LZ_OK)
-        s = run(&e, a, tok, prompt, n_prompt, &gen, &sampler, out, &n_out);
+        s = run(&e, a, tok, feed, n_feed, &gen, &sampler, out, &n_out);
     if (s == LZ_OK && strcmp(a->format, "json") == 0)
         s = print_json(tok, out, n_out);
     else if (s == LZ_OK)
         printf("\n");
+    if (s == LZ_OK && a->session)
+        s = write_session(a, &e, saved, input, n_input, out, n_out, &sampler);
     lz_sampler_free(&sampler);
-    free(out);
+    free(out), free(feed);
+    if (saved)
+        lizard__sequence_state__free_unpacked(saved, NULL);
     lz_engine_close(&e);
     return s;
 }
@@ -281,8 +368,8 @@ static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **p
 }
 
 lz_status lz_cmd_generate(int argc, char **argv) {
-    generate_args a = {NULL, NULL, NULL, NULL, "cpu", "bf16", NULL, "text", NULL, NULL, 16, -1, 0, 512, 0, -1.0, -1.0,
-                       false, false};
+    generate_args a = {NULL, NULL, NULL, NULL, "cpu", "bf16", NULL, "text", NULL, NULL, NULL, 16, -1, 0, 512, 0, -1.0,
+                       -1.0, false, false};
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &a.model, true, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &a.ids, false, 0, 0},
@@ -311,6 +398,8 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         {"--placement", LZ_OPT_STRING, "balanced|by-type", "under mpirun: how layers are spread over the ranks",
          &a.placement, false, 0, 0},
         {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written placement plan", &a.plan, false, 0, 0},
+        {"--session", LZ_OPT_STRING, "FILE", "continue the sequence saved in FILE (if it exists), save it there after",
+         &a.session, false, 0, 0},
         {"--stats", LZ_OPT_FLAG, "", "print state bytes per sequence by layer kind (stderr)", &a.stats, false, 0, 0},
     };
     const lz_command_spec spec = {"generate", "continue a prompt, token by token", options,
@@ -321,8 +410,12 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         return LZ_OK;
     if (strcmp(a.format, "text") != 0 && strcmp(a.format, "json") != 0)
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --format: expected text or json, got '%s'", a.format);
-    if ((a.ids != NULL) + (a.prompt != NULL) + (a.prompts_file != NULL) != 1)
+    const bool continuing = a.session && access(a.session, F_OK) == 0;
+    const int inputs = (a.ids != NULL) + (a.prompt != NULL) + (a.prompts_file != NULL);
+    if (inputs > 1 || (inputs == 0 && !continuing))
         return lz_fail(LZ_ERR_INPUT, "lizard generate: give exactly one of --ids 1,2,3, --prompt TEXT or --prompts-file FILE");
+    if (a.session && (a.prompts_file || a.batch))
+        return lz_fail(LZ_ERR_INPUT, "lizard generate: --session keeps one sequence (not --batch or --prompts-file)");
     if (a.prompts_file && a.batch)
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --batch copies one prompt; --prompts-file gives many");
     // The tokenizer is optional with --ids (ids are printed), required with --prompt.
@@ -345,9 +438,11 @@ lz_status lz_cmd_generate(int argc, char **argv) {
     }
     int32_t *prompt = NULL;
     int n_prompt = 0;
-    lz_status s = a.prompt ? lz_tokenizer_encode(tok, a.prompt, strlen(a.prompt), true, &prompt, &n_prompt)
-                           : lz_parse_id_list("--ids", a.ids, &prompt, &n_prompt);
-    if (s == LZ_OK && n_prompt == 0)
+    // a continued session already has its BOS
+    lz_status s = a.prompt ? lz_tokenizer_encode(tok, a.prompt, strlen(a.prompt), !continuing, &prompt, &n_prompt)
+                  : a.ids  ? lz_parse_id_list("--ids", a.ids, &prompt, &n_prompt)
+                           : LZ_OK;
+    if (s == LZ_OK && a.prompt && n_prompt == 0 && !continuing)
         s = lz_fail(LZ_ERR_INPUT, "lizard generate: --prompt: the text has no tokens");
     if (s == LZ_OK && a.batch > 0) { // N copies of the prompt
         lz_prompt *copies = malloc(sizeof(lz_prompt) * (size_t)a.batch);

@@ -5,9 +5,10 @@
 
 #include "lizard.pb-c.h" // Lizard__StepHeader
 #include "mpi_world.h"   // LZ_MPI_TRY
+#include "state_io.h"    // lz_state_io_save, lz_state_io_restore
 #include "pipeline.h"
 
-enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, STEP_FLAG_STOP = 1 };
+enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4 };
 
 /* Bytes from rank 0 to all: the length, then the bytes. */
 static lz_status broadcast_bytes(uint8_t **buf, size_t *len, int rank) {
@@ -238,6 +239,104 @@ lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspa
     return run_step(p, m, st, ws, &h, logits);
 }
 
+/* Every rank's StageState of `slot`, gathered on rank 0 as packed bytes per rank. */
+static lz_status save_collective(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint8_t ***parts,
+                                 size_t **lens) {
+    Lizard__StageState stage;
+    lz_status s = lz_state_io_save(m, st, slot, &stage);
+    size_t len = s == LZ_OK ? lizard__stage_state__get_packed_size(&stage) : 0;
+    uint8_t *mine = malloc(len ? len : 1);
+    if (s == LZ_OK && !mine)
+        s = lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", p->rank);
+    if (s == LZ_OK)
+        lizard__stage_state__pack(&stage, mine);
+    lz_state_io_free(&stage);
+    if (s != LZ_OK) {
+        free(mine);
+        return s;
+    }
+    int n = (int)len, *counts = NULL, *displs = NULL;
+    uint8_t *all = NULL;
+    if (p->rank == 0) {
+        counts = calloc((size_t)p->n_ranks, sizeof(int));
+        displs = calloc((size_t)p->n_ranks, sizeof(int));
+    }
+    int rc = MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    size_t total = 0;
+    for (int r = 0; rc == MPI_SUCCESS && p->rank == 0 && r < p->n_ranks; r++) {
+        displs[r] = (int)total;
+        total += (size_t)counts[r];
+    }
+    if (rc == MPI_SUCCESS && p->rank == 0)
+        all = malloc(total ? total : 1);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Gatherv(mine, n, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    free(mine);
+    if (rc != MPI_SUCCESS) {
+        free(counts), free(displs), free(all);
+        return lz_world_mpi_error(rc, "MPI_Gatherv(stage state)", __FILE__, __LINE__);
+    }
+    if (p->rank == 0) { // split the gathered bytes per rank
+        *parts = calloc((size_t)p->n_ranks, sizeof(uint8_t *));
+        *lens = calloc((size_t)p->n_ranks, sizeof(size_t));
+        for (int r = 0; *parts && *lens && r < p->n_ranks; r++) {
+            (*parts)[r] = malloc(counts[r] ? (size_t)counts[r] : 1);
+            if ((*parts)[r])
+                memcpy((*parts)[r], all + displs[r], (size_t)counts[r]);
+            (*lens)[r] = (size_t)counts[r];
+        }
+    }
+    free(counts), free(displs), free(all);
+    return LZ_OK;
+}
+
+/* Rank 0's StageState bytes (every layer) to all; each rank restores the layers it owns. */
+static lz_status restore_collective(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
+                                    uint8_t *bytes, size_t len) {
+    lz_status s = broadcast_bytes(&bytes, &len, p->rank);
+    Lizard__StageState *stage = s == LZ_OK ? lizard__stage_state__unpack(NULL, len, bytes) : NULL;
+    if (p->rank != 0)
+        free(bytes);
+    if (s != LZ_OK)
+        return s;
+    if (!stage)
+        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed StageState came from rank 0", p->rank);
+    s = lz_state_io_restore(m, st, slot, position, stage->layers, stage->n_layers);
+    lizard__stage_state__free_unpacked(stage, NULL);
+    return s;
+}
+
+lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint8_t ***parts, size_t **lens) {
+    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
+    int32_t s32 = slot;
+    h.flags = STEP_FLAG_SAVE;
+    h.n_seq_ids = 1;
+    h.seq_ids = &s32;
+    LZ_TRY(broadcast_header(p, &h));
+    return save_collective(p, m, st, slot, parts, lens);
+}
+
+lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
+                              uint8_t *stage_bytes, size_t len) {
+    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
+    int32_t s32 = slot, pos32 = (int32_t)position;
+    h.flags = STEP_FLAG_RESTORE;
+    h.n_seq_ids = h.n_positions = 1;
+    h.seq_ids = &s32;
+    h.positions = &pos32;
+    LZ_TRY(broadcast_header(p, &h));
+    return restore_collective(p, m, st, slot, position, stage_bytes, len);
+}
+
+/* A save or restore asked for by rank 0 (the slot and position are in the header). */
+static lz_status serve_state(lz_pipeline *p, lz_model *m, lz_state *st, const Lizard__StepHeader *h) {
+    if (h->n_seq_ids != 1 || ((h->flags & STEP_FLAG_RESTORE) && h->n_positions != 1))
+        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed state request", p->rank);
+    if (h->flags & STEP_FLAG_SAVE)
+        return save_collective(p, m, st, h->seq_ids[0], NULL, NULL);
+    return restore_collective(p, m, st, h->seq_ids[0], (uint64_t)h->positions[0], NULL, 0);
+}
+
 lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws) {
     for (;;) {
         uint8_t *buf = NULL;
@@ -248,7 +347,9 @@ lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
         if (!h)
             return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed StepHeader came from rank 0", p->rank);
         const bool stop = (h->flags & STEP_FLAG_STOP) != 0;
-        lz_status s = stop ? LZ_OK : run_step(p, m, st, ws, h, NULL);
+        lz_status s = stop                                               ? LZ_OK
+                      : h->flags & (STEP_FLAG_SAVE | STEP_FLAG_RESTORE) ? serve_state(p, m, st, h)
+                                                                        : run_step(p, m, st, ws, h, NULL);
         lizard__step_header__free_unpacked(h, NULL);
         if (s != LZ_OK || stop)
             return s;

@@ -43,6 +43,12 @@ lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspa
                            const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits);
 /* Other ranks: run the steps rank 0 sends until it closes the pipeline. */
 lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws);
+/* Rank 0: every rank's StageState of `slot`, packed, one per rank
+ * (*parts[r], *lens[r]; the caller frees them). */
+lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint8_t ***parts, size_t **lens);
+/* Rank 0: a StageState with every layer (packed) to all ranks; each restores its own layers. */
+lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
+                              uint8_t *stage_bytes, size_t len);
 /* Rank 0: tells the other ranks to stop. */
 lz_status lz_pipeline_close(lz_pipeline *p);
 void lz_pipeline_free(lz_pipeline *p);

@@ -79,6 +79,10 @@ static lz_status cpu_act_from_host(lz_backend *be, void *dst, const float *src, 
 static lz_status cpu_upload_f32(lz_backend *be, float *dst, const float *src, size_t n) {
     return cpu_act_from_host(be, dst, src, n);
 }
+static lz_status cpu_copy_bytes(lz_backend *be, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+    return LZ_OK;
+}
 static lz_status cpu_sync(lz_backend *be) { return LZ_OK; }
 static void cpu_destroy(lz_backend *be) { free(be); }
 static lz_status cpu_begin_step(lz_backend *be, const int32_t *ids, const lz_batch *b, const int32_t *rows, int n) {
@@ -158,6 +162,8 @@ static const lz_ops cpu_ops = {
     .act_to_host = cpu_copy_f32,
     .act_from_host = cpu_act_from_host,
     .upload_f32 = cpu_upload_f32,
+    .copy_to_host = cpu_copy_bytes,
+    .copy_from_host = cpu_copy_bytes,
     .sync = cpu_sync,
     .destroy = cpu_destroy,
     .begin_step = cpu_begin_step,

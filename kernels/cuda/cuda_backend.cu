@@ -191,6 +191,17 @@ static lz_status cuda_upload_f32(lz_backend *be, float *dst, const float *src, s
     return LZ_OK;
 }
 
+static lz_status cuda_copy_to_host(lz_backend *be, void *dst, const void *src, size_t bytes) {
+    LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, be->ctx.stream));
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+    return LZ_OK;
+}
+static lz_status cuda_copy_from_host(lz_backend *be, void *dst, const void *src, size_t bytes) {
+    LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, be->ctx.stream));
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+    return LZ_OK;
+}
+
 static lz_status cuda_sync(lz_backend *be) {
     LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
     return LZ_OK;
@@ -466,6 +477,8 @@ template <typename T> static lz_ops make_ops(const char *name) {
     o.act_to_host = cuda_act_to_host;
     o.act_from_host = cuda_act_from_host;
     o.upload_f32 = cuda_upload_f32;
+    o.copy_to_host = cuda_copy_to_host;
+    o.copy_from_host = cuda_copy_from_host;
     o.sync = cuda_sync;
     o.destroy = cuda_destroy;
     o.begin_step = cuda_begin_step;

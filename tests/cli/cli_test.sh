@@ -65,6 +65,32 @@ printf 'The lizard\n\nA warm rock\n' >"$TMP/prompts.txt"
 [ "$(grep -c '^\[[0-3]\] ' "$TMP/b3")" -eq 4 ] && ok || bad "--batch output: $(cat "$TMP/b3")"
 expect_error "no prompts" "$LIZARD" generate --model "$M" --prompts-file /dev/null
 
+# sessions: k tokens, saved, then n - k more == n tokens in one run (sampled, so the random stream is saved too)
+ids_of() { python3 -c "import json,sys; print(sum((json.load(open(f))['ids'] for f in sys.argv[1:]), []))" "$@"; }
+for preset in tiny-hybrid tiny-lizard tiny-teacher; do
+  SM=$TMP/$preset
+  [ -d "$SM" ] || "$LIZARD" init --config $preset --out "$SM" --seed 3 >/dev/null 2>&1
+  "$LIZARD" generate --model "$SM" --prompt "The lizard" --max-tokens 10 --temperature 0.9 --seed 4 --ignore-eos --format json >"$TMP/whole" 2>/dev/null
+  rm -f "$TMP/s.lzs"
+  "$LIZARD" generate --model "$SM" --prompt "The lizard" --max-tokens 4 --temperature 0.9 --seed 4 --ignore-eos --format json --session "$TMP/s.lzs" >"$TMP/part1" 2>/dev/null
+  "$LIZARD" generate --model "$SM" --max-tokens 6 --temperature 0.9 --seed 4 --ignore-eos --format json --session "$TMP/s.lzs" >"$TMP/part2" 2>/dev/null
+  [ "$(ids_of "$TMP/part1" "$TMP/part2")" = "$(ids_of "$TMP/whole")" ] && ok || bad "$preset session: $(cat "$TMP/part1" "$TMP/part2") vs $(cat "$TMP/whole")"
+done
+# a session is refused when it is not whole, not ours, or not for this model: nothing is overwritten
+cp "$TMP/s.lzs" "$TMP/good.lzs"
+head -c 1000 "$TMP/good.lzs" >"$TMP/trunc.lzs"
+expect_error "trunc.lzs" "$LIZARD" generate --model "$TMP/tiny-teacher" --max-tokens 2 --session "$TMP/trunc.lzs"
+cmp -s <(head -c 1000 "$TMP/good.lzs") "$TMP/trunc.lzs" && ok || bad "a refused session file was changed"
+python3 -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[len(b) // 2] ^= 0x55; open(sys.argv[2], 'wb').write(b)" "$TMP/good.lzs" "$TMP/flip.lzs"
+expect_error "flip.lzs" "$LIZARD" generate --model "$TMP/tiny-teacher" --max-tokens 2 --session "$TMP/flip.lzs"
+cp "$TMP/good.lzs" "$TMP/other.lzs"
+expect_error "another model" "$LIZARD" generate --model "$TMP/tiny-lizard" --max-tokens 2 --session "$TMP/other.lzs"
+"$LIZARD" generate --model "$TMP/tiny-hybrid" --ids 1,2,3 --max-tokens 2 --session "$TMP/hyb.lzs" >/dev/null 2>&1
+expect_error "softmax-layers" "$LIZARD" generate --model "$TMP/tiny-hybrid" --max-tokens 2 --session "$TMP/hyb.lzs" --softmax-layers none
+printf 'not a session' >"$TMP/junk.lzs"
+expect_error "junk.lzs" "$LIZARD" generate --model "$M" --max-tokens 2 --session "$TMP/junk.lzs"
+expect_error "--session" "$LIZARD" generate --model "$M" --ids 1 --batch 2 --session "$TMP/new.lzs"
+
 # --stats: Lizard bytes constant, softmax KV growing
 "$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 70 --stats --ignore-eos >/dev/null 2>"$TMP/stats" && ok || bad "generate --stats"
 liz=$(grep -o 'lizard GLA [0-9]* + window [0-9]*' "$TMP/stats" | sort -u | wc -l)

@@ -1,0 +1,151 @@
+/* session.c - SequenceState messages and files. */
+#include <errno.h>    // errno
+#include <stdint.h>   // INT32_MAX
+#include <stdio.h>    // FILE, snprintf
+#include <stdlib.h>   // malloc, free
+#include <string.h>   // memcpy, memcmp, strerror
+#include <sys/stat.h> // stat
+
+#include "atomic_file.h" // lz_atomic_open
+#include "session.h"
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t out[LZ_FINGERPRINT_BYTES]) {
+    uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        char chunk[4096];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+            a = fnv(a, chunk, n);
+        fclose(f);
+    }
+    for (size_t i = 0; i < m->ckpt.n_tensors; i++) { // the tensor table, and a taste of each tensor
+        const lz_st_tensor *t = m->ckpt.index[i];
+        b = fnv(b, t->name, strlen(t->name));
+        b = fnv(b, &t->dtype, sizeof t->dtype);
+        b = fnv(b, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        b = fnv(b, t->data, t->nbytes < 64 ? t->nbytes : 64);
+    }
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++)
+        a = fnv(a, &m->layers[i].run_softmax, sizeof(bool));
+    memcpy(out, &a, 8);
+    memcpy(out + 8, &b, 8);
+}
+
+typedef struct {
+    double temperature, top_p;
+    int64_t top_k;
+    uint64_t seed, rng[4];
+} sampler_record;
+
+void lz_session_sampler_bytes(const lz_sampler *s, uint8_t *out, size_t *len) {
+    sampler_record r = {s->p.temperature, s->p.top_p, s->p.top_k, s->p.seed, {s->rng[0], s->rng[1], s->rng[2], s->rng[3]}};
+    memcpy(out, &r, sizeof r);
+    *len = sizeof r;
+}
+
+lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t len) {
+    sampler_record r;
+    if (len != sizeof r)
+        return lz_fail(LZ_ERR_INPUT, "session: sampler state of %zu bytes, expected %zu", len, sizeof r);
+    memcpy(&r, buf, sizeof r);
+    memcpy(s->rng, r.rng, sizeof s->rng);
+    return LZ_OK;
+}
+
+static uint64_t checksum(const Lizard__SequenceState *m) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv(h, &m->position, sizeof m->position);
+    h = fnv(h, m->tokens, sizeof(int32_t) * m->n_tokens);
+    h = fnv(h, m->sampler.data, m->sampler.len);
+    for (size_t i = 0; i < m->n_stages; i++)
+        for (size_t j = 0; j < m->stages[i]->n_layers; j++) {
+            const Lizard__LayerState *l = m->stages[i]->layers[j];
+            h = fnv(h, &l->layer, sizeof l->layer);
+            h = fnv(h, l->k.data, l->k.len);
+            h = fnv(h, l->v.data, l->v.len);
+            h = fnv(h, l->s.data, l->s.len);
+            h = fnv(h, l->z.data, l->z.len);
+        }
+    return h;
+}
+
+lz_status lz_session_pack(Lizard__SequenceState *msg, uint8_t **buf, size_t *len) {
+    msg->magic = LZ_SESSION_MAGIC;
+    msg->version = LZ_SESSION_VERSION;
+    msg->checksum = checksum(msg);
+    *len = lizard__sequence_state__get_packed_size(msg);
+    *buf = malloc(*len ? *len : 1);
+    if (!*buf)
+        return lz_fail(LZ_ERR_NOMEM, "session: out of memory for %zu bytes", *len);
+    lizard__sequence_state__pack(msg, *buf);
+    return LZ_OK;
+}
+
+lz_status lz_session_unpack(const uint8_t *buf, size_t len, const char *what,
+                            const uint8_t fingerprint[LZ_FINGERPRINT_BYTES], Lizard__SequenceState **out) {
+    Lizard__SequenceState *m = lizard__sequence_state__unpack(NULL, len, buf);
+    if (!m)
+        return lz_fail(LZ_ERR_INPUT, "%s: not a lizard session (truncated or corrupted message)", what);
+    lz_status s = LZ_OK;
+    if (m->magic != LZ_SESSION_MAGIC)
+        s = lz_fail(LZ_ERR_INPUT, "%s: not a lizard session (magic %08x)", what, m->magic);
+    else if (m->version != LZ_SESSION_VERSION)
+        s = lz_fail(LZ_ERR_INPUT, "%s: session version %u (this lizard reads %d)", what, m->version,
+                    LZ_SESSION_VERSION);
+    else if (fingerprint && lz_session_check_fingerprint(m, fingerprint, what) != LZ_OK)
+        s = LZ_ERR_INPUT;
+    else if (m->checksum != checksum(m))
+        s = lz_fail(LZ_ERR_INPUT, "%s: checksum mismatch: the state is corrupted", what);
+    else if (m->n_tokens != m->position + (m->has_pending ? 1 : 0) || m->position > (uint64_t)INT32_MAX)
+        s = lz_fail(LZ_ERR_INPUT, "%s: %zu tokens for position %llu", what, m->n_tokens,
+                    (unsigned long long)m->position);
+    if (s != LZ_OK) {
+        lizard__sequence_state__free_unpacked(m, NULL);
+        return s;
+    }
+    *out = m;
+    return LZ_OK;
+}
+
+lz_status lz_session_check_fingerprint(const Lizard__SequenceState *m, const uint8_t fingerprint[LZ_FINGERPRINT_BYTES],
+                                       const char *what) {
+    if (m->fingerprint.len != LZ_FINGERPRINT_BYTES || memcmp(m->fingerprint.data, fingerprint, LZ_FINGERPRINT_BYTES))
+        return lz_fail(LZ_ERR_INPUT, "%s: the session belongs to another model (or other --softmax-layers)", what);
+    return LZ_OK;
+}
+
+lz_status lz_session_write_file(const char *path, const uint8_t *buf, size_t len) {
+    lz_atomic_file f;
+    LZ_TRY(lz_atomic_open(&f, path));
+    return lz_atomic_commit(&f, fwrite(buf, 1, len, f.fp) == len);
+}
+
+lz_status lz_session_read_file(const char *path, uint8_t **buf, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return lz_fail(LZ_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    lz_status s = fstat(fileno(f), &sb) == 0 ? LZ_OK : lz_fail(LZ_ERR_IO, "%s: %s", path, strerror(errno));
+    if (s == LZ_OK && (sb.st_size <= 0 || sb.st_size > ((off_t)1 << 40)))
+        s = lz_fail(LZ_ERR_INPUT, "%s: a session file of %lld bytes", path, (long long)sb.st_size);
+    if (s == LZ_OK && !(*buf = malloc((size_t)sb.st_size)))
+        s = lz_fail(LZ_ERR_NOMEM, "%s: out of memory", path);
+    if (s == LZ_OK && fread(*buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
+        free(*buf);
+        s = lz_fail(LZ_ERR_IO, "%s: short read", path);
+    }
+    if (s == LZ_OK)
+        *len = (size_t)sb.st_size;
+    fclose(f);
+    return s;
+}

@@ -1,0 +1,40 @@
+/* session.h - a sequence saved as a SequenceState message (proto/lizard.proto):
+ * model fingerprint, position, tokens, the pending token, the sampler, and the
+ * layers' state (one StageState per stage that wrote it). Files are written
+ * atomically; a message is checked (magic, version, fingerprint, checksum,
+ * sizes) before anything is loaded from it. */
+#ifndef LZ_SESSION_H
+#define LZ_SESSION_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // uint8_t, uint64_t
+
+#include "lizard.pb-c.h" // Lizard__SequenceState
+#include "model.h"       // lz_model
+#include "sampler.h"     // lz_sampler
+
+enum { LZ_SESSION_MAGIC = 0x53535A4C, LZ_SESSION_VERSION = 1, LZ_FINGERPRINT_BYTES = 16 };
+
+/* The model's identity: config.json, the tensor table (names, dtypes, shapes,
+ * first bytes of each tensor) and the kinds its layers run as. */
+void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t out[LZ_FINGERPRINT_BYTES]);
+
+/* The sampler's parameters and random state, as bytes (and back). */
+void lz_session_sampler_bytes(const lz_sampler *s, uint8_t *out, size_t *len);
+lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t len);
+
+/* Serialises `msg` after filling magic, version and the checksum. */
+lz_status lz_session_pack(Lizard__SequenceState *msg, uint8_t **buf, size_t *len);
+/* Parses and checks (the fingerprint too unless it is NULL); *out is freed
+ * with lizard__sequence_state__free_unpacked. */
+lz_status lz_session_unpack(const uint8_t *buf, size_t len, const char *what,
+                            const uint8_t fingerprint[LZ_FINGERPRINT_BYTES], Lizard__SequenceState **out);
+lz_status lz_session_check_fingerprint(const Lizard__SequenceState *m, const uint8_t fingerprint[LZ_FINGERPRINT_BYTES],
+                                       const char *what);
+
+/* Whole files: written to a temp file then renamed; read whole. */
+lz_status lz_session_write_file(const char *path, const uint8_t *buf, size_t len);
+lz_status lz_session_read_file(const char *path, uint8_t **buf, size_t *len);
+
+#endif

@@ -1,0 +1,198 @@
+/* state_io.c - saving and restoring a slot's layer state. */
+#include <stdlib.h> // malloc, calloc, free
+#include <string.h> // memcpy
+
+#include "dtype.h"    // lz_bf16_to_f32, lz_f32_to_bf16
+#include "state_io.h"
+
+static size_t kv_row_elems(const lz_layer *ly) { return (size_t)ly->dims.n_kv_heads * ly->dims.head_dim; }
+static size_t s_elems(const lz_layer *ly) {
+    return (size_t)ly->dims.n_state_heads * 2 * ly->dims.feature_dim * ly->dims.head_dim;
+}
+static size_t z_elems(const lz_layer *ly) { return (size_t)ly->dims.n_state_heads * 2 * ly->dims.feature_dim; }
+
+static lz_status alloc_bytes(ProtobufCBinaryData *b, size_t len) {
+    b->len = len;
+    b->data = malloc(len ? len : 1);
+    return b->data ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "state: out of memory for %zu bytes", len);
+}
+
+static lz_status save_softmax(const lz_model *m, const lz_state *st, const lz_layer *ly, int slot, int pos,
+                              Lizard__LayerState *out) {
+    const size_t row = kv_row_elems(ly) * m->ops->act_size, base = (size_t)slot * st->kv_capacity * row;
+    const lz_layer_state *ls = &st->layers[ly->index];
+    out->rows = (uint32_t)pos;
+    LZ_TRY(alloc_bytes(&out->k, (size_t)pos * row));
+    LZ_TRY(alloc_bytes(&out->v, (size_t)pos * row));
+    LZ_TRY(m->ops->copy_to_host(m->be, out->k.data, (const char *)ls->k_cache + base, out->k.len));
+    return m->ops->copy_to_host(m->be, out->v.data, (const char *)ls->v_cache + base, out->v.len);
+}
+
+/* The ring's rows for positions pos-rows .. pos-1, oldest first. */
+static lz_status save_ring(const lz_model *m, const lz_layer *ly, const void *ring, int slot, int pos,
+                           ProtobufCBinaryData *out) {
+    const int w = ly->dims.window, rows = pos < w ? pos : w;
+    const size_t row = kv_row_elems(ly) * m->ops->act_size;
+    char *all = malloc((size_t)w * row);
+    if (!all)
+        return lz_fail(LZ_ERR_NOMEM, "state: out of memory");
+    lz_status s = m->ops->copy_to_host(m->be, all, (const char *)ring + (size_t)slot * w * row, (size_t)w * row);
+    if (s == LZ_OK)
+        s = alloc_bytes(out, (size_t)rows * row);
+    for (int r = 0; s == LZ_OK && r < rows; r++)
+        memcpy(out->data + (size_t)r * row, all + (size_t)((pos - rows + r) % w) * row, row);
+    free(all);
+    return s;
+}
+
+static lz_status save_lizard(const lz_model *m, const lz_state *st, const lz_layer *ly, int slot, int pos,
+                             Lizard__LayerState *out) {
+    const lz_layer_state *ls = &st->layers[ly->index];
+    out->rows = (uint32_t)(pos < ly->dims.window ? pos : ly->dims.window);
+    LZ_TRY(alloc_bytes(&out->s, sizeof(float) * s_elems(ly)));
+    LZ_TRY(alloc_bytes(&out->z, sizeof(float) * z_elems(ly)));
+    LZ_TRY(m->ops->copy_to_host(m->be, out->s.data, ls->S + (size_t)slot * s_elems(ly), out->s.len));
+    LZ_TRY(m->ops->copy_to_host(m->be, out->z.data, ls->z + (size_t)slot * z_elems(ly), out->z.len));
+    LZ_TRY(save_ring(m, ly, ls->ring_k, slot, pos, &out->k));
+    return save_ring(m, ly, ls->ring_v, slot, pos, &out->v);
+}
+
+lz_status lz_state_io_save(const lz_model *m, const lz_state *st, int slot, Lizard__StageState *out) {
+    lizard__stage_state__init(out);
+    int owned = 0;
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++)
+        owned += m->parts.layer[i];
+    out->layers = calloc((size_t)(owned ? owned : 1), sizeof(Lizard__LayerState *));
+    if (!out->layers)
+        return lz_fail(LZ_ERR_NOMEM, "state: out of memory");
+    const int pos = st->slot_pos[slot];
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
+        if (!m->parts.layer[i])
+            continue;
+        const lz_layer *ly = &m->layers[i];
+        Lizard__LayerState *l = calloc(1, sizeof *l);
+        if (!l)
+            return lz_fail(LZ_ERR_NOMEM, "state: out of memory");
+        lizard__layer_state__init(l);
+        out->layers[out->n_layers++] = l;
+        l->layer = i;
+        l->kind = ly->run_softmax ? LIZARD__LAYER_STATE__KIND__SOFTMAX : LIZARD__LAYER_STATE__KIND__LIZARD;
+        l->elem_bytes = (uint32_t)m->ops->act_size;
+        LZ_TRY(ly->run_softmax ? save_softmax(m, st, ly, slot, pos, l) : save_lizard(m, st, ly, slot, pos, l));
+    }
+    return LZ_OK;
+}
+
+void lz_state_io_free(Lizard__StageState *s) {
+    for (size_t i = 0; s->layers && i < s->n_layers; i++) {
+        Lizard__LayerState *l = s->layers[i];
+        free(l->k.data), free(l->v.data), free(l->s.data), free(l->z.data);
+        free(l);
+    }
+    free(s->layers);
+    s->layers = NULL;
+    s->n_layers = 0;
+}
+
+/* Everything a layer record must satisfy before any byte of it is written. */
+static lz_status check_record(const lz_model *m, const lz_state *st, const lz_layer *ly, const Lizard__LayerState *l,
+                              uint64_t pos) {
+    const int i = ly->index;
+    const bool softmax = l->kind == LIZARD__LAYER_STATE__KIND__SOFTMAX;
+    if (softmax != ly->run_softmax)
+        return lz_fail(LZ_ERR_INPUT, "session: layer %d was saved as %s attention but runs as %s", i,
+                       softmax ? "softmax" : "Lizard", ly->run_softmax ? "softmax" : "Lizard");
+    if (l->elem_bytes != 2 && l->elem_bytes != 4)
+        return lz_fail(LZ_ERR_INPUT, "session: layer %d: element size %u", i, l->elem_bytes);
+    const size_t row = kv_row_elems(ly) * l->elem_bytes;
+    const uint64_t rows = softmax ? pos : (pos < (uint64_t)ly->dims.window ? pos : (uint64_t)ly->dims.window);
+    if (l->rows != rows || l->k.len != rows * row || l->v.len != rows * row)
+        return lz_fail(LZ_ERR_INPUT, "session: layer %d: %u rows of %zu + %zu bytes, expected %llu rows of %zu bytes",
+                       i, l->rows, l->k.len, l->v.len, (unsigned long long)rows, row);
+    if (softmax && pos > (uint64_t)st->kv_capacity)
+        return lz_fail(LZ_ERR_INPUT, "session: layer %d holds %llu positions; this run's context holds %d", i,
+                       (unsigned long long)pos, st->kv_capacity);
+    if (!softmax && (l->s.len != sizeof(float) * s_elems(ly) || l->z.len != sizeof(float) * z_elems(ly)))
+        return lz_fail(LZ_ERR_INPUT, "session: layer %d: GLA state of %zu + %zu bytes, expected %zu + %zu", i,
+                       l->s.len, l->z.len, sizeof(float) * s_elems(ly), sizeof(float) * z_elems(ly));
+    return LZ_OK;
+}
+
+/* Rows of k or v into backend memory at row index `first` (ring: position % w), converting fp32 <-> bf16. */
+static lz_status put_rows(const lz_model *m, const lz_layer *ly, void *dst_base, const ProtobufCBinaryData *src,
+                          uint32_t elem_bytes, uint64_t rows, uint64_t first_pos, int ring_w) {
+    const size_t n = kv_row_elems(ly), out_row = n * m->ops->act_size;
+    char *row = malloc(out_row);
+    if (!row)
+        return lz_fail(LZ_ERR_NOMEM, "session: out of memory");
+    lz_status s = LZ_OK;
+    for (uint64_t r = 0; s == LZ_OK && r < rows; r++) {
+        const uint8_t *in = src->data + r * n * elem_bytes;
+        if (elem_bytes == m->ops->act_size) {
+            memcpy(row, in, out_row);
+        } else {
+            for (size_t e = 0; e < n; e++) { // fp32 <-> bf16, little-endian
+                float f;
+                if (elem_bytes == 4) {
+                    memcpy(&f, in + 4 * e, 4);
+                    uint16_t h = lz_f32_to_bf16(f);
+                    memcpy(row + 2 * e, &h, 2);
+                } else {
+                    uint16_t h;
+                    memcpy(&h, in + 2 * e, 2);
+                    f = lz_bf16_to_f32(h);
+                    memcpy(row + 4 * e, &f, 4);
+                }
+            }
+        }
+        const uint64_t p = first_pos + r, at = ring_w ? p % (uint64_t)ring_w : p;
+        s = m->ops->copy_from_host(m->be, (char *)dst_base + at * out_row, row, out_row);
+    }
+    free(row);
+    return s;
+}
+
+static lz_status restore_layer(const lz_model *m, lz_state *st, const lz_layer *ly, const Lizard__LayerState *l,
+                               int slot, uint64_t pos) {
+    lz_layer_state *ls = &st->layers[ly->index];
+    const size_t row = kv_row_elems(ly) * m->ops->act_size;
+    if (ly->run_softmax) {
+        const size_t base = (size_t)slot * st->kv_capacity * row;
+        LZ_TRY(put_rows(m, ly, (char *)ls->k_cache + base, &l->k, l->elem_bytes, l->rows, 0, 0));
+        return put_rows(m, ly, (char *)ls->v_cache + base, &l->v, l->elem_bytes, l->rows, 0, 0);
+    }
+    const int w = ly->dims.window;
+    const size_t base = (size_t)slot * w * row;
+    LZ_TRY(m->ops->copy_from_host(m->be, ls->S + (size_t)slot * s_elems(ly), l->s.data, l->s.len));
+    LZ_TRY(m->ops->copy_from_host(m->be, ls->z + (size_t)slot * z_elems(ly), l->z.data, l->z.len));
+    LZ_TRY(put_rows(m, ly, (char *)ls->ring_k + base, &l->k, l->elem_bytes, l->rows, pos - l->rows, w));
+    return put_rows(m, ly, (char *)ls->ring_v + base, &l->v, l->elem_bytes, l->rows, pos - l->rows, w);
+}
+
+lz_status lz_state_io_restore(const lz_model *m, lz_state *st, int slot, uint64_t position,
+                              Lizard__LayerState *const *layers, size_t n_layers) {
+    if (slot < 0 || slot >= st->n_slots)
+        return lz_fail(LZ_ERR_INPUT, "session: slot %d out of range", slot);
+    const Lizard__LayerState *found[LZ_MAX_LAYERS] = {0};
+    for (size_t k = 0; k < n_layers; k++) {
+        const int i = layers[k]->layer;
+        if (i < 0 || i >= m->cfg.num_hidden_layers)
+            return lz_fail(LZ_ERR_INPUT, "session: layer %d out of range (model has %d layers)", i,
+                           m->cfg.num_hidden_layers);
+        if (found[i])
+            return lz_fail(LZ_ERR_INPUT, "session: layer %d appears twice", i);
+        found[i] = layers[k];
+    }
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++) { // check every owned layer before writing any
+        if (!m->parts.layer[i])
+            continue;
+        if (!found[i])
+            return lz_fail(LZ_ERR_INPUT, "session: layer %d is missing", i);
+        LZ_TRY(check_record(m, st, &m->layers[i], found[i], position));
+    }
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++)
+        if (m->parts.layer[i])
+            LZ_TRY(restore_layer(m, st, &m->layers[i], found[i], slot, position));
+    st->slot_pos[slot] = (int32_t)position;
+    return LZ_OK;
+}
