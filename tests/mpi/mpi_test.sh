@@ -40,6 +40,18 @@ L=$FIX/lizard_perhead/model
 run 3 "$LIZARD" generate --model "$L" --ids $IDS --batch 3 --max-tokens 8 --temperature 0.7 --format json \
   --ignore-eos >"$TMP/b3" 2>/dev/null && cmp -s "$TMP/b1" "$TMP/b3" && ok || bad "batched generation on 3 ranks differs"
 
+# a session written by 2 ranks (balanced), continued by 3 (by-type), then by one process: the same tokens as one run
+"$LIZARD" generate --model "$H" --ids $IDS --max-tokens 9 --temperature 0.9 --seed 5 --ignore-eos --format json >"$TMP/s0" 2>/dev/null
+run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
+  --session "$TMP/p.lzs" >"$TMP/s1" 2>/dev/null
+run 3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
+  --session "$TMP/p.lzs" --placement by-type >"$TMP/s2" 2>/dev/null
+"$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
+  --session "$TMP/p.lzs" >"$TMP/s3" 2>/dev/null
+joined=$(python3 -c "import json,sys; print(sum((json.load(open(f))['ids'] for f in sys.argv[1:]), []))" "$TMP/s1" "$TMP/s2" "$TMP/s3")
+whole=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ids'])" "$TMP/s0")
+[ "$joined" = "$whole" ] && ok || bad "session across plans: $joined vs $whole"
+
 # a plan that does not match the job: refused, with the file named
 run 3 "$LIZARD" forward --model "$H" --ids 1 --logits-out "$TMP/x.npy" --plan "$TMP/plan.txt" >/dev/null 2>"$TMP/err"
 rc=$?
