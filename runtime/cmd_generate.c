@@ -182,8 +182,10 @@ static lz_status write_session(const generate_args *a, lz_engine *e, const Lizar
         return lz_fail(LZ_ERR_NOMEM, "--session: out of memory");
     if (n_old)
         memcpy(tokens, saved->tokens, sizeof(int32_t) * n_old);
-    memcpy(tokens + n_old, input, sizeof(int32_t) * (size_t)n_input);
-    memcpy(tokens + n_old + n_input, out, sizeof(int32_t) * (size_t)n_out);
+    if (n_input > 0)
+        memcpy(tokens + n_old, input, sizeof(int32_t) * (size_t)n_input);
+    if (n_out > 0)
+        memcpy(tokens + n_old + n_input, out, sizeof(int32_t) * (size_t)n_out);
     uint8_t fp[LZ_FINGERPRINT_BYTES], smp[128];
     size_t smp_len;
     lz_session_fingerprint(&e->model, a->model, fp);
@@ -228,7 +230,8 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
     }
     if (pending)
         feed[0] = saved->tokens[saved->n_tokens - 1];
-    memcpy(feed + (pending ? 1 : 0), input, sizeof(int32_t) * (size_t)n_input);
+    if (n_input > 0) // input is NULL when the session is continued without new tokens
+        memcpy(feed + (pending ? 1 : 0), input, sizeof(int32_t) * (size_t)n_input);
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
                            .n_slots = 1, .max_context = held + n_feed + (int)a->max_tokens,
