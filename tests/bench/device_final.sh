@@ -18,5 +18,10 @@ done
 # the CUDA-core versions of the tensor-core kernels must stay correct too
 LIZARD_TC=0 .devout/test_gpu_ops > "$OUT/tc_off.log" 2>&1; echo "LIZARD_TC=0: $(tail -1 "$OUT/tc_off.log")"
 cat "$OUT/tc_off.log" >> "$OUT/logs.txt"; rm -f "$OUT/tc_off.log"
+# WITH_TORCH=1: also the HF transformers baseline (about two minutes)
+if [ "${WITH_TORCH:-0}" = 1 ]; then
+  timeout 150 python3 tests/bench/torch_baseline.py --prompt 2048,8192,32768 --batch 1,16 --context 2048 \
+    >"$OUT/torch.jsonl" 2>>"$OUT/logs.txt"
+fi
 python3 tests/bench/plot_bench.py "$OUT" "$OUT"/bench-*.jsonl docs/bench-data/torch-2026-11-29.jsonl 2>&1 | tail -3
 ls "$OUT"
