@@ -6,6 +6,7 @@
 #include "lizard.pb-c.h" // Lizard__StepHeader
 #include "mpi_world.h"   // LZ_MPI_TRY
 #include "state_io.h"    // lz_state_io_save, lz_state_io_restore
+#include "step_header_check.h" // lz_step_header_check
 #include "pipeline.h"
 
 enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4 };
@@ -194,7 +195,9 @@ static lz_status step_from_header(const Lizard__StepHeader *h, step_arrays *a) {
 static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const Lizard__StepHeader *h,
                           float *logits) {
     step_arrays a = {0};
-    lz_status s = step_from_header(h, &a);
+    lz_status s = lz_step_header_check(h, st->n_slots, m->cfg.vocab_size); // before any array is built from it
+    if (s == LZ_OK)
+        s = step_from_header(h, &a);
     const int32_t *ids = h->token_ids, *rows = h->logit_rows;
     const int n_rows = (int)h->n_logit_rows;
     if (s == LZ_OK)
