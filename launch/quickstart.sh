@@ -10,4 +10,6 @@ cmake --build build -j "$(nproc)" --target lizard
 MODEL=${1:-models/tiny-hybrid}
 [ -f "$MODEL/config.json" ] || ./build/lizard init --config tiny-hybrid --out "$MODEL"
 ./build/lizard info --model "$MODEL"
-./build/lizard generate --model "$MODEL" --ids 1,2,3,4 --max-tokens 32 --temperature 0.8 --seed 1 --stats
+# random weights: the text is noise; the point is the state report (Lizard bytes stay constant)
+./build/lizard generate --model "$MODEL" --prompt "Lizards bask in the sun" --max-tokens 64 --temperature 0.8 \
+    --seed 1 --ignore-eos --stats
