@@ -8,7 +8,6 @@
 #include <stdlib.h>   // malloc, free
 #include <string.h>   // strcmp
 #include <time.h>     // clock_gettime
-#include <unistd.h>   // rmdir, unlink
 
 #include "cli_options.h"   // lz_parse_options
 #include "commands.h"      // lz_cmd_bench
@@ -36,26 +35,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* A preset's config goes through config.json like any model's. */
-static lz_status preset_config(const char *name, lz_config *cfg) {
-    const lz_model_preset *p = lz_preset_find(name);
-    if (!p) {
-        char names[512];
-        lz_preset_names(names, sizeof names);
-        return lz_fail(LZ_ERR_INPUT, "lizard bench: --shape: unknown shape '%s' (known: %s)", name, names);
-    }
-    char dir[] = "/tmp/lizard-bench-XXXXXX", path[64];
-    if (!mkdtemp(dir))
-        return lz_fail(LZ_ERR_IO, "lizard bench: cannot make a temp folder");
-    lz_status s = lz_preset_write_config(p, p->dtype, dir);
-    if (s == LZ_OK)
-        s = lz_config_load(dir, cfg);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    rmdir(dir);
-    return s;
 }
 
 static size_t weight_bytes(const bench *b) {
@@ -313,7 +292,7 @@ lz_status lz_cmd_bench(int argc, char **argv) {
     if (!a.shape == !a.model)
         return lz_fail(LZ_ERR_INPUT, "lizard bench: give exactly one of --shape PRESET or --model DIR");
     lz_config cfg;
-    LZ_TRY(a.shape ? preset_config(a.shape, &cfg) : lz_config_load(a.model, &cfg));
+    LZ_TRY(a.shape ? lz_preset_config(a.shape, "lizard bench: --shape", &cfg) : lz_config_load(a.model, &cfg));
     bench b = {0};
     LZ_TRY(lz_open_backend(a.device, a.dtype, &b.be, &b.ops));
     lz_status s = a.shape ? lz_model_init_random(&b.model, &cfg, b.ops, b.be, (uint64_t)a.seed)

@@ -4,9 +4,8 @@
  * weight bytes, state bytes per sequence at the target context, the total
  * for the batch, and whether it fits the rank's memory. */
 #include <stdio.h>  // printf, snprintf
-#include <stdlib.h> // strtod, mkdtemp
+#include <stdlib.h> // strtod
 #include <string.h> // strcmp, strchr
-#include <unistd.h> // unlink, rmdir
 
 #include "atomic_file.h"   // lz_atomic_open, lz_atomic_commit
 #include "cli_options.h"   // lz_parse_command
@@ -15,26 +14,6 @@
 #include "plan.h"          // lz_plan, planners
 
 #define DEFAULT_GPU_GB (141.0 * 0.9) /* an H200, less a tenth for activations, workspace and the CUDA context */
-
-/* A preset's config goes through config.json like any model's. */
-static lz_status preset_config(const char *name, lz_config *cfg) {
-    const lz_model_preset *p = lz_preset_find(name);
-    if (!p) {
-        char names[512];
-        lz_preset_names(names, sizeof names);
-        return lz_fail(LZ_ERR_INPUT, "lizard plan: --shape: unknown shape '%s' (known: %s)", name, names);
-    }
-    char dir[] = "/tmp/lizard-plan-XXXXXX", path[64];
-    if (!mkdtemp(dir))
-        return lz_fail(LZ_ERR_IO, "lizard plan: cannot make a temp folder");
-    lz_status s = lz_preset_write_config(p, p->dtype, dir);
-    if (s == LZ_OK)
-        s = lz_config_load(dir, cfg);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    rmdir(dir);
-    return s;
-}
 
 /* "GB" for every rank, or "GB,GB,..." one per rank. */
 static lz_status parse_memory(const char *spec, int n_ranks, uint64_t *free_bytes) {
@@ -159,7 +138,7 @@ lz_status lz_cmd_plan(int argc, char **argv) {
         return lz_fail(LZ_ERR_INPUT, "lizard plan: --ranks N is required (or --plan FILE)");
 
     lz_config cfg;
-    LZ_TRY(shape ? preset_config(shape, &cfg) : lz_config_load(model, &cfg));
+    LZ_TRY(shape ? lz_preset_config(shape, "lizard plan: --shape", &cfg) : lz_config_load(model, &cfg));
     if (softmax)
         LZ_TRY(lz_config_set_softmax_layers(&cfg, softmax));
     static lz_plan_costs costs; // ~25 KB each: off the stack

@@ -5,6 +5,7 @@
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free
 #include <string.h> // strcmp, strdup, strlen
+#include <unistd.h> // unlink, rmdir
 
 #include <jansson.h> // json_t, json_pack, json_dumps
 
@@ -283,4 +284,23 @@ lz_status lz_preset_write_config(const lz_model_preset *p, lz_dtype dtype, const
 lz_status lz_preset_write_generation_config(const lz_model_preset *p, const char *dir) {
     return write_json(dir, "generation_config.json",
                       json_pack("{s:i, s:o}", "bos_token_id", p->bos_token_id, "eos_token_id", eos_json(p)));
+}
+
+lz_status lz_preset_config(const char *name, const char *flag, lz_config *out) {
+    const lz_model_preset *p = lz_preset_find(name);
+    if (!p) {
+        char names[512];
+        lz_preset_names(names, sizeof names);
+        return lz_fail(LZ_ERR_INPUT, "%s: unknown shape '%s' (known: %s)", flag, name, names);
+    }
+    char dir[] = "/tmp/lizard-preset-XXXXXX", path[64];
+    if (!mkdtemp(dir))
+        return lz_fail(LZ_ERR_IO, "%s: cannot make a temp folder for '%s'", flag, name);
+    lz_status s = lz_preset_write_config(p, p->dtype, dir);
+    if (s == LZ_OK)
+        s = lz_config_load(dir, out);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+    return s;
 }

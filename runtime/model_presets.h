@@ -96,6 +96,12 @@ uint64_t lz_tensor_list_bytes(const lz_tensor_list *list);
  * rope_theta + rope_scaling), torch_dtype from `dtype`, and the "lizard"
  * block for a Lizard preset. Written atomically. */
 lz_status lz_preset_write_config(const lz_model_preset *p, lz_dtype dtype, const char *dir);
+/* The parsed config of preset `name`, exactly as a model folder of that
+ * preset would give it (written to a temp folder and read back through
+ * lz_config_load). An unknown name is an error listing the presets; `flag`
+ * names the option in messages ("--shape"). */
+lz_status lz_preset_config(const char *name, const char *flag, lz_config *out);
+
 /* DIR/generation_config.json: {"bos_token_id", "eos_token_id"}. */
 lz_status lz_preset_write_generation_config(const lz_model_preset *p, const char *dir);
 

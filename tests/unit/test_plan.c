@@ -3,9 +3,8 @@
  * (no rank mixes kinds), memory limits, the text form and the PipelinePlan
  * message (round trips and every rejection), runs and visit order. */
 #include <stdio.h>  // open_memstream
-#include <stdlib.h> // mkdtemp, free
+#include <stdlib.h> // free
 #include <string.h> // strlen, memcpy
-#include <unistd.h> // unlink, rmdir
 
 #include "lizard.pb-c.h"   // Lizard__PipelinePlan (to craft bad messages)
 #include "model_presets.h" // lz_preset_find, lz_preset_write_config, lz_preset_tensors
@@ -13,22 +12,6 @@
 #include "test_util.h"
 
 static const uint64_t GB = 1000000000ull;
-
-static lz_status preset_config(const char *name, lz_config *cfg) {
-    const lz_model_preset *p = lz_preset_find(name);
-    if (!p)
-        return lz_fail(LZ_ERR_INPUT, "no preset %s", name);
-    char dir[] = "/tmp/lizard-test-plan-XXXXXX", path[80];
-    if (!mkdtemp(dir))
-        return lz_fail(LZ_ERR_IO, "mkdtemp");
-    lz_status s = lz_preset_write_config(p, p->dtype, dir);
-    if (s == LZ_OK)
-        s = lz_config_load(dir, cfg);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    rmdir(dir);
-    return s;
-}
 
 static void fill(uint64_t *free_bytes, int n, uint64_t v) {
     for (int i = 0; i < n; i++)
@@ -69,7 +52,7 @@ static void test_cost_model(void) {
     const char *names[] = {"llama3-70b-hybrid", "llama3-8b-hybrid", "llama3-8b-teacher"};
     for (int k = 0; k < 3; k++) {
         lz_config cfg;
-        CHECK(preset_config(names[k], &cfg) == LZ_OK);
+        CHECK(lz_preset_config(names[k], "test", &cfg) == LZ_OK);
         CHECK(lz_plan_costs_from_config(&cfg, 1000, 1, &costs) == LZ_OK);
         uint64_t sum = costs.embed_weight + costs.head_weight;
         for (int i = 0; i < costs.n_layers; i++)
@@ -81,7 +64,7 @@ static void test_cost_model(void) {
         lz_tensor_list_free(&list);
     }
     lz_config cfg;
-    CHECK(preset_config("llama3-70b-hybrid", &cfg) == LZ_OK);
+    CHECK(lz_preset_config("llama3-70b-hybrid", "test", &cfg) == LZ_OK);
     CHECK(lz_plan_layer_state_bytes(&cfg, 0, 1000) == 2ull * 1000 * 8 * 128 * 2); // softmax: KV grows
     CHECK(lz_plan_layer_state_bytes(&cfg, 0, 2000) == 2 * lz_plan_layer_state_bytes(&cfg, 0, 1000));
     const uint64_t lizard = 8ull * 256 * 129 * 4 + 2ull * 128 * 8 * 128 * 2; // S, z fp32 + ring bf16
@@ -156,7 +139,7 @@ static void test_balanced_optimal(void) {
 /* Softmax layers clustered at the front, long context: equal layer counts overload rank 0. */
 static void test_balanced_beats_equal_split(void) {
     lz_config cfg;
-    CHECK(preset_config("llama3-70b-hybrid", &cfg) == LZ_OK);
+    CHECK(lz_preset_config("llama3-70b-hybrid", "test", &cfg) == LZ_OK);
     char spec[256] = "";
     for (int i = 0; i < 16; i++)
         snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "%s%d", i ? "," : "", i);
@@ -182,7 +165,7 @@ static void test_balanced_beats_equal_split(void) {
 /* The 70B hybrid on 4 and 8 H200s (141 GB x 0.9). */
 static void test_70b(void) {
     lz_config cfg;
-    CHECK(preset_config("llama3-70b-hybrid", &cfg) == LZ_OK);
+    CHECK(lz_preset_config("llama3-70b-hybrid", "test", &cfg) == LZ_OK);
     uint64_t free_bytes[LZ_MAX_RANKS];
     fill(free_bytes, LZ_MAX_RANKS, (uint64_t)(141e9 * 0.9));
     const int ranks[] = {4, 8};
@@ -207,7 +190,7 @@ static void test_70b(void) {
                           ranks[a], (unsigned long long)ctx[b], by_type ? "by-type" : "balanced", ratio);
             }
     // 8 x 141 GB cannot hold a batch of 64 sequences of 128K on the teacher
-    CHECK(preset_config("llama3-70b-teacher", &cfg) == LZ_OK);
+    CHECK(lz_preset_config("llama3-70b-teacher", "test", &cfg) == LZ_OK);
     CHECK(lz_plan_costs_from_config(&cfg, 131072, 64, &costs) == LZ_OK);
     CHECK_FAILS_WITH(lz_plan_balanced(&costs, 8, free_bytes, &plan), LZ_ERR_INPUT, "does not fit");
 }
@@ -222,7 +205,7 @@ static char *to_text(const lz_plan *p, size_t *len) {
 
 static void test_text_and_proto_round_trip(void) {
     lz_config cfg;
-    CHECK(preset_config("llama3-70b-hybrid", &cfg) == LZ_OK);
+    CHECK(lz_preset_config("llama3-70b-hybrid", "test", &cfg) == LZ_OK);
     CHECK(lz_plan_costs_from_config(&cfg, 32768, 4, &costs) == LZ_OK);
     uint64_t free_bytes[LZ_MAX_RANKS];
     fill(free_bytes, LZ_MAX_RANKS, 126 * GB);
@@ -313,7 +296,7 @@ static void test_bad_messages(void) {
 
 static void test_validation(void) {
     lz_config cfg;
-    CHECK(preset_config("tiny-hybrid", &cfg) == LZ_OK);
+    CHECK(lz_preset_config("tiny-hybrid", "test", &cfg) == LZ_OK);
     CHECK(lz_plan_costs_from_config(&cfg, 1024, 1, &costs) == LZ_OK);
     uint64_t free_bytes[LZ_MAX_RANKS];
     fill(free_bytes, LZ_MAX_RANKS, GB);
@@ -375,7 +358,7 @@ static void test_validation(void) {
 /* A hand-written interleaved plan: runs per rank and the order activations visit them. */
 static void test_runs_and_visits(void) {
     lz_config cfg;
-    CHECK(preset_config("tiny-hybrid", &cfg) == LZ_OK);
+    CHECK(lz_preset_config("tiny-hybrid", "test", &cfg) == LZ_OK);
     cfg.num_hidden_layers = 8;
     for (int i = 0; i < 8; i++)
         cfg.softmax_layer[i] = i % 2 == 0;
