@@ -28,9 +28,9 @@ static void print_stats(const lz_engine *e, int positions) {
     const lz_state_bytes b = lz_state_bytes_at(&e->model, positions);
     fprintf(stderr,
             "lizard stats: position %7d | softmax KV %10zu bytes (%d layers) | lizard GLA %zu + window %zu bytes "
-            "(%d layers) | total %zu bytes/sequence\n",
+            "(%d layers) | total %zu bytes/sequence%s\n",
             positions, b.softmax_kv, b.n_softmax, b.lizard_gla, b.lizard_window, b.n_lizard,
-            b.softmax_kv + b.lizard_gla + b.lizard_window);
+            b.softmax_kv + b.lizard_gla + b.lizard_window, e->pipelined ? " (rank 0's layers)" : "");
 }
 
 static bool is_eos(const lz_generation_config *g, int32_t id) {

@@ -1,6 +1,7 @@
 /* main.c - the `lizard` binary: picks a command, runs it, turns its status
  * into an exit code (2 = bad input, 1 = internal) with a one-line error. */
-#include <stdio.h>  // fprintf
+#include <stdbool.h> // bool
+#include <stdio.h>   // fprintf
 #include <string.h> // strcmp
 
 #include "commands.h" // lz_cmd_*
@@ -11,16 +12,18 @@ typedef struct {
     const char *name;
     lz_status (*run)(int argc, char **argv);
     const char *summary;
+    bool pipelined; /* under mpirun every rank runs it as a stage; else rank 0 alone runs it */
 } command;
 
 static const command commands[] = {
-    {"forward", lz_cmd_forward, "run a prompt, write the logits of every position (.npy)"},
-    {"generate", lz_cmd_generate, "continue a prompt token by token"},
-    {"bench", lz_cmd_bench, "prompt and decode throughput beside the device's ceilings"},
-    {"plan", lz_cmd_plan, "place the layers on pipeline ranks (balanced, by-type, a file) and show each rank's bytes"},
-    {"info", lz_cmd_info, "describe a model folder: layer kinds, parameters, state bytes"},
-    {"tokenize", lz_cmd_tokenize, "text -> token ids and back with the model's tokenizer.json"},
-    {"init", lz_cmd_init, "write a random-weight model of a named shape (tiny-hybrid, llama3-8b-*, ...)"},
+    {"forward", lz_cmd_forward, "run a prompt, write the logits of every position (.npy)", true},
+    {"generate", lz_cmd_generate, "continue a prompt token by token", true},
+    {"bench", lz_cmd_bench, "prompt and decode throughput beside the device's ceilings", false},
+    {"plan", lz_cmd_plan, "place the layers on pipeline ranks (balanced, by-type, a file) and show each rank's bytes",
+     false},
+    {"info", lz_cmd_info, "describe a model folder: layer kinds, parameters, state bytes", false},
+    {"tokenize", lz_cmd_tokenize, "text -> token ids and back with the model's tokenizer.json", false},
+    {"init", lz_cmd_init, "write a random-weight model of a named shape (tiny-hybrid, llama3-8b-*, ...)", false},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -55,8 +58,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_COMMANDS; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;
-        lz_status s = commands[i].run(argc - 1, argv + 1);
         const lz_world *w = lz_world_get();
+        if (!commands[i].pipelined && w->rank != 0)
+            return finish(0); // one process is enough (and two would write the same files)
+        lz_status s = commands[i].run(argc - 1, argv + 1);
         if (s != LZ_OK && w->size > 1) // under mpirun: say which rank stopped the job
             fprintf(stderr, "lizard: error: rank %d of %d (%s): %s\n", w->rank, w->size, w->host, lz_error_message());
         else if (s != LZ_OK)
