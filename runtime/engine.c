@@ -127,24 +127,51 @@ lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, f
     return s;
 }
 
-lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits) {
+/* A decode batch: sequence i is row i, one token each, at its slot's position. */
+static lz_status decode_batch(lz_engine *e, int n, const int32_t *slots, int32_t **buf, lz_batch *b) {
     if (n < 1 || n > e->ws.max_tokens)
         return lz_fail(LZ_ERR_INPUT, "decode step of %d sequences (at most %d)", n, e->ws.max_tokens);
-    int32_t *buf = malloc(sizeof(int32_t) * 4 * (size_t)n);
-    if (!buf)
+    *buf = malloc(sizeof(int32_t) * 4 * (size_t)n);
+    if (!*buf)
         return lz_fail(LZ_ERR_NOMEM, "decode: out of memory");
-    int32_t *start = buf, *len = buf + n, *pos = buf + 2 * n, *tpos = buf + 3 * n;
+    int32_t *start = *buf, *len = *buf + n, *pos = *buf + 2 * n, *tpos = *buf + 3 * n;
     for (int i = 0; i < n; i++) {
-        if (slots[i] < 0 || slots[i] >= e->state.n_slots) {
-            free(buf);
+        if (slots[i] < 0 || slots[i] >= e->state.n_slots)
             return lz_fail(LZ_ERR_INPUT, "sequence slot %d out of range (%d slots)", slots[i], e->state.n_slots);
-        }
         start[i] = i;
         len[i] = 1;
         pos[i] = tpos[i] = e->state.slot_pos[slots[i]];
     }
-    lz_batch b = {n, n, slots, start, len, pos, tpos};
-    lz_status s = engine_step(e, ids, &b, start, n, logits);
+    *b = (lz_batch){n, n, slots, start, len, pos, tpos};
+    return LZ_OK;
+}
+
+lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits) {
+    int32_t *buf = NULL;
+    lz_batch b;
+    lz_status s = decode_batch(e, n, slots, &buf, &b);
+    if (s == LZ_OK)
+        s = engine_step(e, ids, &b, b.start, n, logits);
     free(buf);
     return s;
+}
+
+int lz_engine_overlap(const lz_engine *e) {
+    return e->pipelined && e->pipe.overlap_ok ? e->pipe.n_ranks : 1;
+}
+
+lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids) {
+    if (lz_engine_overlap(e) < 2)
+        return lz_fail(LZ_ERR_INTERNAL, "decode_start: no pipeline to overlap steps in");
+    int32_t *buf = NULL;
+    lz_batch b;
+    lz_status s = decode_batch(e, n, slots, &buf, &b);
+    if (s == LZ_OK)
+        s = lz_pipeline_step_start(&e->pipe, &e->model, &e->state, &e->ws, ids, &b, b.start, n);
+    free(buf);
+    return s;
+}
+
+lz_status lz_engine_decode_finish(lz_engine *e, float *logits) {
+    return lz_pipeline_step_finish(&e->pipe, &e->model, logits);
 }

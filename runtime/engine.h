@@ -55,4 +55,12 @@ lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, f
 /* One token for each of n sequences; logits [n, vocab]. */
 lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits);
 
+/* Micro-batches in flight through a pipeline: how many can overlap (the
+ * number of stages when the plan allows it, else 1), then start a decode
+ * step and, later and in the same order, finish it (its logits). With one
+ * micro-batch this is lz_engine_decode. */
+int lz_engine_overlap(const lz_engine *e);
+lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids);
+lz_status lz_engine_decode_finish(lz_engine *e, float *logits);
+
 #endif

@@ -62,6 +62,23 @@ static bool take_token(batch_scratch *b, int r, int vocab, int max_tokens, const
     return !out[i].stopped_at_eos && out[i].n < max_tokens;
 }
 
+/* One token for every running sequence: in one step, or, through a pipeline
+ * that allows it, as several micro-batches in flight so that every stage
+ * works at once (all are started, then finished in order). */
+static lz_status decode_round(lz_engine *e, batch_scratch *b, int running, int vocab) {
+    int groups = lz_engine_overlap(e);
+    groups = groups < running ? groups : running;
+    if (groups < 2)
+        return lz_engine_decode(e, running, b->slots, b->ids, b->logits);
+    for (int g = 0; g < groups; g++) {
+        const int r0 = running * g / groups, r1 = running * (g + 1) / groups;
+        LZ_TRY(lz_engine_decode_start(e, r1 - r0, b->slots + r0, b->ids + r0));
+    }
+    for (int g = 0; g < groups; g++)
+        LZ_TRY(lz_engine_decode_finish(e, b->logits + (size_t)(running * g / groups) * vocab));
+    return LZ_OK;
+}
+
 lz_status lz_generate_batch(lz_engine *e, const lz_prompt *prompts, int n, int max_tokens,
                             const lz_sampler_params *params, const lz_generation_config *gen, bool ignore_eos,
                             lz_completion *out, lz_batch_timing *timing) {
@@ -88,7 +105,7 @@ lz_status lz_generate_batch(lz_engine *e, const lz_prompt *prompts, int n, int m
     }
     t0 = now_s();
     while (s == LZ_OK && running > 0) {
-        s = lz_engine_decode(e, running, b.slots, b.ids, b.logits);
+        s = decode_round(e, &b, running, vocab);
         int kept = 0;
         for (int r = 0; s == LZ_OK && r < running; r++) {
             // compact the running set in place: row r's logits move down with it

@@ -76,6 +76,15 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
     parts->embed = p->plan.embed_rank == p->rank;
     parts->head = p->plan.head_rank == p->rank;
     lz_plan_visit_order(&p->plan, p->visits, LZ_MAX_LAYERS + 2, &p->n_visits);
+    // rank 0 never needs activations back within a step when its visits are a prefix of the order
+    bool rank0_done = false;
+    p->overlap_ok = p->plan.head_rank != 0;
+    for (int v = 0; v < p->n_visits; v++) {
+        if (p->visits[v].rank != 0)
+            rank0_done = true;
+        else if (rank0_done)
+            p->overlap_ok = false;
+    }
     return LZ_OK;
 }
 
@@ -108,10 +117,18 @@ lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be)
 
 /* Activations between stages: device to device where the backend can (NCCL),
  * else through host memory and MPI (fp32, lossless for bf16). */
-static lz_status send_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tokens, int to) {
+static lz_status send_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tokens, int to, lz_inflight *async) {
     const size_t n = (size_t)n_tokens * m->cfg.hidden_size;
-    if (p->device_p2p)
+    if (p->device_p2p) // stream-ordered: the next step's kernels run after the send
         return m->ops->p2p_send(m->be, ws->x, n * m->ops->act_size, to);
+    if (async) { // a copy of its own, sent while rank 0 goes on to the next micro-batch
+        async->buf = malloc(sizeof(float) * n);
+        if (!async->buf)
+            return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory for %zu activations", p->rank, n);
+        LZ_TRY(m->ops->act_to_host(m->be, async->buf, ws->x, n));
+        LZ_MPI_TRY(MPI_Isend(async->buf, (int)n, MPI_FLOAT, to, TAG_ACTIVATIONS, MPI_COMM_WORLD, &async->send));
+        return LZ_OK;
+    }
     LZ_TRY(grow_xfer(p, n));
     LZ_TRY(m->ops->act_to_host(m->be, p->xfer, ws->x, n));
     LZ_MPI_TRY(MPI_Send(p->xfer, (int)n, MPI_FLOAT, to, TAG_ACTIVATIONS, MPI_COMM_WORLD));
@@ -130,7 +147,7 @@ static lz_status recv_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tok
 /* This rank's part of one step: its visits in the global order, receiving
  * from the previous visit's rank and sending to the next one's. */
 static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
-                            const lz_batch *b, const int32_t *rows, int n_rows, float *logits) {
+                            const lz_batch *b, const int32_t *rows, int n_rows, float *logits, lz_inflight *async) {
     const int vocab = m->cfg.vocab_size;
     for (int v = 0; v < p->n_visits; v++) {
         const lz_plan_visit *vis = &p->visits[v];
@@ -152,9 +169,11 @@ static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
             if (p->rank != 0 && n_rows > 0)
                 LZ_MPI_TRY(MPI_Send(out, n_rows * vocab, MPI_FLOAT, 0, TAG_LOGITS, MPI_COMM_WORLD));
         } else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank) {
-            LZ_TRY(send_x(p, m, ws, b->n_tokens, p->visits[v + 1].rank));
+            LZ_TRY(send_x(p, m, ws, b->n_tokens, p->visits[v + 1].rank, async));
         }
     }
+    if (async)
+        return LZ_OK; // no wait here: the logits are received by lz_pipeline_step_finish
     if (p->rank == 0 && p->plan.head_rank != 0 && n_rows > 0)
         LZ_MPI_TRY(MPI_Recv(logits, n_rows * vocab, MPI_FLOAT, p->plan.head_rank, TAG_LOGITS, MPI_COMM_WORLD,
                             MPI_STATUS_IGNORE));
@@ -193,7 +212,7 @@ static lz_status step_from_header(const Lizard__StepHeader *h, step_arrays *a) {
 }
 
 static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const Lizard__StepHeader *h,
-                          float *logits) {
+                          float *logits, lz_inflight *async) {
     step_arrays a = {0};
     lz_status s = lz_step_header_check(h, st->n_slots, m->cfg.vocab_size); // before any array is built from it
     if (s == LZ_OK)
@@ -203,7 +222,7 @@ static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspac
     if (s == LZ_OK)
         s = lz_step_begin(m, st, ws, ids, &a.b, rows, n_rows);
     if (s == LZ_OK)
-        s = run_visits(p, m, st, ws, ids, &a.b, rows, n_rows, logits);
+        s = run_visits(p, m, st, ws, ids, &a.b, rows, n_rows, logits, async);
     if (s == LZ_OK)
         lz_step_end(st, &a.b);
     free(a.slot);
@@ -221,25 +240,67 @@ static lz_status broadcast_header(lz_pipeline *p, Lizard__StepHeader *h) {
     return s;
 }
 
-lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
-                           const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits) {
-    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
-    h.step_id = ++p->step_id;
-    h.n_seq_ids = h.n_positions = h.n_token_counts = (size_t)batch->n_seqs;
-    h.seq_ids = (int32_t *)batch->slot;
-    h.positions = (int32_t *)batch->pos;
-    h.token_counts = (int32_t *)batch->len;
-    h.n_token_ids = (size_t)batch->n_tokens;
-    h.token_ids = (int32_t *)ids;
-    h.n_logit_rows = (size_t)n_logit_rows;
-    h.logit_rows = (int32_t *)logit_rows;
-    h.phase = batch->n_tokens == batch->n_seqs ? LIZARD__STEP_HEADER__PHASE__DECODE
-                                               : LIZARD__STEP_HEADER__PHASE__PREFILL;
+/* The header of a step (pointing into the caller's arrays). */
+static lz_status make_header(lz_pipeline *p, const int32_t *ids, const lz_batch *batch, const int32_t *logit_rows,
+                             int n_logit_rows, Lizard__StepHeader *h) {
+    lizard__step_header__init(h);
+    h->step_id = ++p->step_id;
+    h->n_seq_ids = h->n_positions = h->n_token_counts = (size_t)batch->n_seqs;
+    h->seq_ids = (int32_t *)batch->slot;
+    h->positions = (int32_t *)batch->pos;
+    h->token_counts = (int32_t *)batch->len;
+    h->n_token_ids = (size_t)batch->n_tokens;
+    h->token_ids = (int32_t *)ids;
+    h->n_logit_rows = (size_t)n_logit_rows;
+    h->logit_rows = (int32_t *)logit_rows;
+    h->phase = batch->n_tokens == batch->n_seqs ? LIZARD__STEP_HEADER__PHASE__DECODE
+                                                : LIZARD__STEP_HEADER__PHASE__PREFILL;
     for (int q = 0; q + 1 < batch->n_seqs; q++) // the receivers rebuild starts as consecutive runs
         if (batch->start[q + 1] != batch->start[q] + batch->len[q])
             return lz_fail(LZ_ERR_INTERNAL, "pipeline: batch rows are not consecutive");
+    return LZ_OK;
+}
+
+lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
+                           const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits) {
+    if (p->n_inflight > 0)
+        return lz_fail(LZ_ERR_INTERNAL, "pipeline: a step while %d started steps are unfinished", p->n_inflight);
+    Lizard__StepHeader h;
+    LZ_TRY(make_header(p, ids, batch, logit_rows, n_logit_rows, &h));
     LZ_TRY(broadcast_header(p, &h));
-    return run_step(p, m, st, ws, &h, logits);
+    return run_step(p, m, st, ws, &h, logits, NULL);
+}
+
+lz_status lz_pipeline_step_start(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
+                                 const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows) {
+    if (!p->overlap_ok || p->n_inflight == LZ_MAX_INFLIGHT)
+        return lz_fail(LZ_ERR_INTERNAL, "pipeline: cannot start another overlapping step");
+    lz_inflight *f = &p->inflight[(p->inflight_head + p->n_inflight) % LZ_MAX_INFLIGHT];
+    *f = (lz_inflight){MPI_REQUEST_NULL, NULL, n_logit_rows};
+    Lizard__StepHeader h;
+    LZ_TRY(make_header(p, ids, batch, logit_rows, n_logit_rows, &h));
+    LZ_TRY(broadcast_header(p, &h));
+    p->n_inflight++;
+    return run_step(p, m, st, ws, &h, NULL, f);
+}
+
+lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits) {
+    if (p->n_inflight == 0)
+        return lz_fail(LZ_ERR_INTERNAL, "pipeline: no started step to finish");
+    lz_inflight *f = &p->inflight[p->inflight_head];
+    p->inflight_head = (p->inflight_head + 1) % LZ_MAX_INFLIGHT;
+    p->n_inflight--;
+    // logits of one head rank arrive in the order the steps started (MPI keeps order per sender and tag)
+    int rc = f->n_rows > 0 ? MPI_Recv(logits, f->n_rows * m->cfg.vocab_size, MPI_FLOAT, p->plan.head_rank,
+                                      TAG_LOGITS, MPI_COMM_WORLD, MPI_STATUS_IGNORE)
+                           : MPI_SUCCESS;
+    if (rc == MPI_SUCCESS && f->send != MPI_REQUEST_NULL)
+        rc = MPI_Wait(&f->send, MPI_STATUS_IGNORE);
+    free(f->buf);
+    f->buf = NULL;
+    if (rc != MPI_SUCCESS)
+        return lz_world_mpi_error(rc, "MPI_Recv/Wait (a started step)", __FILE__, __LINE__);
+    return LZ_OK;
 }
 
 /* Every rank's StageState of `slot`, gathered on rank 0 as packed bytes per rank. */
@@ -352,7 +413,7 @@ lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
         const bool stop = (h->flags & STEP_FLAG_STOP) != 0;
         lz_status s = stop                                               ? LZ_OK
                       : h->flags & (STEP_FLAG_SAVE | STEP_FLAG_RESTORE) ? serve_state(p, m, st, h)
-                                                                        : run_step(p, m, st, ws, h, NULL);
+                                                                        : run_step(p, m, st, ws, h, NULL, NULL);
         lizard__step_header__free_unpacked(h, NULL);
         if (s != LZ_OK || stop)
             return s;
@@ -366,6 +427,12 @@ lz_status lz_pipeline_close(lz_pipeline *p) {
 }
 
 void lz_pipeline_free(lz_pipeline *p) {
+    for (int i = 0; i < LZ_MAX_INFLIGHT; i++) { // steps abandoned by an error
+        if (p->inflight[i].send != MPI_REQUEST_NULL && p->inflight[i].buf)
+            MPI_Cancel(&p->inflight[i].send);
+        free(p->inflight[i].buf);
+        p->inflight[i].buf = NULL;
+    }
     free(p->xfer);
     p->xfer = NULL;
     p->xfer_cap = 0;

@@ -10,6 +10,7 @@
 #ifndef LZ_PIPELINE_H
 #define LZ_PIPELINE_H
 
+#include <mpi.h>    // MPI_Request
 #include <stdint.h> // int32_t, uint64_t
 
 #include "model.h" // lz_model, lz_stage_parts, lz_ops
@@ -17,8 +18,20 @@
 #include "state.h" // lz_state
 #include "step.h"  // lz_workspace
 
+enum { LZ_MAX_INFLIGHT = 16 };
+
+/* A step rank 0 has started and not yet finished (its activations may still be on the way). */
+typedef struct {
+    MPI_Request send;   /* the host copy of x going to the next stage (CPU ranks), or MPI_REQUEST_NULL */
+    float *buf;
+    int n_rows;         /* logits rows to receive */
+} lz_inflight;
+
 typedef struct {
     int rank, n_ranks;
+    bool overlap_ok;  /* rank 0's visits all come first and the head is elsewhere: steps may overlap */
+    lz_inflight inflight[LZ_MAX_INFLIGHT];
+    int inflight_head, n_inflight;
     lz_plan plan;
     lz_plan_visit visits[LZ_MAX_LAYERS + 2];
     int n_visits;
@@ -41,6 +54,14 @@ lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be)
 /* Rank 0: one step through the whole pipeline (the same contract as lz_step). */
 lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
                            const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits);
+/* Rank 0, for several independent micro-batches in flight (overlap_ok):
+ * start a step (broadcast, rank 0's own layers, activations on their way)
+ * and return at once; finish the oldest started step (its logits). Steps
+ * finish in the order they started. */
+lz_status lz_pipeline_step_start(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
+                                 const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows);
+lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits);
+
 /* Other ranks: run the steps rank 0 sends until it closes the pipeline. */
 lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws);
 /* Rank 0: every rank's StageState of `slot`, packed, one per rank
