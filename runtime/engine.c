@@ -157,7 +157,11 @@ lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int3
 }
 
 int lz_engine_overlap(const lz_engine *e) {
-    return e->pipelined && e->pipe.overlap_ok ? e->pipe.n_ranks : 1;
+    // Not yet between GPUs: overlapping NCCL steps has not run on GPUs (it would rely on the
+    // begin-step stream sync never waiting on a peer that waits for rank 0); CPU ranks are tested.
+    if (!e->pipelined || !e->pipe.overlap_ok || e->pipe.device_p2p)
+        return 1;
+    return e->pipe.n_ranks;
 }
 
 lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids) {
