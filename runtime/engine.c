@@ -127,6 +127,52 @@ lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, f
     return s;
 }
 
+lz_status lz_engine_prefill_many(lz_engine *e, int n, const int32_t *slots, const int32_t *const *ids,
+                                 const int *lens, float *logits_last) {
+    const int V = e->model.cfg.vocab_size, chunk = e->opt.prefill_chunk, cap = e->ws.max_tokens;
+    int *done = calloc((size_t)n, sizeof(int));
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)(6 * n + 2 * cap)), *tok = NULL;
+    float *rows_out = malloc(sizeof(float) * (size_t)n * V);
+    lz_status s = done && buf && rows_out ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "prefill: out of memory");
+    for (int i = 0; s == LZ_OK && i < n; i++)
+        if (lens[i] < 1)
+            s = lz_fail(LZ_ERR_INPUT, "prompt %d is empty", i);
+    int32_t *slot = buf, *start = buf + n, *len = buf + 2 * n, *pos = buf + 3 * n, *rows = buf + 4 * n,
+            *owner = buf + 5 * n, *tpos = buf + 6 * n;
+    tok = tpos + cap;
+    for (int first = 0; s == LZ_OK && first < n;) {
+        // whole per-sequence chunks (the boundaries lz_engine_prefill uses), as many as fit in a step
+        int S = 0, T = 0, R = 0;
+        for (int i = first; i < n && S < cap; i++) {
+            if (done[i] == lens[i])
+                continue;
+            const int take = lens[i] - done[i] < chunk ? lens[i] - done[i] : chunk;
+            if (T + take > cap)
+                break;
+            slot[S] = slots[i], start[S] = T, len[S] = take, pos[S] = e->state.slot_pos[slots[i]];
+            for (int k = 0; k < take; k++) {
+                tok[T + k] = ids[i][done[i] + k];
+                tpos[T + k] = pos[S] + k;
+            }
+            if (done[i] + take == lens[i]) { // the prompt's last row: its logits are wanted
+                rows[R] = T + take - 1;
+                owner[R++] = i;
+            }
+            done[i] += take;
+            T += take;
+            S++;
+        }
+        lz_batch b = {S, T, slot, start, len, pos, tpos};
+        s = engine_step(e, tok, &b, rows, R, rows_out);
+        for (int r = 0; s == LZ_OK && r < R; r++)
+            memcpy(logits_last + (size_t)owner[r] * V, rows_out + (size_t)r * V, sizeof(float) * (size_t)V);
+        while (first < n && done[first] == lens[first])
+            first++;
+    }
+    free(done), free(buf), free(rows_out);
+    return s;
+}
+
 /* A decode batch: sequence i is row i, one token each, at its slot's position. */
 static lz_status decode_batch(lz_engine *e, int n, const int32_t *slots, int32_t **buf, lz_batch *b) {
     if (n < 1 || n > e->ws.max_tokens)

@@ -52,6 +52,13 @@ void lz_engine_close(lz_engine *e);
  * every position's logits, logits_last [vocab] (may be NULL) the last one. */
 lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, float *logits_all, float *logits_last);
 
+/* Prompts of n sequences (slots[i], ids[i], lens[i] tokens) fed together:
+ * each step carries whole chunks of several sequences (each sequence cut
+ * where lz_engine_prefill would cut it, so the arithmetic is the same);
+ * logits_last [n, vocab] gets each prompt's last row. */
+lz_status lz_engine_prefill_many(lz_engine *e, int n, const int32_t *slots, const int32_t *const *ids,
+                                 const int *lens, float *logits_last);
+
 /* One token for each of n sequences; logits [n, vocab]. */
 lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits);
 

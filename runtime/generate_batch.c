@@ -90,11 +90,20 @@ lz_status lz_generate_batch(lz_engine *e, const lz_prompt *prompts, int n, int m
     lz_status s = alloc_scratch(&b, n, vocab, max_tokens, params, out);
     // prefill: each prompt into its slot, its last logits into row i
     double t0 = now_s();
+    const int32_t **ids = malloc(sizeof(int32_t *) * (size_t)n);
+    int *lens = malloc(sizeof(int) * (size_t)n);
+    if (s == LZ_OK && (!ids || !lens))
+        s = lz_fail(LZ_ERR_NOMEM, "generate: out of memory");
     for (int i = 0; s == LZ_OK && i < n; i++) {
-        if ((s = lz_state_reset_slot(&e->state, &e->model, i)) == LZ_OK)
-            s = lz_engine_prefill(e, i, prompts[i].ids, prompts[i].n, NULL, b.logits + (size_t)i * vocab);
+        s = lz_state_reset_slot(&e->state, &e->model, i);
+        b.slots[i] = i;
+        ids[i] = prompts[i].ids;
+        lens[i] = prompts[i].n;
         timing->prompt_tokens += prompts[i].n;
     }
+    if (s == LZ_OK) // every prompt's last logits into row i
+        s = lz_engine_prefill_many(e, n, b.slots, ids, lens, b.logits);
+    free(ids), free(lens);
     timing->prefill_seconds = now_s() - t0;
     int running = 0;
     for (int i = 0; s == LZ_OK && i < n; i++) {
