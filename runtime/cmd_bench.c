@@ -7,7 +7,7 @@
 #include <stdio.h>    // printf, fprintf
 #include <stdlib.h>   // malloc, free
 #include <string.h>   // strcmp
-#include <time.h>     // clock_gettime
+#include "clock.h"    // lz_now_seconds
 
 #include "cli_options.h"   // lz_parse_options
 #include "commands.h"      // lz_cmd_bench
@@ -30,12 +30,6 @@ typedef struct {
     double copy_bps, gemm_flops; /* 0: not measured */
     FILE *json;
 } bench;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static size_t weight_bytes(const bench *b) {
     return (b->model.n_params_teacher + b->model.n_params_lizard) * b->ops->act_size;
@@ -87,7 +81,7 @@ static lz_status bench_prompt(bench *b, int P, int chunk) {
         if (s == LZ_OK)
             s = lz_state_reset_slot(&st, &b->model, 0);
     }
-    double t0 = now_s();
+    double t0 = lz_now_seconds();
     for (int c0 = 0; s == LZ_OK && c0 < P; c0 += step) {
         int len = P - c0 < step ? P - c0 : step, slot = 0, start = 0, pos = c0, last = len - 1;
         for (int i = 0; i < len; i++)
@@ -97,7 +91,7 @@ static lz_status bench_prompt(bench *b, int P, int chunk) {
     }
     if (s == LZ_OK)
         s = b->ops->sync(b->be);
-    const double dt = now_s() - t0;
+    const double dt = lz_now_seconds() - t0;
     const size_t used = mem_used(b);
     if (s == LZ_OK) {
         const lz_config *c = &b->model.cfg;
@@ -140,7 +134,7 @@ static lz_status bench_decode(bench *b, int B, int context, int steps) {
     for (int it = 0; s == LZ_OK && it < steps + 2; it++) {
         if (it == 2) {
             s = b->ops->sync(b->be);
-            t0 = now_s();
+            t0 = lz_now_seconds();
         }
         for (int i = 0; i < B; i++)
             pos[i] = st.slot_pos[i];
@@ -150,7 +144,7 @@ static lz_status bench_decode(bench *b, int B, int context, int steps) {
     }
     if (s == LZ_OK)
         s = b->ops->sync(b->be);
-    const double dt = now_s() - t0;
+    const double dt = lz_now_seconds() - t0;
     if (s == LZ_OK) {
         const double bytes = (double)weight_bytes(b) + (double)B * state_read_bytes(b, context);
         report(b, "decode", 0, B, context, (double)B * steps / dt, b->copy_bps > 0 ? B * b->copy_bps / bytes : 0,
@@ -168,10 +162,10 @@ static lz_status time_linear(bench *b, void *out, const void *x, const lz_weight
     LZ_TRY(b->ops->linear(b->be, out, x, w, NULL, n));
     for (int r = 0; r < 5; r++) {
         LZ_TRY(b->ops->sync(b->be));
-        const double t0 = now_s();
+        const double t0 = lz_now_seconds();
         LZ_TRY(b->ops->linear(b->be, out, x, w, NULL, n));
         LZ_TRY(b->ops->sync(b->be));
-        t[r] = now_s() - t0;
+        t[r] = lz_now_seconds() - t0;
     }
     for (int i = 1; i < 5; i++)
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {

@@ -33,13 +33,6 @@ static void print_stats(const lz_engine *e, int positions) {
             b.softmax_kv + b.lizard_gla + b.lizard_window, e->pipelined ? " (rank 0's layers)" : "");
 }
 
-static bool is_eos(const lz_generation_config *g, int32_t id) {
-    for (int i = 0; i < g->n_eos; i++)
-        if (g->eos_token_ids[i] == id)
-            return true;
-    return false;
-}
-
 /* Prints a generated token as it comes: decoded text with a tokenizer (a UTF-8
  * character split across tokens is held back until complete), else its id. */
 static lz_status emit(lz_detok *detok, const lz_tokenizer *tok, int32_t id, int index) {
@@ -74,7 +67,7 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
         out[(*n_out)++] = id;
         if (!json && (s = emit(&detok, tok, id, *n_out - 1)) != LZ_OK)
             break;
-        if ((!a->ignore_eos && is_eos(gen, id)) || *n_out == a->max_tokens)
+        if ((!a->ignore_eos && lz_generation_config_is_eos(gen, id)) || *n_out == a->max_tokens)
             break;
         s = lz_engine_decode(e, 1, &slot, &id, logits);
         int held = e->state.slot_pos[0];

@@ -21,7 +21,8 @@
 #include <strings.h>            // strcasecmp
 #include <sys/stat.h>           // stat, mkdir
 #include <sys/statvfs.h>        // statvfs
-#include <time.h>               // clock_gettime
+#include "clock.h"              // lz_now_seconds
+#include "hash.h"               // lz_fnv1a
 #include <unistd.h>             // unlink
 
 #include "bpe_builder.h"        // lz_bpe_train, lz_bpe_write_files
@@ -177,15 +178,8 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 0xCBF29CE484222325ULL;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 0x100000001B3ULL;
-    return h;
-}
-
 /* One tensor's stream: a function of (seed, name) only. */
-static uint64_t tensor_stream(uint64_t seed, const char *name) { return mix64(mix64(seed + golden) ^ fnv1a(name)); }
+static uint64_t tensor_stream(uint64_t seed, const char *name) { return mix64(mix64(seed + golden) ^ lz_fnv1a(LZ_FNV1A_INIT, name, strlen(name))); }
 
 /* Values are uniform on [mean - w, mean + w] with w = std * sqrt(3): the
  * wanted standard deviation at a fraction of a Gaussian's cost. */
@@ -250,14 +244,8 @@ typedef struct {
     double started, last_report;
 } fill_ctx;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void report_progress(fill_ctx *c, bool final) {
-    double t = now_seconds();
+    double t = lz_now_seconds();
     if (!final && t - c->last_report < 5.0)
         return;
     c->last_report = t;
@@ -292,7 +280,7 @@ static lz_status fill_random(void *ctx, const lz_stw_tensor *t, uint64_t offset,
 static lz_status write_weights(const lz_model_preset *p, const lz_tensor_list *list, uint64_t seed,
                                const char *dir) {
     fill_ctx c = {.preset = p, .list = list, .seed = seed, .total = lz_tensor_list_bytes(list)};
-    c.started = c.last_report = now_seconds();
+    c.started = c.last_report = lz_now_seconds();
     LZ_TRY(lz_stw_write_model(dir, list->tensors, list->n, p->max_shard_bytes, fill_random, &c));
     if (c.total >= 1000000000ULL)
         report_progress(&c, true);

@@ -1,21 +1,8 @@
 /* generate_batch.c - batched generation on one engine. */
 #include <stdlib.h> // malloc, calloc, free
-#include <time.h>   // clock_gettime
 
+#include "clock.h" // lz_now_seconds
 #include "generate_batch.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static bool is_eos(const lz_generation_config *g, int32_t id) {
-    for (int i = 0; i < g->n_eos; i++)
-        if (g->eos_token_ids[i] == id)
-            return true;
-    return false;
-}
 
 typedef struct {
     lz_sampler *samplers;
@@ -58,7 +45,7 @@ static bool take_token(batch_scratch *b, int r, int vocab, int max_tokens, const
     const int32_t id = lz_sampler_next(&b->samplers[i], b->logits + (size_t)r * vocab);
     out[i].ids[out[i].n++] = id;
     b->ids[r] = id;
-    out[i].stopped_at_eos = !ignore_eos && is_eos(gen, id);
+    out[i].stopped_at_eos = !ignore_eos && lz_generation_config_is_eos(gen, id);
     return !out[i].stopped_at_eos && out[i].n < max_tokens;
 }
 
@@ -89,7 +76,7 @@ lz_status lz_generate_batch(lz_engine *e, const lz_prompt *prompts, int n, int m
     *timing = (lz_batch_timing){0};
     lz_status s = alloc_scratch(&b, n, vocab, max_tokens, params, out);
     // prefill: each prompt into its slot, its last logits into row i
-    double t0 = now_s();
+    double t0 = lz_now_seconds();
     const int32_t **ids = malloc(sizeof(int32_t *) * (size_t)n);
     int *lens = malloc(sizeof(int) * (size_t)n);
     if (s == LZ_OK && (!ids || !lens))
@@ -104,7 +91,7 @@ lz_status lz_generate_batch(lz_engine *e, const lz_prompt *prompts, int n, int m
     if (s == LZ_OK) // every prompt's last logits into row i
         s = lz_engine_prefill_many(e, n, b.slots, ids, lens, b.logits);
     free(ids), free(lens);
-    timing->prefill_seconds = now_s() - t0;
+    timing->prefill_seconds = lz_now_seconds() - t0;
     int running = 0;
     for (int i = 0; s == LZ_OK && i < n; i++) {
         b.index[running] = i;
@@ -112,7 +99,7 @@ lz_status lz_generate_batch(lz_engine *e, const lz_prompt *prompts, int n, int m
         if (take_token(&b, running, vocab, max_tokens, gen, ignore_eos, out))
             running++;
     }
-    t0 = now_s();
+    t0 = lz_now_seconds();
     while (s == LZ_OK && running > 0) {
         s = decode_round(e, &b, running, vocab);
         int kept = 0;
@@ -128,7 +115,7 @@ lz_status lz_generate_batch(lz_engine *e, const lz_prompt *prompts, int n, int m
         }
         running = kept;
     }
-    timing->decode_seconds = now_s() - t0;
+    timing->decode_seconds = lz_now_seconds() - t0;
     for (int i = 0; i < n; i++)
         timing->generated_tokens += out[i].ids ? out[i].n : 0;
     free_scratch(&b, n);

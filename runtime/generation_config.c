@@ -69,3 +69,10 @@ lz_status lz_generation_config_load(const char *dir, const lz_config *cfg, lz_ge
     json_decref(root);
     return s;
 }
+
+bool lz_generation_config_is_eos(const lz_generation_config *g, int32_t id) {
+    for (int i = 0; i < g->n_eos; i++)
+        if (g->eos_token_ids[i] == id)
+            return true;
+    return false;
+}

@@ -14,6 +14,9 @@ typedef struct {
     lz_sampler_params defaults;    /* greedy unless the file says do_sample */
 } lz_generation_config;
 
+/* Whether `id` ends a sequence. */
+bool lz_generation_config_is_eos(const lz_generation_config *g, int32_t id);
+
 /* Absent file: eos from cfg, greedy. A malformed file is an error. */
 lz_status lz_generation_config_load(const char *dir, const lz_config *cfg, lz_generation_config *out);
 

@@ -7,17 +7,11 @@
 #include <sys/stat.h> // stat
 
 #include "atomic_file.h" // lz_atomic_open
+#include "hash.h"        // lz_fnv1a
 #include "session.h"
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n) {
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
 void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t out[LZ_FINGERPRINT_BYTES]) {
-    uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
+    uint64_t a = LZ_FNV1A_INIT, b = 0x84222325cbf29ce4ull;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", model_dir);
     FILE *f = fopen(path, "rb");
@@ -25,18 +19,18 @@ void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t ou
         char chunk[4096];
         size_t n;
         while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-            a = fnv(a, chunk, n);
+            a = lz_fnv1a(a, chunk, n);
         fclose(f);
     }
     for (size_t i = 0; i < m->ckpt.n_tensors; i++) { // the tensor table, and a taste of each tensor
         const lz_st_tensor *t = m->ckpt.index[i];
-        b = fnv(b, t->name, strlen(t->name));
-        b = fnv(b, &t->dtype, sizeof t->dtype);
-        b = fnv(b, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-        b = fnv(b, t->data, t->nbytes < 64 ? t->nbytes : 64);
+        b = lz_fnv1a(b, t->name, strlen(t->name));
+        b = lz_fnv1a(b, &t->dtype, sizeof t->dtype);
+        b = lz_fnv1a(b, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        b = lz_fnv1a(b, t->data, t->nbytes < 64 ? t->nbytes : 64);
     }
     for (int i = 0; i < m->cfg.num_hidden_layers; i++)
-        a = fnv(a, &m->layers[i].run_softmax, sizeof(bool));
+        a = lz_fnv1a(a, &m->layers[i].run_softmax, sizeof(bool));
     memcpy(out, &a, 8);
     memcpy(out + 8, &b, 8);
 }
@@ -63,18 +57,18 @@ lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t l
 }
 
 static uint64_t checksum(const Lizard__SequenceState *m) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    h = fnv(h, &m->position, sizeof m->position);
-    h = fnv(h, m->tokens, sizeof(int32_t) * m->n_tokens);
-    h = fnv(h, m->sampler.data, m->sampler.len);
+    uint64_t h = LZ_FNV1A_INIT;
+    h = lz_fnv1a(h, &m->position, sizeof m->position);
+    h = lz_fnv1a(h, m->tokens, sizeof(int32_t) * m->n_tokens);
+    h = lz_fnv1a(h, m->sampler.data, m->sampler.len);
     for (size_t i = 0; i < m->n_stages; i++)
         for (size_t j = 0; j < m->stages[i]->n_layers; j++) {
             const Lizard__LayerState *l = m->stages[i]->layers[j];
-            h = fnv(h, &l->layer, sizeof l->layer);
-            h = fnv(h, l->k.data, l->k.len);
-            h = fnv(h, l->v.data, l->v.len);
-            h = fnv(h, l->s.data, l->s.len);
-            h = fnv(h, l->z.data, l->z.len);
+            h = lz_fnv1a(h, &l->layer, sizeof l->layer);
+            h = lz_fnv1a(h, l->k.data, l->k.len);
+            h = lz_fnv1a(h, l->v.data, l->v.len);
+            h = lz_fnv1a(h, l->s.data, l->s.len);
+            h = lz_fnv1a(h, l->z.data, l->z.len);
         }
     return h;
 }

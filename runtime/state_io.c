@@ -5,12 +5,6 @@
 #include "dtype.h"    // lz_bf16_to_f32, lz_f32_to_bf16
 #include "state_io.h"
 
-static size_t kv_row_elems(const lz_layer *ly) { return (size_t)ly->dims.n_kv_heads * ly->dims.head_dim; }
-static size_t s_elems(const lz_layer *ly) {
-    return (size_t)ly->dims.n_state_heads * 2 * ly->dims.feature_dim * ly->dims.head_dim;
-}
-static size_t z_elems(const lz_layer *ly) { return (size_t)ly->dims.n_state_heads * 2 * ly->dims.feature_dim; }
-
 static lz_status alloc_bytes(ProtobufCBinaryData *b, size_t len) {
     b->len = len;
     b->data = malloc(len ? len : 1);
@@ -19,7 +13,7 @@ static lz_status alloc_bytes(ProtobufCBinaryData *b, size_t len) {
 
 static lz_status save_softmax(const lz_model *m, const lz_state *st, const lz_layer *ly, int slot, int pos,
                               Lizard__LayerState *out) {
-    const size_t row = kv_row_elems(ly) * m->ops->act_size, base = (size_t)slot * st->kv_capacity * row;
+    const size_t row = lz_layer_kv_row_elems(ly) * m->ops->act_size, base = (size_t)slot * st->kv_capacity * row;
     const lz_layer_state *ls = &st->layers[ly->index];
     out->rows = (uint32_t)pos;
     LZ_TRY(alloc_bytes(&out->k, (size_t)pos * row));
@@ -32,7 +26,7 @@ static lz_status save_softmax(const lz_model *m, const lz_state *st, const lz_la
 static lz_status save_ring(const lz_model *m, const lz_layer *ly, const void *ring, int slot, int pos,
                            ProtobufCBinaryData *out) {
     const int w = ly->dims.window, rows = pos < w ? pos : w;
-    const size_t row = kv_row_elems(ly) * m->ops->act_size;
+    const size_t row = lz_layer_kv_row_elems(ly) * m->ops->act_size;
     char *all = malloc((size_t)w * row);
     if (!all)
         return lz_fail(LZ_ERR_NOMEM, "state: out of memory");
@@ -49,10 +43,10 @@ static lz_status save_lizard(const lz_model *m, const lz_state *st, const lz_lay
                              Lizard__LayerState *out) {
     const lz_layer_state *ls = &st->layers[ly->index];
     out->rows = (uint32_t)(pos < ly->dims.window ? pos : ly->dims.window);
-    LZ_TRY(alloc_bytes(&out->s, sizeof(float) * s_elems(ly)));
-    LZ_TRY(alloc_bytes(&out->z, sizeof(float) * z_elems(ly)));
-    LZ_TRY(m->ops->copy_to_host(m->be, out->s.data, ls->S + (size_t)slot * s_elems(ly), out->s.len));
-    LZ_TRY(m->ops->copy_to_host(m->be, out->z.data, ls->z + (size_t)slot * z_elems(ly), out->z.len));
+    LZ_TRY(alloc_bytes(&out->s, sizeof(float) * lz_layer_s_elems(ly)));
+    LZ_TRY(alloc_bytes(&out->z, sizeof(float) * lz_layer_z_elems(ly)));
+    LZ_TRY(m->ops->copy_to_host(m->be, out->s.data, ls->S + (size_t)slot * lz_layer_s_elems(ly), out->s.len));
+    LZ_TRY(m->ops->copy_to_host(m->be, out->z.data, ls->z + (size_t)slot * lz_layer_z_elems(ly), out->z.len));
     LZ_TRY(save_ring(m, ly, ls->ring_k, slot, pos, &out->k));
     return save_ring(m, ly, ls->ring_v, slot, pos, &out->v);
 }
@@ -104,7 +98,7 @@ static lz_status check_record(const lz_model *m, const lz_state *st, const lz_la
                        softmax ? "softmax" : "Lizard", ly->run_softmax ? "softmax" : "Lizard");
     if (l->elem_bytes != 2 && l->elem_bytes != 4)
         return lz_fail(LZ_ERR_INPUT, "session: layer %d: element size %u", i, l->elem_bytes);
-    const size_t row = kv_row_elems(ly) * l->elem_bytes;
+    const size_t row = lz_layer_kv_row_elems(ly) * l->elem_bytes;
     const uint64_t rows = softmax ? pos : (pos < (uint64_t)ly->dims.window ? pos : (uint64_t)ly->dims.window);
     if (l->rows != rows || l->k.len != rows * row || l->v.len != rows * row)
         return lz_fail(LZ_ERR_INPUT, "session: layer %d: %u rows of %zu + %zu bytes, expected %llu rows of %zu bytes",
@@ -112,16 +106,16 @@ static lz_status check_record(const lz_model *m, const lz_state *st, const lz_la
     if (softmax && pos > (uint64_t)st->kv_capacity)
         return lz_fail(LZ_ERR_INPUT, "session: layer %d holds %llu positions; this run's context holds %d", i,
                        (unsigned long long)pos, st->kv_capacity);
-    if (!softmax && (l->s.len != sizeof(float) * s_elems(ly) || l->z.len != sizeof(float) * z_elems(ly)))
+    if (!softmax && (l->s.len != sizeof(float) * lz_layer_s_elems(ly) || l->z.len != sizeof(float) * lz_layer_z_elems(ly)))
         return lz_fail(LZ_ERR_INPUT, "session: layer %d: GLA state of %zu + %zu bytes, expected %zu + %zu", i,
-                       l->s.len, l->z.len, sizeof(float) * s_elems(ly), sizeof(float) * z_elems(ly));
+                       l->s.len, l->z.len, sizeof(float) * lz_layer_s_elems(ly), sizeof(float) * lz_layer_z_elems(ly));
     return LZ_OK;
 }
 
 /* Rows of k or v into backend memory at row index `first` (ring: position % w), converting fp32 <-> bf16. */
 static lz_status put_rows(const lz_model *m, const lz_layer *ly, void *dst_base, const ProtobufCBinaryData *src,
                           uint32_t elem_bytes, uint64_t rows, uint64_t first_pos, int ring_w) {
-    const size_t n = kv_row_elems(ly), out_row = n * m->ops->act_size;
+    const size_t n = lz_layer_kv_row_elems(ly), out_row = n * m->ops->act_size;
     char *row = malloc(out_row);
     if (!row)
         return lz_fail(LZ_ERR_NOMEM, "session: out of memory");
@@ -155,7 +149,7 @@ static lz_status put_rows(const lz_model *m, const lz_layer *ly, void *dst_base,
 static lz_status restore_layer(const lz_model *m, lz_state *st, const lz_layer *ly, const Lizard__LayerState *l,
                                int slot, uint64_t pos) {
     lz_layer_state *ls = &st->layers[ly->index];
-    const size_t row = kv_row_elems(ly) * m->ops->act_size;
+    const size_t row = lz_layer_kv_row_elems(ly) * m->ops->act_size;
     if (ly->run_softmax) {
         const size_t base = (size_t)slot * st->kv_capacity * row;
         LZ_TRY(put_rows(m, ly, (char *)ls->k_cache + base, &l->k, l->elem_bytes, l->rows, 0, 0));
@@ -163,8 +157,8 @@ static lz_status restore_layer(const lz_model *m, lz_state *st, const lz_layer *
     }
     const int w = ly->dims.window;
     const size_t base = (size_t)slot * w * row;
-    LZ_TRY(m->ops->copy_from_host(m->be, ls->S + (size_t)slot * s_elems(ly), l->s.data, l->s.len));
-    LZ_TRY(m->ops->copy_from_host(m->be, ls->z + (size_t)slot * z_elems(ly), l->z.data, l->z.len));
+    LZ_TRY(m->ops->copy_from_host(m->be, ls->S + (size_t)slot * lz_layer_s_elems(ly), l->s.data, l->s.len));
+    LZ_TRY(m->ops->copy_from_host(m->be, ls->z + (size_t)slot * lz_layer_z_elems(ly), l->z.data, l->z.len));
     LZ_TRY(put_rows(m, ly, (char *)ls->ring_k + base, &l->k, l->elem_bytes, l->rows, pos - l->rows, w));
     return put_rows(m, ly, (char *)ls->ring_v + base, &l->v, l->elem_bytes, l->rows, pos - l->rows, w);
 }

@@ -2,8 +2,9 @@
  * float dtype, exact shape) and uploads it to the backend. */
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free
-#include <string.h> // memset, strstr
+#include <string.h> // memset, strstr, strlen
 
+#include "hash.h"  // lz_fnv1a
 #include "model.h"
 
 /* Limits of the reference kernels' stack buffers. */
@@ -23,9 +24,7 @@ typedef struct {
 /* Random weights that keep activations finite through a deep model: norms 1,
  * everything else small. The seed mixes in the tensor's name. */
 static lz_status random_tensor(loader *L, const char *name, int64_t rows, int64_t cols, lz_weight *out) {
-    uint64_t h = L->seed ^ 0xcbf29ce484222325ull;
-    for (const char *c = name; *c; c++)
-        h = (h ^ (unsigned char)*c) * 0x100000001b3ull; // FNV-1a
+    const uint64_t h = lz_fnv1a(L->seed ^ LZ_FNV1A_INIT, name, strlen(name));
     const bool norm = strstr(name, "norm") != NULL;
     return L->m->ops->random_weight(L->m->be, rows, cols, norm ? 1.0f : 0.0f, norm ? 0.0f : 0.02f, h, out);
 }

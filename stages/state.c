@@ -5,15 +5,10 @@
 #include "state.h"
 
 static size_t kv_bytes(const lz_model *m, const lz_layer *ly, size_t positions) {
-    return 2 * positions * (size_t)ly->dims.n_kv_heads * ly->dims.head_dim * m->ops->act_size;
+    return 2 * positions * lz_layer_kv_row_elems(ly) * m->ops->act_size;
 }
-static size_t gla_bytes(const lz_layer *ly) {
-    const size_t F = 2 * (size_t)ly->dims.feature_dim;
-    return sizeof(float) * (size_t)ly->dims.n_state_heads * F * ((size_t)ly->dims.head_dim + 1);
-}
-static size_t ring_bytes(const lz_model *m, const lz_layer *ly) {
-    return 2 * (size_t)ly->dims.window * ly->dims.n_kv_heads * ly->dims.head_dim * m->ops->act_size;
-}
+static size_t gla_bytes(const lz_layer *ly) { return sizeof(float) * (lz_layer_s_elems(ly) + lz_layer_z_elems(ly)); }
+static size_t ring_bytes(const lz_model *m, const lz_layer *ly) { return kv_bytes(m, ly, (size_t)ly->dims.window); }
 
 static lz_status alloc_layer(lz_state *st, const lz_model *m, const lz_layer *ly, lz_layer_state *ls) {
     const size_t slots = (size_t)st->n_slots;
@@ -23,9 +18,8 @@ static lz_status alloc_layer(lz_state *st, const lz_model *m, const lz_layer *ly
         LZ_TRY(m->ops->alloc(m->be, slots * kv_bytes(m, ly, (size_t)st->kv_capacity) / 2, &ls->k_cache));
         return m->ops->alloc(m->be, slots * kv_bytes(m, ly, (size_t)st->kv_capacity) / 2, &ls->v_cache);
     }
-    const size_t F = 2 * (size_t)ly->dims.feature_dim, Hs = (size_t)ly->dims.n_state_heads;
-    LZ_TRY(m->ops->alloc(m->be, slots * sizeof(float) * Hs * F * ly->dims.head_dim, (void **)&ls->S));
-    LZ_TRY(m->ops->alloc(m->be, slots * sizeof(float) * Hs * F, (void **)&ls->z));
+    LZ_TRY(m->ops->alloc(m->be, slots * sizeof(float) * lz_layer_s_elems(ly), (void **)&ls->S));
+    LZ_TRY(m->ops->alloc(m->be, slots * sizeof(float) * lz_layer_z_elems(ly), (void **)&ls->z));
     LZ_TRY(m->ops->alloc(m->be, slots * ring_bytes(m, ly) / 2, &ls->ring_k));
     return m->ops->alloc(m->be, slots * ring_bytes(m, ly) / 2, &ls->ring_v);
 }
@@ -74,10 +68,9 @@ lz_status lz_state_reset_slot(lz_state *st, const lz_model *m, int slot) {
         const lz_layer *ly = &m->layers[i];
         if (ly->run_softmax || !m->parts.layer[i])
             continue; // positions >= slot_pos are never read: no need to clear the cache
-        const size_t F = 2 * (size_t)ly->dims.feature_dim, Hs = (size_t)ly->dims.n_state_heads;
-        const size_t s_elems = Hs * F * ly->dims.head_dim;
+        const size_t s_elems = lz_layer_s_elems(ly), z_elems = lz_layer_z_elems(ly);
         LZ_TRY(m->ops->zero(m->be, st->layers[i].S + (size_t)slot * s_elems, sizeof(float) * s_elems));
-        LZ_TRY(m->ops->zero(m->be, st->layers[i].z + (size_t)slot * Hs * F, sizeof(float) * Hs * F));
+        LZ_TRY(m->ops->zero(m->be, st->layers[i].z + (size_t)slot * z_elems, sizeof(float) * z_elems));
     }
     st->slot_pos[slot] = 0;
     return LZ_OK;

@@ -34,4 +34,14 @@ typedef struct {
 
 lz_state_bytes lz_state_bytes_at(const lz_model *m, int positions);
 
+/* Element counts of one sequence's state in a layer: a K or V row (one
+ * position), S [Hs, 2f, head_dim] and z [Hs, 2f]. */
+static inline size_t lz_layer_kv_row_elems(const lz_layer *ly) {
+    return (size_t)ly->dims.n_kv_heads * ly->dims.head_dim;
+}
+static inline size_t lz_layer_z_elems(const lz_layer *ly) {
+    return (size_t)ly->dims.n_state_heads * 2 * ly->dims.feature_dim;
+}
+static inline size_t lz_layer_s_elems(const lz_layer *ly) { return lz_layer_z_elems(ly) * ly->dims.head_dim; }
+
 #endif

@@ -3,6 +3,7 @@
 #include <string.h> // memset
 
 #include "decoder_layer.h"
+#include "hash.h" // lz_fnv1a
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -100,10 +101,7 @@ static uint64_t step_signature(const lz_model *m, const lz_state *st, const lz_w
     const uint64_t parts[] = {(uint64_t)(uintptr_t)m, (uint64_t)(uintptr_t)m->layers, (uint64_t)(uintptr_t)st, (uint64_t)(uintptr_t)ws, (uint64_t)(uintptr_t)st->layers,
                               (uint64_t)st->n_slots, (uint64_t)st->kv_capacity, (uint64_t)b->n_tokens,
                               (uint64_t)b->n_seqs, (uint64_t)n_logit_rows};
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        h = (h ^ parts[i]) * 0x100000001b3ull;
-    return h;
+    return lz_fnv1a(LZ_FNV1A_INIT, parts, sizeof parts);
 }
 
 lz_status lz_step_embed(lz_model *m, lz_workspace *ws, const int32_t *ids, const lz_batch *batch) {

@@ -16,13 +16,6 @@ struct lz_online_softmax {
 // Dims this lane holds for head_dim d.
 __device__ __forceinline__ int lz_lane_dims(int d) { return (d - (threadIdx.x & 31) + 31) / 32; }
 
-template <typename T>
-__device__ void lz_lane_load(float *dst, const T *row, int d) {
-    const int lane = threadIdx.x & 31;
-    for (int i = 0; i < lz_lane_dims(d); i++)
-        dst[i] = lz_to_float(row[lane + 32 * i]);
-}
-
 // q_s: this warp's query in shared memory (d floats). Keys are taken 32 at a
 // time, one per lane: each lane computes its key's full dot product (16-byte
 // loads when d allows), the warp folds the 32 scores into the running softmax,
