@@ -135,6 +135,9 @@ typedef struct lz_ops {
     lz_status (*swiglu)(lz_backend *be, void *out, const void *gate, const void *up, size_t n);
     /* out[n, C] = x[rows[i], :] */
     lz_status (*gather_rows)(lz_backend *be, void *out, const void *x, const int32_t *rows, int n, int C);
+    /* ids[r] (host) = first index of the largest value of row r of x [n, C]
+     * (greedy decoding on the device: n ids cross to the host, not n x C logits) */
+    lz_status (*argmax_rows)(lz_backend *be, int32_t *ids, const void *x, int n, int C);
     /* In place, HF rotate-half RoPE on q [T, Hq, d] and k [T, Hkv, d] at
      * batch->token_pos; inv_freq [d/2] fp32 in backend memory. */
     lz_status (*rope)(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *batch,

@@ -16,9 +16,11 @@
 #include "state.h"         // lz_state
 #include "step.h"          // lz_step
 #include "engine.h"        // lz_open_backend
+#include "bench_pipeline.h" // lz_bench_pipeline
+#include "mpi_world.h"      // lz_world_get
 
 typedef struct {
-    const char *shape, *model, *device, *dtype, *prompts, *batches, *contexts, *json;
+    const char *shape, *model, *device, *dtype, *prompts, *batches, *contexts, *json, *placement, *plan_file;
     long steps, chunk, seed;
     bool no_ceilings, linear_shapes;
 } bench_args;
@@ -108,7 +110,7 @@ static lz_status bench_prompt(bench *b, int P, int chunk) {
     return s;
 }
 
-/* B sequences at `context` positions each, `steps` decode steps timed after 2 warm-ups. */
+/* B sequences at `context` positions each, `steps` greedy decode steps timed after 2 warm-ups. */
 static lz_status bench_decode(bench *b, int B, int context, int steps) {
     lz_state st;
     lz_workspace ws;
@@ -119,11 +121,10 @@ static lz_status bench_decode(bench *b, int B, int context, int steps) {
         return LZ_OK;
     }
     s = lz_workspace_create(&ws, &b->model, B, B);
-    int32_t *buf = malloc(sizeof(int32_t) * 5 * (size_t)B);
-    float *logits = malloc(sizeof(float) * (size_t)B * b->model.cfg.vocab_size);
-    if (s == LZ_OK && (!buf || !logits))
+    int32_t *buf = malloc(sizeof(int32_t) * 6 * (size_t)B);
+    if (s == LZ_OK && !buf)
         s = lz_fail(LZ_ERR_NOMEM, "bench: out of memory");
-    int32_t *slot = buf, *start = buf + B, *len = buf + 2 * B, *pos = buf + 3 * B, *ids = buf + 4 * B;
+    int32_t *slot = buf, *start = buf + B, *len = buf + 2 * B, *pos = buf + 3 * B, *ids = buf + 4 * B, *next = buf + 5 * B;
     for (int i = 0; s == LZ_OK && i < B; i++) {
         slot[i] = start[i] = i;
         len[i] = 1;
@@ -139,8 +140,10 @@ static lz_status bench_decode(bench *b, int B, int context, int steps) {
         for (int i = 0; i < B; i++)
             pos[i] = st.slot_pos[i];
         lz_batch batch = {B, B, slot, start, len, pos, pos};
+        if (s == LZ_OK) // greedy, as generation runs it: the argmax on the device, the ids fed back
+            s = lz_step_greedy(&b->model, &st, &ws, ids, &batch, start, B, next);
         if (s == LZ_OK)
-            s = lz_step(&b->model, &st, &ws, ids, &batch, start, B, logits);
+            memcpy(ids, next, sizeof(int32_t) * (size_t)B);
     }
     if (s == LZ_OK)
         s = b->ops->sync(b->be);
@@ -150,7 +153,7 @@ static lz_status bench_decode(bench *b, int B, int context, int steps) {
         report(b, "decode", 0, B, context, (double)B * steps / dt, b->copy_bps > 0 ? B * b->copy_bps / bytes : 0,
                mem_used(b));
     }
-    free(buf), free(logits);
+    free(buf);
     lz_workspace_free(&ws, &b->model);
     lz_state_free(&st, &b->model);
     return s;
@@ -256,9 +259,30 @@ static lz_status run_bench(bench *b, const bench_args *a) {
     return s;
 }
 
+/* Under mpirun -np N: the same figures through the pipeline (bench_pipeline.c). */
+static lz_status bench_pipelined(const bench_args *a) {
+    int32_t *prompts = NULL, *batches = NULL, *contexts = NULL;
+    int np = 0, nb = 0, nc = 0;
+    lz_bench_pipeline_args p = {a->shape, a->model, a->device, a->dtype, a->placement, a->plan_file, a->steps,
+                                a->chunk, a->seed, a->no_ceilings, NULL};
+    lz_status s = lz_parse_id_list("--prompt", a->prompts, &prompts, &np);
+    if (s == LZ_OK)
+        s = lz_parse_id_list("--batch", a->batches, &batches, &nb);
+    if (s == LZ_OK)
+        s = lz_parse_id_list("--context", a->contexts, &contexts, &nc);
+    if (s == LZ_OK && a->json && lz_world_get()->rank == 0 && !(p.json = fopen(a->json, "w")))
+        s = lz_fail(LZ_ERR_IO, "lizard bench: --json: cannot write '%s'", a->json);
+    if (s == LZ_OK)
+        s = lz_bench_pipeline(&p, prompts, np, batches, nb, contexts, nc);
+    if (p.json)
+        fclose(p.json);
+    free(prompts), free(batches), free(contexts);
+    return s;
+}
+
 lz_status lz_cmd_bench(int argc, char **argv) {
-    bench_args a = {NULL, NULL, "cuda", "bf16", "2048,8192,32768", "1,16,64,256", "2048,32768", NULL, 16, 8192, 0,
-                    false, false};
+    bench_args a = {NULL, NULL, "cuda", "bf16", "2048,8192,32768", "1,16,64,256", "2048,32768", NULL, NULL, NULL, 16,
+                    8192, 0, false, false};
     const lz_option options[] = {
         {"--shape", LZ_OPT_STRING, "PRESET", "random weights of a named shape, made on the device (e.g. "
                                              "llama3-8b-hybrid)", &a.shape, false, 0, 0},
@@ -276,6 +300,9 @@ lz_status lz_cmd_bench(int argc, char **argv) {
         {"--no-ceilings", LZ_OPT_FLAG, "", "skip measuring the copy and GEMM ceilings", &a.no_ceilings, false, 0, 0},
         {"--linear-shapes", LZ_OPT_FLAG, "", "also time every linear shape of the model at 1..2048 tokens",
          &a.linear_shapes, false, 0, 0},
+        {"--placement", LZ_OPT_STRING, "balanced|by-type", "under mpirun: how layers are placed on the ranks",
+         &a.placement, false, 0, 0},
+        {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written plan", &a.plan_file, false, 0, 0},
     };
     const lz_command_spec spec = {"bench", "prompt and decode throughput beside the device's ceilings", options,
                                   (int)(sizeof options / sizeof options[0])};
@@ -285,6 +312,8 @@ lz_status lz_cmd_bench(int argc, char **argv) {
         return LZ_OK;
     if (!a.shape == !a.model)
         return lz_fail(LZ_ERR_INPUT, "lizard bench: give exactly one of --shape PRESET or --model DIR");
+    if (lz_world_get()->size > 1)
+        return bench_pipelined(&a);
     lz_config cfg;
     LZ_TRY(a.shape ? lz_preset_config(a.shape, "lizard bench: --shape", &cfg) : lz_config_load(a.model, &cfg));
     bench b = {0};

@@ -62,14 +62,22 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
         print_stats(e, e->state.slot_pos[0]);
     *n_out = 0;
     const int32_t slot = 0;
+    const bool greedy = sampler->p.temperature == 0; // then the device picks the ids: no logits cross
+    int32_t id = s == LZ_OK ? lz_sampler_next(sampler, logits) : 0;
     while (s == LZ_OK && *n_out < a->max_tokens) {
-        int32_t id = lz_sampler_next(sampler, logits);
         out[(*n_out)++] = id;
         if (!json && (s = emit(&detok, tok, id, *n_out - 1)) != LZ_OK)
             break;
         if ((!a->ignore_eos && lz_generation_config_is_eos(gen, id)) || *n_out == a->max_tokens)
             break;
-        s = lz_engine_decode(e, 1, &slot, &id, logits);
+        if (greedy) {
+            const int32_t in = id;
+            s = lz_engine_decode_greedy(e, 1, &slot, &in, &id);
+        } else {
+            s = lz_engine_decode(e, 1, &slot, &id, logits);
+            if (s == LZ_OK)
+                id = lz_sampler_next(sampler, logits);
+        }
         int held = e->state.slot_pos[0];
         if (s == LZ_OK && a->stats && (held & (held - 1)) == 0) // at powers of two
             print_stats(e, held);

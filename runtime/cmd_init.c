@@ -23,7 +23,8 @@
 #include <sys/statvfs.h>        // statvfs
 #include "clock.h"              // lz_now_seconds
 #include "hash.h"               // lz_fnv1a
-#include <unistd.h>             // unlink
+#include <unistd.h>             // unlink, sysconf
+#include <pthread.h>            // pthread_create, pthread_join
 
 #include "bpe_builder.h"        // lz_bpe_train, lz_bpe_write_files
 #include "cli_options.h"        // lz_option, lz_parse_options, lz_print_usage
@@ -253,7 +254,30 @@ static void report_progress(fill_ctx *c, bool final) {
             c->total ? 100.0 * (double)c->done / (double)c->total : 100.0, t - c->started);
 }
 
-/* lz_stw_fill_fn: `nbytes` of tensor t from byte `offset`. */
+/* A slice of a fill: elements [first, first + n) of the tensor into dst. */
+typedef struct {
+    uint8_t *dst;
+    size_t n;
+    uint64_t stream, first;
+    init_dist dist;
+    lz_dtype dtype;
+} fill_slice;
+
+static void *fill_slice_run(void *arg) {
+    const fill_slice *f = arg;
+    const size_t elem = lz_dtype_size(f->dtype);
+    float block[1024];
+    for (size_t i = 0; i < f->n; i += 1024) {
+        size_t k = f->n - i < 1024 ? f->n - i : 1024;
+        generate(block, k, f->stream, f->first + i, f->dist);
+        store(f->dst + i * elem, block, k, f->dtype);
+    }
+    return NULL;
+}
+
+/* lz_stw_fill_fn: `nbytes` of tensor t from byte `offset`. Large fills are
+ * split over the machine's cores (each element depends only on its index,
+ * so the bytes are the same with any number of threads). */
 static lz_status fill_random(void *ctx, const lz_stw_tensor *t, uint64_t offset, void *buf, size_t nbytes) {
     fill_ctx *c = ctx;
     if (t != c->tensor) {
@@ -264,14 +288,23 @@ static lz_status fill_random(void *ctx, const lz_stw_tensor *t, uint64_t offset,
         c->stream = tensor_stream(c->seed, t->name);
         c->dist = dist_for(c->preset, c->list->roles[index], t);
     }
-    size_t elem = lz_dtype_size(t->dtype), n = nbytes / elem;
-    uint64_t first = offset / elem;
-    float block[1024];
-    for (size_t i = 0; i < n; i += 1024) {
-        size_t k = n - i < 1024 ? n - i : 1024;
-        generate(block, k, c->stream, first + i, c->dist);
-        store((uint8_t *)buf + i * elem, block, k, t->dtype);
+    const size_t elem = lz_dtype_size(t->dtype), n = nbytes / elem;
+    enum { MAX_THREADS = 32 };
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int k = n < (1u << 20) || cores < 2 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
+    fill_slice slices[MAX_THREADS];
+    pthread_t threads[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (int i = 0; i < k; i++) {
+        const size_t a = n * (size_t)i / (size_t)k, b = n * (size_t)(i + 1) / (size_t)k;
+        slices[i] = (fill_slice){(uint8_t *)buf + a * elem, b - a, c->stream, offset / elem + a, c->dist, t->dtype};
+        started[i] = i > 0 && pthread_create(&threads[i], NULL, fill_slice_run, &slices[i]) == 0;
+        if (!started[i])
+            fill_slice_run(&slices[i]); // slice 0 (and any thread that could not start) runs here
     }
+    for (int i = 1; i < k; i++)
+        if (started[i])
+            pthread_join(threads[i], NULL);
     c->done += nbytes;
     report_progress(c, false);
     return LZ_OK;

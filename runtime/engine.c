@@ -3,7 +3,9 @@
 #include <string.h> // strcmp, memset, memcpy
 #include <unistd.h> // sysconf
 
-#include "mpi_world.h" // lz_world_get
+#include "clock.h"         // lz_now_seconds
+#include "model_presets.h" // lz_preset_config
+#include "mpi_world.h"     // lz_world_get
 
 #include "engine.h"
 
@@ -32,23 +34,28 @@ static uint64_t free_bytes(lz_engine *e) {
     return (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGE_SIZE);
 }
 
-/* One step, in this process or through the pipeline. */
+/* One step, in this process or through the pipeline: logits, or (out_ids) greedy ids. */
 static lz_status engine_step(lz_engine *e, const int32_t *ids, const lz_batch *b, const int32_t *rows, int n_rows,
-                             float *logits) {
+                             float *logits, int32_t *out_ids) {
     if (e->pipelined)
-        return lz_pipeline_step(&e->pipe, &e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits);
+        return lz_pipeline_step(&e->pipe, &e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits, out_ids);
+    if (out_ids)
+        return lz_step_greedy(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, out_ids);
     return lz_step(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits);
 }
 
 lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
     memset(e, 0, sizeof *e);
+    const double t0 = lz_now_seconds();
     e->opt = *opt;
     if (e->opt.n_slots <= 0)
         e->opt.n_slots = 1;
     if (e->opt.prefill_chunk <= 0)
         e->opt.prefill_chunk = 512;
     lz_config cfg;
-    LZ_TRY(lz_config_load(opt->model_dir, &cfg));
+    if (!opt->model_dir == !opt->shape)
+        return lz_fail(LZ_ERR_INPUT, "give exactly one of --model DIR or --shape PRESET");
+    LZ_TRY(opt->shape ? lz_preset_config(opt->shape, "--shape", &cfg) : lz_config_load(opt->model_dir, &cfg));
     if (opt->softmax_layers)
         LZ_TRY(lz_config_set_softmax_layers(&cfg, opt->softmax_layers));
     if (e->opt.max_context <= 0)
@@ -65,13 +72,17 @@ lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
             s = lz_pipeline_connect(&e->pipe, e->ops, e->be);
     }
     if (s == LZ_OK)
-        s = lz_model_load_stage(&e->model, opt->model_dir, &cfg, e->ops, e->be, &parts);
+        s = opt->shape ? lz_model_init_random_stage(&e->model, &cfg, e->ops, e->be, &parts, opt->seed)
+                       : lz_model_load_stage(&e->model, opt->model_dir, &cfg, e->ops, e->be, &parts);
     if (s == LZ_OK)
         s = lz_state_create(&e->state, &e->model, e->opt.n_slots, e->opt.max_context);
     if (s == LZ_OK) {
         int step_tokens = e->opt.prefill_chunk > e->opt.n_slots ? e->opt.prefill_chunk : e->opt.n_slots;
         s = lz_workspace_create(&e->ws, &e->model, step_tokens, step_tokens);
     }
+    if (s == LZ_OK)
+        s = e->ops->sync(e->be); // uploads finished: the load time is real
+    e->load_seconds = e->pipe.stats.load_seconds = lz_now_seconds() - t0;
     if (s == LZ_OK && e->pipelined && e->pipe.rank != 0) {
         s = lz_pipeline_serve(&e->pipe, &e->model, &e->state, &e->ws);
         e->worker = true;
@@ -96,11 +107,43 @@ void lz_engine_close(lz_engine *e) {
     memset(e, 0, sizeof *e);
 }
 
+/* A prompt through a pipeline that can overlap steps: up to one chunk per
+ * stage in flight (chunk k + 1 enters the first stage while chunk k is in
+ * the second: each stage still sees the sequence's chunks in order). */
+static lz_status prefill_overlapped(lz_engine *e, int slot, const int32_t *ids, int n, float *logits_last,
+                                    int overlap) {
+    const int chunk = e->opt.prefill_chunk;
+    int32_t *tpos = malloc(sizeof(int32_t) * (size_t)chunk);
+    lz_status s = tpos ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "prefill: out of memory");
+    int in_flight = 0;
+    for (int c0 = 0; s == LZ_OK && c0 < n; c0 += chunk) {
+        if (in_flight == overlap) {
+            s = lz_pipeline_step_finish(&e->pipe, &e->model, NULL, NULL); // a chunk without logits rows
+            in_flight--;
+        }
+        const int len = n - c0 < chunk ? n - c0 : chunk, pos = e->state.slot_pos[slot], start = 0, last = len - 1;
+        for (int i = 0; i < len; i++)
+            tpos[i] = pos + i;
+        lz_batch b = {1, len, &slot, &start, &len, &pos, tpos};
+        if (s == LZ_OK)
+            s = lz_pipeline_step_start(&e->pipe, &e->model, &e->state, &e->ws, ids + c0, &b, &last,
+                                       c0 + len == n ? 1 : 0, false);
+        in_flight += s == LZ_OK;
+    }
+    for (; s == LZ_OK && in_flight > 0; in_flight--) // the last one started is the prompt's end: its logits
+        s = lz_pipeline_step_finish(&e->pipe, &e->model, in_flight == 1 ? logits_last : NULL, NULL);
+    free(tpos);
+    return s;
+}
+
 lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, float *logits_all, float *logits_last) {
     if (n < 1)
         return lz_fail(LZ_ERR_INPUT, "prompt is empty");
     if (slot < 0 || slot >= e->state.n_slots)
         return lz_fail(LZ_ERR_INPUT, "sequence slot %d out of range (%d slots)", slot, e->state.n_slots);
+    const int overlap = lz_engine_overlap(e);
+    if (!logits_all && logits_last && overlap >= 2 && n > e->opt.prefill_chunk)
+        return prefill_overlapped(e, slot, ids, n, logits_last, overlap < LZ_MAX_INFLIGHT ? overlap : LZ_MAX_INFLIGHT);
     const int V = e->model.cfg.vocab_size, chunk = e->opt.prefill_chunk;
     int32_t *rows = malloc(sizeof(int32_t) * (size_t)chunk), *tpos = malloc(sizeof(int32_t) * (size_t)chunk);
     float *tail = logits_all ? NULL : malloc(sizeof(float) * (size_t)V);
@@ -115,9 +158,9 @@ lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, f
         // logits of every row when asked for all, else only of the prompt's last row
         const bool last_chunk = c0 + len == n;
         if (logits_all)
-            s = engine_step(e, ids + c0, &b, rows, len, logits_all + (size_t)c0 * V);
+            s = engine_step(e, ids + c0, &b, rows, len, logits_all + (size_t)c0 * V, NULL);
         else
-            s = engine_step(e, ids + c0, &b, rows + len - 1, last_chunk ? 1 : 0, tail);
+            s = engine_step(e, ids + c0, &b, rows + len - 1, last_chunk ? 1 : 0, tail, NULL);
     }
     if (s == LZ_OK && logits_last)
         memcpy(logits_last, logits_all ? logits_all + (size_t)(n - 1) * V : tail, sizeof(float) * (size_t)V);
@@ -163,7 +206,7 @@ lz_status lz_engine_prefill_many(lz_engine *e, int n, const int32_t *slots, cons
             S++;
         }
         lz_batch b = {S, T, slot, start, len, pos, tpos};
-        s = engine_step(e, tok, &b, rows, R, rows_out);
+        s = engine_step(e, tok, &b, rows, R, rows_out, NULL);
         for (int r = 0; s == LZ_OK && r < R; r++)
             memcpy(logits_last + (size_t)owner[r] * V, rows_out + (size_t)r * V, sizeof(float) * (size_t)V);
         while (first < n && done[first] == lens[first])
@@ -197,31 +240,66 @@ lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int3
     lz_batch b;
     lz_status s = decode_batch(e, n, slots, &buf, &b);
     if (s == LZ_OK)
-        s = engine_step(e, ids, &b, b.start, n, logits);
+        s = engine_step(e, ids, &b, b.start, n, logits, NULL);
+    free(buf);
+    return s;
+}
+
+lz_status lz_engine_decode_greedy(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, int32_t *out_ids) {
+    int32_t *buf = NULL;
+    lz_batch b;
+    lz_status s = decode_batch(e, n, slots, &buf, &b);
+    if (s == LZ_OK)
+        s = engine_step(e, ids, &b, b.start, n, NULL, out_ids);
     free(buf);
     return s;
 }
 
 int lz_engine_overlap(const lz_engine *e) {
-    // Not yet between GPUs: overlapping NCCL steps has not run on GPUs (it would rely on the
-    // begin-step stream sync never waiting on a peer that waits for rank 0); CPU ranks are tested.
-    if (!e->pipelined || !e->pipe.overlap_ok || e->pipe.device_p2p)
+    if (!e->pipelined || !e->pipe.overlap_ok)
         return 1;
     return e->pipe.n_ranks;
 }
 
-lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids) {
+lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool greedy) {
     if (lz_engine_overlap(e) < 2)
         return lz_fail(LZ_ERR_INTERNAL, "decode_start: no pipeline to overlap steps in");
     int32_t *buf = NULL;
     lz_batch b;
     lz_status s = decode_batch(e, n, slots, &buf, &b);
     if (s == LZ_OK)
-        s = lz_pipeline_step_start(&e->pipe, &e->model, &e->state, &e->ws, ids, &b, b.start, n);
+        s = lz_pipeline_step_start(&e->pipe, &e->model, &e->state, &e->ws, ids, &b, b.start, n, greedy);
     free(buf);
     return s;
 }
 
-lz_status lz_engine_decode_finish(lz_engine *e, float *logits) {
-    return lz_pipeline_step_finish(&e->pipe, &e->model, logits);
+lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids) {
+    return lz_pipeline_step_finish(&e->pipe, &e->model, logits, out_ids);
+}
+
+lz_status lz_engine_seek(lz_engine *e, int n, const int32_t *slots, const int32_t *positions) {
+    for (int i = 0; i < n; i++)
+        if (slots[i] < 0 || slots[i] >= e->state.n_slots || positions[i] < 0)
+            return lz_fail(LZ_ERR_INPUT, "seek: slot %d to position %d (%d slots)", slots[i], positions[i],
+                           e->state.n_slots);
+    if (e->pipelined)
+        return lz_pipeline_seek(&e->pipe, &e->state, n, slots, positions);
+    for (int i = 0; i < n; i++)
+        e->state.slot_pos[slots[i]] = positions[i];
+    return LZ_OK;
+}
+
+int lz_engine_ranks(const lz_engine *e) { return e->pipelined ? e->pipe.n_ranks : 1; }
+
+lz_status lz_engine_stats(lz_engine *e, lz_rank_stats *all) {
+    if (e->pipelined)
+        return lz_pipeline_stats(&e->pipe, &e->model, all);
+    memset(all, 0, sizeof *all);
+    all->load_seconds = e->load_seconds;
+    size_t free_b = 0, total = 0;
+    if (e->ops->memory_info && e->ops->memory_info(e->be, &free_b, &total) == LZ_OK) {
+        all->mem_used = total - free_b;
+        all->mem_total = total;
+    }
+    return LZ_OK;
 }

@@ -14,6 +14,8 @@
 
 typedef struct {
     const char *model_dir;
+    const char *shape;           /* or a preset name (model_presets.h): random weights, no files (benchmarks) */
+    uint64_t seed;               /* of those random weights */
     const char *device;          /* "cpu" (default) or "cuda" */
     const char *dtype;           /* CUDA: "bf16" (default) or "fp32"; the CPU is always fp32 */
     const char *softmax_layers;  /* NULL, "all", "none" or "0,2,..." */
@@ -35,6 +37,7 @@ typedef struct {
     lz_model model;
     lz_state state;
     lz_workspace ws;
+    double load_seconds; /* lz_engine_open on this rank */
 } lz_engine;
 
 /* "cpu" | "cuda" (NULL: cpu) and "bf16" | "fp32" (NULL: bf16; CUDA only). */
@@ -61,13 +64,23 @@ lz_status lz_engine_prefill_many(lz_engine *e, int n, const int32_t *slots, cons
 
 /* One token for each of n sequences; logits [n, vocab]. */
 lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits);
+/* The same, greedy: out_ids[n] = each row's argmax, taken on the device
+ * (through a pipeline: on the last stage, so only ids come back). */
+lz_status lz_engine_decode_greedy(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, int32_t *out_ids);
 
 /* Micro-batches in flight through a pipeline: how many can overlap (the
  * number of stages when the plan allows it, else 1), then start a decode
  * step and, later and in the same order, finish it (its logits). With one
  * micro-batch this is lz_engine_decode. */
 int lz_engine_overlap(const lz_engine *e);
-lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids);
-lz_status lz_engine_decode_finish(lz_engine *e, float *logits);
+lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool greedy);
+lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids);
+
+/* Benchmarks: slots[i] jump to positions[i] on every rank, state untouched
+ * (a decode step then costs what it costs at that context). */
+lz_status lz_engine_seek(lz_engine *e, int n, const int32_t *slots, const int32_t *positions);
+/* Counters of every rank (all[n_ranks]; one entry without a pipeline). */
+int lz_engine_ranks(const lz_engine *e);
+lz_status lz_engine_stats(lz_engine *e, lz_rank_stats *all);
 
 #endif

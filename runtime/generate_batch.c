@@ -7,15 +7,17 @@
 typedef struct {
     lz_sampler *samplers;
     float *logits;        /* [n, vocab] */
-    int32_t *slots, *ids; /* the running sequences of the next decode step */
-    int *index;           /* running position -> sequence */
+    int32_t *slots, *ids; /* the running sequences: the slots and inputs of their next decode step */
+    int32_t *next;        /* greedy: the ids the device chose, one per running row */
+    int *index;           /* running row -> sequence */
+    bool greedy;          /* every sequence greedy: ids come back instead of logits */
 } batch_scratch;
 
 static void free_scratch(batch_scratch *b, int n) {
     if (b->samplers)
         for (int i = 0; i < n; i++)
             lz_sampler_free(&b->samplers[i]);
-    free(b->samplers), free(b->logits), free(b->slots), free(b->ids), free(b->index);
+    free(b->samplers), free(b->logits), free(b->slots), free(b->ids), free(b->next), free(b->index);
 }
 
 static lz_status alloc_scratch(batch_scratch *b, int n, int vocab, int max_tokens, const lz_sampler_params *params,
@@ -24,8 +26,10 @@ static lz_status alloc_scratch(batch_scratch *b, int n, int vocab, int max_token
     b->logits = malloc(sizeof(float) * (size_t)n * vocab);
     b->slots = malloc(sizeof(int32_t) * (size_t)n);
     b->ids = malloc(sizeof(int32_t) * (size_t)n);
+    b->next = malloc(sizeof(int32_t) * (size_t)n);
     b->index = malloc(sizeof(int) * (size_t)n);
-    if (!b->samplers || !b->logits || !b->slots || !b->ids || !b->index)
+    b->greedy = params->temperature == 0;
+    if (!b->samplers || !b->logits || !b->slots || !b->ids || !b->next || !b->index)
         return lz_fail(LZ_ERR_NOMEM, "generate: out of memory for %d sequences", n);
     for (int i = 0; i < n; i++) {
         lz_sampler_params p = *params;
@@ -38,31 +42,78 @@ static lz_status alloc_scratch(batch_scratch *b, int n, int vocab, int max_token
     return LZ_OK;
 }
 
-/* Samples the next token of running sequence r from its logits; false when it is done. */
-static bool take_token(batch_scratch *b, int r, int vocab, int max_tokens, const lz_generation_config *gen,
+/* Records the next token of running row r (sampled from `logits`, or the
+ * device's greedy choice when it is NULL); false when its sequence is done. */
+static bool take_token(batch_scratch *b, int r, const float *logits, int max_tokens, const lz_generation_config *gen,
                        bool ignore_eos, lz_completion *out) {
     const int i = b->index[r];
-    const int32_t id = lz_sampler_next(&b->samplers[i], b->logits + (size_t)r * vocab);
+    const int32_t id = logits ? lz_sampler_next(&b->samplers[i], logits) : b->next[r];
     out[i].ids[out[i].n++] = id;
     b->ids[r] = id;
     out[i].stopped_at_eos = !ignore_eos && lz_generation_config_is_eos(gen, id);
     return !out[i].stopped_at_eos && out[i].n < max_tokens;
 }
 
-/* One token for every running sequence: in one step, or, through a pipeline
- * that allows it, as several micro-batches in flight so that every stage
- * works at once (all are started, then finished in order). */
-static lz_status decode_round(lz_engine *e, batch_scratch *b, int running, int vocab) {
+/* Rows [r0, r0 + *count) after their step: each takes its token; the ones
+ * still running move down to stay contiguous, and *count shrinks to them. */
+static void take_tokens(batch_scratch *b, int r0, int *count, int vocab, int max_tokens,
+                        const lz_generation_config *gen, bool ignore_eos, lz_completion *out) {
+    int kept = r0;
+    for (int r = r0; r < r0 + *count; r++) {
+        const float *logits = b->greedy ? NULL : b->logits + (size_t)r * vocab;
+        if (!take_token(b, r, logits, max_tokens, gen, ignore_eos, out))
+            continue;
+        b->index[kept] = b->index[r];
+        b->slots[kept] = b->slots[r];
+        b->ids[kept] = b->ids[r];
+        kept++;
+    }
+    *count = kept - r0;
+}
+
+static lz_status start_group(lz_engine *e, batch_scratch *b, int r0, int count) {
+    return lz_engine_decode_start(e, count, b->slots + r0, b->ids + r0, b->greedy);
+}
+
+static lz_status finish_group(lz_engine *e, batch_scratch *b, int r0, int vocab) {
+    return lz_engine_decode_finish(e, b->greedy ? NULL : b->logits + (size_t)r0 * vocab, b->greedy ? b->next + r0 : NULL);
+}
+
+/* Every running sequence until each stops. Through a pipeline that allows
+ * it, the rows are split into as many groups as there are stages and the
+ * groups circulate: when group g's step comes back, its tokens are taken and
+ * its next step starts at once while the other groups are still in the
+ * pipeline, so that every stage stays busy (steps finish in start order). */
+static lz_status decode_all(lz_engine *e, batch_scratch *b, int running, int vocab, int max_tokens,
+                            const lz_generation_config *gen, bool ignore_eos, lz_completion *out) {
     int groups = lz_engine_overlap(e);
     groups = groups < running ? groups : running;
-    if (groups < 2)
-        return lz_engine_decode(e, running, b->slots, b->ids, b->logits);
-    for (int g = 0; g < groups; g++) {
-        const int r0 = running * g / groups, r1 = running * (g + 1) / groups;
-        LZ_TRY(lz_engine_decode_start(e, r1 - r0, b->slots + r0, b->ids + r0));
+    if (groups < 2) {
+        while (running > 0) {
+            LZ_TRY(b->greedy ? lz_engine_decode_greedy(e, running, b->slots, b->ids, b->next)
+                             : lz_engine_decode(e, running, b->slots, b->ids, b->logits));
+            take_tokens(b, 0, &running, vocab, max_tokens, gen, ignore_eos, out);
+        }
+        return LZ_OK;
     }
-    for (int g = 0; g < groups; g++)
-        LZ_TRY(lz_engine_decode_finish(e, b->logits + (size_t)(running * g / groups) * vocab));
+    int r0[LZ_MAX_INFLIGHT], count[LZ_MAX_INFLIGHT], in_flight = 0;
+    groups = groups < LZ_MAX_INFLIGHT ? groups : LZ_MAX_INFLIGHT;
+    for (int g = 0; g < groups; g++) {
+        r0[g] = running * g / groups;
+        count[g] = running * (g + 1) / groups - r0[g];
+        LZ_TRY(start_group(e, b, r0[g], count[g]));
+        in_flight++;
+    }
+    for (int g = 0; in_flight > 0; g = (g + 1) % groups) {
+        if (count[g] == 0)
+            continue; // finished for good: not in flight
+        LZ_TRY(finish_group(e, b, r0[g], vocab));
+        take_tokens(b, r0[g], &count[g], vocab, max_tokens, gen, ignore_eos, out);
+        if (count[g] > 0)
+            LZ_TRY(start_group(e, b, r0[g], count[g]));
+        else
+            in_flight--;
+    }
     return LZ_OK;
 }
 
@@ -96,25 +147,13 @@ lz_status lz_generate_batch(lz_engine *e, const lz_prompt *prompts, int n, int m
     for (int i = 0; s == LZ_OK && i < n; i++) {
         b.index[running] = i;
         b.slots[running] = i;
-        if (take_token(&b, running, vocab, max_tokens, gen, ignore_eos, out))
+        // the prompt's logits are in row i (rows of sequences already done are skipped)
+        if (take_token(&b, running, b.logits + (size_t)i * vocab, max_tokens, gen, ignore_eos, out))
             running++;
     }
     t0 = lz_now_seconds();
-    while (s == LZ_OK && running > 0) {
-        s = decode_round(e, &b, running, vocab);
-        int kept = 0;
-        for (int r = 0; s == LZ_OK && r < running; r++) {
-            // compact the running set in place: row r's logits move down with it
-            b.index[kept] = b.index[r];
-            b.slots[kept] = b.slots[r];
-            if (kept != r)
-                for (int v = 0; v < vocab; v++)
-                    b.logits[(size_t)kept * vocab + v] = b.logits[(size_t)r * vocab + v];
-            if (take_token(&b, kept, vocab, max_tokens, gen, ignore_eos, out))
-                kept++;
-        }
-        running = kept;
-    }
+    if (s == LZ_OK)
+        s = decode_all(e, &b, running, vocab, max_tokens, gen, ignore_eos, out);
     timing->decode_seconds = lz_now_seconds() - t0;
     for (int i = 0; i < n; i++)
         timing->generated_tokens += out[i].ids ? out[i].n : 0;

@@ -18,7 +18,7 @@ typedef struct {
 static const command commands[] = {
     {"forward", lz_cmd_forward, "run a prompt, write the logits of every position (.npy)", true},
     {"generate", lz_cmd_generate, "continue a prompt token by token", true},
-    {"bench", lz_cmd_bench, "prompt and decode throughput beside the device's ceilings", false},
+    {"bench", lz_cmd_bench, "prompt and decode throughput beside the device's ceilings", true},
     {"plan", lz_cmd_plan, "place the layers on pipeline ranks (balanced, by-type, a file) and show each rank's bytes",
      false},
     {"info", lz_cmd_info, "describe a model folder: layer kinds, parameters, state bytes", false},

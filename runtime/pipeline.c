@@ -9,7 +9,9 @@
 #include "step_header_check.h" // lz_step_header_check
 #include "pipeline.h"
 
-enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4 };
+enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, TAG_IDS = 13 };
+enum { STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4, STEP_FLAG_GREEDY = 8, STEP_FLAG_SEEK = 16,
+       STEP_FLAG_STATS = 32 };
 
 /* Bytes from rank 0 to all: the length, then the bytes. */
 static lz_status broadcast_bytes(uint8_t **buf, size_t *len, int rank) {
@@ -119,6 +121,7 @@ lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be)
  * else through host memory and MPI (fp32, lossless for bf16). */
 static lz_status send_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tokens, int to, lz_inflight *async) {
     const size_t n = (size_t)n_tokens * m->cfg.hidden_size;
+    p->stats.bytes_activations += n * (p->device_p2p ? m->ops->act_size : sizeof(float));
     if (p->device_p2p) // stream-ordered: the next step's kernels run after the send
         return m->ops->p2p_send(m->be, ws->x, n * m->ops->act_size, to);
     if (async) { // a copy of its own, sent while rank 0 goes on to the next micro-batch
@@ -144,11 +147,57 @@ static lz_status recv_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tok
     return m->ops->act_from_host(m->be, ws->x, p->xfer, n);
 }
 
+/* The last stage's result: logits rows, or their argmax ids (greedy), to rank 0. */
+static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, const int32_t *rows, int n_rows, bool greedy,
+                          float *logits, int32_t *out_ids) {
+    const int vocab = m->cfg.vocab_size;
+    if (greedy) {
+        int32_t *dst = out_ids;
+        if (p->rank != 0) {
+            if (n_rows > p->ids_cap) {
+                free(p->ids_xfer);
+                p->ids_xfer = malloc(sizeof(int32_t) * (size_t)n_rows);
+                p->ids_cap = p->ids_xfer ? n_rows : 0;
+                if (!p->ids_xfer)
+                    return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory for %d ids", p->rank, n_rows);
+            }
+            dst = p->ids_xfer;
+        }
+        LZ_TRY(lz_step_head(m, ws, rows, n_rows, NULL, dst));
+        if (p->rank != 0 && n_rows > 0) {
+            p->stats.bytes_results += sizeof(int32_t) * (size_t)n_rows;
+            LZ_MPI_TRY(MPI_Send(dst, n_rows, MPI_INT32_T, 0, TAG_IDS, MPI_COMM_WORLD));
+        }
+        return LZ_OK;
+    }
+    float *out = p->rank == 0 ? logits : NULL;
+    if (!out) {
+        LZ_TRY(grow_xfer(p, (size_t)n_rows * vocab));
+        out = p->xfer;
+    }
+    LZ_TRY(lz_step_head(m, ws, rows, n_rows, out, NULL));
+    if (p->rank != 0 && n_rows > 0) {
+        p->stats.bytes_results += sizeof(float) * (size_t)n_rows * vocab;
+        LZ_MPI_TRY(MPI_Send(out, n_rows * vocab, MPI_FLOAT, 0, TAG_LOGITS, MPI_COMM_WORLD));
+    }
+    return LZ_OK;
+}
+
+/* Rank 0: the result of a step whose last stage is another rank. */
+static int recv_result(lz_pipeline *p, lz_model *m, int n_rows, bool greedy, float *logits, int32_t *out_ids) {
+    if (n_rows <= 0)
+        return MPI_SUCCESS;
+    if (greedy)
+        return MPI_Recv(out_ids, n_rows, MPI_INT32_T, p->plan.head_rank, TAG_IDS, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return MPI_Recv(logits, n_rows * m->cfg.vocab_size, MPI_FLOAT, p->plan.head_rank, TAG_LOGITS, MPI_COMM_WORLD,
+                    MPI_STATUS_IGNORE);
+}
+
 /* This rank's part of one step: its visits in the global order, receiving
  * from the previous visit's rank and sending to the next one's. */
 static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
-                            const lz_batch *b, const int32_t *rows, int n_rows, float *logits, lz_inflight *async) {
-    const int vocab = m->cfg.vocab_size;
+                            const lz_batch *b, const int32_t *rows, int n_rows, bool greedy, float *logits,
+                            int32_t *out_ids, lz_inflight *async) {
     for (int v = 0; v < p->n_visits; v++) {
         const lz_plan_visit *vis = &p->visits[v];
         if (vis->rank != p->rank)
@@ -158,25 +207,21 @@ static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
         else if (v > 0 && p->visits[v - 1].rank != p->rank)
             LZ_TRY(recv_x(p, m, ws, b->n_tokens, p->visits[v - 1].rank));
         if (vis->count > 0)
-            LZ_TRY(lz_step_layers(m, st, ws, b, vis->first, vis->first + vis->count));
-        if (vis->head) {
-            float *out = p->rank == 0 ? logits : NULL;
-            if (!out) {
-                LZ_TRY(grow_xfer(p, (size_t)n_rows * vocab));
-                out = p->xfer;
-            }
-            LZ_TRY(lz_step_head(m, ws, rows, n_rows, out));
-            if (p->rank != 0 && n_rows > 0)
-                LZ_MPI_TRY(MPI_Send(out, n_rows * vocab, MPI_FLOAT, 0, TAG_LOGITS, MPI_COMM_WORLD));
-        } else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank) {
+            LZ_TRY(lz_step_layers_replayed(m, st, ws, b, vis->first, vis->first + vis->count));
+        if (vis->head)
+            LZ_TRY(run_head(p, m, ws, rows, n_rows, greedy, logits, out_ids));
+        else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank)
             LZ_TRY(send_x(p, m, ws, b->n_tokens, p->visits[v + 1].rank, async));
-        }
     }
+    p->stats.steps++;
+    p->stats.tokens += (uint64_t)b->n_tokens;
     if (async)
-        return LZ_OK; // no wait here: the logits are received by lz_pipeline_step_finish
-    if (p->rank == 0 && p->plan.head_rank != 0 && n_rows > 0)
-        LZ_MPI_TRY(MPI_Recv(logits, n_rows * vocab, MPI_FLOAT, p->plan.head_rank, TAG_LOGITS, MPI_COMM_WORLD,
-                            MPI_STATUS_IGNORE));
+        return LZ_OK; // no wait here: the result is received by lz_pipeline_step_finish
+    if (p->rank == 0 && p->plan.head_rank != 0) {
+        int rc = recv_result(p, m, n_rows, greedy, logits, out_ids);
+        if (rc != MPI_SUCCESS)
+            return lz_world_mpi_error(rc, "MPI_Recv (the last stage's result)", __FILE__, __LINE__);
+    }
     return m->ops->sync(m->be);
 }
 
@@ -212,7 +257,7 @@ static lz_status step_from_header(const Lizard__StepHeader *h, step_arrays *a) {
 }
 
 static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const Lizard__StepHeader *h,
-                          float *logits, lz_inflight *async) {
+                          float *logits, int32_t *out_ids, lz_inflight *async) {
     step_arrays a = {0};
     lz_status s = lz_step_header_check(h, st->n_slots, m->cfg.vocab_size); // before any array is built from it
     if (s == LZ_OK)
@@ -222,7 +267,8 @@ static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspac
     if (s == LZ_OK)
         s = lz_step_begin(m, st, ws, ids, &a.b, rows, n_rows);
     if (s == LZ_OK)
-        s = run_visits(p, m, st, ws, ids, &a.b, rows, n_rows, logits, async);
+        s = run_visits(p, m, st, ws, ids, &a.b, rows, n_rows, (h->flags & STEP_FLAG_GREEDY) != 0, logits, out_ids,
+                       async);
     if (s == LZ_OK)
         lz_step_end(st, &a.b);
     free(a.slot);
@@ -262,38 +308,42 @@ static lz_status make_header(lz_pipeline *p, const int32_t *ids, const lz_batch 
 }
 
 lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
-                           const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits) {
+                           const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits,
+                           int32_t *out_ids) {
     if (p->n_inflight > 0)
         return lz_fail(LZ_ERR_INTERNAL, "pipeline: a step while %d started steps are unfinished", p->n_inflight);
     Lizard__StepHeader h;
     LZ_TRY(make_header(p, ids, batch, logit_rows, n_logit_rows, &h));
+    h.flags = out_ids ? STEP_FLAG_GREEDY : 0;
     LZ_TRY(broadcast_header(p, &h));
-    return run_step(p, m, st, ws, &h, logits, NULL);
+    return run_step(p, m, st, ws, &h, logits, out_ids, NULL);
 }
 
 lz_status lz_pipeline_step_start(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
-                                 const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows) {
+                                 const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, bool greedy) {
     if (!p->overlap_ok || p->n_inflight == LZ_MAX_INFLIGHT)
         return lz_fail(LZ_ERR_INTERNAL, "pipeline: cannot start another overlapping step");
     lz_inflight *f = &p->inflight[(p->inflight_head + p->n_inflight) % LZ_MAX_INFLIGHT];
-    *f = (lz_inflight){MPI_REQUEST_NULL, NULL, n_logit_rows};
+    *f = (lz_inflight){MPI_REQUEST_NULL, NULL, n_logit_rows, greedy};
     Lizard__StepHeader h;
     LZ_TRY(make_header(p, ids, batch, logit_rows, n_logit_rows, &h));
+    h.flags = greedy ? STEP_FLAG_GREEDY : 0;
     LZ_TRY(broadcast_header(p, &h));
     p->n_inflight++;
-    return run_step(p, m, st, ws, &h, NULL, f);
+    return run_step(p, m, st, ws, &h, NULL, NULL, f);
 }
 
-lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits) {
+lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, int32_t *out_ids) {
     if (p->n_inflight == 0)
         return lz_fail(LZ_ERR_INTERNAL, "pipeline: no started step to finish");
     lz_inflight *f = &p->inflight[p->inflight_head];
+    if (f->greedy != (out_ids != NULL))
+        return lz_fail(LZ_ERR_INTERNAL, "pipeline: a step started %s is finished %s", f->greedy ? "greedy" : "with logits",
+                       out_ids ? "greedy" : "with logits");
     p->inflight_head = (p->inflight_head + 1) % LZ_MAX_INFLIGHT;
     p->n_inflight--;
-    // logits of one head rank arrive in the order the steps started (MPI keeps order per sender and tag)
-    int rc = f->n_rows > 0 ? MPI_Recv(logits, f->n_rows * m->cfg.vocab_size, MPI_FLOAT, p->plan.head_rank,
-                                      TAG_LOGITS, MPI_COMM_WORLD, MPI_STATUS_IGNORE)
-                           : MPI_SUCCESS;
+    // results of one head rank arrive in the order the steps started (MPI keeps order per sender and tag)
+    int rc = recv_result(p, m, f->n_rows, f->greedy, logits, out_ids);
     if (rc == MPI_SUCCESS && f->send != MPI_REQUEST_NULL)
         rc = MPI_Wait(&f->send, MPI_STATUS_IGNORE);
     free(f->buf);
@@ -401,6 +451,48 @@ static lz_status serve_state(lz_pipeline *p, lz_model *m, lz_state *st, const Li
     return restore_collective(p, m, st, h->seq_ids[0], (uint64_t)h->positions[0], NULL, 0);
 }
 
+/* The slots and positions of a SEEK header, on this rank. */
+static lz_status seek_slots(lz_pipeline *p, lz_state *st, const Lizard__StepHeader *h) {
+    if (h->n_seq_ids != h->n_positions)
+        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a seek of %zu slots with %zu positions", p->rank, h->n_seq_ids,
+                       h->n_positions);
+    for (size_t i = 0; i < h->n_seq_ids; i++)
+        if (h->seq_ids[i] < 0 || h->seq_ids[i] >= st->n_slots || h->positions[i] < 0)
+            return lz_fail(LZ_ERR_INTERNAL, "rank %d: seek of slot %d to %d", p->rank, h->seq_ids[i], h->positions[i]);
+    for (size_t i = 0; i < h->n_seq_ids; i++)
+        st->slot_pos[h->seq_ids[i]] = h->positions[i];
+    return LZ_OK;
+}
+
+lz_status lz_pipeline_seek(lz_pipeline *p, lz_state *st, int n, const int32_t *slots, const int32_t *positions) {
+    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
+    h.flags = STEP_FLAG_SEEK;
+    h.n_seq_ids = h.n_positions = (size_t)n;
+    h.seq_ids = (int32_t *)slots;
+    h.positions = (int32_t *)positions;
+    LZ_TRY(broadcast_header(p, &h));
+    return seek_slots(p, st, &h);
+}
+
+/* Every rank's counters to rank 0 (all: rank 0's array, NULL elsewhere). */
+static lz_status gather_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *all) {
+    lz_rank_stats mine = p->stats;
+    size_t free_b = 0, total = 0;
+    if (m->ops->memory_info && m->ops->memory_info(m->be, &free_b, &total) == LZ_OK) {
+        mine.mem_used = total - free_b;
+        mine.mem_total = total;
+    }
+    LZ_MPI_TRY(MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD));
+    return LZ_OK;
+}
+
+lz_status lz_pipeline_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *all) {
+    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
+    h.flags = STEP_FLAG_STATS;
+    LZ_TRY(broadcast_header(p, &h));
+    return gather_stats(p, m, all);
+}
+
 lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws) {
     for (;;) {
         uint8_t *buf = NULL;
@@ -413,7 +505,9 @@ lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
         const bool stop = (h->flags & STEP_FLAG_STOP) != 0;
         lz_status s = stop                                               ? LZ_OK
                       : h->flags & (STEP_FLAG_SAVE | STEP_FLAG_RESTORE) ? serve_state(p, m, st, h)
-                                                                        : run_step(p, m, st, ws, h, NULL, NULL);
+                      : h->flags & STEP_FLAG_SEEK                       ? seek_slots(p, st, h)
+                      : h->flags & STEP_FLAG_STATS                      ? gather_stats(p, m, NULL)
+                                                                        : run_step(p, m, st, ws, h, NULL, NULL, NULL);
         lizard__step_header__free_unpacked(h, NULL);
         if (s != LZ_OK || stop)
             return s;
@@ -434,6 +528,9 @@ void lz_pipeline_free(lz_pipeline *p) {
         p->inflight[i].buf = NULL;
     }
     free(p->xfer);
+    free(p->ids_xfer);
     p->xfer = NULL;
+    p->ids_xfer = NULL;
     p->xfer_cap = 0;
+    p->ids_cap = 0;
 }

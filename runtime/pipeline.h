@@ -25,7 +25,17 @@ typedef struct {
     MPI_Request send;   /* the host copy of x going to the next stage (CPU ranks), or MPI_REQUEST_NULL */
     float *buf;
     int n_rows;         /* logits rows to receive */
+    bool greedy;        /* their argmax ids rather than the rows */
 } lz_inflight;
+
+/* What one rank reports (lz_pipeline_stats). */
+typedef struct {
+    double load_seconds;          /* opening its stage: weights, state, scratch */
+    uint64_t mem_used, mem_total; /* device memory (0 on the CPU) */
+    uint64_t bytes_activations;   /* activations this rank sent to the next stage */
+    uint64_t bytes_results;       /* logits or ids this rank sent to rank 0 */
+    uint64_t steps, tokens;       /* steps run and their tokens */
+} lz_rank_stats;
 
 typedef struct {
     int rank, n_ranks;
@@ -39,6 +49,9 @@ typedef struct {
     bool device_p2p;  /* activations move device to device (the backend's p2p ops) */
     float *xfer;      /* host staging for activations and logits */
     size_t xfer_cap;  /* floats */
+    int32_t *ids_xfer; /* the head's greedy ids */
+    int ids_cap;
+    lz_rank_stats stats; /* this rank's counters */
 } lz_pipeline;
 
 /* Agrees on a plan: rank 0 makes it (`plan_file`, or `placement` over the
@@ -51,16 +64,24 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
  * unique id made on rank 0 and broadcast over MPI). Collective. */
 lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be);
 
-/* Rank 0: one step through the whole pipeline (the same contract as lz_step). */
+/* Rank 0: one step through the whole pipeline (the same contract as lz_step;
+ * with out_ids non-NULL, as lz_step_greedy: the last stage returns ids). */
 lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
-                           const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits);
+                           const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits,
+                           int32_t *out_ids);
 /* Rank 0, for several independent micro-batches in flight (overlap_ok):
  * start a step (broadcast, rank 0's own layers, activations on their way)
  * and return at once; finish the oldest started step (its logits). Steps
  * finish in the order they started. */
 lz_status lz_pipeline_step_start(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
-                                 const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows);
-lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits);
+                                 const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, bool greedy);
+lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, int32_t *out_ids);
+
+/* Rank 0: slots[i] of every rank jump to positions[i], their state left as
+ * it is (benchmarks: the cost of a step at a context without prefilling it). */
+lz_status lz_pipeline_seek(lz_pipeline *p, lz_state *st, int n, const int32_t *slots, const int32_t *positions);
+/* Rank 0: every rank's counters, all[n_ranks]. */
+lz_status lz_pipeline_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *all);
 
 /* Other ranks: run the steps rank 0 sends until it closes the pipeline. */
 lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws);

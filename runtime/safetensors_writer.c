@@ -18,7 +18,7 @@
 
 /* Size of the bounded buffer that fill callbacks write into; a multiple of
  * every element size, so chunks are always whole elements. */
-enum { LZ_STW_CHUNK = 4 << 20 };
+enum { LZ_STW_CHUNK = 64 << 20 };
 
 struct lz_st_writer {
     char *path;                   /* final name */

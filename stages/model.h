@@ -62,6 +62,10 @@ void lz_stage_parts_all(lz_stage_parts *parts, int n_layers);
 /* The same model with random weights made on the backend (no files): for
  * benchmarks. Feature maps: phi_q shared, phi_k per key/value head. */
 lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be, uint64_t seed);
+/* Only `parts` of it (a pipeline stage); each tensor's values depend on the
+ * seed and its name, so the stages of N ranks hold one process's weights. */
+lz_status lz_model_init_random_stage(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
+                                     const lz_stage_parts *parts, uint64_t seed);
 /* Checks every tensor of DIR against `cfg` (names, dtypes, shapes) and fills
  * the layer geometry and parameter counts, without uploading any weight:
  * what `lizard info` needs, for a model of any size. `ops` only sizes state. */

@@ -211,9 +211,16 @@ lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, 
 }
 
 lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be, uint64_t seed) {
+    lz_stage_parts all;
+    lz_stage_parts_all(&all, cfg->num_hidden_layers);
+    return lz_model_init_random_stage(m, cfg, ops, be, &all, seed);
+}
+
+lz_status lz_model_init_random_stage(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
+                                     const lz_stage_parts *parts, uint64_t seed) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    lz_stage_parts_all(&m->parts, cfg->num_hidden_layers);
+    m->parts = *parts;
     m->ops = ops;
     m->be = be;
     LZ_TRY(check_limits(cfg));

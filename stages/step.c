@@ -121,6 +121,19 @@ lz_status lz_step_layers(lz_model *m, lz_state *st, lz_workspace *ws, const lz_b
     return LZ_OK;
 }
 
+lz_status lz_step_layers_replayed(lz_model *m, lz_state *st, lz_workspace *ws, const lz_batch *batch, int first,
+                                  int last) {
+    const lz_ops *ops = m->ops;
+    if (batch->n_tokens != batch->n_seqs || !ops->graph_begin) // prompts change shape every step: run them
+        return lz_step_layers(m, st, ws, batch, first, last);
+    const uint64_t range[] = {step_signature(m, st, ws, batch, 0), (uint64_t)first, (uint64_t)last};
+    bool run_ops = true;
+    LZ_TRY(ops->graph_begin(m->be, lz_fnv1a(LZ_FNV1A_INIT, range, sizeof range), &run_ops));
+    lz_status s = run_ops ? lz_step_layers(m, st, ws, batch, first, last) : LZ_OK;
+    lz_status g = ops->graph_end(m->be, s == LZ_OK);
+    return s == LZ_OK ? g : s;
+}
+
 /* Final norm + LM head on the requested rows, left on the device. */
 static lz_status head_ops(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows) {
     const lz_ops *ops = m->ops;
@@ -130,11 +143,20 @@ static lz_status head_ops(lz_model *m, lz_workspace *ws, const int32_t *logit_ro
     return ops->linear(m->be, ws->logits, ws->head_in, &m->lm_head, NULL, n_logit_rows);
 }
 
-lz_status lz_step_head(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows, float *logits) {
+/* The head's result to the host: fp32 logits, or (out_ids) only each row's argmax. */
+static lz_status head_to_host(lz_model *m, lz_workspace *ws, int n_logit_rows, float *logits, int32_t *out_ids) {
     if (n_logit_rows == 0)
         return m->ops->sync(m->be);
-    LZ_TRY(head_ops(m, ws, logit_rows, n_logit_rows));
+    if (out_ids)
+        return m->ops->argmax_rows(m->be, out_ids, ws->logits, n_logit_rows, m->cfg.vocab_size);
     return m->ops->act_to_host(m->be, logits, ws->logits, (size_t)n_logit_rows * m->cfg.vocab_size);
+}
+
+lz_status lz_step_head(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows, float *logits,
+                       int32_t *out_ids) {
+    if (n_logit_rows > 0)
+        LZ_TRY(head_ops(m, ws, logit_rows, n_logit_rows));
+    return head_to_host(m, ws, n_logit_rows, logits, out_ids);
 }
 
 void lz_step_end(lz_state *st, const lz_batch *batch) {
@@ -156,8 +178,8 @@ static lz_status run_layers(lz_model *m, lz_state *st, lz_workspace *ws, const i
     return n_logit_rows > 0 ? head_ops(m, ws, logit_rows, n_logit_rows) : LZ_OK;
 }
 
-lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
-                  const int32_t *logit_rows, int n_logit_rows, float *logits) {
+static lz_status step_impl(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                           const int32_t *logit_rows, int n_logit_rows, float *logits, int32_t *out_ids) {
     LZ_TRY(lz_step_begin(m, st, ws, ids, batch, logit_rows, n_logit_rows));
     const lz_ops *ops = m->ops;
     // Decode steps (one token per sequence) repeat the same launches: a backend may record and replay them.
@@ -172,7 +194,15 @@ lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *id
     if (s != LZ_OK)
         return s; // the slots' state is now undefined: the caller resets them
     lz_step_end(st, batch);
-    if (n_logit_rows == 0)
-        return ops->sync(m->be);
-    return ops->act_to_host(m->be, logits, ws->logits, (size_t)n_logit_rows * m->cfg.vocab_size);
+    return head_to_host(m, ws, n_logit_rows, logits, out_ids);
+}
+
+lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                  const int32_t *logit_rows, int n_logit_rows, float *logits) {
+    return step_impl(m, st, ws, ids, batch, logit_rows, n_logit_rows, logits, NULL);
+}
+
+lz_status lz_step_greedy(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                         const int32_t *logit_rows, int n_logit_rows, int32_t *out_ids) {
+    return step_impl(m, st, ws, ids, batch, logit_rows, n_logit_rows, NULL, out_ids);
 }

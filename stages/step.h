@@ -22,19 +22,28 @@ void lz_workspace_free(lz_workspace *ws, const lz_model *m);
  * host fp32 logits [n_logit_rows, vocab] of the rows listed in logit_rows. */
 lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
                   const int32_t *logit_rows, int n_logit_rows, float *logits);
+/* The same step, greedy: out_ids[r] = the argmax of logit row r, found where
+ * the logits are (the device), so only the ids cross to the host. */
+lz_status lz_step_greedy(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                         const int32_t *logit_rows, int n_logit_rows, int32_t *out_ids);
 
 /* The same step in pieces, for a process that owns only some layers (a
  * pipeline stage), in this order: begin (validates, copies the batch to the
  * backend), embed (first stage), layers (the owned layers among
  * [first, last): one run of a stage), head (last stage: logits of the given
- * rows to host fp32), end (advances the slots). ws->x [n_tokens, hidden]
+ * rows to host fp32, or their greedy ids), end (advances the slots). ws->x [n_tokens, hidden]
  * holds the activations between them. lz_step = all of them, with decode
  * steps replayed by the backend where it can. */
 lz_status lz_step_begin(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
                         const int32_t *logit_rows, int n_logit_rows);
 lz_status lz_step_embed(lz_model *m, lz_workspace *ws, const int32_t *ids, const lz_batch *batch);
 lz_status lz_step_layers(lz_model *m, lz_state *st, lz_workspace *ws, const lz_batch *batch, int first, int last);
-lz_status lz_step_head(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows, float *logits);
+/* lz_step_layers, with decode steps recorded and replayed by the backend
+ * where it can (a pipeline stage's share of lz_step's graphs). */
+lz_status lz_step_layers_replayed(lz_model *m, lz_state *st, lz_workspace *ws, const lz_batch *batch, int first,
+                                  int last);
+lz_status lz_step_head(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows, float *logits,
+                       int32_t *out_ids); /* out_ids: greedy ids instead of logits */
 void lz_step_end(lz_state *st, const lz_batch *batch);
 
 #endif

@@ -53,6 +53,19 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
     }
 }
 
+/* ids[r] = the first index of row r's largest value (greedy decoding: the
+ * same choice as the sampler's argmax over the host logits). */
+void argmax_rows_forward(int32_t *ids, const float *x, int n, int C) {
+    for (int r = 0; r < n; r++) {
+        const float *row = x + (size_t)r * C;
+        int32_t best = 0;
+        for (int c = 1; c < C; c++)
+            if (row[c] > row[best])
+                best = c;
+        ids[r] = best;
+    }
+}
+
 void gather_rows_forward(float *out, const float *x, const int32_t *rows, int n, int C) {
     for (int i = 0; i < n; i++)
         memcpy(out + (size_t)i * C, x + (size_t)rows[i] * C, sizeof(float) * C);

@@ -114,6 +114,10 @@ static lz_status op_gather(lz_backend *be, void *out, const void *x, const int32
     gather_rows_forward(out, x, rows, n, C);
     return LZ_OK;
 }
+static lz_status op_argmax(lz_backend *be, int32_t *ids, const void *x, int n, int C) {
+    argmax_rows_forward(ids, x, n, C);
+    return LZ_OK;
+}
 static lz_status op_rope(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *b, const lz_attn_dims *d) {
     rope_forward(q, k, inv_freq, b, d);
     return LZ_OK;
@@ -180,6 +184,7 @@ static const lz_ops cpu_ops = {
     .add = op_add,
     .swiglu = op_swiglu,
     .gather_rows = op_gather,
+    .argmax_rows = op_argmax,
     .rope = op_rope,
     .softmax_attention = op_softmax_attention,
     .feature_map = op_feature_map,

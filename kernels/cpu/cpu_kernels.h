@@ -18,6 +18,7 @@ void rmsnorm_forward(float *out, const float *x, const float *w, int T, int C, f
 void linear_forward(float *out, const float *x, const float *w, const float *bias, int T, int in, int out_features);
 void add_forward(float *y, const float *x, size_t n);
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void argmax_rows_forward(int32_t *ids, const float *x, int n, int C);
 void gather_rows_forward(float *out, const float *x, const int32_t *rows, int n, int C);
 void log_sigmoid_forward(float *out, const float *x, int T);
 void rope_forward(float *q, float *k, const float *inv_freq, const lz_batch *batch, const lz_attn_dims *dims);

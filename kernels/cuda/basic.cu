@@ -45,6 +45,41 @@ template <typename T> __global__ void gather_rows_kernel(T *out, const T *x, con
         out[dst + c] = x[src + c];
 }
 
+// One block per row: each thread keeps its best (value, first index), then a
+// shared-memory reduction that prefers the lower index on ties, as the host
+// sampler's left-to-right scan does.
+template <typename T> __global__ void argmax_rows_kernel(int32_t *ids, const T *x, int C) {
+    __shared__ float best_v[256];
+    __shared__ int32_t best_i[256];
+    const T *row = x + (size_t)blockIdx.x * C;
+    float bv = -INFINITY;
+    int32_t bi = C; // "none yet": any real index wins
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const float v = lz_to_float(row[c]);
+        if (v > bv || bi == C) {
+            bv = v;
+            bi = c;
+        }
+    }
+    best_v[threadIdx.x] = bv;
+    best_i[threadIdx.x] = bi;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            const float ov = best_v[threadIdx.x + half];
+            const int32_t oi = best_i[threadIdx.x + half];
+            if (oi < C && (ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < best_i[threadIdx.x]) ||
+                           best_i[threadIdx.x] == C)) {
+                best_v[threadIdx.x] = ov;
+                best_i[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        ids[blockIdx.x] = best_i[0] < C ? best_i[0] : 0;
+}
+
 template <typename T> __global__ void log_sigmoid_kernel(T *out, const T *x, int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
@@ -97,6 +132,12 @@ template <typename T> lz_status gather_rows_forward(lz_cuda_ctx *c, T *out, cons
     return LZ_OK;
 }
 
+template <typename T> lz_status argmax_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C) {
+    argmax_rows_kernel<T><<<n, 256, 0, c->stream>>>(ids, x, C);
+    LZ_LAUNCH_CHECK("argmax_rows");
+    return LZ_OK;
+}
+
 template <typename T> lz_status log_sigmoid_forward(lz_cuda_ctx *c, T *out, const T *x, int n) {
     log_sigmoid_kernel<T><<<grid_for((size_t)n, 256), 256, 0, c->stream>>>(out, x, n);
     LZ_LAUNCH_CHECK("log_sigmoid");
@@ -134,5 +175,6 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
     template lz_status swiglu_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, size_t);            \
     template lz_status gather_rows_forward<T>(lz_cuda_ctx *, T *, const T *, const int32_t *, int, int); \
     template lz_status log_sigmoid_forward<T>(lz_cuda_ctx *, T *, const T *, int);                     \
+    template lz_status argmax_rows_forward<T>(lz_cuda_ctx *, int32_t *, const T *, int, int);          \
     template lz_status linear_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *, int, int, int);
 LZ_INSTANTIATE(LZ_BASIC)

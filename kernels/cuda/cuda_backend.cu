@@ -48,6 +48,8 @@ struct lz_backend {
     lz_cuda_batch batch;
     void *h_stage; // pinned staging for act_to_host
     size_t stage_cap;
+    int32_t *d_ids; // argmax_rows output
+    int ids_cap;
 };
 
 lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes) {
@@ -169,6 +171,28 @@ static lz_status act_to_host_impl(lz_backend *be, float *dst, const void *src, s
     const uint16_t *h = (const uint16_t *)be->h_stage;
     for (size_t i = 0; i < n; i++)
         dst[i] = lz_bf16_to_f32(h[i]);
+    return LZ_OK;
+}
+
+// Greedy ids of n rows: the argmax on the device, then n int32 to the host.
+static lz_status argmax_impl(lz_backend *be, int32_t *ids, const void *x, int n, int C) {
+    if (n <= 0)
+        return LZ_OK;
+    if (n > be->ids_cap) {
+        LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+        if (be->d_ids)
+            LZ_CUDA_TRY(cudaFree(be->d_ids));
+        be->d_ids = NULL;
+        be->ids_cap = 0;
+        LZ_CUDA_TRY(cudaMalloc(&be->d_ids, sizeof(int32_t) * (size_t)n));
+        be->ids_cap = n;
+    }
+    LZ_TRY(be->dtype == LZ_DTYPE_F32 ? argmax_rows_forward<float>(&be->ctx, be->d_ids, (const float *)x, n, C)
+                                     : argmax_rows_forward<__nv_bfloat16>(&be->ctx, be->d_ids, (const __nv_bfloat16 *)x, n, C));
+    LZ_TRY(grow_stage(be, sizeof(int32_t) * (size_t)n));
+    LZ_CUDA_TRY(cudaMemcpyAsync(be->h_stage, be->d_ids, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost, be->ctx.stream));
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+    memcpy(ids, be->h_stage, sizeof(int32_t) * (size_t)n);
     return LZ_OK;
 }
 
@@ -313,6 +337,10 @@ static void print_profile(const lz_profile *p) {
 static lz_status cuda_begin_step(lz_backend *be, const int32_t *ids, const lz_batch *b, const int32_t *rows,
                                  int n_rows) {
     return profiled(be, "begin_step", [&] { return begin_step_impl(be, ids, b, rows, n_rows); });
+}
+
+static lz_status cuda_argmax_rows(lz_backend *be, int32_t *ids, const void *x, int n, int C) {
+    return profiled(be, "argmax_rows", [&] { return argmax_impl(be, ids, x, n, C); });
 }
 
 static lz_status cuda_act_to_host(lz_backend *be, float *dst, const void *src, size_t n) {
@@ -495,6 +523,7 @@ template <typename T> static lz_ops make_ops(const char *name) {
     o.add = cuda_ops<T>::add;
     o.swiglu = cuda_ops<T>::swiglu;
     o.gather_rows = cuda_ops<T>::gather;
+    o.argmax_rows = cuda_argmax_rows;
     o.rope = cuda_ops<T>::rope;
     o.softmax_attention = cuda_ops<T>::softmax_attention;
     o.feature_map = cuda_ops<T>::feature_map;
@@ -540,6 +569,8 @@ static void cuda_destroy(lz_backend *be) {
         cudaFree(be->d_step);
     if (be->h_stage)
         cudaFreeHost(be->h_stage);
+    if (be->d_ids)
+        cudaFree(be->d_ids);
     if (be->ctx.stream)
         cudaStreamDestroy(be->ctx.stream);
     free(be);

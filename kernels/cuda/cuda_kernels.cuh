@@ -27,6 +27,7 @@ template <typename T>
 lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int in, int out_features);
 template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, size_t n);
 template <typename T> lz_status swiglu_forward(lz_cuda_ctx *c, T *out, const T *gate, const T *up, size_t n);
+template <typename T> lz_status argmax_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C);
 template <typename T> lz_status gather_rows_forward(lz_cuda_ctx *c, T *out, const T *x, const int32_t *rows, int n, int C);
 template <typename T> lz_status log_sigmoid_forward(lz_cuda_ctx *c, T *out, const T *x, int n);
 template <typename T>

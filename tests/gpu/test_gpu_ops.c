@@ -171,6 +171,20 @@ static void test_dense_ops(backend *c, backend *g) {
     BOTH(c->ops->log_sigmoid(c->be, cs, cl, T), g->ops->log_sigmoid(g->be, gs, gl, T));
     compare("log_sigmoid", c, cs, g, gs, T, tol);
     free(hx), free(hw), free(hb), free(hn), free(ht), free(hl);
+    // greedy ids: values on a coarse grid (exact in bf16) so that rows have ties, broken to the lowest index
+    const int R = 5, VOC = 128259;
+    float *hv = malloc(sizeof(float) * (size_t)R * VOC);
+    for (size_t i = 0; i < (size_t)R * VOC; i++)
+        hv[i] = (float)(int)frand(0, 40) / 8.0f;
+    hv[(size_t)2 * VOC + VOC - 1] = 9.0f; // the largest value last in a row
+    hv[(size_t)3 * VOC] = 9.0f;           // and first
+    void *cv = act(c, hv, (size_t)R * VOC), *gv = act(g, hv, (size_t)R * VOC);
+    int32_t cid[5], gid[5] = {-1, -1, -1, -1, -1};
+    BOTH(c->ops->argmax_rows(c->be, cid, cv, R, VOC), g->ops->argmax_rows(g->be, gid, gv, R, VOC));
+    for (int r = 0; r < R; r++)
+        CHECK_MSG(cid[r] == gid[r], "%s argmax_rows row %d: cpu %d, gpu %d", dtype_name, r, cid[r], gid[r]);
+    CHECK(cid[2] == VOC - 1 && cid[3] == 0);
+    free(hv);
 }
 
 typedef struct {

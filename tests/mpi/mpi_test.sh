@@ -40,6 +40,27 @@ L=$FIX/lizard_perhead/model
 run 3 "$LIZARD" generate --model "$L" --ids $IDS --batch 3 --max-tokens 8 --temperature 0.7 --format json \
   --ignore-eos >"$TMP/b3" 2>/dev/null && cmp -s "$TMP/b1" "$TMP/b3" && ok || bad "batched generation on 3 ranks differs"
 
+# different prompts, greedy, through 3 stages with the rows circulating as 3 groups (the last stage picks
+# the ids): the same ids as one process; with --max-tokens 1 each prompt keeps its own first token
+"$LIZARD" init --config tiny-hybrid --out "$TMP/tiny" >/dev/null 2>&1 || bad "init tiny-hybrid"
+printf 'the cat sat\nhello there friend\na\nlizards are fast and small\nwhy\n' >"$TMP/p5.txt"
+"$LIZARD" generate --model "$TMP/tiny" --prompts-file "$TMP/p5.txt" --max-tokens 6 --format json --ignore-eos \
+  >"$TMP/q1" 2>/dev/null
+run 3 "$LIZARD" generate --model "$TMP/tiny" --prompts-file "$TMP/p5.txt" --max-tokens 6 --format json --ignore-eos \
+  >"$TMP/q3" 2>"$TMP/err" && cmp -s "$TMP/q1" "$TMP/q3" && ok || bad "greedy prompts on 3 ranks differ: $(grep error "$TMP/err")"
+"$LIZARD" generate --model "$TMP/tiny" --prompts-file "$TMP/p5.txt" --max-tokens 1 --format json --ignore-eos \
+  >"$TMP/q0" 2>/dev/null
+firsts() { python3 -c "import json,sys; print([json.loads(l)['ids'][0] for l in open(sys.argv[1])])" "$1"; }
+[ "$(firsts "$TMP/q0")" = "$(firsts "$TMP/q1")" ] && ok || bad "first tokens: $(firsts "$TMP/q0") vs $(firsts "$TMP/q1")"
+
+# the benchmark through the pipeline: every figure and every rank's line
+run 3 "$LIZARD" bench --shape tiny-hybrid --device cpu --prompt 100 --batch 1,5 --context 40 --steps 3 \
+  --prefill-chunk 16 --json "$TMP/bench.jsonl" >"$TMP/bench" 2>"$TMP/err"
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^decode' "$TMP/bench")" = 2 ] && [ "$(grep -c '^prompt' "$TMP/bench")" = 1 ] &&
+  [ "$(grep -c 'rank 2:' "$TMP/bench")" = 3 ] && [ "$(grep -c '"kind": "rank"' "$TMP/bench.jsonl")" = 9 ] && ok ||
+  bad "pipelined bench: rc=$rc $(cat "$TMP/bench" "$TMP/err" | head -5)"
+
 # a session written by 2 ranks (balanced), continued by 3 (by-type), then by one process: the same tokens as one run
 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 9 --temperature 0.9 --seed 5 --ignore-eos --format json >"$TMP/s0" 2>/dev/null
 run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
