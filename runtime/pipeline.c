@@ -1,6 +1,8 @@
 /* pipeline.c - plan agreement, step broadcast, and the flow of activations. */
-#include <mpi.h>    // MPI_Bcast, MPI_Send, MPI_Recv
-#include <stdlib.h> // malloc, free
+#include <limits.h> // INT_MAX
+#include <mpi.h>    // MPI_Bcast, MPI_Isend, MPI_Recv
+#include <stdio.h>  // fprintf
+#include <stdlib.h> // malloc, free, getenv
 #include <string.h> // memset, strcmp
 
 #include "lizard.pb-c.h" // Lizard__StepHeader
@@ -8,8 +10,22 @@
 #include "state_io.h"    // lz_state_io_save, lz_state_io_restore
 #include "step_header_check.h" // lz_step_header_check
 #include "pipeline.h"
+#include "clock.h" // lz_now_seconds
 
-enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, TAG_IDS = 13 };
+/* LIZARD_TRACE=1: one stderr line per pipeline event with a host-wide clock,
+ * to see on a timeline whether the stages overlap. */
+static void trace(const lz_pipeline *p, const char *event, uint64_t step) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LIZARD_TRACE");
+        on = v && *v && strcmp(v, "0") != 0;
+    }
+    if (on)
+        fprintf(stderr, "trace rank %d %.6f %-14s step %llu\n", p->rank, lz_now_seconds(), event,
+                (unsigned long long)step);
+}
+
+enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, TAG_IDS = 13, TAG_HEADER = 14 };
 enum { STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4, STEP_FLAG_GREEDY = 8, STEP_FLAG_SEEK = 16,
        STEP_FLAG_STATS = 32 };
 
@@ -236,7 +252,10 @@ static lz_status step_from_header(const Lizard__StepHeader *h, step_arrays *a) {
     if (h->n_positions != (size_t)S || h->n_token_counts != (size_t)S)
         return lz_fail(LZ_ERR_INTERNAL, "StepHeader: %d sequences but %zu positions, %zu counts", S, h->n_positions,
                        h->n_token_counts);
-    const int T = (int)h->n_token_ids;
+    int T = (int)h->n_token_ids;
+    if (T == 0) // the ids stayed on rank 0 (lz_step_header_check bounded the sum)
+        for (int q = 0; q < S; q++)
+            T += h->token_counts[q];
     a->slot = malloc(sizeof(int32_t) * (size_t)(4 * S + T + 1));
     if (!a->slot)
         return lz_fail(LZ_ERR_NOMEM, "StepHeader: out of memory");
@@ -260,30 +279,88 @@ static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspac
                           float *logits, int32_t *out_ids, lz_inflight *async) {
     step_arrays a = {0};
     lz_status s = lz_step_header_check(h, st->n_slots, m->cfg.vocab_size); // before any array is built from it
+    if (s == LZ_OK && m->parts.embed && h->n_token_ids == 0)
+        s = lz_fail(LZ_ERR_INTERNAL, "rank %d embeds the tokens but the StepHeader carries none", p->rank);
     if (s == LZ_OK)
         s = step_from_header(h, &a);
     const int32_t *ids = h->token_ids, *rows = h->logit_rows;
     const int n_rows = (int)h->n_logit_rows;
+    trace(p, "header", h->step_id);
     if (s == LZ_OK)
         s = lz_step_begin(m, st, ws, ids, &a.b, rows, n_rows);
+    trace(p, "begun", h->step_id);
     if (s == LZ_OK)
         s = run_visits(p, m, st, ws, ids, &a.b, rows, n_rows, (h->flags & STEP_FLAG_GREEDY) != 0, logits, out_ids,
                        async);
+    trace(p, "visited", h->step_id);
     if (s == LZ_OK)
         lz_step_end(st, &a.b);
     free(a.slot);
     return s;
 }
 
+/* Rank 0: waits for the oldest header sends (all of them when `all`) and frees them. */
+static lz_status retire_headers(lz_pipeline *p, bool all) {
+    while (p->n_headers > 0 && (all || p->n_headers == LZ_MAX_INFLIGHT)) {
+        int rc = MPI_Waitall(p->n_ranks - 1, p->headers[0].reqs, MPI_STATUSES_IGNORE);
+        free(p->headers[0].buf);
+        free(p->headers[0].reqs);
+        p->n_headers--;
+        memmove(&p->headers[0], &p->headers[1], sizeof p->headers[0] * (size_t)p->n_headers);
+        if (rc != MPI_SUCCESS)
+            return lz_world_mpi_error(rc, "MPI_Waitall(step header sends)", __FILE__, __LINE__);
+    }
+    return LZ_OK;
+}
+
+/* The header to every rank, sent without waiting for the receivers (a
+ * broadcast may hold rank 0 until a stage still busy with the previous step
+ * joins it, and then no two stages would ever work at once). A step's token
+ * ids go only where they are embedded: when that is rank 0 they stay here. */
 static lz_status broadcast_header(lz_pipeline *p, Lizard__StepHeader *h) {
-    size_t len = lizard__step_header__get_packed_size(h);
+    const size_t n_ids = h->n_token_ids;
+    if (p->plan.embed_rank == 0)
+        h->n_token_ids = 0;
+    const size_t len = lizard__step_header__get_packed_size(h);
     uint8_t *buf = malloc(len ? len : 1);
-    if (!buf)
-        return lz_fail(LZ_ERR_NOMEM, "StepHeader: out of memory");
-    lizard__step_header__pack(h, buf);
-    lz_status s = broadcast_bytes(&buf, &len, p->rank);
-    free(buf);
-    return s;
+    MPI_Request *reqs = malloc(sizeof(MPI_Request) * (size_t)(p->n_ranks > 1 ? p->n_ranks - 1 : 1));
+    if (buf)
+        lizard__step_header__pack(h, buf);
+    h->n_token_ids = n_ids;
+    if (!buf || !reqs || len > (size_t)INT_MAX) {
+        free(buf), free(reqs);
+        return lz_fail(LZ_ERR_NOMEM, "StepHeader: out of memory for %zu bytes", len);
+    }
+    LZ_TRY(retire_headers(p, false));
+    for (int r = 1; r < p->n_ranks; r++) {
+        int rc = MPI_Isend(buf, (int)len, MPI_BYTE, r, TAG_HEADER, MPI_COMM_WORLD, &reqs[r - 1]);
+        if (rc != MPI_SUCCESS) {
+            for (int q = 1; q < r; q++)
+                MPI_Wait(&reqs[q - 1], MPI_STATUS_IGNORE);
+            free(buf), free(reqs);
+            return lz_world_mpi_error(rc, "MPI_Isend(step header)", __FILE__, __LINE__);
+        }
+    }
+    p->headers[p->n_headers].buf = buf;
+    p->headers[p->n_headers].reqs = reqs;
+    p->n_headers++;
+    return LZ_OK;
+}
+
+/* Other ranks: the next header's bytes from rank 0. */
+static lz_status receive_header(lz_pipeline *p, uint8_t **buf, size_t *len) {
+    MPI_Status st;
+    int n = 0;
+    LZ_MPI_TRY(MPI_Probe(0, TAG_HEADER, MPI_COMM_WORLD, &st));
+    LZ_MPI_TRY(MPI_Get_count(&st, MPI_BYTE, &n));
+    if (n < 0)
+        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a step header of unknown size", p->rank);
+    *buf = malloc(n ? (size_t)n : 1);
+    if (!*buf)
+        return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory for a %d-byte header", p->rank, n);
+    *len = (size_t)n;
+    LZ_MPI_TRY(MPI_Recv(*buf, n, MPI_BYTE, 0, TAG_HEADER, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    return LZ_OK;
 }
 
 /* The header of a step (pointing into the caller's arrays). */
@@ -343,7 +420,9 @@ lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, in
     p->inflight_head = (p->inflight_head + 1) % LZ_MAX_INFLIGHT;
     p->n_inflight--;
     // results of one head rank arrive in the order the steps started (MPI keeps order per sender and tag)
+    trace(p, "finish", 0);
     int rc = recv_result(p, m, f->n_rows, f->greedy, logits, out_ids);
+    trace(p, "finished", 0);
     if (rc == MPI_SUCCESS && f->send != MPI_REQUEST_NULL)
         rc = MPI_Wait(&f->send, MPI_STATUS_IGNORE);
     free(f->buf);
@@ -497,7 +576,7 @@ lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
     for (;;) {
         uint8_t *buf = NULL;
         size_t len = 0;
-        LZ_TRY(broadcast_bytes(&buf, &len, p->rank));
+        LZ_TRY(receive_header(p, &buf, &len));
         Lizard__StepHeader *h = lizard__step_header__unpack(NULL, len, buf);
         free(buf);
         if (!h)
@@ -517,7 +596,8 @@ lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
 lz_status lz_pipeline_close(lz_pipeline *p) {
     Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
     h.flags = STEP_FLAG_STOP;
-    return broadcast_header(p, &h);
+    LZ_TRY(broadcast_header(p, &h));
+    return retire_headers(p, true);
 }
 
 void lz_pipeline_free(lz_pipeline *p) {
@@ -527,6 +607,14 @@ void lz_pipeline_free(lz_pipeline *p) {
         free(p->inflight[i].buf);
         p->inflight[i].buf = NULL;
     }
+    for (int i = 0; i < p->n_headers; i++) { // sends abandoned by an error: the job is ending
+        for (int r = 0; r + 1 < p->n_ranks; r++)
+            if (p->headers[i].reqs[r] != MPI_REQUEST_NULL)
+                MPI_Cancel(&p->headers[i].reqs[r]);
+        free(p->headers[i].buf);
+        free(p->headers[i].reqs);
+    }
+    p->n_headers = 0;
     free(p->xfer);
     free(p->ids_xfer);
     p->xfer = NULL;

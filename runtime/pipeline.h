@@ -52,6 +52,13 @@ typedef struct {
     int32_t *ids_xfer; /* the head's greedy ids */
     int ids_cap;
     lz_rank_stats stats; /* this rank's counters */
+    /* rank 0: step headers still being sent (MPI_Isend to every other rank),
+     * so that rank 0 never waits for a busy stage to take its next header */
+    struct {
+        uint8_t *buf;
+        MPI_Request *reqs; /* n_ranks - 1 */
+    } headers[LZ_MAX_INFLIGHT];
+    int n_headers;
 } lz_pipeline;
 
 /* Agrees on a plan: rank 0 makes it (`plan_file`, or `placement` over the

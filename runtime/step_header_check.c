@@ -37,16 +37,19 @@ lz_status lz_step_header_check(const void *header, int n_slots, int vocab_size) 
                            (int)pos, q, (int)count);
         sum += count; // S <= INT_MAX / 8 entries of at most INT32_MAX: no int64 overflow
     }
-    if (sum != (int64_t)T)
+    if (T == 0 && sum > (int64_t)(INT_MAX / 2)) // the ids stayed on rank 0 (it embeds): the counts size the step
+        return lz_fail(LZ_ERR_INTERNAL, "StepHeader: token_counts add up to %lld, too many", (long long)sum);
+    if (T != 0 && sum != (int64_t)T)
         return lz_fail(LZ_ERR_INTERNAL, "StepHeader: token_counts add up to %lld but token_ids has %zu entries",
                        (long long)sum, T);
+    const size_t n_tokens = (size_t)sum;
     for (size_t t = 0; t < T; t++)
         if (h->token_ids[t] < 0 || h->token_ids[t] >= vocab_size)
             return lz_fail(LZ_ERR_INTERNAL, "StepHeader: token_ids[%zu] = %d, out of range (vocab %d)", t,
                            (int)h->token_ids[t], vocab_size);
     for (size_t k = 0; k < h->n_logit_rows; k++)
-        if (h->logit_rows[k] < 0 || (size_t)h->logit_rows[k] >= T)
+        if (h->logit_rows[k] < 0 || (size_t)h->logit_rows[k] >= n_tokens)
             return lz_fail(LZ_ERR_INTERNAL, "StepHeader: logit_rows[%zu] = %d, out of range (%zu tokens)", k,
-                           (int)h->logit_rows[k], T);
+                           (int)h->logit_rows[k], n_tokens);
     return LZ_OK;
 }

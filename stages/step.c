@@ -65,7 +65,7 @@ static lz_status validate_step(const lz_model *m, const lz_state *st, const lz_w
     if (n_logit_rows < 0 || n_logit_rows > ws->max_logit_rows)
         return lz_fail(LZ_ERR_INPUT, "step asks for %d logit rows (workspace holds %d)", n_logit_rows,
                        ws->max_logit_rows);
-    for (int t = 0; t < b->n_tokens; t++)
+    for (int t = 0; ids && t < b->n_tokens; t++) // no ids: a pipeline stage that does not embed
         if (ids[t] < 0 || ids[t] >= m->cfg.vocab_size)
             return lz_fail(LZ_ERR_INPUT, "token id %d out of range (vocab_size %d)", ids[t], m->cfg.vocab_size);
     for (int r = 0; r < n_logit_rows; r++)

@@ -81,7 +81,11 @@ static void plan_invariants(const lz_plan *p) {
 /* What step_from_header does with an accepted header, with the checks that
  * must never fire once lz_step_header_check passed. */
 static void step_arrays(const Lizard__StepHeader *h) {
-    const int S = (int)h->n_seq_ids, T = (int)h->n_token_ids;
+    const int S = (int)h->n_seq_ids;
+    int T = (int)h->n_token_ids;
+    if (T == 0) // the ids stayed on rank 0: the counts size the step
+        for (int q = 0; q < S; q++)
+            T += h->token_counts[q];
     int32_t *slot = malloc(sizeof(int32_t) * (size_t)(4 * S + T + 1));
     if (!slot)
         return;

@@ -119,6 +119,16 @@ static void refusals(void) {
     make(&f);
     CHECK_FAILS_WITH(lz_step_header_check(&f.h, 0, VOCAB), LZ_ERR_INTERNAL, "seq_ids[0]");
     CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, 0), LZ_ERR_INTERNAL, "token_ids[0]");
+    /* ids kept on rank 0 (it embeds): the counts size the step, logit rows still checked against them */
+    make(&f);
+    f.h.n_token_ids = 0, f.h.token_ids = NULL;
+    CHECK_MSG(lz_step_header_check(&f.h, SLOTS, VOCAB) == LZ_OK, "%s", lz_error_message());
+    f.logit_rows[1] = 4;
+    CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, VOCAB), LZ_ERR_INTERNAL, "logit_rows[1] = 4, out of range");
+    make(&f);
+    f.h.n_token_ids = 0, f.h.token_ids = NULL;
+    f.token_counts[0] = INT32_MAX / 2, f.positions[0] = 0;
+    CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, VOCAB), LZ_ERR_INTERNAL, "too many");
     lz_error_clear();
 }
 
