@@ -17,12 +17,13 @@
 #include "step.h"          // lz_step
 #include "engine.h"        // lz_open_backend
 #include "bench_pipeline.h" // lz_bench_pipeline
+#include "bench_state.h"    // lz_bench_state
 #include "mpi_world.h"      // lz_world_get
 
 typedef struct {
     const char *shape, *model, *device, *dtype, *prompts, *batches, *contexts, *json, *placement, *plan_file;
     long steps, chunk, seed;
-    bool no_ceilings, linear_shapes;
+    bool no_ceilings, linear_shapes, state;
 } bench_args;
 
 typedef struct {
@@ -255,6 +256,8 @@ static lz_status run_bench(bench *b, const bench_args *a) {
         for (int i = 0; s == LZ_OK && i < nb; i++)
             if (batches[i] > 0)
                 s = bench_decode(b, batches[i], contexts[j], (int)a->steps);
+    for (int j = 0; s == LZ_OK && a->state && j < nc; j++)
+        s = lz_bench_state(&b->model, contexts[j], b->json);
     free(prompts), free(batches), free(contexts);
     return s;
 }
@@ -282,7 +285,7 @@ static lz_status bench_pipelined(const bench_args *a) {
 
 lz_status lz_cmd_bench(int argc, char **argv) {
     bench_args a = {NULL, NULL, "cuda", "bf16", "2048,8192,32768", "1,16,64,256", "2048,32768", NULL, NULL, NULL, 16,
-                    8192, 0, false, false};
+                    8192, 0, false, false, false};
     const lz_option options[] = {
         {"--shape", LZ_OPT_STRING, "PRESET", "random weights of a named shape, made on the device (e.g. "
                                              "llama3-8b-hybrid)", &a.shape, false, 0, 0},
@@ -300,6 +303,8 @@ lz_status lz_cmd_bench(int argc, char **argv) {
         {"--no-ceilings", LZ_OPT_FLAG, "", "skip measuring the copy and GEMM ceilings", &a.no_ceilings, false, 0, 0},
         {"--linear-shapes", LZ_OPT_FLAG, "", "also time every linear shape of the model at 1..2048 tokens",
          &a.linear_shapes, false, 0, 0},
+        {"--state", LZ_OPT_FLAG, "", "also one sequence's state as a session message at each --context: bytes by "
+                                     "layer kind, save and restore GB/s", &a.state, false, 0, 0},
         {"--placement", LZ_OPT_STRING, "balanced|by-type", "under mpirun: how layers are placed on the ranks",
          &a.placement, false, 0, 0},
         {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written plan", &a.plan_file, false, 0, 0},

@@ -59,16 +59,16 @@ lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t l
 static uint64_t checksum(const Lizard__SequenceState *m) {
     uint64_t h = LZ_FNV1A_INIT;
     h = lz_fnv1a(h, &m->position, sizeof m->position);
-    h = lz_fnv1a(h, m->tokens, sizeof(int32_t) * m->n_tokens);
+    h = lz_hash_wide(h, m->tokens, sizeof(int32_t) * m->n_tokens);
     h = lz_fnv1a(h, m->sampler.data, m->sampler.len);
     for (size_t i = 0; i < m->n_stages; i++)
         for (size_t j = 0; j < m->stages[i]->n_layers; j++) {
             const Lizard__LayerState *l = m->stages[i]->layers[j];
             h = lz_fnv1a(h, &l->layer, sizeof l->layer);
-            h = lz_fnv1a(h, l->k.data, l->k.len);
-            h = lz_fnv1a(h, l->v.data, l->v.len);
-            h = lz_fnv1a(h, l->s.data, l->s.len);
-            h = lz_fnv1a(h, l->z.data, l->z.len);
+            h = lz_hash_wide(h, l->k.data, l->k.len);
+            h = lz_hash_wide(h, l->v.data, l->v.len);
+            h = lz_hash_wide(h, l->s.data, l->s.len);
+            h = lz_hash_wide(h, l->z.data, l->z.len);
         }
     return h;
 }
@@ -78,6 +78,10 @@ lz_status lz_session_pack(Lizard__SequenceState *msg, uint8_t **buf, size_t *len
     msg->version = LZ_SESSION_VERSION;
     msg->checksum = checksum(msg);
     *len = lizard__sequence_state__get_packed_size(msg);
+    if (*len > (size_t)INT32_MAX) // protobuf readers (protobuf-c included) refuse messages of 2 GiB and more
+        return lz_fail(LZ_ERR_INPUT, "session: this sequence's state is %.2f GB; a session message holds at most 2 GiB "
+                       "(softmax layers' KV cache at this context: save earlier, or use fewer softmax layers)",
+                       (double)*len / 1e9);
     *buf = malloc(*len ? *len : 1);
     if (!*buf)
         return lz_fail(LZ_ERR_NOMEM, "session: out of memory for %zu bytes", *len);

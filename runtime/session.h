@@ -14,7 +14,7 @@
 #include "model.h"       // lz_model
 #include "sampler.h"     // lz_sampler
 
-enum { LZ_SESSION_MAGIC = 0x53535A4C, LZ_SESSION_VERSION = 1, LZ_FINGERPRINT_BYTES = 16 };
+enum { LZ_SESSION_MAGIC = 0x53535A4C, LZ_SESSION_VERSION = 2, LZ_FINGERPRINT_BYTES = 16 };
 
 /* The model's identity: config.json, the tensor table (names, dtypes, shapes,
  * first bytes of each tensor) and the kinds its layers run as. */

@@ -112,37 +112,43 @@ static lz_status check_record(const lz_model *m, const lz_state *st, const lz_la
     return LZ_OK;
 }
 
-/* Rows of k or v into backend memory at row index `first` (ring: position % w), converting fp32 <-> bf16. */
+/* Rows of k or v into backend memory at row index `first` (ring: position % w),
+ * converting fp32 <-> bf16 when the message's element size is not the
+ * backend's; the rows go over in at most two copies (a ring wraps once). */
 static lz_status put_rows(const lz_model *m, const lz_layer *ly, void *dst_base, const ProtobufCBinaryData *src,
                           uint32_t elem_bytes, uint64_t rows, uint64_t first_pos, int ring_w) {
     const size_t n = lz_layer_kv_row_elems(ly), out_row = n * m->ops->act_size;
-    char *row = malloc(out_row);
-    if (!row)
-        return lz_fail(LZ_ERR_NOMEM, "session: out of memory");
-    lz_status s = LZ_OK;
-    for (uint64_t r = 0; s == LZ_OK && r < rows; r++) {
-        const uint8_t *in = src->data + r * n * elem_bytes;
-        if (elem_bytes == m->ops->act_size) {
-            memcpy(row, in, out_row);
-        } else {
-            for (size_t e = 0; e < n; e++) { // fp32 <-> bf16, little-endian
-                float f;
-                if (elem_bytes == 4) {
-                    memcpy(&f, in + 4 * e, 4);
-                    uint16_t h = lz_f32_to_bf16(f);
-                    memcpy(row + 2 * e, &h, 2);
-                } else {
-                    uint16_t h;
-                    memcpy(&h, in + 2 * e, 2);
-                    f = lz_bf16_to_f32(h);
-                    memcpy(row + 4 * e, &f, 4);
-                }
+    const uint8_t *data = src->data;
+    uint8_t *converted = NULL;
+    if (elem_bytes != m->ops->act_size) {
+        converted = malloc(rows > 0 ? rows * out_row : 1);
+        if (!converted)
+            return lz_fail(LZ_ERR_NOMEM, "session: out of memory");
+        for (size_t e = 0; e < rows * n; e++) { // fp32 <-> bf16, little-endian
+            float f;
+            if (elem_bytes == 4) {
+                memcpy(&f, data + 4 * e, 4);
+                uint16_t h = lz_f32_to_bf16(f);
+                memcpy(converted + 2 * e, &h, 2);
+            } else {
+                uint16_t h;
+                memcpy(&h, data + 2 * e, 2);
+                f = lz_bf16_to_f32(h);
+                memcpy(converted + 4 * e, &f, 4);
             }
         }
-        const uint64_t p = first_pos + r, at = ring_w ? p % (uint64_t)ring_w : p;
-        s = m->ops->copy_from_host(m->be, (char *)dst_base + at * out_row, row, out_row);
+        data = converted;
     }
-    free(row);
+    lz_status s = LZ_OK;
+    for (uint64_t r = 0; s == LZ_OK && r < rows;) {
+        const uint64_t p = first_pos + r, at = ring_w ? p % (uint64_t)ring_w : p;
+        uint64_t run = rows - r;
+        if (ring_w && at + run > (uint64_t)ring_w)
+            run = (uint64_t)ring_w - at;
+        s = m->ops->copy_from_host(m->be, (char *)dst_base + at * out_row, data + r * out_row, run * out_row);
+        r += run;
+    }
+    free(converted);
     return s;
 }
 
