@@ -28,7 +28,7 @@
 typedef struct {
     const char *teacher, *data, *out, *feature_map, *map_heads, *softmax_layers, *retain_by, *log_path;
     long feature_dim, window, meta, tokens, seq_len, batch, warmup, seed, log_every, checkpoint_every,
-        stop_at, calibration_steps;
+        stop_at, calibration_steps, eval_batches;
     double lr, min_lr, weight_decay, retain_fraction;
     bool resume, no_normalize;
 } distill_args;
@@ -110,15 +110,18 @@ static lz_status run_pass(distill_run *r, long data_step, bool learn, long step)
 
 /* ---- reporting ----------------------------------------------------------------------------- */
 
-static void log_losses(distill_run *r, FILE *fp, bool json) {
+/* " 0:1.2e-03 ..." or "\"0\": 0.0012, ..." of the active layers: the MSE,
+ * or the relative error (SSE / sum of target^2) when `relative`. */
+static void log_losses(distill_run *r, FILE *fp, bool json, bool relative) {
     bool first = true;
     for (int i = 0; i < r->n_layers; i++) {
         if (!is_active(r, i))
             continue;
+        const double v = relative ? r->rel[i] : r->mse[i];
         if (json)
-            fprintf(fp, "%s\"%d\": %.6g", first ? "" : ", ", i, r->mse[i]);
+            fprintf(fp, "%s\"%d\": %.6g", first ? "" : ", ", i, v);
         else
-            fprintf(fp, " %d:%.3e", i, r->mse[i]);
+            fprintf(fp, " %d:%.3e", i, v);
         first = false;
     }
 }
@@ -129,27 +132,39 @@ static void report_step(distill_run *r, long step, double seconds) {
     if (r->log) {
         fprintf(r->log, "{\"step\": %ld, \"tokens\": %ld, \"lr\": %.6g, \"tok_per_s\": %.1f, \"mse\": {", step + 1,
                 (step + 1) * tokens, lr, tps);
-        log_losses(r, r->log, true);
+        log_losses(r, r->log, true, false);
         fprintf(r->log, "}}\n");
         fflush(r->log);
     }
     if ((step + 1) % r->a.log_every != 0 && step + 1 != total)
         return;
     fprintf(stderr, "lizard distill: step %ld/%ld  lr %.2e  %.0f tok/s  mse", step + 1, total, lr, tps);
-    log_losses(r, stderr, false);
+    log_losses(r, stderr, false, false);
     fprintf(stderr, "\n");
 }
 
-/* The held-out batch (the one after the last training batch) measured with
- * the current tensors: "start" and "end" in the log, and the calibration. */
+/* The held-out batches (the eval_batches after the last training batch)
+ * measured with the current tensors: "start" and "end" in the log, and the
+ * calibration. MSE and relative error are averaged over the batches. */
 static lz_status evaluate(distill_run *r, const char *label) {
-    LZ_TRY(run_pass(r, r->opt.total_steps, false, 0));
+    double mse[LZ_MAX_LAYERS] = {0}, rel[LZ_MAX_LAYERS] = {0};
+    for (long b = 0; b < r->a.eval_batches; b++) {
+        LZ_TRY(run_pass(r, r->opt.total_steps + b, false, 0));
+        for (int i = 0; i < r->n_layers; i++)
+            mse[i] += r->mse[i] / (double)r->a.eval_batches, rel[i] += r->rel[i] / (double)r->a.eval_batches;
+    }
+    memcpy(r->mse, mse, sizeof mse);
+    memcpy(r->rel, rel, sizeof rel);
     fprintf(stderr, "lizard distill: %s held-out mse", label);
-    log_losses(r, stderr, false);
+    log_losses(r, stderr, false, false);
+    fprintf(stderr, "  relative");
+    log_losses(r, stderr, false, true);
     fprintf(stderr, "\n");
     if (r->log) {
         fprintf(r->log, "{\"eval\": \"%s\", \"mse\": {", label);
-        log_losses(r, r->log, true);
+        log_losses(r, r->log, true, false);
+        fprintf(r->log, "}, \"relative\": {");
+        log_losses(r, r->log, true, true);
         fprintf(r->log, "}}\n");
         fflush(r->log);
     }
@@ -321,7 +336,7 @@ static lz_status train(distill_run *r) {
 lz_status lz_cmd_distill(int argc, char **argv) {
     distill_run r = {.a = {.feature_map = "softmax", .map_heads = "per-head", .window = 64, .meta = 4,
                            .tokens = 1000000, .seq_len = 512, .batch = 4, .warmup = -1, .log_every = 10,
-                           .calibration_steps = -1, .lr = 1e-3, .min_lr = -1, .weight_decay = 0.01,
+                           .calibration_steps = -1, .eval_batches = 4, .lr = 1e-3, .min_lr = -1, .weight_decay = 0.01,
                            .retain_fraction = -1}};
     distill_args *a = &r.a;
     const lz_option options[] = {
@@ -357,6 +372,8 @@ lz_status lz_cmd_distill(int argc, char **argv) {
          &a->weight_decay, false, 0, 10},
         {"--seed", LZ_OPT_INT, "N", "initial tensors and data order (default 0)", &a->seed, false, 0,
          9007199254740991.0},
+        {"--eval-batches", LZ_OPT_INT, "N", "held-out batches measured at the start, the end and for the choice "
+         "of softmax layers (default 4)", &a->eval_batches, false, 1, 1e6},
         {"--log", LZ_OPT_STRING, "FILE", "JSON lines: one per step and per held-out evaluation", &a->log_path,
          false, 0, 0},
         {"--log-every", LZ_OPT_INT, "N", "progress line every N steps (default 10)", &a->log_every, false, 1, 1e12},

@@ -94,7 +94,7 @@ static lz_status append_text(lz_distill_data *d, const char *path, lz_tokenizer 
     lz_status s = len ? lz_tokenizer_encode(tok, text, len, true, &ids, &n) : LZ_OK;
     free(text);
     int32_t *grown = s == LZ_OK && n > 0 ? realloc(d->ids, sizeof(int32_t) * (d->n_ids + (size_t)n)) : d->ids;
-    if (s == LZ_OK && !grown)
+    if (s == LZ_OK && n > 0 && !grown)
         s = lz_fail(LZ_ERR_NOMEM, "%s: out of memory", path);
     if (s == LZ_OK && n > 0) {
         d->ids = grown;
