@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # distill_test.sh LIZARD SRC MODE - `lizard distill` and `lizard eval` end to end
 # on a tiny teacher that `lizard init` writes.
-#   MODE train:  the held-out attention MSE of every trained layer falls (by
-#                FALL_FACTOR below); same seed -> byte-identical weights, another
-#                seed -> different; --stop-at-step + --resume == one run; the folder
-#                loads, generates, evaluates; --retain-fraction keeps the layers asked.
+#   MODE fall:   the held-out attention MSE of every trained layer falls (by
+#                FALL_FACTOR below); the folder loads, generates, evaluates.
+#   MODE runs:   same seed -> byte-identical weights, another seed -> different;
+#                --stop-at-step + --resume == one run; --retain-fraction keeps the layers asked.
 #   MODE errors: bad data, paths, lengths, settings -> exit 2 and one line naming the fault.
 set -u
 LIZARD=$1
@@ -34,7 +34,7 @@ head -c 3000 "$TMP/data.txt" >"$TMP/short.txt"
 SMALL=(--teacher "$T" --data "$TMP/data.txt" --seq-len 32 --batch 2 --tokens 640 --window 8 --feature-dim 8
        --meta-tokens 2 --lr 1e-2 --eval-batches 1 --log-every 1000)
 
-if [ "$MODE" = train ]; then
+if [ "$MODE" = fall ]; then
     # 1. the MSE falls: layers 0 and 1 trained, 2 and 3 kept as the teacher's
     FALL_FACTOR=4
     "$LIZARD" distill --teacher "$T" --data "$TMP/data.txt" --out "$TMP/A" --softmax-layers 2,3 --seq-len 32 \
@@ -68,7 +68,9 @@ assert c == {'softmax_layers': [2, 3], 'feature_dim': 32, 'feature_map': 'softma
     done
     "$LIZARD" eval --model "$TMP/A" --passkey --contexts 200,300 --trials 1 >"$TMP/pk" 2>&1 \
         && [ "$(grep -Ec '^ +(200|300) +1 +[01] +[01]\.00$' "$TMP/pk")" -eq 2 ] && ok || bad "passkey table: $(cat "$TMP/pk")"
+fi
 
+if [ "$MODE" = runs ]; then
     # 2. same seed -> same bytes; another seed -> other bytes
     "$LIZARD" distill "${SMALL[@]}" --out "$TMP/B1" --seed 5 2>/dev/null && ok || bad "distill B1"
     "$LIZARD" distill "${SMALL[@]}" --out "$TMP/B2" --seed 5 2>/dev/null && ok || bad "distill B2"
