@@ -18,6 +18,7 @@
 #include "commands.h"      // lz_cmd_eval
 #include "engine.h"        // lz_engine
 #include "id_list.h"       // lz_parse_id_list
+#include "mpi_world.h"     // lz_world_get
 #include "tokenizer.h"     // lz_tokenizer
 
 typedef struct {
@@ -244,6 +245,9 @@ lz_status lz_cmd_eval(int argc, char **argv) {
         return LZ_OK;
     if (!a.text && !a.passkey)
         return lz_fail(LZ_ERR_INPUT, "lizard eval: give --text FILE and/or --passkey");
+    if (lz_world_get()->size > 1) // it resets sequence state between trials, which a pipeline's other ranks hold
+        return lz_fail(LZ_ERR_INPUT, "lizard eval: runs in one process, not under mpirun -np %d",
+                       lz_world_get()->size);
     int32_t *contexts = NULL;
     int n_contexts = 0;
     if (a.passkey) {
