@@ -9,8 +9,13 @@
  * layers hardest to linearise (largest relative error after a calibration
  * phase) stay softmax. The result is a model folder in MODEL_FORMAT.md's
  * format; a run checkpoints beside it and --resume continues it.
- * docs/distillation.md has the equations and what is verified. */
+ * Under mpirun -np N the teacher is split by a placement plan (plan.h): each
+ * rank trains the layers it owns while the activations pass through, and
+ * rank 0 gathers the tensors and writes. docs/distillation.md has the
+ * equations and what is verified. */
 #include <math.h>     // ceil, round
+#include <mpi.h>      // MPI_Allreduce, MPI_Send, MPI_Recv
+#include <stdint.h>   // UINT64_MAX
 #include <stdio.h>    // fprintf, FILE
 #include <stdlib.h>   // calloc, free
 #include <string.h>   // strcmp, memset
@@ -24,9 +29,11 @@
 #include "distill_output.h"     // lz_distill_write_model
 #include "distill_params.h"     // lz_distill_layer, lz_adamw_config
 #include "distill_teacher.h"    // lz_teacher
+#include "mpi_world.h"          // lz_world_get, LZ_MPI_TRY
+#include "plan.h"               // lz_plan_make, lz_plan_load_text
 
 typedef struct {
-    const char *teacher, *data, *out, *feature_map, *map_heads, *softmax_layers, *retain_by, *log_path;
+    const char *teacher, *data, *out, *feature_map, *map_heads, *softmax_layers, *retain_by, *log_path, *plan_file;
     long feature_dim, window, meta, tokens, seq_len, batch, warmup, seed, log_every, checkpoint_every,
         stop_at, calibration_steps, eval_batches;
     double lr, min_lr, weight_decay, retain_fraction;
@@ -40,8 +47,12 @@ typedef struct {
     lz_adamw_config opt;
     lz_lizard_config lizard;
     int n_layers;
-    lz_distill_layer *layers;    /* [n_layers]; allocated where trained[i] */
+    lz_distill_layer *layers;    /* [n_layers]; allocated where trained[i], on every rank */
     bool trained[LZ_MAX_LAYERS]; /* has tensors being learned (all candidates until the softmax layers are chosen) */
+    bool owned[LZ_MAX_LAYERS];   /* run (and learned) by this rank: all without mpirun */
+    lz_plan plan;                /* under mpirun: which rank owns each layer */
+    bool planned;
+    int rank;
     lz_distill_progress progress;
     lz_lizard_scratch_f32 scratch;
     int32_t *ids;                /* [batch, seq_len] */
@@ -67,7 +78,7 @@ static lz_status layer_pass(void *ctx, const lz_teacher_acts *acts) {
     pass_ctx *c = ctx;
     distill_run *r = c->r;
     const int i = acts->layer;
-    if (!is_active(r, i))
+    if (!is_active(r, i) || !r->owned[i])
         return LZ_OK;
     lz_distill_layer *l = &r->layers[i];
     const lz_lizard_geom *g = &l->geom;
@@ -102,10 +113,18 @@ static int layers_to_run(const distill_run *r) {
     return last + 1;
 }
 
+/* One batch through the teacher; every rank ends with every layer's losses. */
 static lz_status run_pass(distill_run *r, long data_step, bool learn, long step) {
     lz_distill_data_batch(&r->data, (uint64_t)data_step, (int)r->a.batch, r->ids);
+    memset(r->mse, 0, sizeof r->mse);
+    memset(r->rel, 0, sizeof r->rel);
     pass_ctx c = {r, learn, step};
-    return lz_teacher_run(&r->teacher, r->ids, layers_to_run(r), layer_pass, &c);
+    LZ_TRY(lz_teacher_run(&r->teacher, r->ids, layers_to_run(r), layer_pass, &c));
+    if (r->planned) { // each layer's losses come from its owner alone; the others add zeros
+        LZ_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, r->mse, r->n_layers, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        LZ_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, r->rel, r->n_layers, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    }
+    return LZ_OK;
 }
 
 /* ---- reporting ----------------------------------------------------------------------------- */
@@ -136,7 +155,7 @@ static void report_step(distill_run *r, long step, double seconds) {
         fprintf(r->log, "}}\n");
         fflush(r->log);
     }
-    if ((step + 1) % r->a.log_every != 0 && step + 1 != total)
+    if (r->rank != 0 || ((step + 1) % r->a.log_every != 0 && step + 1 != total))
         return;
     fprintf(stderr, "lizard distill: step %ld/%ld  lr %.2e  %.0f tok/s  mse", step + 1, total, lr, tps);
     log_losses(r, stderr, false, false);
@@ -155,6 +174,8 @@ static lz_status evaluate(distill_run *r, const char *label) {
     }
     memcpy(r->mse, mse, sizeof mse);
     memcpy(r->rel, rel, sizeof rel);
+    if (r->rank != 0)
+        return LZ_OK;
     fprintf(stderr, "lizard distill: %s held-out mse", label);
     log_losses(r, stderr, false, false);
     fprintf(stderr, "  relative");
@@ -185,6 +206,8 @@ static lz_status choose_softmax_layers(distill_run *r) {
         r->progress.softmax[worst] = true;
     }
     r->progress.chosen = true;
+    if (r->rank != 0)
+        return LZ_OK;
     fprintf(stderr, "lizard distill: kept as softmax (largest relative error):");
     for (int i = 0; i < r->n_layers; i++)
         if (r->progress.softmax[i])
@@ -195,7 +218,33 @@ static lz_status choose_softmax_layers(distill_run *r) {
 
 /* ---- checkpoints -------------------------------------------------------------------------------- */
 
+/* Under mpirun: every layer's tensors and moments from its owner to rank 0. */
+static lz_status gather_layers(distill_run *r) {
+    enum { TAG = 7302 };
+    for (int i = 0; i < r->n_layers; i++) {
+        const int owner = r->plan.layer_rank[i];
+        if (!r->trained[i] || owner == 0 || (r->rank != owner && r->rank != 0))
+            continue;
+        lz_distill_layer *l = &r->layers[i];
+        for (int j = 0; j < LZ_DT_COUNT; j++) {
+            float *parts[3] = {l->param[j], l->m1[j], l->m2[j]};
+            for (int k = 0; k < 3; k++) {
+                if (r->rank == owner)
+                    LZ_MPI_TRY(MPI_Send(parts[k], (int)l->numel[j], MPI_FLOAT, 0, TAG, MPI_COMM_WORLD));
+                else
+                    LZ_MPI_TRY(MPI_Recv(parts[k], (int)l->numel[j], MPI_FLOAT, owner, TAG, MPI_COMM_WORLD,
+                                        MPI_STATUS_IGNORE));
+            }
+        }
+    }
+    return LZ_OK;
+}
+
 static lz_status save(distill_run *r) {
+    if (r->planned)
+        LZ_TRY(gather_layers(r));
+    if (r->rank != 0)
+        return LZ_OK; // rank 0 writes
     LZ_TRY(lz_make_dirs(r->a.out, "--out"));
     if (r->progress.chosen)
         LZ_TRY(lz_distill_write_model(r->a.out, r->a.teacher, &r->teacher.model.ckpt, r->layers,
@@ -238,10 +287,40 @@ static void make_signature(distill_run *r) {
              a->tokens, a->seq_len, a->batch, r->opt.lr, r->opt.min_lr, r->opt.warmup, r->opt.weight_decay, a->seed);
 }
 
+/* Under mpirun: the balanced plan of the teacher's layers over the ranks
+ * (every rank computes the same one), or --plan FILE. */
+static lz_status make_plan(distill_run *r) {
+    const lz_world *w = lz_world_get();
+    r->rank = w->rank;
+    if (w->size <= 1 && !r->a.plan_file)
+        return LZ_OK;
+    lz_config cfg;
+    LZ_TRY(lz_config_load(r->a.teacher, &cfg));
+    lz_plan_costs costs;
+    LZ_TRY(lz_plan_costs_from_config(&cfg, (uint64_t)r->a.seq_len, (int)r->a.batch, &costs));
+    uint64_t free_bytes[LZ_MAX_RANKS];
+    for (int i = 0; i < LZ_MAX_RANKS; i++)
+        free_bytes[i] = UINT64_MAX / 4; // host memory: the plan places by compute, not by fit
+    if (r->a.plan_file) {
+        LZ_TRY(lz_plan_load_text(r->a.plan_file, cfg.num_hidden_layers, &r->plan));
+        lz_plan_account(&r->plan, &costs, free_bytes);
+        LZ_TRY(lz_plan_validate(&r->plan));
+        if (r->plan.n_ranks != w->size)
+            return lz_fail(LZ_ERR_INPUT, "--plan %s: %d ranks, but mpirun started %d", r->a.plan_file,
+                           r->plan.n_ranks, w->size);
+    } else {
+        LZ_TRY(lz_plan_make("balanced", &costs, w->size, free_bytes, &r->plan));
+    }
+    r->planned = true;
+    return LZ_OK;
+}
+
 static lz_status setup(distill_run *r) {
     distill_args *a = &r->a;
     LZ_TRY(check_args(a));
-    LZ_TRY(lz_teacher_open(&r->teacher, a->teacher, (int)a->batch, (int)a->seq_len));
+    LZ_TRY(make_plan(r));
+    LZ_TRY(lz_teacher_open(&r->teacher, a->teacher, (int)a->batch, (int)a->seq_len, r->planned ? &r->plan : NULL,
+                           r->rank));
     lz_config cfg = r->teacher.model.cfg;
     r->n_layers = cfg.num_hidden_layers;
     const int d = cfg.head_dim, Hq = cfg.num_attention_heads, Hkv = cfg.num_key_value_heads;
@@ -275,13 +354,14 @@ static lz_status setup(distill_run *r) {
         return lz_fail(LZ_ERR_NOMEM, "distillation buffers: out of memory");
     for (int i = 0; i < r->n_layers; i++) {
         r->trained[i] = !r->progress.softmax[i];
+        r->owned[i] = !r->planned || r->plan.layer_rank[i] == r->rank;
         if (r->trained[i] && lz_distill_layer_init(&r->layers[i], i, &g, cfg.hidden_size, (uint64_t)a->seed))
             return lz_fail(LZ_ERR_NOMEM, "layer %d tensors: out of memory", i);
     }
     make_signature(r);
     if (a->resume)
         LZ_TRY(lz_distill_checkpoint_load(a->out, r->signature, &r->progress, r->layers, r->trained, r->n_layers));
-    if (a->log_path && !(r->log = fopen(a->log_path, a->resume ? "a" : "w")))
+    if (a->log_path && r->rank == 0 && !(r->log = fopen(a->log_path, a->resume ? "a" : "w")))
         return lz_fail(LZ_ERR_IO, "--log %s: cannot open for writing", a->log_path);
     return LZ_OK;
 }
@@ -305,8 +385,9 @@ static lz_status train(distill_run *r) {
     const bool retain = r->a.retain_fraction >= 0;
     if (r->progress.step == 0)
         LZ_TRY(evaluate(r, "start"));
-    fprintf(stderr, "lizard distill: %ld steps of %ld x %ld tokens from step %ld\n", total, r->a.batch,
-            r->a.seq_len, r->progress.step);
+    if (r->rank == 0)
+        fprintf(stderr, "lizard distill: %ld steps of %ld x %ld tokens from step %ld\n", total, r->a.batch,
+                r->a.seq_len, r->progress.step);
     for (long step = r->progress.step; step < total; step++) {
         if (retain && !r->progress.chosen && step == r->a.calibration_steps)
             LZ_TRY(choose_softmax_layers(r));
@@ -318,7 +399,9 @@ static lz_status train(distill_run *r) {
             LZ_TRY(save(r));
         if (r->a.stop_at > 0 && step + 1 == r->a.stop_at && step + 1 < total) {
             LZ_TRY(save(r));
-            fprintf(stderr, "lizard distill: stopped after step %ld of %ld; --resume continues\n", step + 1, total);
+            if (r->rank == 0)
+                fprintf(stderr, "lizard distill: stopped after step %ld of %ld; --resume continues\n", step + 1,
+                        total);
             return LZ_OK;
         }
     }
@@ -326,6 +409,8 @@ static lz_status train(distill_run *r) {
         LZ_TRY(choose_softmax_layers(r));
     LZ_TRY(evaluate(r, "end"));
     LZ_TRY(save(r));
+    if (r->rank != 0)
+        return LZ_OK;
     fprintf(stderr, "lizard distill: wrote %s (layers ", r->a.out);
     for (int i = 0; i < r->n_layers; i++)
         fputc(r->progress.softmax[i] ? 'S' : 'L', stderr);
@@ -381,6 +466,8 @@ lz_status lz_cmd_distill(int argc, char **argv) {
          "the end)", &a->checkpoint_every, false, 0, 1e12},
         {"--stop-at-step", LZ_OPT_INT, "N", "checkpoint after step N and stop (--resume continues)", &a->stop_at,
          false, 0, 1e12},
+        {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written placement plan (default balanced)",
+         &a->plan_file, false, 0, 0},
         {"--resume", LZ_OPT_FLAG, "", "continue the run checkpointed in --out", &a->resume, false, 0, 0},
     };
     const lz_command_spec spec = {"distill", "stage-1 attention distillation of a teacher into a Lizard model",

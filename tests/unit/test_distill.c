@@ -170,9 +170,9 @@ static void check_teacher(void) {
     char *argv[] = {"init", "--config", "tiny-teacher", "--out", teacher_dir, "--seed", "3"};
     CHECK(lz_cmd_init(7, argv) == LZ_OK);
     lz_teacher t;
-    CHECK_FAILS_WITH(lz_teacher_open(&t, teacher_dir, 1, 5000), LZ_ERR_INPUT, "max_position_embeddings");
+    CHECK_FAILS_WITH(lz_teacher_open(&t, teacher_dir, 1, 5000, NULL, 0), LZ_ERR_INPUT, "max_position_embeddings");
     const int batch = 2, L = 40; // L > one GLA chunk is not needed here; 2 sequences share nothing
-    CHECK(lz_teacher_open(&t, teacher_dir, batch, L) == LZ_OK);
+    CHECK(lz_teacher_open(&t, teacher_dir, batch, L, NULL, 0) == LZ_OK);
     int32_t ids[2 * 40];
     unsigned seed = 9;
     for (int i = 0; i < batch * L; i++)
