@@ -11,6 +11,7 @@
 #include <stdio.h>  // fopen, fwrite, snprintf
 #include <stdlib.h> // malloc, calloc, free, mkdtemp
 #include <string.h> // memset, strlen
+#include <sys/stat.h> // mkdir
 
 #include "commands.h"        // lz_cmd_init
 #include "decoder_layer.h"   // lz_decoder_layer_forward
@@ -19,6 +20,7 @@
 #include "distill_params.h"  // lz_distill_layer, lz_distill_lr
 #include "distill_teacher.h" // lz_teacher
 #include "test_util.h"       // CHECK
+#include "tokenizer.h"       // lz_tokenizer_encode
 
 static char root[] = "/tmp/lizard-distill-test-XXXXXX";
 static char teacher_dir[256], out_dir[256];
@@ -262,6 +264,31 @@ static void check_data(void) {
     snprintf(path, sizeof path, "%s/empty.txt", root);
     fclose(fopen(path, "w"));
     CHECK_FAILS_WITH(lz_distill_data_load(&d, path, teacher_dir, 512, 2, 0), LZ_ERR_INPUT, "no tokens");
+    // a folder: its *.txt files in name order, each with its BOS; other files ignored
+    char dir[512], file[600];
+    snprintf(dir, sizeof dir, "%s/texts", root);
+    mkdir(dir, 0755);
+    CHECK_FAILS_WITH(lz_distill_data_load(&d, dir, teacher_dir, 512, 2, 0), LZ_ERR_INPUT, "no *.txt");
+    const char *names[3] = {"b.txt", "a.txt", "c.md"}, *texts[3] = {"warm rock", "the lizard", "ignored"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+        FILE *fp = fopen(file, "w");
+        fputs(texts[i], fp);
+        fclose(fp);
+    }
+    CHECK(lz_distill_data_load(&d, dir, teacher_dir, 512, 1, 0) == LZ_OK);
+    lz_tokenizer *tok;
+    int32_t *a_ids = NULL, *b_ids = NULL;
+    int na = 0, nb = 0;
+    CHECK(lz_tokenizer_load(teacher_dir, &tok) == LZ_OK);
+    CHECK(lz_tokenizer_encode(tok, "the lizard", 10, true, &a_ids, &na) == LZ_OK);
+    CHECK(lz_tokenizer_encode(tok, "warm rock", 9, true, &b_ids, &nb) == LZ_OK);
+    CHECK_MSG(d.n_ids == (size_t)(na + nb) && memcmp(d.ids, a_ids, sizeof(int32_t) * na) == 0 &&
+                  memcmp(d.ids + na, b_ids, sizeof(int32_t) * nb) == 0,
+              "folder stream: %zu ids, expected a.txt (%d) then b.txt (%d)", d.n_ids, na, nb);
+    free(a_ids), free(b_ids);
+    lz_tokenizer_free(tok);
+    lz_distill_data_free(&d);
     snprintf(path, sizeof path, "%s/missing.txt", root);
     CHECK_FAILS_WITH(lz_distill_data_load(&d, path, teacher_dir, 512, 2, 0), LZ_ERR_IO, "missing.txt");
 }
