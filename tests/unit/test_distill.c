@@ -106,13 +106,16 @@ static lz_status check_target(void *vctx, const lz_teacher_acts *acts) {
 
 /* ---- the written folder runs what was trained -------------------------------------------------- */
 
-static void check_written_folder(lz_teacher *t, target_ctx *c, const int32_t *ids) {
+/* per_head: phi_q per query head, phi_k per kv head (else one map each);
+ * exp_map and normalize as in the lizard block. */
+static void check_written_folder(lz_teacher *t, target_ctx *c, const int32_t *ids, bool per_head, bool exp_map,
+                                 bool normalize) {
     const lz_config *cfg = &t->model.cfg;
     const int L = c->seq_len, H = cfg->hidden_size, n = cfg->num_hidden_layers;
     const lz_lizard_geom g = {.Hq = cfg->num_attention_heads, .Hkv = cfg->num_key_value_heads,
-                              .Hs = cfg->num_key_value_heads, .n_wq = cfg->num_attention_heads,
-                              .n_wk = cfg->num_key_value_heads, .d = cfg->head_dim, .f = 8, .w = 6, .m = 3,
-                              .normalize = true};
+                              .Hs = cfg->num_key_value_heads, .n_wq = per_head ? cfg->num_attention_heads : 1,
+                              .n_wk = per_head ? cfg->num_key_value_heads : 1, .d = cfg->head_dim, .f = 8, .w = 6,
+                              .m = 3, .normalize = normalize, .exp_map = exp_map};
     lz_distill_layer layers[8];
     bool softmax[8];
     for (int i = 0; i < n; i++) {
@@ -120,8 +123,8 @@ static void check_written_folder(lz_teacher *t, target_ctx *c, const int32_t *id
         CHECK(lz_distill_layer_init(&layers[i], i, &g, H, 5) == 0);
         layers[i].param[LZ_DT_META][1] = 0.5f, layers[i].param[LZ_DT_ALPHA][0] = 0.75f; // not the defaults
     }
-    const lz_lizard_config lc = {.feature_dim = 8, .feature_map = LZ_FMAP_SOFTMAX, .window_size = 6,
-                                 .num_meta_tokens = 3, .gla_normalize = true};
+    const lz_lizard_config lc = {.feature_dim = 8, .feature_map = exp_map ? LZ_FMAP_EXP : LZ_FMAP_SOFTMAX,
+                                 .window_size = 6, .num_meta_tokens = 3, .gla_normalize = normalize};
     CHECK(lz_distill_write_model(out_dir, teacher_dir, &t->model.ckpt, layers, softmax, n, &lc) == LZ_OK);
     // the training forward of layer 0 (sequence 0) with these tensors
     lz_lizard_scratch_f32 s;
@@ -153,8 +156,9 @@ static void check_written_folder(lz_teacher *t, target_ctx *c, const int32_t *id
             worst = fmax(worst, fabs(y - att[e]));
             scale = fmax(scale, fabs(y));
         }
-        CHECK_MSG(scale > 0.01 && worst <= 1e-4 * scale, "engine layer 0 vs training forward: %g of %g", worst,
-                  scale);
+        CHECK_MSG(scale > 0.01 && worst <= 1e-4 * scale,
+                  "engine layer 0 vs training forward (per_head %d exp %d normalize %d): %g of %g", per_head, exp_map,
+                  normalize, worst, scale);
         lz_workspace_free(&ws, &m);
         lz_state_free(&st, &m);
     }
@@ -184,7 +188,8 @@ static void check_teacher(void) {
     CHECK(c.layers_seen == t.model.cfg.num_hidden_layers);
     CHECK_MSG(c.scale > 0.01 && c.worst <= 1e-4 * c.scale, "teacher target vs double attention: %g of %g", c.worst,
               c.scale);
-    check_written_folder(&t, &c, ids);
+    check_written_folder(&t, &c, ids, true, false, true);
+    check_written_folder(&t, &c, ids, false, true, false);
     free(c.x0), free(c.q0), free(c.k0), free(c.v0);
     lz_teacher_close(&t);
 }
