@@ -35,8 +35,8 @@ static lz_status read_file(const char *path, char **text, size_t *len) {
         return lz_fail(LZ_ERR_IO, "--text %s: cannot open", path);
     long n = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
     *text = n >= 0 && fseek(fp, 0, SEEK_SET) == 0 ? malloc((size_t)n + 1) : NULL;
-    lz_status s = *text && fread(*text, 1, (size_t)n, fp) == (size_t)n ? LZ_OK
-                                                                        : lz_fail(LZ_ERR_IO, "--text %s: read failed", path);
+    const bool read = *text && fread(*text, 1, (size_t)n, fp) == (size_t)n;
+    lz_status s = read ? LZ_OK : lz_fail(LZ_ERR_IO, "--text %s: read failed", path);
     fclose(fp);
     *len = (size_t)(n > 0 ? n : 0);
     if (s != LZ_OK)

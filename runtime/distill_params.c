@@ -16,7 +16,8 @@ static uint64_t mix64(uint64_t z) {
 
 // uniform with mean 0 and the given std, element i of stream (seed, layer, tensor)
 static void fill_uniform(float *w, size_t n, double std, uint64_t seed, int layer, int tensor) {
-    const uint64_t stream = mix64(mix64(seed + 0x9E3779B97F4A7C15ULL) ^ mix64(((uint64_t)layer << 8) | (uint64_t)tensor));
+    const uint64_t which = ((uint64_t)layer << 8) | (uint64_t)tensor;
+    const uint64_t stream = mix64(mix64(seed + 0x9E3779B97F4A7C15ULL) ^ mix64(which));
     const double half_width = std * sqrt(3.0);
     for (size_t i = 0; i < n; i++) {
         const double u = (double)(mix64(stream + (i + 1) * 0x9E3779B97F4A7C15ULL) >> 11) * 0x1.0p-53;
