@@ -5,7 +5,8 @@
  *     or not, state heads = kv heads or query heads, T across chunk borders,
  *     gates near 0 and 1), window branch (meta logits), the whole layer (SSE
  *     against a target, all five trainable tensors);
- *  2. the float training forward against the inference kernels (the op table's
+ *  2. the float build's layer gradients against the double build's (1e-3);
+ *  3. the float training forward against the inference kernels (the op table's
  *     CPU functions), so training fits what `generate` runs. */
 #include <math.h>   // fabs
 #include <stdlib.h> // malloc, calloc, free
@@ -186,6 +187,13 @@ static void check_window(int w, int m, unsigned seed) {
 
 /* ---- the whole layer -------------------------------------------------------------------- */
 
+static float *to_float(const double *a, size_t n) {
+    float *f = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)a[i];
+    return f;
+}
+
 typedef struct {
     lz_lizard_geom g;
     int T, C;
@@ -226,6 +234,29 @@ static void check_layer(int n_wq, int n_wk, bool exp_map, bool normalize, unsign
         CHECK_MSG(err < tolerance, "layer (n_wq %d n_wk %d %s normalize %d): %s error %g", n_wq, n_wk,
                   exp_map ? "exp" : "softmax", normalize, names[i], err);
     }
+    // the float build (what training runs) agrees with the checked double one
+    const size_t nq32 = nq, nk32 = nk;
+    float *x = to_float(c.x, (size_t)c.T * c.C), *q = to_float(c.q, nq32), *k = to_float(c.k, nk32);
+    float *v = to_float(c.v, nk32), *target = to_float(c.target, nq32), *p32[5], *g32[5];
+    for (int i = 0; i < 5; i++) {
+        p32[i] = to_float(params[i], sizes[i]);
+        g32[i] = calloc(sizes[i], sizeof(float));
+    }
+    lz_lizard_params_f32 p = {p32[0], p32[1], p32[2], p32[3], p32[4]}, g = {g32[0], g32[1], g32[2], g32[3], g32[4]};
+    lz_lizard_scratch_f32 s32;
+    CHECK(lz_lizard_scratch_create_f32(&s32, &c.g, c.T, c.C) == 0);
+    lz_lizard_layer_sse_f32(&p, &g, 1, x, q, k, v, target, c.T, &c.g, &s32);
+    for (int i = 0; i < 5; i++) {
+        double worst = 0, scale = 1e-12;
+        for (size_t e = 0; e < sizes[i]; e++) {
+            worst = fmax(worst, fabs(g32[i][e] - grads[i][e]));
+            scale = fmax(scale, fabs(grads[i][e]));
+        }
+        CHECK_MSG(worst <= 1e-3 * scale, "float vs double gradient of %s: %g of %g", names[i], worst, scale);
+        free(p32[i]), free(g32[i]);
+    }
+    lz_lizard_scratch_free_f32(&s32);
+    free(x), free(q), free(k), free(v), free(target);
     lz_lizard_scratch_free_f64(&c.s);
     for (int i = 0; i < 5; i++)
         free(params[i]), free(grads[i]);
@@ -233,13 +264,6 @@ static void check_layer(int n_wq, int n_wk, bool exp_map, bool normalize, unsign
 }
 
 /* ---- float training forward == inference kernels -------------------------------------------- */
-
-static float *to_float(const double *a, size_t n) {
-    float *f = malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++)
-        f[i] = (float)a[i];
-    return f;
-}
 
 static void check_forward_matches_inference(int n_wk, bool normalize, unsigned seed) {
     lz_lizard_geom g = {.Hq = 4, .Hkv = 2, .n_wq = 1, .n_wk = n_wk, .d = 8, .f = 4, .w = 16, .m = 4,
