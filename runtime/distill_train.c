@@ -218,8 +218,11 @@ lz_status lz_distill_train(lz_distill_run *r) {
         LZ_TRY(run_pass(r, step, true, step));
         r->progress.step = step + 1;
         report_step(r, step, lz_now_seconds() - t0);
-        if (r->a.checkpoint_every > 0 && (step + 1) % r->a.checkpoint_every == 0 && step + 1 < total)
+        if (r->a.checkpoint_every > 0 && (step + 1) % r->a.checkpoint_every == 0 && step + 1 < total) {
             LZ_TRY(save(r));
+            if (r->rank == 0)
+                fprintf(stderr, "lizard distill: checkpoint after step %ld in %s\n", step + 1, r->a.out);
+        }
         if (r->a.stop_at > 0 && step + 1 == r->a.stop_at && step + 1 < total) {
             LZ_TRY(save(r));
             if (r->rank == 0)

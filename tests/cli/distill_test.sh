@@ -119,6 +119,10 @@ if [ "$MODE" = runs ]; then
     "$LIZARD" distill "${SMALL[@]}" --out "$TMP/R" --seed 5 --resume 2>"$TMP/R.err" \
         && grep -q "from step 4" "$TMP/R.err" && ok || bad "--resume: $(cat "$TMP/R.err")"
     cmp -s "$TMP/B1/model.safetensors" "$TMP/R/model.safetensors" && ok || bad "resumed run differs from one run"
+    # periodic checkpoints leave the training untouched
+    "$LIZARD" distill "${SMALL[@]}" --out "$TMP/K" --seed 5 --checkpoint-every 4 2>"$TMP/K.err" \
+        && [ "$(grep -c "checkpoint after step [48] in" "$TMP/K.err")" -eq 2 ] && ok || bad "--checkpoint-every: $(cat "$TMP/K.err")"
+    cmp -s "$TMP/B1/model.safetensors" "$TMP/K/model.safetensors" && ok || bad "checkpointed run differs"
     # 4. --retain-fraction 0.5 keeps two of four layers, chosen after calibration
     "$LIZARD" distill "${SMALL[@]}" --out "$TMP/C" --retain-fraction 0.5 --retain-by error \
         --calibration-steps 4 2>"$TMP/C.err" && grep -q "kept as softmax" "$TMP/C.err" && ok \
