@@ -21,6 +21,8 @@ static const command commands[] = {
     {"bench", lz_cmd_bench, "prompt and decode throughput beside the device's ceilings", true},
     {"plan", lz_cmd_plan, "place the layers on pipeline ranks (balanced, by-type, a file) and show each rank's bytes",
      false},
+    {"distill", lz_cmd_distill, "stage-1 attention distillation: a teacher folder -> a Lizard model folder", true},
+    {"eval", lz_cmd_eval, "perplexity of a text; passkey retrieval across context lengths", false},
     {"info", lz_cmd_info, "describe a model folder: layer kinds, parameters, state bytes", false},
     {"tokenize", lz_cmd_tokenize, "text -> token ids and back with the model's tokenizer.json", false},
     {"init", lz_cmd_init, "write a random-weight model of a named shape (tiny-hybrid, llama3-8b-*, ...)", false},

@@ -1,0 +1,98 @@
+/* train_kernels.h - the CPU reference of a Lizard layer for training
+ * (stage-1 attention distillation): forward passes that keep what the
+ * backward needs, and the backward of every op (feature map, gate, chunked
+ * GLA, window branch with meta-memory logits, the branch combination).
+ *
+ * One sequence of T tokens starting at position 0 per call (training
+ * sequences are independent). Gradients flow only to the trainable tensors
+ * (W of phi_q and phi_k, W_gamma, the meta logits, alpha) and to the
+ * intermediates between them; q, k, v and x are the teacher's and frozen.
+ *
+ * Every function exists twice, built from one source (kernels/cpu/backward/):
+ * _f32 (what `lizard distill` runs) and _f64 (what the gradient checks run
+ * against finite differences). The f32 forward is the same arithmetic as the
+ * inference kernels (checked in tests/unit/test_train_kernels.c). */
+#ifndef LZ_TRAIN_KERNELS_H
+#define LZ_TRAIN_KERNELS_H
+
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+
+/* Shape of one Lizard layer's attention. */
+typedef struct {
+    int Hq, Hkv;  /* query heads, key/value heads */
+    int Hs;       /* state heads = heads of phi_k: Hkv, or Hq when phi_k is per query head */
+    int n_wq;     /* heads of W in phi_q: 1 or Hq */
+    int n_wk;     /* heads of W in phi_k: 1, Hkv or Hq (Hq: keys repeated to every query head first) */
+    int d;        /* head_dim */
+    int f;        /* phi has 2f features */
+    int w;        /* window */
+    int m;        /* meta-memory logits */
+    bool normalize; /* GLA divided by its normaliser */
+    bool exp_map;   /* "exp" feature map instead of "softmax" */
+} lz_lizard_geom;
+
+/* Tokens per chunk of the chunked GLA (the same as the inference kernel's),
+ * and the limits the model loader enforces (stack buffers are sized by them). */
+enum { LZ_TRAIN_CHUNK = 64, LZ_TRAIN_MAX_F = 512, LZ_TRAIN_MAX_D = 1024, LZ_TRAIN_MAX_W = 4096 };
+
+/* Number of chunks of T tokens. */
+static inline int lz_train_chunks(int T) { return (T + LZ_TRAIN_CHUNK - 1) / LZ_TRAIN_CHUNK; }
+
+#define LZ_TRAIN_DECLARE(real, sfx)                                                                                 \
+    /* out [T, Hout, 2f] = phi(x), x [T, Hx, d], w [n_w, d, f] */                                                    \
+    void feature_map_train_forward_##sfx(real *out, const real *x, const real *w, int n_w, int T, int Hx, int Hout, \
+                                         int d, int f, bool exp_map);                                               \
+    /* dw [n_w, d, f] += dL/dW given dphi [T, Hout, 2f] and the forward's phi */                                     \
+    void feature_map_backward_##sfx(real *dw, const real *dphi, const real *phi, const real *x, int n_w, int T,     \
+                                    int Hx, int Hout, int d, int f, bool exp_map);                                  \
+    /* logit [T] = x [T, C] . wg [C];  log_gamma [T] = log(sigmoid(logit)) */                                        \
+    void gate_train_forward_##sfx(real *logit, real *log_gamma, const real *x, const real *wg, int T, int C);       \
+    /* dwg [C] += sum_t dlog_gamma[t] * sigmoid(-logit[t]) * x[t] */                                                 \
+    void gate_backward_##sfx(real *dwg, const real *dlog_gamma, const real *logit, const real *x, int T, int C);    \
+    /* out [T, Hq, d] = chunked GLA from a zero state; saves the state at the                                      \
+     * start of every chunk: S0 [chunks, Hs, 2f, d], z0 [chunks, Hs, 2f] */                                          \
+    void gla_train_forward_##sfx(real *out, real *S0, real *z0, const real *phi_q, const real *phi_k, const real *v, \
+                                 const real *log_gamma, int T, const lz_lizard_geom *g);                            \
+    /* dphi_q [T, Hq, 2f], dphi_k [T, Hs, 2f], dlog_gamma [T] (all overwritten) from dout [T, Hq, d] */              \
+    void gla_backward_##sfx(real *dphi_q, real *dphi_k, real *dlog_gamma, const real *dout, const real *out,        \
+                            const real *S0, const real *z0, const real *phi_q, const real *phi_k, const real *v,    \
+                            const real *log_gamma, int T, const lz_lizard_geom *g);                                 \
+    /* win [T, Hq, d] = WIN (the window branch before alpha), raw q, k */                                           \
+    void window_train_forward_##sfx(real *win, const real *q, const real *k, const real *v, const real *meta, int T, \
+                                    const lz_lizard_geom *g);                                                       \
+    /* dmeta [m] += dL/dt_j given dwin [T, Hq, d] (the gradient of WIN, i.e. alpha * dy) */                          \
+    void window_backward_##sfx(real *dmeta, const real *dwin, const real *win, const real *q, const real *k,        \
+                               const real *meta, int T, const lz_lizard_geom *g);
+
+LZ_TRAIN_DECLARE(float, f32)
+LZ_TRAIN_DECLARE(double, f64)
+
+/* The whole layer: y = GLA + alpha * WIN against the teacher's attention
+ * output, loss = mean((y - target)^2), and its gradient for every trainable
+ * tensor. Scratch for sequences of up to T tokens. */
+#define LZ_LAYER_TRAIN_DECLARE(real, sfx)                                                                          \
+    typedef struct {                                                                                               \
+        real *wq, *wk, *wg, *meta, *alpha; /* [n_wq, d, f], [n_wk, d, f], [C], [m], [1] */                         \
+    } lz_lizard_params_##sfx;                                                                                      \
+    typedef struct {                                                                                               \
+        int max_T, C;                                                                                              \
+        real *phi_q, *phi_k, *logit, *lg, *gla, *S0, *z0, *win, *dy, *dphi_q, *dphi_k, *dlg, *dwin;               \
+    } lz_lizard_scratch_##sfx;                                                                                     \
+    int lz_lizard_scratch_create_##sfx(lz_lizard_scratch_##sfx *s, const lz_lizard_geom *g, int max_T, int C);     \
+    void lz_lizard_scratch_free_##sfx(lz_lizard_scratch_##sfx *s);                                                 \
+    /* Sum over the sequence of (y - target)^2; if grad is not NULL, adds                                         \
+     * grad_scale * d(sum)/d(param) to it. x [T, C], q [T, Hq, d], k, v [T, Hkv, d], target [T, Hq, d]. */         \
+    double lz_lizard_layer_sse_##sfx(const lz_lizard_params_##sfx *p, lz_lizard_params_##sfx *grad,                \
+                                     real grad_scale, const real *x, const real *q, const real *k, const real *v,  \
+                                     const real *target, int T, const lz_lizard_geom *g,                           \
+                                     lz_lizard_scratch_##sfx *s);
+
+LZ_LAYER_TRAIN_DECLARE(float, f32)
+LZ_LAYER_TRAIN_DECLARE(double, f64)
+
+/* Elements of each trainable tensor of a layer. */
+static inline size_t lz_lizard_wq_numel(const lz_lizard_geom *g) { return (size_t)g->n_wq * g->d * g->f; }
+static inline size_t lz_lizard_wk_numel(const lz_lizard_geom *g) { return (size_t)g->n_wk * g->d * g->f; }
+
+#endif

@@ -1,0 +1,13 @@
+/* train_kernels_f32.c - the training kernels in float: what `lizard distill` runs. */
+#include <math.h>   // INFINITY
+#include <stdlib.h> // malloc, calloc, free, abort
+#include <string.h> // memset, memcpy
+
+#include "train_kernels.h"
+
+#include "backward/real.h" // real = float, LZ_R(name) = name##_f32
+#include "backward/feature_map_backward.inc"
+#include "backward/gate_backward.inc"
+#include "backward/gla_backward.inc"
+#include "backward/window_backward.inc"
+#include "backward/layer_train.inc"

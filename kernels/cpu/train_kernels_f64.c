@@ -1,0 +1,15 @@
+/* train_kernels_f64.c - the training kernels in double: what the gradient
+ * checks run against finite differences (tests/unit/test_train_kernels.c). */
+#define LZ_TRAIN_F64
+#include <math.h>   // INFINITY
+#include <stdlib.h> // malloc, calloc, free, abort
+#include <string.h> // memset, memcpy
+
+#include "train_kernels.h"
+
+#include "backward/real.h" // real = double, LZ_R(name) = name##_f64
+#include "backward/feature_map_backward.inc"
+#include "backward/gate_backward.inc"
+#include "backward/gla_backward.inc"
+#include "backward/window_backward.inc"
+#include "backward/layer_train.inc"

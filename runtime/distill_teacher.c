@@ -1,0 +1,139 @@
+/* distill_teacher.c - the teacher run layer by layer, its activations handed
+ * to the distillation before each layer moves on. */
+#include "distill_teacher.h"
+
+#include <stdlib.h> // calloc, free
+#include <string.h> // memset
+
+#include <mpi.h> // MPI_Send, MPI_Recv
+
+#include "decoder_layer.h" // lz_decoder_layer_forward
+#include "engine.h"        // lz_open_backend
+#include "mpi_world.h"     // LZ_MPI_TRY
+
+lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank) {
+    memset(t, 0, sizeof *t);
+    t->batch = batch;
+    t->seq_len = seq_len;
+    t->plan = plan;
+    t->rank = rank;
+    lz_config cfg;
+    LZ_TRY(lz_config_load(dir, &cfg));
+    if (cfg.has_lizard)
+        return lz_fail(LZ_ERR_INPUT, "--teacher %s: config.json has a \"lizard\" block; distill from a teacher", dir);
+    if (seq_len > cfg.max_position_embeddings)
+        return lz_fail(LZ_ERR_INPUT, "--seq-len %d exceeds the teacher's max_position_embeddings %d", seq_len,
+                       cfg.max_position_embeddings);
+    LZ_TRY(lz_open_backend("cpu", NULL, &t->be, &t->ops));
+    lz_stage_parts parts;
+    lz_stage_parts_all(&parts, cfg.num_hidden_layers);
+    parts.head = false; // distillation needs no logits
+    for (int i = 0; plan && i < cfg.num_hidden_layers; i++)
+        parts.layer[i] = plan->layer_rank[i] == rank;
+    parts.embed = !plan || plan->embed_rank == rank;
+    lz_status s = lz_model_load_stage(&t->model, dir, &cfg, t->ops, t->be, &parts);
+    if (s != LZ_OK) {
+        t->ops->destroy(t->be);
+        t->be = NULL;
+        return s;
+    }
+    const size_t T = (size_t)batch * seq_len, H = (size_t)cfg.hidden_size, d = (size_t)cfg.head_dim;
+    s = lz_state_create(&t->state, &t->model, batch, seq_len);
+    if (s == LZ_OK)
+        s = lz_workspace_create(&t->ws, &t->model, (int)T, 0);
+    t->x = calloc(T * H, sizeof(float));
+    t->q = calloc(T * cfg.num_attention_heads * d, sizeof(float));
+    t->k = calloc(T * cfg.num_key_value_heads * d, sizeof(float));
+    t->slot = calloc((size_t)batch, sizeof(int32_t));
+    t->start = calloc((size_t)batch, sizeof(int32_t));
+    t->len = calloc((size_t)batch, sizeof(int32_t));
+    t->pos = calloc((size_t)batch, sizeof(int32_t));
+    t->token_pos = calloc(T, sizeof(int32_t));
+    if (s == LZ_OK && !(t->x && t->q && t->k && t->slot && t->start && t->len && t->pos && t->token_pos))
+        s = lz_fail(LZ_ERR_NOMEM, "teacher activations for %d x %d tokens: out of memory", batch, seq_len);
+    if (s != LZ_OK) {
+        lz_teacher_close(t);
+        return s;
+    }
+    for (int b = 0; b < batch; b++) {
+        t->slot[b] = b;
+        t->start[b] = b * seq_len;
+        t->len[b] = seq_len;
+        for (int i = 0; i < seq_len; i++)
+            t->token_pos[(size_t)b * seq_len + i] = i;
+    }
+    return LZ_OK;
+}
+
+void lz_teacher_close(lz_teacher *t) {
+    if (t->be) {
+        if (t->ws.x)
+            lz_workspace_free(&t->ws, &t->model);
+        if (t->state.layers)
+            lz_state_free(&t->state, &t->model);
+        lz_model_free(&t->model);
+        t->ops->destroy(t->be);
+    }
+    free(t->x), free(t->q), free(t->k), free(t->slot), free(t->start), free(t->len), free(t->pos);
+    free(t->token_pos);
+    memset(t, 0, sizeof *t);
+}
+
+/* Layers [first, last) of this process, each handed to fn after it ran. */
+static lz_status run_layers(lz_teacher *t, const lz_batch *b, int first, int last, lz_teacher_layer_fn fn,
+                            void *ctx) {
+    lz_model *m = &t->model;
+    const int T = b->n_tokens;
+    const float eps = (float)m->cfg.rms_norm_eps;
+    for (int i = first; i < last; i++) {
+        lz_layer *ly = &m->layers[i];
+        // the layer recomputes these; taken here because it overwrites xn and rotates q, k in place
+        LZ_TRY(t->ops->rmsnorm(t->be, t->x, t->ws.x, &ly->input_norm, T, eps));
+        LZ_TRY(t->ops->linear(t->be, t->q, t->x, &ly->wq, &ly->bq, T));
+        LZ_TRY(t->ops->linear(t->be, t->k, t->x, &ly->wk, &ly->bk, T));
+        LZ_TRY(lz_decoder_layer_forward(m, ly, &t->state.layers[i], &t->ws, b, t->seq_len));
+        const lz_teacher_acts acts = {i, t->x, t->q, t->k, t->ws.v, t->ws.att};
+        LZ_TRY(fn(ctx, &acts));
+    }
+    return LZ_OK;
+}
+
+/* The plan's visits in order; the hidden states [T, hidden] move over MPI
+ * whenever the next visit belongs to another rank. */
+static lz_status run_planned(lz_teacher *t, const lz_batch *b, int n_layers, lz_teacher_layer_fn fn, void *ctx) {
+    enum { TAG = 7301 };
+    lz_plan_visit visits[LZ_MAX_LAYERS + 2];
+    int n = 0, holder = t->plan->embed_rank;
+    lz_plan_visit_order(t->plan, visits, LZ_MAX_LAYERS + 2, &n);
+    const int count = b->n_tokens * t->model.cfg.hidden_size;
+    for (int v = 0; v < n; v++) {
+        const int first = visits[v].first, last = first + visits[v].count < n_layers ? first + visits[v].count
+                                                                                     : n_layers;
+        if (visits[v].run < 0 || first >= last)
+            continue; // embedding or head alone, or layers past the last one wanted
+        if (visits[v].rank != holder) {
+            if (t->rank == holder)
+                LZ_MPI_TRY(MPI_Send(t->ws.x, count, MPI_FLOAT, visits[v].rank, TAG, MPI_COMM_WORLD));
+            else if (t->rank == visits[v].rank)
+                LZ_MPI_TRY(MPI_Recv(t->ws.x, count, MPI_FLOAT, holder, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            holder = visits[v].rank;
+        }
+        if (t->rank == visits[v].rank)
+            LZ_TRY(run_layers(t, b, first, last, fn, ctx));
+    }
+    return LZ_OK;
+}
+
+lz_status lz_teacher_run(lz_teacher *t, const int32_t *ids, int n_layers, lz_teacher_layer_fn fn, void *ctx) {
+    lz_model *m = &t->model;
+    const int T = t->batch * t->seq_len;
+    const lz_batch b = {t->batch, T, t->slot, t->start, t->len, t->pos, t->token_pos};
+    for (int s = 0; s < t->batch; s++)
+        LZ_TRY(lz_state_reset_slot(&t->state, m, s));
+    LZ_TRY(lz_step_begin(m, &t->state, &t->ws, ids, &b, NULL, 0));
+    if (m->parts.embed)
+        LZ_TRY(lz_step_embed(m, &t->ws, ids, &b));
+    if (t->plan)
+        return run_planned(t, &b, n_layers, fn, ctx);
+    return run_layers(t, &b, 0, n_layers < m->cfg.num_hidden_layers ? n_layers : m->cfg.num_hidden_layers, fn, ctx);
+}

@@ -1,0 +1,61 @@
+/* distill_teacher.h - the teacher's activations that stage-1 distillation
+ * trains on: for every layer of a batch of sequences, the layer input after
+ * input_layernorm x, the projections q, k (before RoPE: a Lizard layer has
+ * none) and v, and the target = the teacher's softmax attention output
+ * (RoPE applied, before o_proj). Layers then continue as the teacher's, so
+ * each layer learns from the teacher's own hidden states.
+ *
+ * CPU backend only: the training kernels read these arrays as host fp32.
+ *
+ * Under mpirun the teacher is split by a placement plan (plan.h): each rank
+ * loads and runs only its layers, and the hidden states travel between the
+ * ranks over MPI in the plan's visit order, so each rank sees the
+ * activations of exactly the layers it owns. */
+#ifndef LZ_DISTILL_TEACHER_H
+#define LZ_DISTILL_TEACHER_H
+
+#include <stdint.h> // int32_t
+
+#include "model.h" // lz_model
+#include "plan.h"  // lz_plan
+#include "state.h" // lz_state
+#include "step.h"  // lz_workspace
+
+/* One layer's activations: rows [batch * seq_len], sequence b in rows
+ * b*seq_len .. (b+1)*seq_len - 1. */
+typedef struct {
+    int layer;
+    const float *x;      /* [T, hidden] */
+    const float *q;      /* [T, Hq, head_dim] */
+    const float *k, *v;  /* [T, Hkv, head_dim] */
+    const float *target; /* [T, Hq, head_dim] */
+} lz_teacher_acts;
+
+typedef lz_status (*lz_teacher_layer_fn)(void *ctx, const lz_teacher_acts *acts);
+
+typedef struct {
+    lz_backend *be;
+    const lz_ops *ops;
+    lz_model model;
+    lz_state state;
+    lz_workspace ws;
+    int batch, seq_len;
+    float *x, *q, *k;            /* [T, ...] copies taken before the layer runs */
+    int32_t *slot, *start, *len, *pos, *token_pos;
+    const lz_plan *plan;         /* NULL: one process holds every layer */
+    int rank;
+} lz_teacher;
+
+/* Loads DIR as a teacher (every layer softmax) for batches of `batch`
+ * sequences of `seq_len` tokens; seq_len is checked against the model's
+ * max_position_embeddings. With a plan, only the layers of `rank` (and the
+ * embedding if it owns it); the plan must outlive the teacher. */
+lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank);
+void lz_teacher_close(lz_teacher *t);
+
+/* Runs ids [batch, seq_len] through layers 0 .. n_layers-1, calling
+ * fn(ctx, acts) for every layer (of this rank) before the next one runs.
+ * Under a plan every rank calls it with the same ids and n_layers. */
+lz_status lz_teacher_run(lz_teacher *t, const int32_t *ids, int n_layers, lz_teacher_layer_fn fn, void *ctx);
+
+#endif
