@@ -19,7 +19,8 @@
 
 typedef struct {
     const char *model, *ids, *prompt, *prompts_file, *device, *dtype, *softmax, *format, *placement, *plan, *session;
-    long max_tokens, top_k, seed, chunk, batch;
+    const char *move_placement, *move_plan;
+    long max_tokens, top_k, seed, chunk, batch, move_after;
     double temperature, top_p;
     bool stats, ignore_eos;
 } generate_args;
@@ -70,6 +71,12 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
             break;
         if ((!a->ignore_eos && lz_generation_config_is_eos(gen, id)) || *n_out == a->max_tokens)
             break;
+        if (a->move_after > 0 && *n_out == a->move_after) { // the live sequence changes placement here
+            if ((s = lz_engine_replan(e, a->move_placement, a->move_plan)) != LZ_OK)
+                break;
+            fprintf(stderr, "lizard generate: moved the sequence at position %d to %s\n", e->state.slot_pos[0],
+                    a->move_plan ? a->move_plan : a->move_placement ? a->move_placement : "balanced");
+        }
         if (greedy) {
             const int32_t in = id;
             s = lz_engine_decode_greedy(e, 1, &slot, &in, &id);
@@ -372,8 +379,8 @@ static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **p
 }
 
 lz_status lz_cmd_generate(int argc, char **argv) {
-    generate_args a = {NULL, NULL, NULL, NULL, "cpu", "bf16", NULL, "text", NULL, NULL, NULL, 16, -1, 0, 512, 0, -1.0,
-                       -1.0, false, false};
+    generate_args a = {.device = "cpu", .dtype = "bf16", .format = "text", .max_tokens = 16, .top_k = -1, .seed = 0,
+                       .chunk = 512, .temperature = -1.0, .top_p = -1.0};
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &a.model, true, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &a.ids, false, 0, 0},
@@ -405,6 +412,11 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         {"--session", LZ_OPT_STRING, "FILE", "continue the sequence saved in FILE (if it exists), save it there after",
          &a.session, false, 0, 0},
         {"--stats", LZ_OPT_FLAG, "", "print state bytes per sequence by layer kind (stderr)", &a.stats, false, 0, 0},
+        {"--move-after", LZ_OPT_INT, "N", "under mpirun: after N tokens, move the live sequence to another placement "
+                                          "(--move-placement or --move-plan) and go on", &a.move_after, false, 1, 1 << 30},
+        {"--move-placement", LZ_OPT_STRING, "balanced|by-type", "the placement --move-after moves to",
+         &a.move_placement, false, 0, 0},
+        {"--move-plan", LZ_OPT_STRING, "FILE", "or the plan file it moves to", &a.move_plan, false, 0, 0},
     };
     const lz_command_spec spec = {"generate", "continue a prompt, token by token", options,
                                   (int)(sizeof options / sizeof options[0])};
@@ -422,6 +434,12 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --session keeps one sequence (not --batch or --prompts-file)");
     if (a.prompts_file && a.batch)
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --batch copies one prompt; --prompts-file gives many");
+    if (a.move_after && (a.prompts_file || a.batch))
+        return lz_fail(LZ_ERR_INPUT, "lizard generate: --move-after moves one sequence (not --batch or --prompts-file)");
+    if ((a.move_placement || a.move_plan) && !a.move_after)
+        return lz_fail(LZ_ERR_INPUT, "lizard generate: --move-placement / --move-plan need --move-after N");
+    if (a.move_placement && a.move_plan)
+        return lz_fail(LZ_ERR_INPUT, "lizard generate: give one of --move-placement and --move-plan");
     // The tokenizer is optional with --ids (ids are printed), required with --prompt.
     lz_tokenizer *tok = NULL;
     char tok_path[4096];

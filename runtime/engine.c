@@ -6,6 +6,7 @@
 #include "clock.h"         // lz_now_seconds
 #include "model_presets.h" // lz_preset_config
 #include "mpi_world.h"     // lz_world_get
+#include "engine_session.h"  // lz_engine_save_stages
 
 #include "engine.h"
 
@@ -44,6 +45,53 @@ static lz_status engine_step(lz_engine *e, const int32_t *ids, const lz_batch *b
     return lz_step(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits);
 }
 
+/* This rank's stage under the current plan (or the whole model): weights, state slots, scratch. */
+static lz_status load_stage(lz_engine *e, const lz_stage_parts *parts) {
+    const lz_engine_options *o = &e->opt;
+    lz_status s = o->shape ? lz_model_init_random_stage(&e->model, &e->cfg, e->ops, e->be, parts, o->seed)
+                           : lz_model_load_stage(&e->model, o->model_dir, &e->cfg, e->ops, e->be, parts);
+    if (s == LZ_OK)
+        s = lz_state_create(&e->state, &e->model, o->n_slots, o->max_context);
+    if (s == LZ_OK) {
+        int step_tokens = o->prefill_chunk > o->n_slots ? o->prefill_chunk : o->n_slots;
+        s = lz_workspace_create(&e->ws, &e->model, step_tokens, step_tokens);
+    }
+    return s == LZ_OK ? e->ops->sync(e->be) : s; // uploads finished: the load time is real
+}
+
+static void free_stage(lz_engine *e) {
+    if (!e->model.ops)
+        return;
+    lz_workspace_free(&e->ws, &e->model);
+    lz_state_free(&e->state, &e->model);
+    lz_model_free(&e->model);
+}
+
+/* Every rank: agree on a plan (rank 0 makes it from placement / plan_file
+ * and every rank's free bytes; the others receive it), then load this
+ * rank's part. The device communicator, once made, is kept. */
+static lz_status plan_and_load(lz_engine *e, const char *placement, const char *plan_file) {
+    lz_stage_parts parts;
+    const bool had_p2p = e->pipe.device_p2p;
+    lz_status s = lz_pipeline_plan(&e->pipe, &e->cfg, placement, plan_file, (uint64_t)e->opt.max_context,
+                                   e->opt.n_slots, free_bytes(e), &parts);
+    if (s == LZ_OK && !had_p2p)
+        s = lz_pipeline_connect(&e->pipe, e->ops, e->be);
+    e->pipe.device_p2p |= had_p2p;
+    return s == LZ_OK ? load_stage(e, &parts) : s;
+}
+
+/* Other ranks: serve rank 0's steps, planning again whenever it asks. */
+static lz_status serve(lz_engine *e) {
+    for (;;) {
+        LZ_TRY(lz_pipeline_serve(&e->pipe, &e->model, &e->state, &e->ws));
+        if (!e->pipe.replan)
+            return LZ_OK;
+        free_stage(e);
+        LZ_TRY(plan_and_load(e, NULL, NULL));
+    }
+}
+
 lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
     memset(e, 0, sizeof *e);
     const double t0 = lz_now_seconds();
@@ -52,43 +100,59 @@ lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
         e->opt.n_slots = 1;
     if (e->opt.prefill_chunk <= 0)
         e->opt.prefill_chunk = 512;
-    lz_config cfg;
     if (!opt->model_dir == !opt->shape)
         return lz_fail(LZ_ERR_INPUT, "give exactly one of --model DIR or --shape PRESET");
-    LZ_TRY(opt->shape ? lz_preset_config(opt->shape, "--shape", &cfg) : lz_config_load(opt->model_dir, &cfg));
+    LZ_TRY(opt->shape ? lz_preset_config(opt->shape, "--shape", &e->cfg) : lz_config_load(opt->model_dir, &e->cfg));
     if (opt->softmax_layers)
-        LZ_TRY(lz_config_set_softmax_layers(&cfg, opt->softmax_layers));
+        LZ_TRY(lz_config_set_softmax_layers(&e->cfg, opt->softmax_layers));
     if (e->opt.max_context <= 0)
-        e->opt.max_context = cfg.max_position_embeddings;
+        e->opt.max_context = e->cfg.max_position_embeddings;
     LZ_TRY(lz_open_backend(e->opt.device, e->opt.dtype, &e->be, &e->ops));
-    lz_stage_parts parts;
-    lz_stage_parts_all(&parts, cfg.num_hidden_layers);
-    lz_status s = LZ_OK;
+    lz_status s;
     if (lz_world_get()->size > 1) {
         e->pipelined = true;
-        s = lz_pipeline_plan(&e->pipe, &cfg, opt->placement, opt->plan_file, (uint64_t)e->opt.max_context,
-                             e->opt.n_slots, free_bytes(e), &parts);
-        if (s == LZ_OK)
-            s = lz_pipeline_connect(&e->pipe, e->ops, e->be);
+        s = plan_and_load(e, opt->placement, opt->plan_file);
+    } else {
+        lz_stage_parts parts;
+        lz_stage_parts_all(&parts, e->cfg.num_hidden_layers);
+        s = load_stage(e, &parts);
     }
-    if (s == LZ_OK)
-        s = opt->shape ? lz_model_init_random_stage(&e->model, &cfg, e->ops, e->be, &parts, opt->seed)
-                       : lz_model_load_stage(&e->model, opt->model_dir, &cfg, e->ops, e->be, &parts);
-    if (s == LZ_OK)
-        s = lz_state_create(&e->state, &e->model, e->opt.n_slots, e->opt.max_context);
-    if (s == LZ_OK) {
-        int step_tokens = e->opt.prefill_chunk > e->opt.n_slots ? e->opt.prefill_chunk : e->opt.n_slots;
-        s = lz_workspace_create(&e->ws, &e->model, step_tokens, step_tokens);
-    }
-    if (s == LZ_OK)
-        s = e->ops->sync(e->be); // uploads finished: the load time is real
     e->load_seconds = e->pipe.stats.load_seconds = lz_now_seconds() - t0;
     if (s == LZ_OK && e->pipelined && e->pipe.rank != 0) {
-        s = lz_pipeline_serve(&e->pipe, &e->model, &e->state, &e->ws);
+        s = serve(e);
         e->worker = true;
     }
     if (s != LZ_OK)
         lz_engine_close(e);
+    return s;
+}
+
+lz_status lz_engine_replan(lz_engine *e, const char *placement, const char *plan_file) {
+    if (!e->pipelined)
+        return lz_fail(LZ_ERR_INPUT, "moving sequences to another placement needs a pipeline (mpirun -np N, N > 1)");
+    const int n = e->state.n_slots;
+    Lizard__SequenceState *saved = calloc((size_t)n, sizeof *saved);
+    if (!saved)
+        return lz_fail(LZ_ERR_NOMEM, "replan: out of memory");
+    lz_status s = LZ_OK;
+    for (int slot = 0; s == LZ_OK && slot < n; slot++) { // every live sequence, gathered from the stages
+        lizard__sequence_state__init(&saved[slot]);
+        saved[slot].position = (uint64_t)e->state.slot_pos[slot];
+        if (saved[slot].position > 0)
+            s = lz_engine_save_stages(e, slot, &saved[slot]);
+    }
+    if (s == LZ_OK)
+        s = lz_pipeline_request_replan(&e->pipe);
+    if (s == LZ_OK) {
+        free_stage(e);
+        s = plan_and_load(e, placement, plan_file);
+    }
+    for (int slot = 0; s == LZ_OK && slot < n; slot++) // scattered to their new stages
+        if (saved[slot].position > 0)
+            s = lz_engine_restore_stages(e, slot, &saved[slot]);
+    for (int slot = 0; slot < n; slot++)
+        lz_engine_free_stages(&saved[slot]);
+    free(saved);
     return s;
 }
 
@@ -97,11 +161,7 @@ void lz_engine_close(lz_engine *e) {
         lz_pipeline_close(&e->pipe); // the other ranks leave their serve loop
     if (e->pipelined)
         lz_pipeline_free(&e->pipe);
-    if (e->model.ops) {
-        lz_workspace_free(&e->ws, &e->model);
-        lz_state_free(&e->state, &e->model);
-        lz_model_free(&e->model);
-    }
+    free_stage(e);
     if (e->be)
         e->ops->destroy(e->be);
     memset(e, 0, sizeof *e);

@@ -37,6 +37,7 @@ typedef struct {
     lz_model model;
     lz_state state;
     lz_workspace ws;
+    lz_config cfg;       /* the model's, with the overrides */
     double load_seconds; /* lz_engine_open on this rank */
 } lz_engine;
 
@@ -75,6 +76,14 @@ lz_status lz_engine_decode_greedy(lz_engine *e, int n, const int32_t *slots, con
 int lz_engine_overlap(const lz_engine *e);
 lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool greedy);
 lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids);
+
+/* Rank 0, under mpirun: moves every live sequence to another placement
+ * (placement "balanced" / "by-type", or a plan file) without stopping the
+ * job: each sequence's state is gathered from its stages, every rank loads
+ * its part of the new plan, and the states go to their new stages; the
+ * continuation is the same as without the move (a server drains a rank
+ * this way). */
+lz_status lz_engine_replan(lz_engine *e, const char *placement, const char *plan_file);
 
 /* Benchmarks: slots[i] jump to positions[i] on every rank, state untouched
  * (a decode step then costs what it costs at that context). */

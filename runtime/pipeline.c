@@ -27,7 +27,7 @@ static void trace(const lz_pipeline *p, const char *event, uint64_t step) {
 
 enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, TAG_IDS = 13, TAG_HEADER = 14 };
 enum { STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4, STEP_FLAG_GREEDY = 8, STEP_FLAG_SEEK = 16,
-       STEP_FLAG_STATS = 32 };
+       STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64 };
 
 /* Bytes from rank 0 to all: the length, then the bytes. */
 static lz_status broadcast_bytes(uint8_t **buf, size_t *len, int rank) {
@@ -582,6 +582,11 @@ lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
         if (!h)
             return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed StepHeader came from rank 0", p->rank);
         const bool stop = (h->flags & STEP_FLAG_STOP) != 0;
+        p->replan = (h->flags & STEP_FLAG_REPLAN) != 0;
+        if (p->replan) {
+            lizard__step_header__free_unpacked(h, NULL);
+            return LZ_OK; // the engine plans again and comes back
+        }
         lz_status s = stop                                               ? LZ_OK
                       : h->flags & (STEP_FLAG_SAVE | STEP_FLAG_RESTORE) ? serve_state(p, m, st, h)
                       : h->flags & STEP_FLAG_SEEK                       ? seek_slots(p, st, h)
@@ -591,6 +596,15 @@ lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
         if (s != LZ_OK || stop)
             return s;
     }
+}
+
+lz_status lz_pipeline_request_replan(lz_pipeline *p) {
+    if (p->n_inflight > 0)
+        return lz_fail(LZ_ERR_INTERNAL, "pipeline: a new plan while %d started steps are unfinished", p->n_inflight);
+    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
+    h.flags = STEP_FLAG_REPLAN;
+    LZ_TRY(broadcast_header(p, &h));
+    return retire_headers(p, true);
 }
 
 lz_status lz_pipeline_close(lz_pipeline *p) {

@@ -59,6 +59,7 @@ typedef struct {
         MPI_Request *reqs; /* n_ranks - 1 */
     } headers[LZ_MAX_INFLIGHT];
     int n_headers;
+    bool replan; /* other ranks: rank 0 asked for a new plan (lz_pipeline_serve returned for it) */
 } lz_pipeline;
 
 /* Agrees on a plan: rank 0 makes it (`plan_file`, or `placement` over the
@@ -98,6 +99,9 @@ lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, 
 /* Rank 0: a StageState with every layer (packed) to all ranks; each restores its own layers. */
 lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
                               uint8_t *stage_bytes, size_t len);
+/* Rank 0: tells the other ranks to leave their serve loop with p->replan
+ * set: every rank then plans again (lz_pipeline_plan) and loads its new stage. */
+lz_status lz_pipeline_request_replan(lz_pipeline *p);
 /* Rank 0: tells the other ranks to stop. */
 lz_status lz_pipeline_close(lz_pipeline *p);
 void lz_pipeline_free(lz_pipeline *p);

@@ -53,6 +53,22 @@ run 3 "$LIZARD" generate --model "$TMP/tiny" --prompts-file "$TMP/p5.txt" --max-
 firsts() { python3 -c "import json,sys; print([json.loads(l)['ids'][0] for l in open(sys.argv[1])])" "$1"; }
 [ "$(firsts "$TMP/q0")" = "$(firsts "$TMP/q1")" ] && ok || bad "first tokens: $(firsts "$TMP/q0") vs $(firsts "$TMP/q1")"
 
+# a live sequence moved mid-generation (balanced on 3 ranks -> by-type; 2 ranks -> an interleaved plan):
+# the same sampled tokens as one uninterrupted process; a plan that does not fit the job is refused
+"$LIZARD" generate --model "$H" --ids $IDS --max-tokens 12 --format json --ignore-eos --temperature 0.8 --seed 3 \
+  >"$TMP/m0" 2>/dev/null
+run 3 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 12 --format json --ignore-eos --temperature 0.8 --seed 3 \
+  --move-after 5 --move-placement by-type >"$TMP/m1" 2>"$TMP/err"
+cmp -s "$TMP/m0" "$TMP/m1" && grep -q "moved the sequence at position" "$TMP/err" && ok || bad "moved to by-type: $(cat "$TMP/m1" "$TMP/err")"
+run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 12 --format json --ignore-eos --temperature 0.8 --seed 3 \
+  --move-after 7 --move-plan "$TMP/plan.txt" >"$TMP/m2" 2>"$TMP/err"
+cmp -s "$TMP/m0" "$TMP/m2" && ok || bad "moved to an interleaved plan: $(cat "$TMP/m2" "$TMP/err")"
+printf 'rank 0: embed 0\nrank 1: 1\nrank 2: 2, 3 head\n' >"$TMP/plan3.txt"
+run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 12 --ignore-eos --move-after 4 --move-plan "$TMP/plan3.txt" \
+  >/dev/null 2>"$TMP/err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "plan3.txt" "$TMP/err" && ok || bad "move to a 3-rank plan in a 2-rank job: rc=$rc $(grep error "$TMP/err")"
+
 # the benchmark through the pipeline: every figure and every rank's line
 run 3 "$LIZARD" bench --shape tiny-hybrid --device cpu --prompt 100 --batch 1,5 --context 40 --steps 3 \
   --prefill-chunk 16 --json "$TMP/bench.jsonl" >"$TMP/bench" 2>"$TMP/err"
