@@ -13,5 +13,6 @@ lz_status lz_cmd_info(int argc, char **argv);
 lz_status lz_cmd_tokenize(int argc, char **argv);
 lz_status lz_cmd_bench(int argc, char **argv);
 lz_status lz_cmd_plan(int argc, char **argv);
+lz_status lz_cmd_serve(int argc, char **argv);
 
 #endif
