@@ -91,6 +91,7 @@ static lz_status serve(const serve_args *a, lz_engine *e) {
                         .max_prompt_tokens = a->max_prompt_tokens, .max_tokens = a->max_tokens,
                         .max_body_bytes = a->max_body, .vocab = e->model.cfg.vocab_size};
     atomic_init(&srv.next_id, 1);
+    atomic_init(&srv.in_flight, 0);
     int port = 0;
     if (pthread_mutex_init(&srv.tok_mu, NULL) != 0)
         s = lz_fail(LZ_ERR_INTERNAL, "lizard serve: cannot create the tokenizer's lock");

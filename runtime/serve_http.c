@@ -528,6 +528,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!req)
             return MHD_NO;
         *con_cls = req;
+        atomic_fetch_add(&srv->in_flight, 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         req->too_big = cl && strtoll(cl, NULL, 10) > srv->max_body_bytes;
         return MHD_YES;
@@ -553,9 +554,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    serve_server *srv = cls;
     http_request *req = *con_cls;
     if (!req)
         return;
+    atomic_fetch_sub(&srv->in_flight, 1);
     if (req->job) {
         serve_job_cancel(req->job); // a no-op once it is done
         serve_job_release(req->job);
@@ -581,6 +584,11 @@ lz_status serve_http_start(serve_server *srv, const char *host, int port, int *b
 }
 
 void serve_http_stop(serve_server *srv) {
+    const double until = lz_now_seconds() + 30;
+    while (srv->daemon && atomic_load(&srv->in_flight) > 0 && lz_now_seconds() < until) {
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
     if (srv->daemon)
         MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;

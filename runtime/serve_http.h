@@ -28,12 +28,14 @@ typedef struct {
     long max_prompt_tokens, max_tokens, max_body_bytes;
     int vocab;
     atomic_long next_id;
+    atomic_int in_flight; /* requests begun and not yet completed */
     struct MHD_Daemon *daemon;
 } serve_server;
 
 /* Listens on host:port (port 0: any free port, *bound_port says which). */
 lz_status serve_http_start(serve_server *srv, const char *host, int port, int *bound_port);
-/* Stops listening; waits for the connection threads. */
+/* Waits (up to 30 s) for the requests in flight to be answered, then stops
+ * listening and waits for the connection threads. */
 void serve_http_stop(serve_server *srv);
 
 #endif
