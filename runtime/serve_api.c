@@ -24,13 +24,16 @@ bool serve_set_error(serve_error *err, int http_status, const char *type, const 
 #define BAD(param, ...) serve_set_error(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
 
 char *serve_error_json(const serve_error *err) {
-    char *clean = serve_utf8_clean(err->message, strlen(err->message));
-    json_t *root = clean ? json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", clean, "type", err->type,
-                                     "param", err->param[0] ? err->param : NULL, "code", err->code)
-                         : NULL;
+    // both may end inside a UTF-8 character where they were cut to size
+    char *message = serve_utf8_clean(err->message, strlen(err->message));
+    char *param = serve_utf8_clean(err->param, strlen(err->param));
+    json_t *root = message && param ? json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", message, "type",
+                                                err->type, "param", param[0] ? param : NULL, "code", err->code)
+                                    : NULL;
     char *out = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
-    free(clean);
+    free(message);
+    free(param);
     return out;
 }
 
