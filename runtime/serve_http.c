@@ -267,7 +267,6 @@ typedef struct {
     struct MHD_Connection *c;
     serve_job *job;
     serve_kind kind;
-    bool return_ids;
     serve_text text;
     char *stops[SERVE_MAX_STOPS];
     int n_stops;
@@ -406,7 +405,7 @@ static enum MHD_Result answer_stream(serve_server *srv, struct MHD_Connection *c
     stream *st = calloc(1, sizeof *st);
     if (!st)
         return send_body(srv, c, 500, NULL, NULL);
-    *st = (stream){.srv = srv, .c = c, .job = j, .kind = r->kind, .return_ids = r->return_token_ids};
+    *st = (stream){.srv = srv, .c = c, .job = j, .kind = r->kind};
     pthread_mutex_lock(&j->mu);
     j->refs++; // the stream's own reference: the response outlives this call
     pthread_mutex_unlock(&j->mu);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # serve_test.sh LIZARD [NP] - `lizard serve` end to end with curl on a tiny
 # model: completions, chat and streams (greedy answers equal `lizard generate`,
-# also for requests batched together), stop strings, sessions (the continued
+# also for requests batched together and prompts fed in 8-token pieces), stop strings, sessions (the continued
 # answer equals the whole conversation sent at once, in memory and spilled to
 # disk), the prefix cache, every error as an OpenAI error object, 429 from a
 # full queue, a disconnect freeing its slot, SIGTERM draining to exit 0.
@@ -47,7 +47,7 @@ serve_ids() {
 }
 
 start_server "$TMP/a.log" --model "$M" --api-key "$KEY" --max-batch 4 --max-prompt-tokens 512 --max-tokens 32 \
-    --max-body-bytes 8192 --prefix-min-tokens 8 || { echo "FAIL: server did not start" >&2; exit 1; }
+    --max-body-bytes 8192 --prefix-min-tokens 8 --prefill-chunk 8 || { echo "FAIL: server did not start" >&2; exit 1; }
 
 # ---- endpoints ----------------------------------------------------------------
 [ "$(req GET /health)" = 200 ] && ok || bad "/health"
