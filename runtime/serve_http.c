@@ -347,14 +347,24 @@ static bool advance(stream *st) {
         if (st->consumed == j->n_tokens && !j->done)
             wait_a_little(j);
     }
-    const int upto = j->n_tokens;
+    // copied under the lock: the engine may move the array as it grows
+    const int fresh = j->n_tokens - st->consumed;
+    int32_t *ids = fresh > 0 ? malloc(sizeof(int32_t) * (size_t)fresh) : NULL;
+    if (ids)
+        memcpy(ids, j->tokens + st->consumed, sizeof(int32_t) * (size_t)fresh);
     const bool done = j->done, failed = j->failed, at_eos = j->stopped_at_eos;
     pthread_mutex_unlock(&j->mu);
-    for (; st->consumed < upto && !st->text.stopped; st->consumed++) // tokens below n_tokens never change
-        if (serve_text_push(&st->text, j->tokens[st->consumed]) != LZ_OK) {
-            lz_error_clear();
-            return false;
-        }
+    if (fresh > 0 && !ids)
+        return false;
+    lz_status s = LZ_OK;
+    for (int i = 0; i < fresh && !st->text.stopped && s == LZ_OK; i++)
+        s = serve_text_push(&st->text, ids[i]);
+    st->consumed += fresh;
+    free(ids);
+    if (s != LZ_OK) {
+        lz_error_clear();
+        return false;
+    }
     if (st->text.stopped) {
         serve_job_cancel(j); // the answer is complete: the engine frees the slot
         return queue_end(st, false, false);
