@@ -215,6 +215,38 @@ static serve_job *make_job(serve_server *srv, const serve_request *r, serve_erro
     return j;
 }
 
+/* Waits for tokens past *consumed (or the job's end) and feeds them to t;
+ * false when the client left or memory ran out. */
+static bool follow(serve_job *j, struct MHD_Connection *c, serve_text *t, int *consumed, bool *done, bool *failed,
+                   bool *at_eos) {
+    pthread_mutex_lock(&j->mu);
+    while (*consumed == j->n_tokens && !j->done) {
+        pthread_mutex_unlock(&j->mu);
+        if (client_gone(c))
+            return false;
+        pthread_mutex_lock(&j->mu);
+        if (*consumed == j->n_tokens && !j->done)
+            wait_a_little(j);
+    }
+    // copied under the lock: the engine may move the array as it grows
+    const int fresh = j->n_tokens - *consumed;
+    int32_t *ids = fresh > 0 ? malloc(sizeof(int32_t) * (size_t)fresh) : NULL;
+    if (ids)
+        memcpy(ids, j->tokens + *consumed, sizeof(int32_t) * (size_t)fresh);
+    *done = j->done, *failed = j->failed, *at_eos = j->stopped_at_eos;
+    pthread_mutex_unlock(&j->mu);
+    if (fresh > 0 && !ids)
+        return false;
+    lz_status s = LZ_OK;
+    for (int i = 0; i < fresh && !t->stopped && s == LZ_OK; i++)
+        s = serve_text_push(t, ids[i]);
+    *consumed += fresh;
+    free(ids);
+    if (s != LZ_OK)
+        lz_error_clear();
+    return s == LZ_OK;
+}
+
 /* ---- a whole answer --------------------------------------------------------- */
 
 static const char *finish_reason(const serve_text *t, bool at_eos) { return t->stopped || at_eos ? "stop" : "length"; }
@@ -224,34 +256,39 @@ static void answer_meta(serve_server *srv, serve_kind kind, char *id, size_t cap
     *m = (serve_answer_meta){.id = id, .model = srv->model_name, .created = (long)time(NULL)};
 }
 
+/* Follows the tokens as they come, so that a stop string ends the generation early. */
 static enum MHD_Result answer_whole(serve_server *srv, struct MHD_Connection *c, const serve_request *r,
                                     serve_job *j) {
-    if (!wait_job(j, c, true))
-        return MHD_NO; // the client left: nobody to answer
-    pthread_mutex_lock(&j->mu);
-    const bool failed = j->failed;
-    pthread_mutex_unlock(&j->mu);
-    if (failed)
+    serve_text t;
+    serve_text_init(&t, srv->tok, r->stop, r->n_stop);
+    int consumed = 0;
+    bool done = false, failed = false, at_eos = false, ok = true;
+    while (ok && !done && !t.stopped)
+        ok = follow(j, c, &t, &consumed, &done, &failed, &at_eos);
+    if (ok && t.stopped) { // the engine stops within a step; then the ids no longer change
+        serve_job_cancel(j);
+        ok = wait_job(j, c, true);
+    }
+    if (!ok) {
+        serve_text_free(&t);
+        return MHD_NO; // the client left (or memory ran out): nobody to answer
+    }
+    if (failed) {
+        serve_text_free(&t);
         return send_job_error(srv, c, j);
+    }
     char id[64];
     serve_answer_meta m;
     answer_meta(srv, r->kind, id, sizeof id, &m);
-    serve_text t;
-    serve_text_init(&t, srv->tok, r->stop, r->n_stop);
-    lz_status s = LZ_OK;
-    for (int i = 0; s == LZ_OK && i < j->n_tokens && !t.stopped; i++) // done: the engine writes no more
-        s = serve_text_push(&t, j->tokens[i]);
-    if (s == LZ_OK)
-        s = serve_text_flush(&t);
     char *body = NULL;
-    if (s == LZ_OK) {
+    if (serve_text_flush(&t) == LZ_OK) {
         const char *p;
         size_t n;
         serve_text_take(&t, true, &p, &n);
         m.prompt_tokens = j->prompt_tokens;
         m.cached_tokens = j->cached_tokens;
         m.completion_tokens = t.n_tokens;
-        body = serve_answer_json(r->kind, &m, p, n, finish_reason(&t, j->stopped_at_eos), j->tokens,
+        body = serve_answer_json(r->kind, &m, p, n, finish_reason(&t, at_eos), j->tokens,
                                  r->return_token_ids ? t.n_tokens : -1);
     } else {
         lz_error_clear();
@@ -338,33 +375,9 @@ static bool queue_end(stream *st, bool failed, bool at_eos) {
 /* New tokens into text and events; false when the client left or memory ran out. */
 static bool advance(stream *st) {
     serve_job *j = st->job;
-    pthread_mutex_lock(&j->mu);
-    while (st->consumed == j->n_tokens && !j->done) {
-        pthread_mutex_unlock(&j->mu);
-        if (client_gone(st->c))
-            return false;
-        pthread_mutex_lock(&j->mu);
-        if (st->consumed == j->n_tokens && !j->done)
-            wait_a_little(j);
-    }
-    // copied under the lock: the engine may move the array as it grows
-    const int fresh = j->n_tokens - st->consumed;
-    int32_t *ids = fresh > 0 ? malloc(sizeof(int32_t) * (size_t)fresh) : NULL;
-    if (ids)
-        memcpy(ids, j->tokens + st->consumed, sizeof(int32_t) * (size_t)fresh);
-    const bool done = j->done, failed = j->failed, at_eos = j->stopped_at_eos;
-    pthread_mutex_unlock(&j->mu);
-    if (fresh > 0 && !ids)
+    bool done, failed, at_eos;
+    if (!follow(j, st->c, &st->text, &st->consumed, &done, &failed, &at_eos))
         return false;
-    lz_status s = LZ_OK;
-    for (int i = 0; i < fresh && !st->text.stopped && s == LZ_OK; i++)
-        s = serve_text_push(&st->text, ids[i]);
-    st->consumed += fresh;
-    free(ids);
-    if (s != LZ_OK) {
-        lz_error_clear();
-        return false;
-    }
     if (st->text.stopped) {
         serve_job_cancel(j); // the answer is complete: the engine frees the slot
         return queue_end(st, false, false);
