@@ -32,7 +32,6 @@ static enum MHD_Result send_body(serve_server *srv, struct MHD_Connection *c, in
         static char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
                             "\"code\":null}}";
         status = 500;
-        body = oom;
         struct MHD_Response *r = MHD_create_response_from_buffer(strlen(oom), oom, MHD_RESPMEM_PERSISTENT);
         if (!r)
             return MHD_NO;
