@@ -95,6 +95,21 @@ static void chat_formats(void) {
     serve_chat_format f;
     const char *why;
     CHECK_FAILS_WITH(serve_chat_detect("/nonexistent", "chatml", &f, &why), LZ_ERR_INPUT, "--chat-template");
+    CHECK(serve_chat_detect("/nonexistent", NULL, &f, &why) == LZ_OK && f == SERVE_CHAT_LLAMA3);
+    // the format from tokenizer_config.json's chat_template markers
+    char dir[] = "/tmp/lz_test_chat_XXXXXX", path[200];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    const char *templates[] = {"{\"chat_template\": \"{{ bos_token }}[INST] {{ m }} [/INST]\"}",
+                               "{\"chat_template\": \"<|start_header_id|>{{ role }}\"}"};
+    for (int i = 0; i < 2; i++) {
+        FILE *out = fopen(path, "w");
+        CHECK(out && fputs(templates[i], out) >= 0 && fclose(out) == 0);
+        CHECK(serve_chat_detect(dir, NULL, &f, &why) == LZ_OK && f == (i == 0 ? SERVE_CHAT_MISTRAL : SERVE_CHAT_LLAMA3));
+        CHECK(serve_chat_detect(dir, "mistral", &f, &why) == LZ_OK && f == SERVE_CHAT_MISTRAL); // the flag wins
+    }
+    unlink(path);
+    rmdir(dir);
 }
 
 static void stop_strings(const char *fixtures) {
