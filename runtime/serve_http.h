@@ -5,7 +5,7 @@
 #define LZ_SERVE_HTTP_H
 
 #include <pthread.h> // pthread_mutex_t
-#include <stdatomic.h>
+#include <stdatomic.h> // atomic_long, atomic_int
 
 #include "generation_config.h" // lz_generation_config
 #include "serve_chat.h"        // serve_chat_format

@@ -1,9 +1,8 @@
 /* serve_prefix.c - the prefix cache (see serve_prefix.h). */
-#include <stdbool.h> // bool
-#include <stdlib.h>  // calloc, malloc, free
-#include <string.h>  // memcmp, memcpy
-
 #include "serve_prefix.h"
+
+#include <stdlib.h> // calloc, malloc, free
+#include <string.h> // memcmp, memcpy
 
 lz_status serve_prefix_init(serve_prefix *p, int entries) {
     *p = (serve_prefix){0};

@@ -1,7 +1,6 @@
 /* serve_scheduler.c - continuous batching (see serve_scheduler.h). */
 #include "serve_scheduler.h"
 
-#include <errno.h>  // ETIMEDOUT
 #include <stdlib.h> // malloc, calloc, realloc, free
 #include <string.h> // memcpy, strcmp
 #include <time.h>   // clock_gettime
