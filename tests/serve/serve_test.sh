@@ -173,6 +173,14 @@ expect_error 413 - POST /v1/completions "{\"prompt\": \"$(head -c 9000 /dev/zero
 code=$(printf '{"prompt": "\xff\xfe bad utf8"}' | curl -s -o "$TMP/body" -w '%{http_code}' "${AUTH[@]}" --data-binary @- "$URL/v1/completions")
 [ "$code" = 400 ] && ok || bad "invalid UTF-8 body: $code"
 
+# hostile clients: garbage instead of HTTP, a body shorter than its Content-Length, a client that
+# hangs up while its answer is generated; the server keeps answering
+printf 'GARBAGE \x01\x02\r\n\r\n' >/dev/tcp/127.0.0.1/"$PORT" 2>/dev/null
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{"prompt"' >/dev/tcp/127.0.0.1/"$PORT" 2>/dev/null
+curl -s -m 0.05 -o /dev/null "${AUTH[@]}" "$URL/v1/completions" --data-binary '{"prompt": "x", "max_tokens": 32, "ignore_eos": true}'
+[ "$(req GET /health)" = 200 ] && ok || bad "/health after hostile clients"
+wait_metric lizard_running_sequences 0 && ok || bad "a client that hung up still holds its slot"
+
 # /metrics: Prometheus text with the counters moved
 curl -s "$URL/metrics" >"$TMP/metrics"
 for name in 'lizard_requests_total{status="400"}' lizard_time_to_first_token_seconds_count \
