@@ -222,10 +222,20 @@ if [ -z "$NP" ]; then
     [ "$(jget "$TMP/drain" "d['usage']['completion_tokens']")" = 4000 ] && ok || bad "drained request: $(head -c 300 "$TMP/drain")"
     [ -f "$TMP/sd/drain1.lzs" ] && ok || bad "drained session not saved"
     # a restarted server continues a session from the folder
-    start_server "$TMP/c.log" --model "$M" --session-dir "$TMP/sd" || bad "server C did not start"
+    start_server "$TMP/c.log" --model "$M" --session-dir "$TMP/sd" --chat-template mistral --max-prompt-tokens 512 ||
+        bad "server C did not start"
     code=$(req POST /v1/completions '{"prompt": [7, 8], "max_tokens": 3, "session": "disk1"}')
     [ "$code" = 200 ] && [ "$(jget "$TMP/body" "d['usage']['prompt_tokens']")" = 3 ] && ok ||
         bad "session after restart: $code $(cat "$TMP/body")"
+    # the Mistral format by flag: [INST] ... [/INST]; a session's second turn is only its new message
+    grep -q "chat format mistral (--chat-template)" "$TMP/c.log" && ok || bad "chat format line: $(cat "$TMP/c.log")"
+    req POST /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "session": "m1"}' >/dev/null
+    first=$(jget "$TMP/body" "d['usage']['prompt_tokens']")
+    req POST /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "session": "m1"}' >/dev/null
+    second=$(jget "$TMP/body" "d['usage']['prompt_tokens']")
+    # "[INST] Hi [/INST]" with BOS first; then the pending token, "</s>" unless it ended at eos, and the message
+    [ -n "$first" ] && [ -n "$second" ] && [ "$second" -le $((first + 1)) ] && [ "$second" -ge $((first - 1)) ] && ok ||
+        bad "mistral chat session prompt tokens: $first then $second"
     stop_server && ok || bad "server C exit"
 fi
 
