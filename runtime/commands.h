@@ -15,5 +15,6 @@ lz_status lz_cmd_bench(int argc, char **argv);
 lz_status lz_cmd_plan(int argc, char **argv);
 lz_status lz_cmd_distill(int argc, char **argv);
 lz_status lz_cmd_eval(int argc, char **argv);
+lz_status lz_cmd_serve(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ typedef struct {
 static const command commands[] = {
     {"forward", lz_cmd_forward, "run a prompt, write the logits of every position (.npy)", true},
     {"generate", lz_cmd_generate, "continue a prompt token by token", true},
+    {"serve", lz_cmd_serve, "an OpenAI-compatible HTTP server: completions, chat, streaming, sessions", true},
     {"bench", lz_cmd_bench, "prompt and decode throughput beside the device's ceilings", true},
     {"plan", lz_cmd_plan, "place the layers on pipeline ranks (balanced, by-type, a file) and show each rank's bytes",
      false},

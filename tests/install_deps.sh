@@ -5,7 +5,8 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config ca-certificates \
-    libjansson-dev libpcre2-dev protobuf-c-compiler libprotobuf-c-dev \
+    libjansson-dev libpcre2-dev protobuf-c-compiler libprotobuf-c-dev libmicrohttpd-dev \
+    curl nodejs npm \
     clang libclang-rt-14-dev \
     libopenmpi-dev openmpi-bin \
     python3 >/dev/null

@@ -1,0 +1,435 @@
+/* serve_api.c - request parsing and answer JSON (see serve_api.h). */
+#include "serve_api.h"
+
+#include <jansson.h> // json_loadb, json_pack
+#include <math.h>    // isfinite
+#include <stdarg.h>  // va_list
+#include <stdio.h>   // vsnprintf
+#include <stdlib.h>  // malloc, calloc, free
+#include <string.h>  // strcmp, strdup, memcpy
+
+bool serve_set_error(serve_error *err, int http_status, const char *type, const char *param, const char *code,
+                     const char *fmt, ...) {
+    err->http_status = http_status;
+    err->type = type;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+#define BAD(param, ...) serve_set_error(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+
+char *serve_error_json(const serve_error *err) {
+    // both may end inside a UTF-8 character where they were cut to size
+    char *message = serve_utf8_clean(err->message, strlen(err->message));
+    char *param = serve_utf8_clean(err->param, strlen(err->param));
+    json_t *root = message && param ? json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", message, "type",
+                                                err->type, "param", param[0] ? param : NULL, "code", err->code)
+                                    : NULL;
+    char *out = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    free(message);
+    free(param);
+    return out;
+}
+
+char *serve_utf8_clean(const char *s, size_t n) {
+    char *out = malloc(3 * n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n && c != 0;
+        for (size_t k = 1; ok && k < len; k++)
+            ok = ((unsigned char)s[i + k] >> 6) == 2;
+        if (ok && len == 2) // overlong forms jansson refuses
+            ok = c >= 0xC2;
+        if (ok && len == 3) {
+            const unsigned cp = ((c & 0x0Fu) << 12) | (((unsigned char)s[i + 1] & 0x3Fu) << 6) |
+                                ((unsigned char)s[i + 2] & 0x3Fu);
+            ok = cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF);
+        }
+        if (ok && len == 4) {
+            const unsigned cp = ((c & 0x07u) << 18) | (((unsigned char)s[i + 1] & 0x3Fu) << 12) |
+                                (((unsigned char)s[i + 2] & 0x3Fu) << 6) | ((unsigned char)s[i + 3] & 0x3Fu);
+            ok = cp >= 0x10000 && cp <= 0x10FFFF;
+        }
+        if (ok) {
+            memcpy(o, s + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* ---- request fields ---------------------------------------------------- */
+
+static bool get_string(json_t *v, const char *name, char **out, serve_error *err) {
+    if (!json_is_string(v))
+        return BAD(name, "%s: expected a string", name);
+    *out = strdup(json_string_value(v));
+    return *out ? true : serve_set_error(err, 500, "server_error", name, NULL, "%s: out of memory", name);
+}
+
+static bool get_int(json_t *v, const char *name, long min, long max, long *out, serve_error *err) {
+    if (!json_is_integer(v))
+        return BAD(name, "%s: expected an integer", name);
+    const json_int_t x = json_integer_value(v);
+    if (x < min || x > max)
+        return BAD(name, "%s: %lld is out of range [%ld, %ld]", name, (long long)x, min, max);
+    *out = (long)x;
+    return true;
+}
+
+static bool get_number(json_t *v, const char *name, double min, double max, double *out, serve_error *err) {
+    if (!json_is_number(v))
+        return BAD(name, "%s: expected a number", name);
+    const double x = json_number_value(v);
+    if (!isfinite(x) || x < min || x > max)
+        return BAD(name, "%s: %g is out of range [%g, %g]", name, x, min, max);
+    *out = x;
+    return true;
+}
+
+static bool get_bool(json_t *v, const char *name, bool *out, serve_error *err) {
+    if (!json_is_boolean(v))
+        return BAD(name, "%s: expected true or false", name);
+    *out = json_is_true(v);
+    return true;
+}
+
+/* A string prompt, a list of token ids, or a list of one string. */
+static bool get_prompt(json_t *v, serve_request *r, serve_error *err) {
+    if (json_is_string(v))
+        return get_string(v, "prompt", &r->prompt_text, err);
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return BAD("prompt", "prompt: expected a string, a list of token ids or a list of one string");
+    if (json_is_string(json_array_get(v, 0))) {
+        if (json_array_size(v) != 1)
+            return BAD("prompt", "prompt: one prompt per request (a list of %zu strings)", json_array_size(v));
+        return get_string(json_array_get(v, 0), "prompt", &r->prompt_text, err);
+    }
+    const size_t n = json_array_size(v);
+    if (n > 1u << 24)
+        return BAD("prompt", "prompt: %zu token ids is too many", n);
+    r->prompt_ids = malloc(sizeof(int32_t) * n);
+    if (!r->prompt_ids)
+        return serve_set_error(err, 500, "server_error", "prompt", NULL, "prompt: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(v, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX)
+            return BAD("prompt", "prompt[%zu]: expected a token id (an integer >= 0)", i);
+        r->prompt_ids[r->n_prompt_ids++] = (int32_t)json_integer_value(x);
+    }
+    return true;
+}
+
+/* content: a string or a list of {"type": "text", "text": ...} parts, joined. */
+static bool get_content(json_t *v, size_t index, char **out, serve_error *err) {
+    if (json_is_string(v))
+        return get_string(v, "messages", out, err);
+    if (!json_is_array(v))
+        return BAD("messages", "messages[%zu].content: expected a string or a list of text parts", index);
+    size_t total = 0;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *part = json_array_get(v, i), *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") != 0 ||
+            !json_is_string(text) || json_object_size(part) != 2)
+            return BAD("messages", "messages[%zu].content[%zu]: expected {\"type\": \"text\", \"text\": \"...\"}",
+                       index, i);
+        total += json_string_length(text);
+    }
+    *out = malloc(total + 1);
+    if (!*out)
+        return serve_set_error(err, 500, "server_error", "messages", NULL, "messages: out of memory");
+    size_t at = 0;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *text = json_object_get(json_array_get(v, i), "text");
+        memcpy(*out + at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    (*out)[at] = '\0';
+    return true;
+}
+
+static bool get_messages(json_t *v, serve_request *r, serve_error *err) {
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return BAD("messages", "messages: expected a non-empty list of messages");
+    const size_t n = json_array_size(v);
+    r->messages = calloc(n, sizeof(serve_message));
+    if (!r->messages)
+        return serve_set_error(err, 500, "server_error", "messages", NULL, "messages: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(v, i), *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (!json_is_object(m))
+            return BAD("messages", "messages[%zu]: expected an object", i);
+        const char *key;
+        json_t *val;
+        json_object_foreach(m, key, val) {
+            if (strcmp(key, "role") != 0 && strcmp(key, "content") != 0 && strcmp(key, "name") != 0)
+                return BAD("messages", "messages[%zu]: unknown field '%s'", i, key);
+            if (strcmp(key, "name") == 0 && !json_is_string(val))
+                return BAD("messages", "messages[%zu].name: expected a string", i);
+        }
+        if (!json_is_string(role) || (strcmp(json_string_value(role), "system") != 0 &&
+                                      strcmp(json_string_value(role), "user") != 0 &&
+                                      strcmp(json_string_value(role), "assistant") != 0))
+            return BAD("messages", "messages[%zu].role: expected \"system\", \"user\" or \"assistant\"", i);
+        if (!content)
+            return BAD("messages", "messages[%zu].content is required", i);
+        r->n_messages++;
+        if (!get_string(role, "messages", &r->messages[i].role, err) ||
+            !get_content(content, i, &r->messages[i].content, err))
+            return false;
+    }
+    return true;
+}
+
+static bool get_stop(json_t *v, serve_request *r, serve_error *err) {
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0)
+            return BAD("stop", "stop: an empty string never matches");
+        r->n_stop = 1;
+        return get_string(v, "stop", &r->stop[0], err);
+    }
+    if (!json_is_array(v) || json_array_size(v) > SERVE_MAX_STOPS)
+        return BAD("stop", "stop: expected a string or a list of at most %d strings", SERVE_MAX_STOPS);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *s = json_array_get(v, i);
+        if (!json_is_string(s) || json_string_length(s) == 0)
+            return BAD("stop", "stop[%zu]: expected a non-empty string", i);
+        r->n_stop++;
+        if (!get_string(s, "stop", &r->stop[i], err))
+            return false;
+    }
+    return true;
+}
+
+/* Session names become file names: letters, digits, '-', '_', '.', not starting with '.'. */
+static bool get_session(json_t *v, serve_request *r, serve_error *err) {
+    if (!json_is_string(v))
+        return BAD("session", "session: expected a string");
+    const char *s = json_string_value(v);
+    const size_t n = json_string_length(v);
+    bool ok = n > 0 && n <= SERVE_MAX_SESSION_NAME && s[0] != '.';
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+             s[i] == '-' || s[i] == '_' || s[i] == '.';
+    if (!ok)
+        return BAD("session", "session: expected 1-%d letters, digits, '-', '_' or '.' (not starting with '.')",
+                   SERVE_MAX_SESSION_NAME);
+    return get_string(v, "session", &r->session, err);
+}
+
+/* Fields the API defines that this server accepts only at their default. */
+static bool check_default(const char *key, json_t *v, serve_error *err) {
+    if (strcmp(key, "n") == 0 || strcmp(key, "best_of") == 0) {
+        long n;
+        if (!get_int(v, key, 1, 1, &n, err))
+            return serve_set_error(err, 400, "invalid_request_error", key, "unsupported_value",
+                                   "%s: only 1 is supported", key);
+        return true;
+    }
+    if (strcmp(key, "presence_penalty") == 0 || strcmp(key, "frequency_penalty") == 0) {
+        double x;
+        if (!get_number(v, key, 0, 0, &x, err))
+            return serve_set_error(err, 400, "invalid_request_error", key, "unsupported_value",
+                                   "%s: only 0 is supported", key);
+        return true;
+    }
+    if (strcmp(key, "logprobs") == 0 || strcmp(key, "echo") == 0) {
+        if (!json_is_false(v))
+            return serve_set_error(err, 400, "invalid_request_error", key, "unsupported_value",
+                                   "%s: not supported (only false or null)", key);
+        return true;
+    }
+    return BAD(key, "unknown field '%s'", key);
+}
+
+static bool parse_field(const char *key, json_t *v, serve_request *r, serve_error *err) {
+    const bool chat = r->kind == SERVE_CHAT;
+    if (json_is_null(v)) // OpenAI clients send null for an unset optional field
+        return true;
+    if (strcmp(key, "model") == 0)
+        return get_string(v, key, &r->model, err);
+    if (!chat && strcmp(key, "prompt") == 0)
+        return get_prompt(v, r, err);
+    if (chat && strcmp(key, "messages") == 0)
+        return get_messages(v, r, err);
+    if (strcmp(key, "max_tokens") == 0 || (chat && strcmp(key, "max_completion_tokens") == 0))
+        return get_int(v, key, 1, 1 << 24, &r->max_tokens, err);
+    if (strcmp(key, "temperature") == 0)
+        return get_number(v, key, 0, 2, &r->temperature, err);
+    if (strcmp(key, "top_p") == 0) {
+        if (!get_number(v, key, 0, 1, &r->top_p, err))
+            return false;
+        return r->top_p > 0 ? true : BAD(key, "top_p: must be > 0");
+    }
+    if (strcmp(key, "top_k") == 0) {
+        if (!get_int(v, key, -1, 1 << 30, &r->top_k, err))
+            return false;
+        r->top_k = r->top_k < 0 ? 0 : r->top_k; // -1 = off, as vLLM
+        return true;
+    }
+    if (strcmp(key, "seed") == 0) {
+        long s = 0;
+        if (!get_int(v, key, 0, (long)(((long long)1 << 53)), &s, err))
+            return false;
+        r->seed = s;
+        return true;
+    }
+    if (strcmp(key, "stop") == 0)
+        return get_stop(v, r, err);
+    if (strcmp(key, "stream") == 0)
+        return get_bool(v, key, &r->stream, err);
+    if (strcmp(key, "stream_options") == 0) { // usage comes with every stream's last chunk anyway
+        json_t *u = json_object_get(v, "include_usage");
+        if (!json_is_object(v) || json_object_size(v) > (u ? 1u : 0u) || (u && !json_is_boolean(u)))
+            return BAD(key, "stream_options: expected {\"include_usage\": true|false}");
+        return true;
+    }
+    if (strcmp(key, "user") == 0) {
+        char *ignored = NULL;
+        bool ok = get_string(v, key, &ignored, err);
+        free(ignored);
+        return ok;
+    }
+    if (strcmp(key, "session") == 0)
+        return get_session(v, r, err);
+    if (strcmp(key, "return_token_ids") == 0)
+        return get_bool(v, key, &r->return_token_ids, err);
+    if (strcmp(key, "ignore_eos") == 0)
+        return get_bool(v, key, &r->ignore_eos, err);
+    return check_default(key, v, err);
+}
+
+bool serve_parse_request(const char *body, size_t len, serve_kind kind, serve_request *out, serve_error *err) {
+    *out = (serve_request){.kind = kind, .max_tokens = -1, .temperature = -1, .top_p = -1, .top_k = -1, .seed = -1};
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        char *clean = serve_utf8_clean(jerr.text, strlen(jerr.text));
+        serve_set_error(err, 400, "invalid_request_error", NULL, "invalid_json", "request body: %s (line %d)",
+                        clean ? clean : "malformed JSON", jerr.line);
+        free(clean);
+        return false;
+    }
+    bool ok = json_is_object(root) ? true : BAD(NULL, "request body: expected a JSON object");
+    const char *key;
+    json_t *v;
+    if (ok)
+        json_object_foreach(root, key, v) {
+            if (!(ok = parse_field(key, v, out, err)))
+                break;
+        }
+    if (ok && kind == SERVE_COMPLETION && !out->prompt_text && !out->prompt_ids)
+        ok = BAD("prompt", "prompt is required");
+    if (ok && kind == SERVE_CHAT && !out->messages)
+        ok = BAD("messages", "messages is required");
+    json_decref(root);
+    if (!ok)
+        serve_request_free(out);
+    return ok;
+}
+
+void serve_request_free(serve_request *r) {
+    free(r->model);
+    free(r->prompt_text);
+    free(r->prompt_ids);
+    for (int i = 0; i < r->n_messages; i++) {
+        free(r->messages[i].role);
+        free(r->messages[i].content);
+    }
+    free(r->messages);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->session);
+    *r = (serve_request){0};
+}
+
+/* ---- answers ------------------------------------------------------------- */
+
+static json_t *usage_json(const serve_answer_meta *m) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)m->prompt_tokens, "completion_tokens",
+                     (json_int_t)m->completion_tokens, "total_tokens",
+                     (json_int_t)(m->prompt_tokens + m->completion_tokens), "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)m->cached_tokens);
+}
+
+static char *dump(json_t *root) {
+    char *out = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    return out;
+}
+
+char *serve_answer_json(serve_kind kind, const serve_answer_meta *meta, const char *text, size_t len,
+                        const char *finish_reason, const int32_t *ids, int n_ids) {
+    char *clean = serve_utf8_clean(text, len);
+    if (!clean)
+        return NULL;
+    json_t *choice = kind == SERVE_CHAT
+                         ? json_pack("{s:i, s:{s:s, s:s}, s:n, s:s}", "index", 0, "message", "role", "assistant",
+                                     "content", clean, "logprobs", "finish_reason", finish_reason)
+                         : json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text", clean, "logprobs", "finish_reason",
+                                     finish_reason);
+    free(clean);
+    if (choice && n_ids >= 0) {
+        json_t *arr = json_array();
+        for (int i = 0; arr && i < n_ids; i++)
+            json_array_append_new(arr, json_integer(ids[i]));
+        json_object_set_new(choice, "token_ids", arr ? arr : json_null());
+    }
+    json_t *root = choice ? json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", meta->id, "object",
+                                      kind == SERVE_CHAT ? "chat.completion" : "text_completion", "created",
+                                      (json_int_t)meta->created, "model", meta->model, "choices", choice, "usage",
+                                      usage_json(meta))
+                          : NULL;
+    return dump(root);
+}
+
+char *serve_chunk_event(serve_kind kind, const serve_answer_meta *meta, const char *text, size_t len, bool first,
+                        const char *finish_reason, bool with_usage) {
+    char *clean = serve_utf8_clean(text, len);
+    if (!clean)
+        return NULL;
+    json_t *choice;
+    if (kind == SERVE_CHAT) {
+        json_t *delta = first ? json_pack("{s:s, s:s}", "role", "assistant", "content", clean)
+                              : (len || !finish_reason ? json_pack("{s:s}", "content", clean) : json_object());
+        choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "delta", delta, "logprobs", "finish_reason",
+                           finish_reason);
+    } else {
+        choice = json_pack("{s:i, s:s, s:n, s:s?}", "index", 0, "text", clean, "logprobs", "finish_reason",
+                           finish_reason);
+    }
+    free(clean);
+    json_t *root = choice ? json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", meta->id, "object",
+                                      kind == SERVE_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                                      (json_int_t)meta->created, "model", meta->model, "choices", choice)
+                          : NULL;
+    if (root && with_usage)
+        json_object_set_new(root, "usage", usage_json(meta));
+    char *body = dump(root);
+    if (!body)
+        return NULL;
+    const size_t n = strlen(body);
+    char *event = malloc(n + 9);
+    if (event) {
+        memcpy(event, "data: ", 6);
+        memcpy(event + 6, body, n);
+        memcpy(event + 6 + n, "\n\n", 3);
+    }
+    free(body);
+    return event;
+}

@@ -1,0 +1,28 @@
+/* serve_chat.h - chat messages as the prompt text an instruct model was
+ * trained on: LLaMA-3 (<|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>)
+ * or Mistral ([INST] ... [/INST] answer</s>). The text excludes BOS: the
+ * tokenizer adds it (or, continuing a session, does not). */
+#ifndef LZ_SERVE_CHAT_H
+#define LZ_SERVE_CHAT_H
+
+#include <stddef.h> // size_t
+
+#include "error.h"     // lz_status
+#include "serve_api.h" // serve_message
+
+typedef enum { SERVE_CHAT_LLAMA3, SERVE_CHAT_MISTRAL } serve_chat_format;
+
+/* --chat-template NAME when given, else the markers in DIR/tokenizer_config.json's
+ * chat_template, else LLaMA-3. *why says which (for the startup line). */
+lz_status serve_chat_detect(const char *model_dir, const char *flag, serve_chat_format *out, const char **why);
+const char *serve_chat_format_name(serve_chat_format f);
+
+/* The messages followed by the opening of the assistant's turn; eos_text is
+ * the tokenizer's eos token string (Mistral closes an answer with it).
+ * *out is malloc'd and NUL-terminated. */
+lz_status serve_chat_render(serve_chat_format f, const serve_message *m, int n, const char *eos_text, char **out,
+                            size_t *len);
+/* What closes an assistant turn (LLaMA-3: <|eot_id|>; Mistral: eos_text). */
+const char *serve_chat_turn_end(serve_chat_format f, const char *eos_text);
+
+#endif

@@ -1,0 +1,282 @@
+/* serve_http.c - routes, limits and jobs over libmicrohttpd (see serve_http.h). */
+#include "serve_http.h"
+
+#include <arpa/inet.h>  // inet_pton, htons
+#include <jansson.h>    // json_pack (/v1/models)
+#include <microhttpd.h> // MHD_*
+#include <netinet/in.h> // sockaddr_in
+#include <stdio.h>      // snprintf
+#include <stdlib.h>     // malloc, calloc, realloc, free, strtoll
+#include <string.h>     // strcmp, strlen, strncmp, strdup
+#include <time.h>       // time, nanosleep
+
+#include "clock.h"       // lz_now_seconds
+#include "serve_reply.h" // serve_reply_*
+
+/* One HTTP request while its body arrives. */
+typedef struct {
+    char *body;
+    size_t n, cap;
+    bool too_big;
+    serve_job *job; /* submitted: cancelled if the connection ends first */
+} http_request;
+
+/* ---- building a job ------------------------------------------------------- */
+
+static bool encode(serve_server *srv, const char *text, size_t len, bool bos, int32_t **ids, int *n,
+                   serve_error *err) {
+    pthread_mutex_lock(&srv->tok_mu);
+    lz_status s = lz_tokenizer_encode(srv->tok, text, len, bos, ids, n);
+    pthread_mutex_unlock(&srv->tok_mu);
+    if (s != LZ_OK) {
+        serve_set_error(err, 500, "server_error", NULL, NULL, "tokenizer: %s", lz_error_message());
+        lz_error_clear();
+        return false;
+    }
+    return true;
+}
+
+static bool copy_ids(const int32_t *src, int n, int32_t **out, serve_error *err) {
+    *out = malloc(sizeof(int32_t) * (n > 0 ? (size_t)n : 1));
+    if (!*out)
+        return serve_set_error(err, 500, "server_error", NULL, NULL, "prompt: out of memory");
+    if (n > 0)
+        memcpy(*out, src, sizeof(int32_t) * (size_t)n);
+    return true;
+}
+
+/* The prompt's tokens: with BOS for a new sequence and, in a session, without
+ * it for a continued one (the server learns which when the job is admitted). */
+static bool job_prompt(serve_server *srv, const serve_request *r, serve_job *j, serve_error *err) {
+    if (r->prompt_ids) {
+        for (int i = 0; i < r->n_prompt_ids; i++)
+            if (r->prompt_ids[i] >= srv->vocab)
+                return serve_set_error(err, 400, "invalid_request_error", "prompt", NULL,
+                                       "prompt[%d]: token id %d is out of range (vocabulary of %d)", i,
+                                       r->prompt_ids[i], srv->vocab);
+        j->n_prompt = r->n_prompt_ids;
+        return copy_ids(r->prompt_ids, r->n_prompt_ids, &j->prompt, err);
+    }
+    char *rendered = NULL;
+    size_t len = 0;
+    const char *text = r->prompt_text;
+    if (r->kind == SERVE_CHAT) {
+        if (serve_chat_render(srv->chat, r->messages, r->n_messages, srv->eos_text, &rendered, &len) != LZ_OK) {
+            lz_error_clear();
+            return serve_set_error(err, 500, "server_error", "messages", NULL, "messages: out of memory");
+        }
+        text = rendered;
+    } else {
+        len = strlen(text);
+    }
+    bool ok = encode(srv, text, len, true, &j->prompt, &j->n_prompt, err);
+    if (ok && r->session)
+        ok = encode(srv, text, len, false, &j->prompt_cont, &j->n_prompt_cont, err);
+    if (ok && r->session && r->kind == SERVE_CHAT) {
+        const char *end = serve_chat_turn_end(srv->chat, srv->eos_text);
+        ok = encode(srv, end, strlen(end), false, &j->turn_end, &j->n_turn_end, err);
+    }
+    free(rendered);
+    return ok;
+}
+
+static serve_job *make_job(serve_server *srv, const serve_request *r, serve_error *err) {
+    serve_job *j = serve_job_new();
+    if (!j) {
+        serve_set_error(err, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    bool ok = job_prompt(srv, r, j, err);
+    if (ok && j->n_prompt > srv->max_prompt_tokens)
+        ok = serve_set_error(err, 400, "invalid_request_error", "prompt", "context_length_exceeded",
+                             "prompt: %d tokens, more than the %ld this server takes (--max-prompt-tokens)",
+                             j->n_prompt, srv->max_prompt_tokens);
+    if (ok && j->n_prompt == 0 && !r->session)
+        ok = serve_set_error(err, 400, "invalid_request_error", "prompt", NULL, "prompt: the text has no tokens");
+    if (ok && r->max_tokens > srv->max_tokens)
+        ok = serve_set_error(err, 400, "invalid_request_error", "max_tokens", NULL,
+                             "max_tokens: %ld is more than the %ld this server allows (--max-tokens)", r->max_tokens,
+                             srv->max_tokens);
+    if (ok && r->session && !(j->session = strdup(r->session)))
+        ok = serve_set_error(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (!ok) {
+        serve_job_release(j);
+        return NULL;
+    }
+    j->max_tokens = (int)(r->max_tokens > 0 ? r->max_tokens : srv->max_tokens);
+    j->ignore_eos = r->ignore_eos;
+    lz_sampler_params p = srv->gen->defaults;
+    p.temperature = r->temperature >= 0 ? r->temperature : p.temperature;
+    p.top_p = r->top_p > 0 ? r->top_p : p.top_p;
+    p.top_k = r->top_k >= 0 ? (int)r->top_k : p.top_k;
+    // no seed: a different stream for every request, as OpenAI's API samples
+    p.seed = r->seed >= 0 ? (uint64_t)r->seed
+                          : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull + (uint64_t)atomic_fetch_add(&srv->next_id, 1);
+    j->sampling = p;
+    j->t_submit = lz_now_seconds();
+    return j;
+}
+
+/* Waits for tokens past *consumed (or the job's end) and feeds them to t;
+ * false when the client left or memory ran out. */
+/* ---- routes ----------------------------------------------------------------- */
+
+static enum MHD_Result generate(serve_server *srv, struct MHD_Connection *c, http_request *req, serve_kind kind) {
+    serve_request r;
+    serve_error err;
+    if (!serve_parse_request(req->body ? req->body : "", req->n, kind, &r, &err))
+        return serve_reply_error(srv, c, &err);
+    if (r.model && strcmp(r.model, srv->model_name) != 0) {
+        serve_set_error(&err, 404, "invalid_request_error", "model", "model_not_found",
+                        "model: '%.100s' is not served here (this server has '%.100s')", r.model, srv->model_name);
+        serve_request_free(&r);
+        return serve_reply_error(srv, c, &err);
+    }
+    serve_job *j = make_job(srv, &r, &err);
+    if (!j) {
+        serve_request_free(&r);
+        return serve_reply_error(srv, c, &err);
+    }
+    const int refused = serve_scheduler_submit(srv->sched, j);
+    enum MHD_Result ok;
+    if (refused) {
+        ok = serve_reply_error_text(srv, c, refused, refused == 429 ? "rate_limit_error" : "server_error",
+                             refused == 429 ? "queue_full" : "shutting_down",
+                             refused == 429 ? "the request queue is full (--queue-size); try again later"
+                                            : "the server is shutting down");
+        serve_job_release(j);
+    } else {
+        req->job = j; // cancelled if the connection ends first
+        ok = r.stream ? serve_reply_stream(srv, c, &r, j) : serve_reply_whole(srv, c, &r, j);
+    }
+    serve_request_free(&r);
+    return ok;
+}
+
+static enum MHD_Result models(serve_server *srv, struct MHD_Connection *c) {
+    json_t *root = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", srv->model_name,
+                             "object", "model", "created", (json_int_t)0, "owned_by", "lizard");
+    char *body = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    return serve_reply_body(srv, c, 200, body, "application/json");
+}
+
+static bool authorized(const serve_server *srv, struct MHD_Connection *c) {
+    if (!srv->api_key)
+        return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    return h && strncmp(h, "Bearer ", 7) == 0 && strcmp(h + 7, srv->api_key) == 0;
+}
+
+typedef struct {
+    const char *path, *method;
+} route;
+
+static const route routes[] = {{"/health", "GET"},          {"/metrics", "GET"},
+                               {"/v1/models", "GET"},       {"/v1/completions", "POST"},
+                               {"/v1/chat/completions", "POST"}};
+
+static enum MHD_Result dispatch(serve_server *srv, struct MHD_Connection *c, const char *url, const char *method,
+                                http_request *req) {
+    const route *hit = NULL;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (strcmp(url, routes[i].path) == 0)
+            hit = &routes[i];
+    if (!hit)
+        return serve_reply_error_text(srv, c, 404, "invalid_request_error", "not_found", "no such path");
+    if (strcmp(method, hit->method) != 0) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "%s takes %s", hit->path, hit->method);
+        return serve_reply_error_text(srv, c, 405, "invalid_request_error", "method_not_allowed", msg);
+    }
+    if (strncmp(url, "/v1/", 4) == 0 && !authorized(srv, c))
+        return serve_reply_error_text(srv, c, 401, "invalid_request_error", "invalid_api_key",
+                               "missing or wrong API key (Authorization: Bearer KEY)");
+    if (req->too_big) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "request body larger than %ld bytes", srv->max_body_bytes);
+        return serve_reply_error_text(srv, c, 413, "invalid_request_error", "request_too_large", msg);
+    }
+    if (strcmp(url, "/health") == 0)
+        return serve_reply_body(srv, c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
+    if (strcmp(url, "/metrics") == 0)
+        return serve_reply_body(srv, c, 200, serve_metrics_text(srv->metrics), "text/plain; version=0.0.4");
+    if (strcmp(url, "/v1/models") == 0)
+        return models(srv, c);
+    return generate(srv, c, req, strcmp(url, "/v1/completions") == 0 ? SERVE_COMPLETION : SERVE_CHAT);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    serve_server *srv = cls;
+    http_request *req = *con_cls;
+    if (!req) { // headers only so far
+        req = calloc(1, sizeof *req);
+        if (!req)
+            return MHD_NO;
+        *con_cls = req;
+        atomic_fetch_add(&srv->in_flight, 1);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        req->too_big = cl && strtoll(cl, NULL, 10) > srv->max_body_bytes;
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        if (!req->too_big && req->n + *upload_size > (size_t)srv->max_body_bytes)
+            req->too_big = true;
+        if (!req->too_big) {
+            if (req->n + *upload_size + 1 > req->cap) {
+                const size_t cap = (req->n + *upload_size + 1) * 2;
+                char *grown = realloc(req->body, cap);
+                if (!grown)
+                    return MHD_NO;
+                req->body = grown, req->cap = cap;
+            }
+            memcpy(req->body + req->n, upload, *upload_size);
+            req->n += *upload_size;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(srv, c, url, method, req);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    serve_server *srv = cls;
+    http_request *req = *con_cls;
+    if (!req)
+        return;
+    atomic_fetch_sub(&srv->in_flight, 1);
+    if (req->job) {
+        serve_job_cancel(req->job); // a no-op once it is done
+        serve_job_release(req->job);
+    }
+    free(req->body);
+    free(req);
+    *con_cls = NULL;
+}
+
+lz_status serve_http_start(serve_server *srv, const char *host, int port, int *bound_port) {
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
+        return lz_fail(LZ_ERR_INPUT, "lizard serve: --host: expected an IPv4 address, got '%s'", host);
+    srv->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC,
+                                   (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, &addr,
+                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_LIMIT,
+                                   (unsigned)1024, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    if (!srv->daemon)
+        return lz_fail(LZ_ERR_IO, "lizard serve: cannot listen on %s:%d (in use, or not allowed)", host, port);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    *bound_port = info ? info->port : port;
+    return LZ_OK;
+}
+
+void serve_http_stop(serve_server *srv) {
+    const double until = lz_now_seconds() + 30;
+    while (srv->daemon && atomic_load(&srv->in_flight) > 0 && lz_now_seconds() < until) {
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    if (srv->daemon)
+        MHD_stop_daemon(srv->daemon);
+    srv->daemon = NULL;
+}

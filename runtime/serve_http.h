@@ -1,0 +1,41 @@
+/* serve_http.h - the HTTP side of `lizard serve` (libmicrohttpd, one thread
+ * per connection): routes, API key, body limits, prompts tokenized and jobs
+ * submitted to the scheduler; answers as JSON or as server-sent events. */
+#ifndef LZ_SERVE_HTTP_H
+#define LZ_SERVE_HTTP_H
+
+#include <pthread.h> // pthread_mutex_t
+#include <stdatomic.h> // atomic_long, atomic_int
+
+#include "generation_config.h" // lz_generation_config
+#include "serve_chat.h"        // serve_chat_format
+#include "serve_metrics.h"     // serve_metrics
+#include "serve_scheduler.h"   // serve_scheduler
+#include "tokenizer.h"         // lz_tokenizer
+
+struct MHD_Daemon;
+
+typedef struct {
+    serve_scheduler *sched;
+    serve_metrics *metrics;
+    lz_tokenizer *tok;     /* encoding under tok_mu (it keeps caches); decoders only read it */
+    pthread_mutex_t tok_mu;
+    const lz_generation_config *gen;
+    serve_chat_format chat;
+    const char *eos_text;  /* the tokenizer's eos token string ("" without one) */
+    const char *model_name;
+    const char *api_key;   /* NULL: open */
+    long max_prompt_tokens, max_tokens, max_body_bytes;
+    int vocab;
+    atomic_long next_id;
+    atomic_int in_flight; /* requests begun and not yet completed */
+    struct MHD_Daemon *daemon;
+} serve_server;
+
+/* Listens on host:port (port 0: any free port, *bound_port says which). */
+lz_status serve_http_start(serve_server *srv, const char *host, int port, int *bound_port);
+/* Waits (up to 30 s) for the requests in flight to be answered, then stops
+ * listening and waits for the connection threads. */
+void serve_http_stop(serve_server *srv);
+
+#endif

@@ -1,0 +1,498 @@
+/* serve_scheduler.c - continuous batching (see serve_scheduler.h). */
+#include "serve_scheduler.h"
+
+#include <stdlib.h> // malloc, calloc, realloc, free
+#include <string.h> // memcpy, strcmp
+#include <time.h>   // clock_gettime
+
+#include "clock.h"          // lz_now_seconds
+#include "engine_session.h" // lz_engine_save_stages, lz_engine_restore_stages
+
+lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *model_dir,
+                               const lz_generation_config *gen, serve_metrics *metrics,
+                               const serve_scheduler_options *opt) {
+    memset(s, 0, sizeof *s);
+    s->e = e;
+    s->model_dir = model_dir;
+    s->gen = gen;
+    s->metrics = metrics;
+    s->max_batch = opt->max_batch;
+    s->prefix_min_tokens = opt->prefix_min_tokens;
+    s->q_cap = opt->queue_size;
+    for (int i = 0; i < e->model.cfg.num_hidden_layers; i++)
+        s->context_bounded |= e->model.layers[i].run_softmax;
+    lz_session_fingerprint(&e->model, model_dir, s->fingerprint);
+    const size_t V = (size_t)e->model.cfg.vocab_size, B = (size_t)opt->max_batch;
+    s->queue = calloc((size_t)s->q_cap, sizeof(serve_job *));
+    s->seqs = calloc(B, sizeof(serve_seq));
+    s->logits = malloc(sizeof(float) * B * V);
+    s->slots = malloc(sizeof(int32_t) * B);
+    s->ids = malloc(sizeof(int32_t) * B);
+    s->lens = malloc(sizeof(int32_t) * B);
+    s->feeds = malloc(sizeof(int32_t *) * B);
+    s->index = malloc(sizeof(int) * B);
+    if (!s->queue || !s->seqs || !s->logits || !s->slots || !s->ids || !s->lens || !s->feeds || !s->index) {
+        serve_scheduler_free(s);
+        return lz_fail(LZ_ERR_NOMEM, "lizard serve: out of memory for %d sequences", opt->max_batch);
+    }
+    if (pthread_mutex_init(&s->mu, NULL) != 0 || pthread_cond_init(&s->wake, NULL) != 0) {
+        serve_scheduler_free(s);
+        return lz_fail(LZ_ERR_INTERNAL, "lizard serve: cannot create the queue's lock");
+    }
+    Lizard__SequenceState empty = LIZARD__SEQUENCE_STATE__INIT;
+    s->empty = empty;
+    lz_status st = serve_sessions_init(&s->sessions, opt->session_memory, opt->session_dir);
+    if (st == LZ_OK)
+        st = serve_prefix_init(&s->prefix, opt->prefix_entries);
+    if (st == LZ_OK && e->pipelined) // slot 0 is still fresh: its state resets a slot on every stage
+        st = lz_engine_save_stages(e, 0, &s->empty);
+    if (st != LZ_OK)
+        serve_scheduler_free(s);
+    return st;
+}
+
+static void free_seq(serve_seq *q) {
+    lz_sampler_free(&q->sampler);
+    free(q->feed);
+    free(q->history);
+    free(q->session_backup);
+    *q = (serve_seq){0};
+}
+
+void serve_scheduler_free(serve_scheduler *s) {
+    for (int i = 0; s->queue && i < s->q_len; i++)
+        serve_job_release(s->queue[i]);
+    for (int i = 0; s->seqs && i < s->max_batch; i++) {
+        serve_job_release(s->seqs[i].job);
+        free_seq(&s->seqs[i]);
+    }
+    if (s->empty.stages)
+        lz_engine_free_stages(&s->empty);
+    serve_sessions_free(&s->sessions);
+    serve_prefix_free(&s->prefix);
+    free(s->queue), free(s->seqs), free(s->logits), free(s->slots), free(s->ids), free(s->lens), free(s->feeds);
+    free(s->index);
+    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->mu);
+    memset(s, 0, sizeof *s);
+}
+
+int serve_scheduler_submit(serve_scheduler *s, serve_job *j) {
+    pthread_mutex_lock(&s->mu);
+    int status = s->draining ? 503 : s->q_len == s->q_cap ? 429 : 0;
+    if (status == 0) {
+        pthread_mutex_lock(&j->mu);
+        j->refs++;
+        pthread_mutex_unlock(&j->mu);
+        s->queue[s->q_len++] = j;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return status;
+}
+
+/* ---- one sequence ------------------------------------------------------- */
+
+static lz_status history_add(serve_seq *q, const int32_t *ids, int n) {
+    if (q->n_history + n > q->cap_history) {
+        const int cap = (q->n_history + n) * 2 + 16;
+        int32_t *grown = realloc(q->history, sizeof(int32_t) * (size_t)cap);
+        if (!grown)
+            return lz_fail(LZ_ERR_NOMEM, "sequence history: out of memory");
+        q->history = grown, q->cap_history = cap;
+    }
+    if (n > 0)
+        memcpy(q->history + q->n_history, ids, sizeof(int32_t) * (size_t)n);
+    q->n_history += n;
+    return LZ_OK;
+}
+
+/* The engine's message after a failed call, as a job's error; the slot is emptied. */
+static void fail_seq(serve_scheduler *s, int slot, int http_status, const char *type, const char *code) {
+    serve_seq *q = &s->seqs[slot];
+    serve_job_fail(q->job, http_status, type, code, "%s", lz_error_message());
+    lz_error_clear();
+    if (q->session_backup) { // the session is as it was before this request
+        lz_status st = serve_sessions_put(&s->sessions, q->job->session, q->session_backup, q->session_backup_len);
+        q->session_backup = NULL;
+        if (st != LZ_OK)
+            lz_error_clear();
+    }
+    serve_job_release(q->job);
+    free_seq(q);
+}
+
+static lz_status reset_slot(serve_scheduler *s, int slot) {
+    if (!s->e->pipelined)
+        return lz_state_reset_slot(&s->e->state, &s->e->model, slot);
+    return lz_engine_restore_stages(s->e, slot, &s->empty);
+}
+
+static lz_status restore_packed(serve_scheduler *s, int slot, const uint8_t *buf, size_t len, const char *what,
+                                Lizard__SequenceState **msg) {
+    LZ_TRY(lz_session_unpack(buf, len, what, s->fingerprint, msg));
+    lz_status st = lz_engine_restore_stages(s->e, slot, *msg);
+    if (st != LZ_OK) {
+        lizard__sequence_state__free_unpacked(*msg, NULL);
+        *msg = NULL;
+    }
+    return st;
+}
+
+/* feed = the saved sequence's pending token, what closes its turn (chat, when
+ * it did not end at eos), then the new prompt; history = the saved tokens. */
+static lz_status continue_session(const serve_scheduler *s, serve_seq *q, const Lizard__SequenceState *saved) {
+    const serve_job *j = q->job;
+    const bool pending = saved->has_pending && saved->n_tokens > 0;
+    const int32_t last = pending ? saved->tokens[saved->n_tokens - 1] : -1;
+    const bool close_turn = pending && !lz_generation_config_is_eos(s->gen, last);
+    const int32_t *prompt = j->prompt_cont ? j->prompt_cont : j->prompt;
+    const int n_prompt = j->prompt_cont ? j->n_prompt_cont : j->n_prompt;
+    q->n_feed = (pending ? 1 : 0) + (close_turn ? j->n_turn_end : 0) + n_prompt;
+    q->feed = malloc(sizeof(int32_t) * (size_t)(q->n_feed ? q->n_feed : 1));
+    if (!q->feed)
+        return lz_fail(LZ_ERR_NOMEM, "session %s: out of memory", j->session);
+    int at = 0;
+    if (pending)
+        q->feed[at++] = last;
+    if (close_turn && j->n_turn_end > 0)
+        memcpy(q->feed + at, j->turn_end, sizeof(int32_t) * (size_t)j->n_turn_end), at += j->n_turn_end;
+    if (n_prompt > 0)
+        memcpy(q->feed + at, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    return history_add(q, (const int32_t *)saved->tokens, (int)saved->n_tokens - (pending ? 1 : 0));
+}
+
+/* A fresh sequence: from a cached prefix of its prompt, else from nothing. */
+static lz_status start_fresh(serve_scheduler *s, serve_seq *q, int slot, int *cached) {
+    const serve_job *j = q->job;
+    int from = 0;
+    if (s->prefix.cap > 0) {
+        const serve_prefix_entry *hit = serve_prefix_find(&s->prefix, j->prompt, j->n_prompt);
+        Lizard__SequenceState *msg = NULL;
+        if (hit && restore_packed(s, slot, hit->buf, hit->len, "prefix cache", &msg) == LZ_OK) {
+            from = hit->n;
+            lizard__sequence_state__free_unpacked(msg, NULL);
+        } else if (hit) {
+            lz_error_clear(); // a cached state that does not restore is a miss
+        }
+        serve_metrics_prefix(s->metrics, from > 0);
+        q->cache_prompt = j->n_prompt >= s->prefix_min_tokens && !serve_prefix_has(&s->prefix, j->prompt, j->n_prompt);
+    }
+    if (from == 0)
+        LZ_TRY(reset_slot(s, slot));
+    *cached = from;
+    q->n_feed = j->n_prompt - from;
+    q->feed = malloc(sizeof(int32_t) * (size_t)(q->n_feed ? q->n_feed : 1));
+    if (!q->feed)
+        return lz_fail(LZ_ERR_NOMEM, "prompt: out of memory");
+    memcpy(q->feed, j->prompt + from, sizeof(int32_t) * (size_t)q->n_feed);
+    return history_add(q, j->prompt, from);
+}
+
+/* Places a queued job in `slot`: its state, what to feed, its sampler. */
+static void admit(serve_scheduler *s, int slot, serve_job *j) {
+    serve_seq *q = &s->seqs[slot];
+    *q = (serve_seq){.job = j, .prefilling = true};
+    lz_status st = LZ_OK;
+    Lizard__SequenceState *saved = NULL;
+    int cached = 0;
+    if (j->session)
+        st = serve_sessions_take(&s->sessions, j->session, &q->session_backup, &q->session_backup_len);
+    if (st == LZ_OK && q->session_backup)
+        st = restore_packed(s, slot, q->session_backup, q->session_backup_len, j->session, &saved);
+    if (st == LZ_OK)
+        st = saved ? continue_session(s, q, saved) : start_fresh(s, q, slot, &cached);
+    const int position = saved ? (int)saved->position : cached;
+    if (saved)
+        lizard__sequence_state__free_unpacked(saved, NULL);
+    if (st == LZ_OK)
+        st = lz_sampler_init(&q->sampler, &j->sampling, s->e->model.cfg.vocab_size);
+    if (st != LZ_OK)
+        return fail_seq(s, slot, st == LZ_ERR_INPUT ? 400 : 500, st == LZ_ERR_INPUT ? "invalid_request_error" : "server_error", NULL);
+    if (q->n_feed == 0) {
+        lz_fail(LZ_ERR_INPUT, "prompt: no tokens to feed (an empty prompt and nothing pending in session %s)",
+                j->session ? j->session : "-");
+        return fail_seq(s, slot, 400, "invalid_request_error", NULL);
+    }
+    if (s->context_bounded && (long)position + q->n_feed + j->max_tokens > s->e->opt.max_context) {
+        lz_fail(LZ_ERR_INPUT, "context: %d held + %d prompt + %d max_tokens tokens exceed the %d the server keeps "
+                "(--max-context)", position, q->n_feed, j->max_tokens, s->e->opt.max_context);
+        return fail_seq(s, slot, 400, "invalid_request_error", "context_length_exceeded");
+    }
+    serve_job_admitted(j, q->n_feed + cached, cached);
+    serve_metrics_tokens(s->metrics, q->n_feed + cached, 0);
+}
+
+/* The state of a finished sequence under its session name: every token, the
+ * last sampled one pending (not yet fed), as `lizard generate --session` does. */
+static lz_status save_session(serve_scheduler *s, int slot) {
+    serve_seq *q = &s->seqs[slot];
+    uint8_t smp[128];
+    size_t smp_len;
+    lz_session_sampler_bytes(&q->sampler, smp, &smp_len);
+    Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
+    msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, s->fingerprint};
+    msg.position = (uint64_t)s->e->state.slot_pos[slot];
+    msg.tokens = q->history;
+    msg.n_tokens = (size_t)q->n_history;
+    msg.has_pending = q->n_generated > 0;
+    msg.sampler = (ProtobufCBinaryData){smp_len, smp};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    lz_status st = lz_engine_save_stages(s->e, slot, &msg);
+    if (st == LZ_OK)
+        st = lz_session_pack(&msg, &buf, &len);
+    lz_engine_free_stages(&msg);
+    if (st == LZ_OK)
+        st = serve_sessions_put(&s->sessions, q->job->session, buf, len);
+    else
+        free(buf);
+    return st;
+}
+
+static void finish_seq(serve_scheduler *s, int slot, bool at_eos) {
+    serve_seq *q = &s->seqs[slot];
+    if (q->job->session) {
+        if (save_session(s, slot) != LZ_OK)
+            return fail_seq(s, slot, 500, "server_error", "session_not_saved");
+        free(q->session_backup); // superseded
+        q->session_backup = NULL;
+    }
+    serve_metrics_observe(s->metrics, &s->metrics->latency, lz_now_seconds() - q->job->t_submit);
+    serve_job_finish(q->job, at_eos);
+    serve_job_release(q->job);
+    free_seq(q);
+}
+
+/* A sampled token: to the job, then on or done. */
+static void take_token(serve_scheduler *s, int slot, const float *logits) {
+    serve_seq *q = &s->seqs[slot];
+    const int32_t id = lz_sampler_next(&q->sampler, logits);
+    const double now = lz_now_seconds();
+    serve_metrics_observe(s->metrics, q->n_generated == 0 ? &s->metrics->ttft : &s->metrics->itl,
+                          now - (q->n_generated == 0 ? q->job->t_submit : q->t_last));
+    serve_metrics_tokens(s->metrics, 0, 1);
+    q->t_last = now;
+    q->n_generated++;
+    q->last = id;
+    if (history_add(q, &id, 1) != LZ_OK)
+        return fail_seq(s, slot, 500, "server_error", NULL);
+    if (!serve_job_push(q->job, id)) {
+        serve_job_release(q->job); // the push failed the job
+        free_seq(q);
+        return;
+    }
+    const bool eos = !q->job->ignore_eos && lz_generation_config_is_eos(s->gen, id);
+    if (eos || q->n_generated >= q->job->max_tokens || serve_job_cancelled(q->job))
+        finish_seq(s, slot, eos);
+}
+
+/* ---- the loop ------------------------------------------------------------ */
+
+static bool session_busy(const serve_scheduler *s, const char *name) {
+    for (int i = 0; name && i < s->max_batch; i++)
+        if (s->seqs[i].job && s->seqs[i].job->session && strcmp(s->seqs[i].job->session, name) == 0)
+            return true;
+    return false;
+}
+
+/* Queued jobs into free slots, in order; a job whose session is in use waits. */
+static void admit_queued(serve_scheduler *s) {
+    serve_job *taken[s->max_batch > 0 ? s->max_batch : 1];
+    int slots[s->max_batch > 0 ? s->max_batch : 1], n = 0, free_slot = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->q_len;) {
+        while (free_slot < s->max_batch && s->seqs[free_slot].job)
+            free_slot++;
+        if (free_slot == s->max_batch)
+            break;
+        serve_job *j = s->queue[i];
+        bool busy = session_busy(s, j->session);
+        for (int k = 0; !busy && k < n; k++)
+            busy = j->session && taken[k]->session && strcmp(taken[k]->session, j->session) == 0;
+        if (busy) {
+            i++;
+            continue;
+        }
+        memmove(s->queue + i, s->queue + i + 1, sizeof(serve_job *) * (size_t)(s->q_len - i - 1));
+        s->q_len--;
+        taken[n] = j;
+        slots[n++] = free_slot;
+        s->seqs[free_slot].job = j; // reserved until admit() fills it
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int k = 0; k < n; k++) {
+        if (serve_job_cancelled(taken[k])) { // the client left while it waited
+            serve_job_finish(taken[k], false);
+            serve_job_release(taken[k]);
+            s->seqs[slots[k]].job = NULL;
+            continue;
+        }
+        admit(s, slots[k], taken[k]);
+    }
+}
+
+/* Every prompt still being fed gets its next piece, within one chunk's worth of
+ * tokens for all of them together, so decoding sequences wait one step at most. */
+static void prefill_round(serve_scheduler *s) {
+    const int V = s->e->model.cfg.vocab_size;
+    int budget = s->e->opt.prefill_chunk, n = 0;
+    for (int i = 0; i < s->max_batch && budget > 0; i++) {
+        serve_seq *q = &s->seqs[i];
+        if (!q->job || !q->prefilling)
+            continue;
+        if (serve_job_cancelled(q->job)) { // gone before its first token: the session stays as it was
+            lz_fail(LZ_ERR_INPUT, "cancelled by the client");
+            fail_seq(s, i, 499, "invalid_request_error", "cancelled");
+            continue;
+        }
+        const int left = q->n_feed - q->fed, take = left < budget ? left : budget;
+        s->slots[n] = i;
+        s->feeds[n] = q->feed + q->fed;
+        s->lens[n] = take;
+        s->index[n++] = i;
+        budget -= take;
+    }
+    if (n == 0)
+        return;
+    if (lz_engine_prefill_many(s->e, n, s->slots, s->feeds, s->lens, s->logits) != LZ_OK) {
+        for (int k = 0; k < n; k++) // the slots' state is undefined: the next admission resets them
+            fail_seq(s, s->index[k], 500, "server_error", NULL);
+        return;
+    }
+    for (int k = 0; k < n; k++) {
+        serve_seq *q = &s->seqs[s->index[k]];
+        q->fed += s->lens[k];
+        if (q->fed < q->n_feed)
+            continue;
+        q->prefilling = false;
+        if (history_add(q, q->feed, q->n_feed) != LZ_OK) {
+            fail_seq(s, s->index[k], 500, "server_error", NULL);
+            continue;
+        }
+        if (q->cache_prompt) { // the state at the prompt's end, for prompts that extend it
+            Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
+            msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, s->fingerprint};
+            msg.position = (uint64_t)s->e->state.slot_pos[s->index[k]];
+            msg.tokens = q->job->prompt;
+            msg.n_tokens = (size_t)q->job->n_prompt;
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            lz_status st = lz_engine_save_stages(s->e, s->index[k], &msg);
+            if (st == LZ_OK)
+                st = lz_session_pack(&msg, &buf, &len);
+            lz_engine_free_stages(&msg);
+            if (st == LZ_OK)
+                st = serve_prefix_put(&s->prefix, q->job->prompt, q->job->n_prompt, buf, len);
+            else
+                free(buf);
+            if (st != LZ_OK)
+                lz_error_clear(); // the cache is an optimisation: the request goes on
+        }
+        take_token(s, s->index[k], s->logits + (size_t)k * V);
+    }
+}
+
+/* One token for each of n sequences: one step, or, through a pipeline that
+ * allows it, micro-batches in flight so that every stage works at once (all
+ * started, then finished in order), as lz_generate_batch does. */
+static lz_status decode_step(serve_scheduler *s, int n) {
+    const size_t V = (size_t)s->e->model.cfg.vocab_size;
+    int groups = lz_engine_overlap(s->e);
+    groups = groups < n ? groups : n;
+    if (groups < 2)
+        return lz_engine_decode(s->e, n, s->slots, s->ids, s->logits);
+    for (int g = 0; g < groups; g++) {
+        const int r0 = n * g / groups, r1 = n * (g + 1) / groups;
+        LZ_TRY(lz_engine_decode_start(s->e, r1 - r0, s->slots + r0, s->ids + r0, false));
+    }
+    for (int g = 0; g < groups; g++)
+        LZ_TRY(lz_engine_decode_finish(s->e, s->logits + (size_t)(n * g / groups) * V, NULL));
+    return LZ_OK;
+}
+
+static void decode_round(serve_scheduler *s) {
+    const int V = s->e->model.cfg.vocab_size;
+    int n = 0;
+    for (int i = 0; i < s->max_batch; i++) {
+        serve_seq *q = &s->seqs[i];
+        if (!q->job || q->prefilling)
+            continue;
+        if (serve_job_cancelled(q->job)) { // disconnected or stopped by a stop string
+            finish_seq(s, i, false);
+            continue;
+        }
+        s->slots[n] = i;
+        s->ids[n] = q->last;
+        s->index[n++] = i;
+    }
+    if (n == 0)
+        return;
+    if (decode_step(s, n) != LZ_OK) {
+        for (int k = 0; k < n; k++)
+            fail_seq(s, s->index[k], 500, "server_error", NULL);
+        return;
+    }
+    for (int k = 0; k < n; k++)
+        take_token(s, s->index[k], s->logits + (size_t)k * V);
+}
+
+static int running(const serve_scheduler *s) {
+    int n = 0;
+    for (int i = 0; i < s->max_batch; i++)
+        n += s->seqs[i].job != NULL;
+    return n;
+}
+
+static void publish_gauges(serve_scheduler *s, int queued) {
+    size_t bytes = 0;
+    int n = 0;
+    for (int i = 0; i < s->max_batch; i++)
+        if (s->seqs[i].job) {
+            const lz_state_bytes b = lz_state_bytes_at(&s->e->model, s->e->state.slot_pos[i]);
+            bytes += b.softmax_kv + b.lizard_gla + b.lizard_window;
+            n++;
+        }
+    serve_metrics_gauges(s->metrics, queued, n, bytes);
+    serve_metrics_sessions(s->metrics, s->sessions.n, s->sessions.on_disk, s->sessions.bytes);
+}
+
+/* Sleeps until a job arrives or 100 ms pass (to notice *stop). */
+static int wait_for_work(serve_scheduler *s, volatile sig_atomic_t *stop) {
+    pthread_mutex_lock(&s->mu);
+    if (*stop)
+        s->draining = true;
+    if (s->q_len == 0 && running(s) == 0 && !s->draining) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 100 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L)
+            until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->wake, &s->mu, &until); // a timeout is fine: we look again
+    }
+    const int queued = s->q_len;
+    pthread_mutex_unlock(&s->mu);
+    return queued;
+}
+
+lz_status serve_scheduler_run(serve_scheduler *s, volatile sig_atomic_t *stop) {
+    for (;;) {
+        const int queued = wait_for_work(s, stop);
+        pthread_mutex_lock(&s->mu);
+        const bool over = s->draining && s->q_len == 0 && running(s) == 0;
+        pthread_mutex_unlock(&s->mu);
+        if (over)
+            break;
+        if (queued > 0)
+            admit_queued(s);
+        prefill_round(s);
+        decode_round(s);
+        pthread_mutex_lock(&s->mu);
+        const int left = s->q_len;
+        pthread_mutex_unlock(&s->mu);
+        publish_gauges(s, left);
+    }
+    lz_status st = serve_sessions_flush(&s->sessions);
+    publish_gauges(s, 0);
+    return st;
+}

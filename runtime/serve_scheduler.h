@@ -1,0 +1,89 @@
+/* serve_scheduler.h - continuous batching on one engine. HTTP threads submit
+ * jobs to a bounded queue; the engine thread loops: admit queued jobs into
+ * free state slots (restoring a session or a cached prefix), feed every
+ * admitted prompt a chunk (prefill), run one decode step for every sequence
+ * that is generating, hand each new token to its job, and free the slot of a
+ * job that is finished or cancelled. Only the engine thread touches the
+ * engine (and so MPI). */
+#ifndef LZ_SERVE_SCHEDULER_H
+#define LZ_SERVE_SCHEDULER_H
+
+#include <pthread.h> // pthread_mutex_t, pthread_cond_t
+#include <signal.h>  // sig_atomic_t
+#include <stdbool.h> // bool
+
+#include "engine.h"            // lz_engine
+#include "generation_config.h" // lz_generation_config
+#include "lizard.pb-c.h"       // Lizard__SequenceState
+#include "sampler.h"           // lz_sampler
+#include "serve_job.h"         // serve_job
+#include "serve_metrics.h"     // serve_metrics
+#include "serve_prefix.h"      // serve_prefix
+#include "serve_sessions.h"    // serve_sessions
+#include "session.h"           // LZ_FINGERPRINT_BYTES
+
+typedef struct {
+    serve_job *job; /* NULL: the slot is free */
+    bool prefilling;
+    int32_t *feed;  /* tokens to prefill */
+    int n_feed, fed;
+    int32_t *history; /* every token of the sequence (what a session keeps) */
+    int n_history, cap_history;
+    lz_sampler sampler;
+    int32_t last;      /* the last sampled token, fed by the next decode step */
+    int n_generated;
+    double t_last;
+    uint8_t *session_backup; /* the session as taken from the store: put back if this job fails */
+    size_t session_backup_len;
+    bool cache_prompt; /* keep the prompt's state in the prefix cache once prefilled */
+} serve_seq;
+
+typedef struct {
+    lz_engine *e;
+    const char *model_dir;
+    const lz_generation_config *gen;
+    serve_metrics *metrics;
+    serve_sessions sessions;
+    serve_prefix prefix;
+    int prefix_min_tokens;
+    int max_batch;
+    bool context_bounded; /* a softmax layer's KV cache limits positions to e->opt.max_context */
+    uint8_t fingerprint[LZ_FINGERPRINT_BYTES];
+
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    serve_job **queue;
+    int q_len, q_cap;
+    bool draining;
+
+    serve_seq *seqs;                /* [max_batch], slot i = seqs[i] */
+    Lizard__SequenceState empty;    /* a fresh slot: resets one on every pipeline stage */
+    float *logits;                  /* [max_batch, vocab] */
+    int32_t *slots, *ids, *lens;    /* [max_batch] step arguments */
+    const int32_t **feeds;
+    int *index;
+} serve_scheduler;
+
+typedef struct {
+    int max_batch, queue_size;
+    size_t session_memory;
+    const char *session_dir;
+    int prefix_entries, prefix_min_tokens;
+} serve_scheduler_options;
+
+/* The engine is open on rank 0 with at least max_batch slots. */
+lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *model_dir,
+                               const lz_generation_config *gen, serve_metrics *metrics,
+                               const serve_scheduler_options *opt);
+void serve_scheduler_free(serve_scheduler *s);
+
+/* HTTP side: 0 when queued (the scheduler holds a reference), else the HTTP
+ * status to answer: 429 (queue full) or 503 (draining). */
+int serve_scheduler_submit(serve_scheduler *s, serve_job *j);
+
+/* Engine thread: runs until *stop is set and every accepted job is answered
+ * (queued ones too); from *stop on, submissions get 503. Sessions held in
+ * memory are written to --session-dir at the end. */
+lz_status serve_scheduler_run(serve_scheduler *s, volatile sig_atomic_t *stop);
+
+#endif
