@@ -2,12 +2,12 @@
 # install_deps.sh - the Debian packages lizard builds and tests with (run as root).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
+packages=(build-essential cmake pkg-config ca-certificates
+          libjansson-dev libpcre2-dev protobuf-c-compiler libprotobuf-c-dev libmicrohttpd-dev
+          curl clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3)
+# Node + npm for the OpenAI client test: Debian's, unless a Node that brings its own npm is there
+# (NodeSource's nodejs conflicts with Debian's npm package)
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends \
-    build-essential cmake pkg-config ca-certificates \
-    libjansson-dev libpcre2-dev protobuf-c-compiler libprotobuf-c-dev libmicrohttpd-dev \
-    curl nodejs npm \
-    clang libclang-rt-14-dev \
-    libopenmpi-dev openmpi-bin \
-    python3 >/dev/null
+apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 echo "install_deps: done"
