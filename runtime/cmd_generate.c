@@ -10,6 +10,7 @@
 #include "cli_options.h"       // lz_parse_options
 #include "commands.h"          // lz_cmd_generate
 #include "engine.h"            // lz_engine
+#include "utf8_clean.h"        // lz_utf8_clean
 #include "engine_session.h"    // lz_engine_save_stages
 #include "generate_batch.h"    // lz_generate_batch
 #include "generation_config.h" // lz_generation_config
@@ -102,32 +103,6 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
     return s;
 }
 
-/* Invalid UTF-8 (a random model can emit any bytes) becomes U+FFFD, as HF
- * decodes it, so that the JSON string is valid. Returns a malloc'd string. */
-static char *utf8_replace_invalid(const char *s, size_t n) {
-    char *out = malloc(3 * n + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n;) {
-        const unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = len > 0 && i + len <= n;
-        for (size_t k = 1; ok && k < len; k++)
-            ok = ((unsigned char)s[i + k] >> 6) == 2;
-        if (ok) {
-            memcpy(o, s + i, len);
-            o += len;
-            i += len;
-        } else {
-            memcpy(o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    *o = '\0';
-    return out;
-}
-
 /* "ids": [...] and, with a tokenizer, "text": the decoded continuation; then "}". */
 static lz_status print_json_fields(const lz_tokenizer *tok, const int32_t *ids, int n) {
     printf("\"ids\": [");
@@ -138,7 +113,7 @@ static lz_status print_json_fields(const lz_tokenizer *tok, const int32_t *ids, 
         char *text;
         size_t len;
         LZ_TRY(lz_tokenizer_decode(tok, ids, n, true, &text, &len));
-        char *clean = utf8_replace_invalid(text, len);
+        char *clean = lz_utf8_clean(text, len);
         json_t *str = clean ? json_string(clean) : NULL;
         char *dumped = str ? json_dumps(str, JSON_ENCODE_ANY) : NULL;
         free(clean);

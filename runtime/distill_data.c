@@ -1,5 +1,6 @@
 /* distill_data.c - loading, packing and shuffling the distillation data. */
 #include "distill_data.h"
+#include "npy.h" // lz_npy_read_i32
 
 #include <dirent.h>   // opendir, readdir, closedir
 #include <errno.h>    // errno
@@ -14,47 +15,6 @@
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-lz_status lz_npy_read_i32(const char *path, int32_t **ids, size_t *n) {
-    *ids = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return lz_fail(LZ_ERR_IO, "%s: %s", path, strerror(errno));
-    unsigned char pre[10];
-    char hdr[1024];
-    lz_status s = LZ_OK;
-    if (fread(pre, 1, 10, fp) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0 || pre[6] != 1)
-        s = lz_fail(LZ_ERR_INPUT, "%s: not a version 1 .npy file", path);
-    const size_t hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
-    if (s == LZ_OK && (hlen >= sizeof hdr || fread(hdr, 1, hlen, fp) != hlen))
-        s = lz_fail(LZ_ERR_INPUT, "%s: truncated .npy header", path);
-    const char *shape = NULL;
-    if (s == LZ_OK) {
-        hdr[hlen] = '\0';
-        if (!strstr(hdr, "'descr': '<i4'") || !strstr(hdr, "'fortran_order': False"))
-            s = lz_fail(LZ_ERR_INPUT, "%s: expected a little-endian int32 C-order array of token ids", path);
-        else if (!(shape = strstr(hdr, "'shape': (")))
-            s = lz_fail(LZ_ERR_INPUT, "%s: npy header has no shape", path);
-    }
-    if (s == LZ_OK) {
-        char *end;
-        *n = strtoull(shape + 10, &end, 10);
-        if (end[0] != ',' || end[strspn(end + 1, " ") + 1] != ')')
-            s = lz_fail(LZ_ERR_INPUT, "%s: expected a 1-D array of token ids", path);
-        else if (*n > ((size_t)1 << 36))
-            s = lz_fail(LZ_ERR_INPUT, "%s: %zu ids is too many", path, *n);
-    }
-    if (s == LZ_OK && !(*ids = malloc(sizeof(int32_t) * (*n ? *n : 1))))
-        s = lz_fail(LZ_ERR_NOMEM, "%s: out of memory", path);
-    if (s == LZ_OK && fread(*ids, sizeof(int32_t), *n, fp) != *n)
-        s = lz_fail(LZ_ERR_INPUT, "%s: truncated .npy data", path);
-    fclose(fp);
-    if (s != LZ_OK) {
-        free(*ids);
-        *ids = NULL;
-    }
-    return s;
 }
 
 static lz_status read_text(const char *path, char **text, size_t *len) {

@@ -34,7 +34,5 @@ void lz_distill_data_free(lz_distill_data *d);
  * (step+1)*batch - 1 of an endless walk through shuffled epochs. */
 void lz_distill_data_batch(lz_distill_data *d, uint64_t step, int batch, int32_t *ids);
 
-/* 1-D int32 .npy (little-endian, C order); *ids is malloc'd. */
-lz_status lz_npy_read_i32(const char *path, int32_t **ids, size_t *n);
 
 #endif

@@ -295,24 +295,24 @@ static lz_status decode_batch(lz_engine *e, int n, const int32_t *slots, int32_t
     return LZ_OK;
 }
 
-lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits) {
+/* One decode step: logits, or (out_ids) the device's greedy ids. */
+static lz_status decode_step(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits,
+                             int32_t *out_ids) {
     int32_t *buf = NULL;
     lz_batch b;
     lz_status s = decode_batch(e, n, slots, &buf, &b);
     if (s == LZ_OK)
-        s = engine_step(e, ids, &b, b.start, n, logits, NULL);
+        s = engine_step(e, ids, &b, b.start, n, logits, out_ids);
     free(buf);
     return s;
 }
 
+lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits) {
+    return decode_step(e, n, slots, ids, logits, NULL);
+}
+
 lz_status lz_engine_decode_greedy(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, int32_t *out_ids) {
-    int32_t *buf = NULL;
-    lz_batch b;
-    lz_status s = decode_batch(e, n, slots, &buf, &b);
-    if (s == LZ_OK)
-        s = engine_step(e, ids, &b, b.start, n, NULL, out_ids);
-    free(buf);
-    return s;
+    return decode_step(e, n, slots, ids, NULL, out_ids);
 }
 
 int lz_engine_overlap(const lz_engine *e) {

@@ -1,5 +1,6 @@
 /* serve_api.c - request parsing and answer JSON (see serve_api.h). */
 #include "serve_api.h"
+#include "utf8_clean.h" // lz_utf8_clean
 
 #include <jansson.h> // json_loadb, json_pack
 #include <math.h>    // isfinite
@@ -25,8 +26,8 @@ bool serve_set_error(serve_error *err, int http_status, const char *type, const 
 
 char *serve_error_json(const serve_error *err) {
     // both may end inside a UTF-8 character where they were cut to size
-    char *message = serve_utf8_clean(err->message, strlen(err->message));
-    char *param = serve_utf8_clean(err->param, strlen(err->param));
+    char *message = lz_utf8_clean(err->message, strlen(err->message));
+    char *param = lz_utf8_clean(err->param, strlen(err->param));
     json_t *root = message && param ? json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", message, "type",
                                                 err->type, "param", param[0] ? param : NULL, "code", err->code)
                                     : NULL;
@@ -34,42 +35,6 @@ char *serve_error_json(const serve_error *err) {
     json_decref(root);
     free(message);
     free(param);
-    return out;
-}
-
-char *serve_utf8_clean(const char *s, size_t n) {
-    char *out = malloc(3 * n + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n;) {
-        const unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = len > 0 && i + len <= n && c != 0;
-        for (size_t k = 1; ok && k < len; k++)
-            ok = ((unsigned char)s[i + k] >> 6) == 2;
-        if (ok && len == 2) // overlong forms jansson refuses
-            ok = c >= 0xC2;
-        if (ok && len == 3) {
-            const unsigned cp = ((c & 0x0Fu) << 12) | (((unsigned char)s[i + 1] & 0x3Fu) << 6) |
-                                ((unsigned char)s[i + 2] & 0x3Fu);
-            ok = cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF);
-        }
-        if (ok && len == 4) {
-            const unsigned cp = ((c & 0x07u) << 18) | (((unsigned char)s[i + 1] & 0x3Fu) << 12) |
-                                (((unsigned char)s[i + 2] & 0x3Fu) << 6) | ((unsigned char)s[i + 3] & 0x3Fu);
-            ok = cp >= 0x10000 && cp <= 0x10FFFF;
-        }
-        if (ok) {
-            memcpy(o, s + i, len);
-            o += len;
-            i += len;
-        } else {
-            memcpy(o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    *o = '\0';
     return out;
 }
 
@@ -319,7 +284,7 @@ bool serve_parse_request(const char *body, size_t len, serve_kind kind, serve_re
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        char *clean = serve_utf8_clean(jerr.text, strlen(jerr.text));
+        char *clean = lz_utf8_clean(jerr.text, strlen(jerr.text));
         serve_set_error(err, 400, "invalid_request_error", NULL, "invalid_json", "request body: %s (line %d)",
                         clean ? clean : "malformed JSON", jerr.line);
         free(clean);
@@ -375,7 +340,7 @@ static char *dump(json_t *root) {
 
 char *serve_answer_json(serve_kind kind, const serve_answer_meta *meta, const char *text, size_t len,
                         const char *finish_reason, const int32_t *ids, int n_ids) {
-    char *clean = serve_utf8_clean(text, len);
+    char *clean = lz_utf8_clean(text, len);
     if (!clean)
         return NULL;
     json_t *choice = kind == SERVE_CHAT
@@ -400,7 +365,7 @@ char *serve_answer_json(serve_kind kind, const serve_answer_meta *meta, const ch
 
 char *serve_chunk_event(serve_kind kind, const serve_answer_meta *meta, const char *text, size_t len, bool first,
                         const char *finish_reason, bool with_usage) {
-    char *clean = serve_utf8_clean(text, len);
+    char *clean = lz_utf8_clean(text, len);
     if (!clean)
         return NULL;
     json_t *choice;

@@ -58,10 +58,6 @@ bool serve_set_error(serve_error *err, int http_status, const char *type, const 
 /* {"error": {...}} as a malloc'd string (NULL when out of memory). */
 char *serve_error_json(const serve_error *err);
 
-/* Bytes as a valid UTF-8 string: each invalid byte becomes U+FFFD (a random
- * model may emit any bytes; JSON strings must be UTF-8). malloc'd. */
-char *serve_utf8_clean(const char *s, size_t n);
-
 typedef struct {
     const char *id;         /* "cmpl-..." / "chatcmpl-..." */
     const char *model;
