@@ -29,9 +29,10 @@ lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *mod
     s->slots = malloc(sizeof(int32_t) * B);
     s->ids = malloc(sizeof(int32_t) * B);
     s->lens = malloc(sizeof(int32_t) * B);
+    s->chosen = malloc(sizeof(int32_t) * B);
     s->feeds = malloc(sizeof(int32_t *) * B);
     s->index = malloc(sizeof(int) * B);
-    if (!s->queue || !s->seqs || !s->logits || !s->slots || !s->ids || !s->lens || !s->feeds || !s->index) {
+    if (!s->queue || !s->seqs || !s->logits || !s->slots || !s->ids || !s->lens || !s->chosen || !s->feeds || !s->index) {
         serve_scheduler_free(s);
         return lz_fail(LZ_ERR_NOMEM, "lizard serve: out of memory for %d sequences", opt->max_batch);
     }
@@ -70,7 +71,7 @@ void serve_scheduler_free(serve_scheduler *s) {
         lz_engine_free_stages(&s->empty);
     serve_sessions_free(&s->sessions);
     serve_prefix_free(&s->prefix);
-    free(s->queue), free(s->seqs), free(s->logits), free(s->slots), free(s->ids), free(s->lens), free(s->feeds);
+    free(s->queue), free(s->seqs), free(s->logits), free(s->slots), free(s->ids), free(s->lens), free(s->chosen), free(s->feeds);
     free(s->index);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->mu);
@@ -264,10 +265,11 @@ static void finish_seq(serve_scheduler *s, int slot, bool at_eos) {
     free_seq(q);
 }
 
-/* A sampled token: to the job, then on or done. */
-static void take_token(serve_scheduler *s, int slot, const float *logits) {
+/* A sampled token (from `logits`, or the device's greedy `chosen` id when
+ * logits is NULL): to the job, then on or done. */
+static void take_token(serve_scheduler *s, int slot, const float *logits, int32_t chosen) {
     serve_seq *q = &s->seqs[slot];
-    const int32_t id = lz_sampler_next(&q->sampler, logits);
+    const int32_t id = logits ? lz_sampler_next(&q->sampler, logits) : chosen;
     const double now = lz_now_seconds();
     serve_metrics_observe(s->metrics, q->n_generated == 0 ? &s->metrics->ttft : &s->metrics->itl,
                           now - (q->n_generated == 0 ? q->job->t_submit : q->t_last));
@@ -389,31 +391,36 @@ static void prefill_round(serve_scheduler *s) {
             if (st != LZ_OK)
                 lz_error_clear(); // the cache is an optimisation: the request goes on
         }
-        take_token(s, s->index[k], s->logits + (size_t)k * V);
+        take_token(s, s->index[k], s->logits + (size_t)k * V, 0);
     }
 }
 
 /* One token for each of n sequences: one step, or, through a pipeline that
  * allows it, micro-batches in flight so that every stage works at once (all
- * started, then finished in order), as lz_generate_batch does. */
-static lz_status decode_step(serve_scheduler *s, int n) {
+ * started, then finished in order), as lz_generate_batch does. When every
+ * sequence is greedy the ids are picked where the logits are (greedy). */
+static lz_status decode_step(serve_scheduler *s, int n, bool greedy) {
     const size_t V = (size_t)s->e->model.cfg.vocab_size;
     int groups = lz_engine_overlap(s->e);
     groups = groups < n ? groups : n;
     if (groups < 2)
-        return lz_engine_decode(s->e, n, s->slots, s->ids, s->logits);
+        return greedy ? lz_engine_decode_greedy(s->e, n, s->slots, s->ids, s->chosen)
+                      : lz_engine_decode(s->e, n, s->slots, s->ids, s->logits);
     for (int g = 0; g < groups; g++) {
         const int r0 = n * g / groups, r1 = n * (g + 1) / groups;
-        LZ_TRY(lz_engine_decode_start(s->e, r1 - r0, s->slots + r0, s->ids + r0, false));
+        LZ_TRY(lz_engine_decode_start(s->e, r1 - r0, s->slots + r0, s->ids + r0, greedy));
     }
-    for (int g = 0; g < groups; g++)
-        LZ_TRY(lz_engine_decode_finish(s->e, s->logits + (size_t)(n * g / groups) * V, NULL));
+    for (int g = 0; g < groups; g++) {
+        const int r0 = n * g / groups;
+        LZ_TRY(lz_engine_decode_finish(s->e, greedy ? NULL : s->logits + (size_t)r0 * V, greedy ? s->chosen + r0 : NULL));
+    }
     return LZ_OK;
 }
 
 static void decode_round(serve_scheduler *s) {
     const int V = s->e->model.cfg.vocab_size;
     int n = 0;
+    bool greedy = true;
     for (int i = 0; i < s->max_batch; i++) {
         serve_seq *q = &s->seqs[i];
         if (!q->job || q->prefilling)
@@ -425,16 +432,17 @@ static void decode_round(serve_scheduler *s) {
         s->slots[n] = i;
         s->ids[n] = q->last;
         s->index[n++] = i;
+        greedy &= q->sampler.p.temperature == 0;
     }
     if (n == 0)
         return;
-    if (decode_step(s, n) != LZ_OK) {
+    if (decode_step(s, n, greedy) != LZ_OK) {
         for (int k = 0; k < n; k++)
             fail_seq(s, s->index[k], 500, "server_error", NULL);
         return;
     }
     for (int k = 0; k < n; k++)
-        take_token(s, s->index[k], s->logits + (size_t)k * V);
+        take_token(s, s->index[k], greedy ? NULL : s->logits + (size_t)k * V, s->chosen[k]);
 }
 
 static int running(const serve_scheduler *s) {
