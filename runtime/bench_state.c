@@ -26,7 +26,7 @@ static double median(double *t, int n) {
 static lz_status save_once(const lz_model *m, const lz_state *st, int32_t *tokens, int context, uint8_t **buf,
                            size_t *len, size_t *kind_bytes) {
     Lizard__StageState stage;
-    LZ_TRY(lz_state_io_save(m, st, 0, &stage));
+    LZ_TRY(lz_state_io_save(m, st, 0, false, &stage));
     Lizard__StageState *stages[1] = {&stage};
     Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
     msg.position = (uint64_t)context;

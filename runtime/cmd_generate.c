@@ -20,7 +20,7 @@
 
 typedef struct {
     const char *model, *ids, *prompt, *prompts_file, *device, *dtype, *softmax, *format, *placement, *plan, *session;
-    const char *move_placement, *move_plan;
+    const char *move_placement, *move_plan, *session_dtype;
     long max_tokens, top_k, seed, chunk, batch, move_after;
     double temperature, top_p;
     bool stats, ignore_eos;
@@ -218,7 +218,8 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
                            .n_slots = 1, .max_context = held + n_feed + (int)a->max_tokens,
-                           .prefill_chunk = (int)a->chunk, .placement = a->placement, .plan_file = a->plan};
+                           .prefill_chunk = (int)a->chunk, .placement = a->placement, .plan_file = a->plan,
+                           .session_state_bf16 = a->session_dtype && strcmp(a->session_dtype, "bf16") == 0};
     s = lz_engine_open(&e, &eo);
     if (s != LZ_OK || e.worker) { // a worker rank has served every step already
         if (s == LZ_OK)
@@ -386,6 +387,9 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written placement plan", &a.plan, false, 0, 0},
         {"--session", LZ_OPT_STRING, "FILE", "continue the sequence saved in FILE (if it exists), save it there after",
          &a.session, false, 0, 0},
+        {"--session-dtype", LZ_OPT_STRING, "fp32|bf16", "the saved Lizard layers' S and z: fp32 (default, exact) or bf16 "
+                                                        "(half the bytes; the continuation is rounded)", &a.session_dtype,
+         false, 0, 0},
         {"--stats", LZ_OPT_FLAG, "", "print state bytes per sequence by layer kind (stderr)", &a.stats, false, 0, 0},
         {"--move-after", LZ_OPT_INT, "N", "under mpirun: after N tokens, move the live sequence to another placement "
                                           "(--move-placement or --move-plan) and go on", &a.move_after, false, 1, 1 << 30},
@@ -409,6 +413,10 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --session keeps one sequence (not --batch or --prompts-file)");
     if (a.prompts_file && a.batch)
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --batch copies one prompt; --prompts-file gives many");
+    if (a.session_dtype && strcmp(a.session_dtype, "fp32") != 0 && strcmp(a.session_dtype, "bf16") != 0)
+        return lz_fail(LZ_ERR_INPUT, "lizard generate: --session-dtype: expected fp32 or bf16, got '%s'", a.session_dtype);
+    if (a.session_dtype && !a.session)
+        return lz_fail(LZ_ERR_INPUT, "lizard generate: --session-dtype needs --session FILE");
     if (a.move_after && (a.prompts_file || a.batch))
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --move-after moves one sequence (not --batch or --prompts-file)");
     if ((a.move_placement || a.move_plan) && !a.move_after)

@@ -25,6 +25,7 @@ typedef struct {
     /* under mpirun -np N (N > 1): how layers are placed on the ranks */
     const char *placement;       /* "balanced" (default) or "by-type" */
     const char *plan_file;       /* or a hand-written plan (docs/running.md) */
+    bool session_state_bf16;     /* saved states keep the Lizard layers' S and z in bf16 (half the bytes) */
 } lz_engine_options;
 
 typedef struct {

@@ -7,7 +7,7 @@
 /* This process's layers of `slot`, packed (what each pipeline rank also sends). */
 static lz_status pack_local(lz_engine *e, int slot, uint8_t **buf, size_t *len) {
     Lizard__StageState stage;
-    lz_status s = lz_state_io_save(&e->model, &e->state, slot, &stage);
+    lz_status s = lz_state_io_save(&e->model, &e->state, slot, e->opt.session_state_bf16, &stage);
     if (s == LZ_OK) {
         *len = lizard__stage_state__get_packed_size(&stage);
         *buf = malloc(*len ? *len : 1);
@@ -24,7 +24,7 @@ lz_status lz_engine_save_stages(lz_engine *e, int slot, Lizard__SequenceState *m
     size_t *lens = NULL, n = 1;
     lz_status s;
     if (e->pipelined) {
-        s = lz_pipeline_save(&e->pipe, &e->model, &e->state, slot, &parts, &lens);
+        s = lz_pipeline_save(&e->pipe, &e->model, &e->state, slot, e->opt.session_state_bf16, &parts, &lens);
         n = (size_t)e->pipe.n_ranks;
     } else {
         parts = calloc(1, sizeof(uint8_t *));

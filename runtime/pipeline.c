@@ -27,7 +27,7 @@ static void trace(const lz_pipeline *p, const char *event, uint64_t step) {
 
 enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, TAG_IDS = 13, TAG_HEADER = 14 };
 enum { STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4, STEP_FLAG_GREEDY = 8, STEP_FLAG_SEEK = 16,
-       STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64 };
+       STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64, STEP_FLAG_STATE_BF16 = 128 };
 
 /* Bytes from rank 0 to all: the length, then the bytes. */
 static lz_status broadcast_bytes(uint8_t **buf, size_t *len, int rank) {
@@ -433,10 +433,10 @@ lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, in
 }
 
 /* Every rank's StageState of `slot`, gathered on rank 0 as packed bytes per rank. */
-static lz_status save_collective(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint8_t ***parts,
-                                 size_t **lens) {
+static lz_status save_collective(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16,
+                                 uint8_t ***parts, size_t **lens) {
     Lizard__StageState stage;
-    lz_status s = lz_state_io_save(m, st, slot, &stage);
+    lz_status s = lz_state_io_save(m, st, slot, state_bf16, &stage);
     size_t len = s == LZ_OK ? lizard__stage_state__get_packed_size(&stage) : 0;
     uint8_t *mine = malloc(len ? len : 1);
     if (s == LZ_OK && !mine)
@@ -499,14 +499,15 @@ static lz_status restore_collective(lz_pipeline *p, lz_model *m, lz_state *st, i
     return s;
 }
 
-lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint8_t ***parts, size_t **lens) {
+lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16, uint8_t ***parts,
+                           size_t **lens) {
     Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
     int32_t s32 = slot;
-    h.flags = STEP_FLAG_SAVE;
+    h.flags = STEP_FLAG_SAVE | (state_bf16 ? STEP_FLAG_STATE_BF16 : 0);
     h.n_seq_ids = 1;
     h.seq_ids = &s32;
     LZ_TRY(broadcast_header(p, &h));
-    return save_collective(p, m, st, slot, parts, lens);
+    return save_collective(p, m, st, slot, state_bf16, parts, lens);
 }
 
 lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
@@ -526,7 +527,7 @@ static lz_status serve_state(lz_pipeline *p, lz_model *m, lz_state *st, const Li
     if (h->n_seq_ids != 1 || ((h->flags & STEP_FLAG_RESTORE) && h->n_positions != 1))
         return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed state request", p->rank);
     if (h->flags & STEP_FLAG_SAVE)
-        return save_collective(p, m, st, h->seq_ids[0], NULL, NULL);
+        return save_collective(p, m, st, h->seq_ids[0], (h->flags & STEP_FLAG_STATE_BF16) != 0, NULL, NULL);
     return restore_collective(p, m, st, h->seq_ids[0], (uint64_t)h->positions[0], NULL, 0);
 }
 

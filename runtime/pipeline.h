@@ -95,7 +95,8 @@ lz_status lz_pipeline_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *all);
 lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws);
 /* Rank 0: every rank's StageState of `slot`, packed, one per rank
  * (*parts[r], *lens[r]; the caller frees them). */
-lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint8_t ***parts, size_t **lens);
+lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16, uint8_t ***parts,
+                           size_t **lens);
 /* Rank 0: a StageState with every layer (packed) to all ranks; each restores its own layers. */
 lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
                               uint8_t *stage_bytes, size_t len);

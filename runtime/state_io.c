@@ -39,19 +39,35 @@ static lz_status save_ring(const lz_model *m, const lz_layer *ly, const void *ri
     return s;
 }
 
+/* n fp32 values of backend memory into out, as fp32 or (bf16) rounded to bf16. */
+static lz_status save_f32(const lz_model *m, const float *src, size_t n, bool bf16, ProtobufCBinaryData *out) {
+    LZ_TRY(alloc_bytes(out, n * sizeof(float)));
+    LZ_TRY(m->ops->copy_to_host(m->be, out->data, src, out->len));
+    if (!bf16)
+        return LZ_OK;
+    for (size_t i = 0; i < n; i++) { // in place: element i's 2 bytes never overtake element i's 4
+        float f;
+        memcpy(&f, out->data + 4 * i, 4);
+        const uint16_t h = lz_f32_to_bf16(f);
+        out->data[2 * i] = (uint8_t)h;
+        out->data[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+    out->len = n * 2;
+    return LZ_OK;
+}
+
 static lz_status save_lizard(const lz_model *m, const lz_state *st, const lz_layer *ly, int slot, int pos,
-                             Lizard__LayerState *out) {
+                             bool state_bf16, Lizard__LayerState *out) {
     const lz_layer_state *ls = &st->layers[ly->index];
     out->rows = (uint32_t)(pos < ly->dims.window ? pos : ly->dims.window);
-    LZ_TRY(alloc_bytes(&out->s, sizeof(float) * lz_layer_s_elems(ly)));
-    LZ_TRY(alloc_bytes(&out->z, sizeof(float) * lz_layer_z_elems(ly)));
-    LZ_TRY(m->ops->copy_to_host(m->be, out->s.data, ls->S + (size_t)slot * lz_layer_s_elems(ly), out->s.len));
-    LZ_TRY(m->ops->copy_to_host(m->be, out->z.data, ls->z + (size_t)slot * lz_layer_z_elems(ly), out->z.len));
+    out->state_elem_bytes = state_bf16 ? 2 : 4;
+    LZ_TRY(save_f32(m, ls->S + (size_t)slot * lz_layer_s_elems(ly), lz_layer_s_elems(ly), state_bf16, &out->s));
+    LZ_TRY(save_f32(m, ls->z + (size_t)slot * lz_layer_z_elems(ly), lz_layer_z_elems(ly), state_bf16, &out->z));
     LZ_TRY(save_ring(m, ly, ls->ring_k, slot, pos, &out->k));
     return save_ring(m, ly, ls->ring_v, slot, pos, &out->v);
 }
 
-lz_status lz_state_io_save(const lz_model *m, const lz_state *st, int slot, Lizard__StageState *out) {
+lz_status lz_state_io_save(const lz_model *m, const lz_state *st, int slot, bool state_bf16, Lizard__StageState *out) {
     lizard__stage_state__init(out);
     int owned = 0;
     for (int i = 0; i < m->cfg.num_hidden_layers; i++)
@@ -72,7 +88,8 @@ lz_status lz_state_io_save(const lz_model *m, const lz_state *st, int slot, Liza
         l->layer = i;
         l->kind = ly->run_softmax ? LIZARD__LAYER_STATE__KIND__SOFTMAX : LIZARD__LAYER_STATE__KIND__LIZARD;
         l->elem_bytes = (uint32_t)m->ops->act_size;
-        LZ_TRY(ly->run_softmax ? save_softmax(m, st, ly, slot, pos, l) : save_lizard(m, st, ly, slot, pos, l));
+        LZ_TRY(ly->run_softmax ? save_softmax(m, st, ly, slot, pos, l)
+                               : save_lizard(m, st, ly, slot, pos, state_bf16, l));
     }
     return LZ_OK;
 }
@@ -106,9 +123,12 @@ static lz_status check_record(const lz_model *m, const lz_state *st, const lz_la
     if (softmax && pos > (uint64_t)st->kv_capacity)
         return lz_fail(LZ_ERR_INPUT, "session: layer %d holds %llu positions; this run's context holds %d", i,
                        (unsigned long long)pos, st->kv_capacity);
-    if (!softmax && (l->s.len != sizeof(float) * lz_layer_s_elems(ly) || l->z.len != sizeof(float) * lz_layer_z_elems(ly)))
+    const size_t sz = l->state_elem_bytes == 0 ? 4 : l->state_elem_bytes;
+    if (!softmax && sz != 4 && sz != 2)
+        return lz_fail(LZ_ERR_INPUT, "session: layer %d: GLA state element size %u", i, l->state_elem_bytes);
+    if (!softmax && (l->s.len != sz * lz_layer_s_elems(ly) || l->z.len != sz * lz_layer_z_elems(ly)))
         return lz_fail(LZ_ERR_INPUT, "session: layer %d: GLA state of %zu + %zu bytes, expected %zu + %zu", i,
-                       l->s.len, l->z.len, sizeof(float) * lz_layer_s_elems(ly), sizeof(float) * lz_layer_z_elems(ly));
+                       l->s.len, l->z.len, sz * lz_layer_s_elems(ly), sz * lz_layer_z_elems(ly));
     return LZ_OK;
 }
 
@@ -152,6 +172,21 @@ static lz_status put_rows(const lz_model *m, const lz_layer *ly, void *dst_base,
     return s;
 }
 
+/* S or z back into fp32 backend memory, widened from bf16 when saved so (check_record sized it). */
+static lz_status put_f32(const lz_model *m, float *dst, const ProtobufCBinaryData *src, uint32_t elem_bytes) {
+    if (elem_bytes != 2)
+        return m->ops->copy_from_host(m->be, dst, src->data, src->len);
+    const size_t n = src->len / 2;
+    float *wide = malloc(sizeof(float) * (n ? n : 1));
+    if (!wide)
+        return lz_fail(LZ_ERR_NOMEM, "session: out of memory");
+    for (size_t i = 0; i < n; i++)
+        wide[i] = lz_bf16_to_f32((uint16_t)(src->data[2 * i] | src->data[2 * i + 1] << 8));
+    lz_status s = m->ops->copy_from_host(m->be, dst, wide, n * sizeof(float));
+    free(wide);
+    return s;
+}
+
 static lz_status restore_layer(const lz_model *m, lz_state *st, const lz_layer *ly, const Lizard__LayerState *l,
                                int slot, uint64_t pos) {
     lz_layer_state *ls = &st->layers[ly->index];
@@ -163,8 +198,8 @@ static lz_status restore_layer(const lz_model *m, lz_state *st, const lz_layer *
     }
     const int w = ly->dims.window;
     const size_t base = (size_t)slot * w * row;
-    LZ_TRY(m->ops->copy_from_host(m->be, ls->S + (size_t)slot * lz_layer_s_elems(ly), l->s.data, l->s.len));
-    LZ_TRY(m->ops->copy_from_host(m->be, ls->z + (size_t)slot * lz_layer_z_elems(ly), l->z.data, l->z.len));
+    LZ_TRY(put_f32(m, ls->S + (size_t)slot * lz_layer_s_elems(ly), &l->s, l->state_elem_bytes));
+    LZ_TRY(put_f32(m, ls->z + (size_t)slot * lz_layer_z_elems(ly), &l->z, l->state_elem_bytes));
     LZ_TRY(put_rows(m, ly, (char *)ls->ring_k + base, &l->k, l->elem_bytes, l->rows, pos - l->rows, w));
     return put_rows(m, ly, (char *)ls->ring_v + base, &l->v, l->elem_bytes, l->rows, pos - l->rows, w);
 }

@@ -6,14 +6,17 @@
 #ifndef LZ_STATE_IO_H
 #define LZ_STATE_IO_H
 
+#include <stdbool.h> // bool
 #include <stddef.h> // size_t
 #include <stdint.h> // uint64_t
 
 #include "lizard.pb-c.h" // Lizard__StageState
 #include "state.h"       // lz_state, lz_model
 
-/* Fills out->layers with the owned layers of `slot` (free with lz_state_io_free). */
-lz_status lz_state_io_save(const lz_model *m, const lz_state *st, int slot, Lizard__StageState *out);
+/* Fills out->layers with the owned layers of `slot` (free with lz_state_io_free).
+ * state_bf16: the Lizard layers' S and z as bf16 (half their bytes; the
+ * continuation is then no longer bit-exact), else fp32. */
+lz_status lz_state_io_save(const lz_model *m, const lz_state *st, int slot, bool state_bf16, Lizard__StageState *out);
 void lz_state_io_free(Lizard__StageState *s);
 
 /* Restores every layer in `layers` that this process owns into `slot` and

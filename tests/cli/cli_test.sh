@@ -87,6 +87,13 @@ cp "$TMP/good.lzs" "$TMP/other.lzs"
 expect_error "another model" "$LIZARD" generate --model "$TMP/tiny-lizard" --max-tokens 2 --session "$TMP/other.lzs"
 "$LIZARD" generate --model "$TMP/tiny-hybrid" --ids 1,2,3 --max-tokens 2 --session "$TMP/hyb.lzs" >/dev/null 2>&1
 expect_error "softmax-layers" "$LIZARD" generate --model "$TMP/tiny-hybrid" --max-tokens 2 --session "$TMP/hyb.lzs" --softmax-layers none
+# S and z saved in bf16 on request: a smaller file that continues (rounded, so only "it runs" is checked)
+"$LIZARD" generate --model "$TMP/tiny-lizard" --ids 1,2,3 --max-tokens 2 --session "$TMP/f32.lzs" >/dev/null 2>&1
+"$LIZARD" generate --model "$TMP/tiny-lizard" --ids 1,2,3 --max-tokens 2 --session "$TMP/b16.lzs" --session-dtype bf16 >/dev/null 2>&1
+[ -s "$TMP/b16.lzs" ] && [ "$(stat -c %s "$TMP/b16.lzs")" -lt "$(stat -c %s "$TMP/f32.lzs")" ] && ok || bad "bf16 session not smaller"
+"$LIZARD" generate --model "$TMP/tiny-lizard" --max-tokens 3 --session "$TMP/b16.lzs" >/dev/null 2>&1 && ok || bad "bf16 session does not continue"
+expect_error "--session-dtype" "$LIZARD" generate --model "$TMP/tiny-lizard" --ids 1 --session "$TMP/x.lzs" --session-dtype f16
+expect_error "--session-dtype" "$LIZARD" generate --model "$TMP/tiny-lizard" --ids 1 --session-dtype bf16
 printf 'not a session' >"$TMP/junk.lzs"
 expect_error "junk.lzs" "$LIZARD" generate --model "$M" --max-tokens 2 --session "$TMP/junk.lzs"
 expect_error "--session" "$LIZARD" generate --model "$M" --ids 1 --batch 2 --session "$TMP/new.lzs"

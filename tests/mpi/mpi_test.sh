@@ -53,6 +53,12 @@ run 3 "$LIZARD" generate --model "$TMP/tiny" --prompts-file "$TMP/p5.txt" --max-
 firsts() { python3 -c "import json,sys; print([json.loads(l)['ids'][0] for l in open(sys.argv[1])])" "$1"; }
 [ "$(firsts "$TMP/q0")" = "$(firsts "$TMP/q1")" ] && ok || bad "first tokens: $(firsts "$TMP/q0") vs $(firsts "$TMP/q1")"
 
+# a session with bf16 S and z written by 2 ranks (each rank rounds its own layers) continues in one process
+run 2 "$LIZARD" generate --model "$L" --ids $IDS --max-tokens 3 --ignore-eos --format json --session "$TMP/b.lzs" \
+  --session-dtype bf16 >/dev/null 2>"$TMP/err" &&
+  "$LIZARD" generate --model "$L" --max-tokens 3 --ignore-eos --format json --session "$TMP/b.lzs" >/dev/null 2>>"$TMP/err" &&
+  ok || bad "bf16 session across ranks: $(grep error "$TMP/err")"
+
 # a live sequence moved mid-generation (balanced on 3 ranks -> by-type; 2 ranks -> an interleaved plan):
 # the same sampled tokens as one uninterrupted process; a plan that does not fit the job is refused
 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 12 --format json --ignore-eos --temperature 0.8 --seed 3 \
