@@ -306,10 +306,13 @@ static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const 
     }
     for (int i = 0; s == LZ_OK && i < n; i++)
         s = print_completion(a, tok, i, &out[i]);
+    long decoded = t.generated_tokens; // each sequence's first token comes from its prompt's step
+    for (int i = 0; i < n; i++)
+        decoded -= out && out[i].n > 0;
     if (s == LZ_OK)
-        fprintf(stderr, "lizard generate: %d sequences, %ld prompt tokens in %.3f s, %ld tokens generated in %.3f s "
-                        "(%.1f tok/s)\n", n, t.prompt_tokens, t.prefill_seconds, t.generated_tokens, t.decode_seconds,
-                t.decode_seconds > 0 ? t.generated_tokens / t.decode_seconds : 0.0);
+        fprintf(stderr, "lizard generate: %d sequences, %ld prompt tokens in %.3f s, %ld tokens generated (%ld by "
+                        "decode steps in %.3f s: %.1f tok/s)\n", n, t.prompt_tokens, t.prefill_seconds,
+                t.generated_tokens, decoded, t.decode_seconds, decoded > 0 ? decoded / t.decode_seconds : 0.0);
     for (int i = 0; out && i < n; i++)
         free(out[i].ids);
     free(out);
