@@ -278,7 +278,7 @@ static lz_status step_from_header(const Lizard__StepHeader *h, step_arrays *a) {
 static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const Lizard__StepHeader *h,
                           float *logits, int32_t *out_ids, lz_inflight *async) {
     step_arrays a = {0};
-    lz_status s = lz_step_header_check(h, st->n_slots, m->cfg.vocab_size); // before any array is built from it
+    lz_status s = lz_step_header_check(h, st->n_slots, m->cfg.vocab_size, ws->max_tokens); // before any array is built
     if (s == LZ_OK && m->parts.embed && h->n_token_ids == 0)
         s = lz_fail(LZ_ERR_INTERNAL, "rank %d embeds the tokens but the StepHeader carries none", p->rank);
     if (s == LZ_OK)

@@ -17,10 +17,11 @@
  *   n_positions == n_token_counts == n_seq_ids, and the sizes fit an int;
  *   per sequence: token_counts[q] >= 1, seq_ids[q] in [0, n_slots),
  *     positions[q] >= 0 and positions[q] + token_counts[q] without overflow;
- *   sum of token_counts == n_token_ids, or n_token_ids == 0 (the ids stay
- *     on rank 0, which embeds them) and the sum fits an int;
+ *   sum of token_counts <= max_tokens (the receiver's workspace), and
+ *     == n_token_ids, or n_token_ids == 0 (the ids stay on rank 0, which
+ *     embeds them);
  *   token_ids[t] in [0, vocab_size);
  *   logit_rows[k] in [0, sum of token_counts). */
-lz_status lz_step_header_check(const void *header, int n_slots, int vocab_size);
+lz_status lz_step_header_check(const void *header, int n_slots, int vocab_size, int max_tokens);
 
 #endif

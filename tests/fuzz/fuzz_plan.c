@@ -115,10 +115,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Lizard__StepHeader *h = lizard__step_header__unpack(NULL, size, data);
     if (!h)
         return 0;
-    static const int shapes[][2] = {{1, 1}, {8, 256}, {64, 128256}};
+    static const int shapes[][3] = {{1, 1, 1}, {8, 256, 512}, {64, 128256, 8192}}; // slots, vocab, step tokens
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         lz_error_clear();
-        if (lz_step_header_check(h, shapes[k][0], shapes[k][1]) == LZ_OK)
+        if (lz_step_header_check(h, shapes[k][0], shapes[k][1], shapes[k][2]) == LZ_OK)
             step_arrays(h);
         else if (strncmp(lz_error_message(), "StepHeader: ", 12) != 0)
             abort(); /* a refusal names the field */
