@@ -1,50 +1,11 @@
-/* pipeline.c - plan agreement, step broadcast, and the flow of activations. */
-#include <limits.h> // INT_MAX
-#include <mpi.h>    // MPI_Bcast, MPI_Isend, MPI_Recv
-#include <stdio.h>  // fprintf
-#include <stdlib.h> // malloc, free, getenv
-#include <string.h> // memset, strcmp
+/* pipeline.c - plan agreement, the steps (headers, visits, activations, results), the serve loop. */
+#include <mpi.h>    // MPI_Allgather, MPI_Send, MPI_Recv
+#include <stdlib.h> // malloc, free
+#include <string.h> // memset
 
-#include "lizard.pb-c.h" // Lizard__StepHeader
-#include "mpi_world.h"   // LZ_MPI_TRY
-#include "state_io.h"    // lz_state_io_save, lz_state_io_restore
+#include "mpi_world.h"         // LZ_MPI_TRY
+#include "pipeline_internal.h" // lz_pipeline_send_header, STEP_FLAG_*
 #include "step_header_check.h" // lz_step_header_check
-#include "pipeline.h"
-#include "clock.h" // lz_now_seconds
-
-/* LIZARD_TRACE=1: one stderr line per pipeline event with a host-wide clock,
- * to see on a timeline whether the stages overlap. */
-static void trace(const lz_pipeline *p, const char *event, uint64_t step) {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LIZARD_TRACE");
-        on = v && *v && strcmp(v, "0") != 0;
-    }
-    if (on)
-        fprintf(stderr, "trace rank %d %.6f %-14s step %llu\n", p->rank, lz_now_seconds(), event,
-                (unsigned long long)step);
-}
-
-enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, TAG_IDS = 13, TAG_HEADER = 14 };
-enum { STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4, STEP_FLAG_GREEDY = 8, STEP_FLAG_SEEK = 16,
-       STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64, STEP_FLAG_STATE_BF16 = 128 };
-
-/* Bytes from rank 0 to all: the length, then the bytes. */
-static lz_status broadcast_bytes(uint8_t **buf, size_t *len, int rank) {
-    uint64_t n = *len;
-    LZ_MPI_TRY(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
-    if (rank != 0) {
-        if (n > ((uint64_t)1 << 31))
-            return lz_fail(LZ_ERR_INTERNAL, "rank %d: a broadcast of %llu bytes is not plausible", rank,
-                           (unsigned long long)n);
-        *buf = malloc(n ? n : 1);
-        if (!*buf)
-            return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory for a %llu-byte message", rank, (unsigned long long)n);
-        *len = n;
-    }
-    LZ_MPI_TRY(MPI_Bcast(*buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD));
-    return LZ_OK;
-}
 
 lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *placement, const char *plan_file,
                            uint64_t context, int batch, uint64_t free_bytes, lz_stage_parts *parts) {
@@ -82,7 +43,7 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
     free(free_all);
     if (s != LZ_OK)
         return s; // rank 0 ends the job (MPI_Abort) before anyone waits on the broadcast
-    s = broadcast_bytes(&msg, &len, p->rank);
+    s = lz_pipeline_broadcast_bytes(&msg, &len, p->rank);
     if (s == LZ_OK && p->rank != 0)
         s = lz_plan_unpack(msg, len, &p->plan);
     free(msg);
@@ -285,82 +246,18 @@ static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspac
         s = step_from_header(h, &a);
     const int32_t *ids = h->token_ids, *rows = h->logit_rows;
     const int n_rows = (int)h->n_logit_rows;
-    trace(p, "header", h->step_id);
+    lz_pipeline_trace(p, "header", h->step_id);
     if (s == LZ_OK)
         s = lz_step_begin(m, st, ws, ids, &a.b, rows, n_rows);
-    trace(p, "begun", h->step_id);
+    lz_pipeline_trace(p, "begun", h->step_id);
     if (s == LZ_OK)
         s = run_visits(p, m, st, ws, ids, &a.b, rows, n_rows, (h->flags & STEP_FLAG_GREEDY) != 0, logits, out_ids,
                        async);
-    trace(p, "visited", h->step_id);
+    lz_pipeline_trace(p, "visited", h->step_id);
     if (s == LZ_OK)
         lz_step_end(st, &a.b);
     free(a.slot);
     return s;
-}
-
-/* Rank 0: waits for the oldest header sends (all of them when `all`) and frees them. */
-static lz_status retire_headers(lz_pipeline *p, bool all) {
-    while (p->n_headers > 0 && (all || p->n_headers == LZ_MAX_INFLIGHT)) {
-        int rc = MPI_Waitall(p->n_ranks - 1, p->headers[0].reqs, MPI_STATUSES_IGNORE);
-        free(p->headers[0].buf);
-        free(p->headers[0].reqs);
-        p->n_headers--;
-        memmove(&p->headers[0], &p->headers[1], sizeof p->headers[0] * (size_t)p->n_headers);
-        if (rc != MPI_SUCCESS)
-            return lz_world_mpi_error(rc, "MPI_Waitall(step header sends)", __FILE__, __LINE__);
-    }
-    return LZ_OK;
-}
-
-/* The header to every rank, sent without waiting for the receivers (a
- * broadcast may hold rank 0 until a stage still busy with the previous step
- * joins it, and then no two stages would ever work at once). A step's token
- * ids go only where they are embedded: when that is rank 0 they stay here. */
-static lz_status broadcast_header(lz_pipeline *p, Lizard__StepHeader *h) {
-    const size_t n_ids = h->n_token_ids;
-    if (p->plan.embed_rank == 0)
-        h->n_token_ids = 0;
-    const size_t len = lizard__step_header__get_packed_size(h);
-    uint8_t *buf = malloc(len ? len : 1);
-    MPI_Request *reqs = malloc(sizeof(MPI_Request) * (size_t)(p->n_ranks > 1 ? p->n_ranks - 1 : 1));
-    if (buf)
-        lizard__step_header__pack(h, buf);
-    h->n_token_ids = n_ids;
-    if (!buf || !reqs || len > (size_t)INT_MAX) {
-        free(buf), free(reqs);
-        return lz_fail(LZ_ERR_NOMEM, "StepHeader: out of memory for %zu bytes", len);
-    }
-    LZ_TRY(retire_headers(p, false));
-    for (int r = 1; r < p->n_ranks; r++) {
-        int rc = MPI_Isend(buf, (int)len, MPI_BYTE, r, TAG_HEADER, MPI_COMM_WORLD, &reqs[r - 1]);
-        if (rc != MPI_SUCCESS) {
-            for (int q = 1; q < r; q++)
-                MPI_Wait(&reqs[q - 1], MPI_STATUS_IGNORE);
-            free(buf), free(reqs);
-            return lz_world_mpi_error(rc, "MPI_Isend(step header)", __FILE__, __LINE__);
-        }
-    }
-    p->headers[p->n_headers].buf = buf;
-    p->headers[p->n_headers].reqs = reqs;
-    p->n_headers++;
-    return LZ_OK;
-}
-
-/* Other ranks: the next header's bytes from rank 0. */
-static lz_status receive_header(lz_pipeline *p, uint8_t **buf, size_t *len) {
-    MPI_Status st;
-    int n = 0;
-    LZ_MPI_TRY(MPI_Probe(0, TAG_HEADER, MPI_COMM_WORLD, &st));
-    LZ_MPI_TRY(MPI_Get_count(&st, MPI_BYTE, &n));
-    if (n < 0)
-        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a step header of unknown size", p->rank);
-    *buf = malloc(n ? (size_t)n : 1);
-    if (!*buf)
-        return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory for a %d-byte header", p->rank, n);
-    *len = (size_t)n;
-    LZ_MPI_TRY(MPI_Recv(*buf, n, MPI_BYTE, 0, TAG_HEADER, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-    return LZ_OK;
 }
 
 /* The header of a step (pointing into the caller's arrays). */
@@ -392,7 +289,7 @@ lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspa
     Lizard__StepHeader h;
     LZ_TRY(make_header(p, ids, batch, logit_rows, n_logit_rows, &h));
     h.flags = out_ids ? STEP_FLAG_GREEDY : 0;
-    LZ_TRY(broadcast_header(p, &h));
+    LZ_TRY(lz_pipeline_send_header(p, &h));
     return run_step(p, m, st, ws, &h, logits, out_ids, NULL);
 }
 
@@ -405,7 +302,7 @@ lz_status lz_pipeline_step_start(lz_pipeline *p, lz_model *m, lz_state *st, lz_w
     Lizard__StepHeader h;
     LZ_TRY(make_header(p, ids, batch, logit_rows, n_logit_rows, &h));
     h.flags = greedy ? STEP_FLAG_GREEDY : 0;
-    LZ_TRY(broadcast_header(p, &h));
+    LZ_TRY(lz_pipeline_send_header(p, &h));
     p->n_inflight++;
     return run_step(p, m, st, ws, &h, NULL, NULL, f);
 }
@@ -420,9 +317,9 @@ lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, in
     p->inflight_head = (p->inflight_head + 1) % LZ_MAX_INFLIGHT;
     p->n_inflight--;
     // results of one head rank arrive in the order the steps started (MPI keeps order per sender and tag)
-    trace(p, "finish", 0);
+    lz_pipeline_trace(p, "finish", 0);
     int rc = recv_result(p, m, f->n_rows, f->greedy, logits, out_ids);
-    trace(p, "finished", 0);
+    lz_pipeline_trace(p, "finished", 0);
     if (rc == MPI_SUCCESS && f->send != MPI_REQUEST_NULL)
         rc = MPI_Wait(&f->send, MPI_STATUS_IGNORE);
     free(f->buf);
@@ -432,152 +329,11 @@ lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, in
     return LZ_OK;
 }
 
-/* Every rank's StageState of `slot`, gathered on rank 0 as packed bytes per rank. */
-static lz_status save_collective(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16,
-                                 uint8_t ***parts, size_t **lens) {
-    Lizard__StageState stage;
-    lz_status s = lz_state_io_save(m, st, slot, state_bf16, &stage);
-    size_t len = s == LZ_OK ? lizard__stage_state__get_packed_size(&stage) : 0;
-    uint8_t *mine = malloc(len ? len : 1);
-    if (s == LZ_OK && !mine)
-        s = lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", p->rank);
-    if (s == LZ_OK)
-        lizard__stage_state__pack(&stage, mine);
-    lz_state_io_free(&stage);
-    if (s != LZ_OK) {
-        free(mine);
-        return s;
-    }
-    int n = (int)len, *counts = NULL, *displs = NULL;
-    uint8_t *all = NULL;
-    if (p->rank == 0) {
-        counts = calloc((size_t)p->n_ranks, sizeof(int));
-        displs = calloc((size_t)p->n_ranks, sizeof(int));
-    }
-    int rc = MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    size_t total = 0;
-    for (int r = 0; rc == MPI_SUCCESS && p->rank == 0 && r < p->n_ranks; r++) {
-        displs[r] = (int)total;
-        total += (size_t)counts[r];
-    }
-    if (rc == MPI_SUCCESS && p->rank == 0)
-        all = malloc(total ? total : 1);
-    if (rc == MPI_SUCCESS)
-        rc = MPI_Gatherv(mine, n, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
-    free(mine);
-    if (rc != MPI_SUCCESS) {
-        free(counts), free(displs), free(all);
-        return lz_world_mpi_error(rc, "MPI_Gatherv(stage state)", __FILE__, __LINE__);
-    }
-    if (p->rank == 0) { // split the gathered bytes per rank
-        *parts = calloc((size_t)p->n_ranks, sizeof(uint8_t *));
-        *lens = calloc((size_t)p->n_ranks, sizeof(size_t));
-        for (int r = 0; *parts && *lens && r < p->n_ranks; r++) {
-            (*parts)[r] = malloc(counts[r] ? (size_t)counts[r] : 1);
-            if ((*parts)[r])
-                memcpy((*parts)[r], all + displs[r], (size_t)counts[r]);
-            (*lens)[r] = (size_t)counts[r];
-        }
-    }
-    free(counts), free(displs), free(all);
-    return LZ_OK;
-}
-
-/* Rank 0's StageState bytes (every layer) to all; each rank restores the layers it owns. */
-static lz_status restore_collective(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
-                                    uint8_t *bytes, size_t len) {
-    lz_status s = broadcast_bytes(&bytes, &len, p->rank);
-    Lizard__StageState *stage = s == LZ_OK ? lizard__stage_state__unpack(NULL, len, bytes) : NULL;
-    if (p->rank != 0)
-        free(bytes);
-    if (s != LZ_OK)
-        return s;
-    if (!stage)
-        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed StageState came from rank 0", p->rank);
-    s = lz_state_io_restore(m, st, slot, position, stage->layers, stage->n_layers);
-    lizard__stage_state__free_unpacked(stage, NULL);
-    return s;
-}
-
-lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16, uint8_t ***parts,
-                           size_t **lens) {
-    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
-    int32_t s32 = slot;
-    h.flags = STEP_FLAG_SAVE | (state_bf16 ? STEP_FLAG_STATE_BF16 : 0);
-    h.n_seq_ids = 1;
-    h.seq_ids = &s32;
-    LZ_TRY(broadcast_header(p, &h));
-    return save_collective(p, m, st, slot, state_bf16, parts, lens);
-}
-
-lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
-                              uint8_t *stage_bytes, size_t len) {
-    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
-    int32_t s32 = slot, pos32 = (int32_t)position;
-    h.flags = STEP_FLAG_RESTORE;
-    h.n_seq_ids = h.n_positions = 1;
-    h.seq_ids = &s32;
-    h.positions = &pos32;
-    LZ_TRY(broadcast_header(p, &h));
-    return restore_collective(p, m, st, slot, position, stage_bytes, len);
-}
-
-/* A save or restore asked for by rank 0 (the slot and position are in the header). */
-static lz_status serve_state(lz_pipeline *p, lz_model *m, lz_state *st, const Lizard__StepHeader *h) {
-    if (h->n_seq_ids != 1 || ((h->flags & STEP_FLAG_RESTORE) && h->n_positions != 1))
-        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed state request", p->rank);
-    if (h->flags & STEP_FLAG_SAVE)
-        return save_collective(p, m, st, h->seq_ids[0], (h->flags & STEP_FLAG_STATE_BF16) != 0, NULL, NULL);
-    return restore_collective(p, m, st, h->seq_ids[0], (uint64_t)h->positions[0], NULL, 0);
-}
-
-/* The slots and positions of a SEEK header, on this rank. */
-static lz_status seek_slots(lz_pipeline *p, lz_state *st, const Lizard__StepHeader *h) {
-    if (h->n_seq_ids != h->n_positions)
-        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a seek of %zu slots with %zu positions", p->rank, h->n_seq_ids,
-                       h->n_positions);
-    for (size_t i = 0; i < h->n_seq_ids; i++)
-        if (h->seq_ids[i] < 0 || h->seq_ids[i] >= st->n_slots || h->positions[i] < 0)
-            return lz_fail(LZ_ERR_INTERNAL, "rank %d: seek of slot %d to %d", p->rank, h->seq_ids[i], h->positions[i]);
-    for (size_t i = 0; i < h->n_seq_ids; i++)
-        st->slot_pos[h->seq_ids[i]] = h->positions[i];
-    return LZ_OK;
-}
-
-lz_status lz_pipeline_seek(lz_pipeline *p, lz_state *st, int n, const int32_t *slots, const int32_t *positions) {
-    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
-    h.flags = STEP_FLAG_SEEK;
-    h.n_seq_ids = h.n_positions = (size_t)n;
-    h.seq_ids = (int32_t *)slots;
-    h.positions = (int32_t *)positions;
-    LZ_TRY(broadcast_header(p, &h));
-    return seek_slots(p, st, &h);
-}
-
-/* Every rank's counters to rank 0 (all: rank 0's array, NULL elsewhere). */
-static lz_status gather_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *all) {
-    lz_rank_stats mine = p->stats;
-    size_t free_b = 0, total = 0;
-    if (m->ops->memory_info && m->ops->memory_info(m->be, &free_b, &total) == LZ_OK) {
-        mine.mem_used = total - free_b;
-        mine.mem_total = total;
-    }
-    LZ_MPI_TRY(MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD));
-    return LZ_OK;
-}
-
-lz_status lz_pipeline_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *all) {
-    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
-    h.flags = STEP_FLAG_STATS;
-    LZ_TRY(broadcast_header(p, &h));
-    return gather_stats(p, m, all);
-}
-
 lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws) {
     for (;;) {
         uint8_t *buf = NULL;
         size_t len = 0;
-        LZ_TRY(receive_header(p, &buf, &len));
+        LZ_TRY(lz_pipeline_receive_header(p, &buf, &len));
         Lizard__StepHeader *h = lizard__step_header__unpack(NULL, len, buf);
         free(buf);
         if (!h)
@@ -589,9 +345,9 @@ lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
             return LZ_OK; // the engine plans again and comes back
         }
         lz_status s = stop                                               ? LZ_OK
-                      : h->flags & (STEP_FLAG_SAVE | STEP_FLAG_RESTORE) ? serve_state(p, m, st, h)
-                      : h->flags & STEP_FLAG_SEEK                       ? seek_slots(p, st, h)
-                      : h->flags & STEP_FLAG_STATS                      ? gather_stats(p, m, NULL)
+                      : h->flags & (STEP_FLAG_SAVE | STEP_FLAG_RESTORE) ? lz_pipeline_serve_state(p, m, st, h)
+                      : h->flags & STEP_FLAG_SEEK                       ? lz_pipeline_seek_here(p, st, h)
+                      : h->flags & STEP_FLAG_STATS                      ? lz_pipeline_gather_stats(p, m, NULL)
                                                                         : run_step(p, m, st, ws, h, NULL, NULL, NULL);
         lizard__step_header__free_unpacked(h, NULL);
         if (s != LZ_OK || stop)
@@ -604,15 +360,15 @@ lz_status lz_pipeline_request_replan(lz_pipeline *p) {
         return lz_fail(LZ_ERR_INTERNAL, "pipeline: a new plan while %d started steps are unfinished", p->n_inflight);
     Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
     h.flags = STEP_FLAG_REPLAN;
-    LZ_TRY(broadcast_header(p, &h));
-    return retire_headers(p, true);
+    LZ_TRY(lz_pipeline_send_header(p, &h));
+    return lz_pipeline_retire_headers(p, true);
 }
 
 lz_status lz_pipeline_close(lz_pipeline *p) {
     Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
     h.flags = STEP_FLAG_STOP;
-    LZ_TRY(broadcast_header(p, &h));
-    return retire_headers(p, true);
+    LZ_TRY(lz_pipeline_send_header(p, &h));
+    return lz_pipeline_retire_headers(p, true);
 }
 
 void lz_pipeline_free(lz_pipeline *p) {

@@ -1,0 +1,31 @@
+/* pipeline_internal.h - what the pipeline's files share: message tags,
+ * header flags, and the header / broadcast plumbing (pipeline_messages.c). */
+#ifndef LZ_PIPELINE_INTERNAL_H
+#define LZ_PIPELINE_INTERNAL_H
+
+#include "lizard.pb-c.h" // Lizard__StepHeader
+#include "pipeline.h"
+
+enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, TAG_IDS = 13, TAG_HEADER = 14 };
+enum { STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4, STEP_FLAG_GREEDY = 8, STEP_FLAG_SEEK = 16,
+       STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64, STEP_FLAG_STATE_BF16 = 128 };
+
+/* LIZARD_TRACE=1: one stderr line per pipeline event with a host-wide clock,
+ * to see on a timeline whether the stages overlap. */
+void lz_pipeline_trace(const lz_pipeline *p, const char *event, uint64_t step);
+/* Bytes from rank 0 to all (collective): the length, then the bytes; other ranks get a malloc'd copy. */
+lz_status lz_pipeline_broadcast_bytes(uint8_t **buf, size_t *len, int rank);
+/* Rank 0: a header to every other rank without waiting for them (see pipeline_messages.c). */
+lz_status lz_pipeline_send_header(lz_pipeline *p, Lizard__StepHeader *h);
+/* Rank 0: waits for the oldest header sends (all of them when `all`). */
+lz_status lz_pipeline_retire_headers(lz_pipeline *p, bool all);
+/* Other ranks: the next header's bytes from rank 0 (malloc'd). */
+lz_status lz_pipeline_receive_header(lz_pipeline *p, uint8_t **buf, size_t *len);
+
+/* Other ranks, for a header rank 0 sent (pipeline_state.c): a save or
+ * restore, a seek, or the counters. */
+lz_status lz_pipeline_serve_state(lz_pipeline *p, lz_model *m, lz_state *st, const Lizard__StepHeader *h);
+lz_status lz_pipeline_seek_here(lz_pipeline *p, lz_state *st, const Lizard__StepHeader *h);
+lz_status lz_pipeline_gather_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *all);
+
+#endif
