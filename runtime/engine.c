@@ -73,6 +73,7 @@ static void free_stage(lz_engine *e) {
 static lz_status plan_and_load(lz_engine *e, const char *placement, const char *plan_file) {
     lz_stage_parts parts;
     const bool had_p2p = e->pipe.device_p2p;
+    lz_pipeline_free(&e->pipe); // a previous plan's buffers (lz_pipeline_plan starts from nothing)
     lz_status s = lz_pipeline_plan(&e->pipe, &e->cfg, placement, plan_file, (uint64_t)e->opt.max_context,
                                    e->opt.n_slots, free_bytes(e), &parts);
     if (s == LZ_OK && !had_p2p)
