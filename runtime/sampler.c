@@ -2,6 +2,7 @@
  * seeded through splitmix64. Candidates are ordered by logit (ties: lower id
  * first), so the result does not depend on the sort's stability. */
 #include <math.h>   // expf
+#include <stdbool.h> // bool
 #include <stdlib.h> // malloc, free, qsort
 
 #include "sampler.h"
@@ -71,36 +72,92 @@ static int by_logit_desc(const void *a, const void *b) {
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
+static bool first(const lz_candidate *a, const lz_candidate *b) { return by_logit_desc(a, b) < 0; }
+
+static void swap(lz_candidate *a, lz_candidate *b) {
+    const lz_candidate t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Moves the k first candidates of c[0, n) (highest logit, then lowest id)
+ * to c[0, k), in no particular order: quickselect, O(n) on average, where a
+ * full sort of a 128K vocabulary per row per step would cost milliseconds. */
+static void select_first(lz_candidate *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi && k > lo && k <= hi) {
+        const int mid = lo + (hi - lo) / 2; // median of three: sorted or reversed input stays linear
+        if (first(&c[mid], &c[lo]))
+            swap(&c[mid], &c[lo]);
+        if (first(&c[hi], &c[lo]))
+            swap(&c[hi], &c[lo]);
+        if (first(&c[hi], &c[mid]))
+            swap(&c[hi], &c[mid]);
+        const lz_candidate pivot = c[mid];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (first(&c[i], &pivot))
+                i++;
+            while (first(&pivot, &c[j]))
+                j--;
+            if (i <= j)
+                swap(&c[i++], &c[j--]);
+        }
+        if (k <= j + 1) // c[lo, j] all come before c[i, hi]
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return; // c[j + 1, i) equal the pivot: the first k are in place
+    }
+}
+
+/* Candidates kept, each with its weight exp((logit - top) / T):
+ *   top-k: the k first (by logit, then id);
+ *   top-p: of those, the shortest prefix in that order whose weight
+ *          reaches top_p of their total (found by widening a selection,
+ *          so only the prefix is sorted);
+ * the draw walks the kept candidates in the order they are stored. */
 int32_t lz_sampler_next(lz_sampler *s, const float *logits) {
     if (s->p.temperature == 0)
         return argmax(logits, s->vocab);
-    for (int i = 0; i < s->vocab; i++)
-        s->order[i] = (lz_candidate){logits[i], i};
-    qsort(s->order, (size_t)s->vocab, sizeof(lz_candidate), by_logit_desc);
+    lz_candidate *c = s->order;
+    float top = logits[0];
+    for (int i = 0; i < s->vocab; i++) {
+        c[i] = (lz_candidate){logits[i], i};
+        top = logits[i] > top ? logits[i] : top;
+    }
     int n = s->p.top_k > 0 && s->p.top_k < s->vocab ? s->p.top_k : s->vocab;
-    const float inv_t = (float)(1.0 / s->p.temperature), top = s->order[0].logit;
+    if (n < s->vocab)
+        select_first(c, s->vocab, n);
+    const float inv_t = (float)(1.0 / s->p.temperature);
     double sum = 0;
     for (int i = 0; i < n; i++)
-        sum += s->probs[i] = expf((s->order[i].logit - top) * inv_t);
-    if (s->p.top_p < 1) { // smallest prefix whose probability reaches top_p
-        double cum = 0;
-        for (int i = 0; i < n; i++) {
-            cum += s->probs[i] / sum;
-            if (cum >= s->p.top_p) {
-                n = i + 1;
+        sum += s->probs[i] = expf((c[i].logit - top) * inv_t);
+    if (s->p.top_p < 1) { // the shortest prefix (in order) whose weight reaches top_p of the total
+        const double target = s->p.top_p * sum;
+        for (int m = n < 64 ? n : 64;; m = m * 4 < n ? m * 4 : n) {
+            select_first(c, n, m);
+            qsort(c, (size_t)m, sizeof(lz_candidate), by_logit_desc);
+            double cum = 0;
+            int keep = 0;
+            while (keep < m && cum < target)
+                cum += expf((c[keep++].logit - top) * inv_t);
+            if (cum >= target || m == n) {
+                n = keep;
                 break;
             }
         }
         sum = 0;
         for (int i = 0; i < n; i++)
-            sum += s->probs[i];
+            sum += s->probs[i] = expf((c[i].logit - top) * inv_t);
     }
     const double u = lz_sampler_uniform(s) * sum;
     double acc = 0;
     for (int i = 0; i < n; i++) {
         acc += s->probs[i];
         if (u < acc)
-            return s->order[i].id;
+            return c[i].id;
     }
-    return s->order[n - 1].id;
+    return c[n - 1].id;
 }

@@ -2,6 +2,7 @@
  * same ids; top-k and top-p never pick outside their set; the empirical
  * distribution at temperature 1 matches softmax(logits); bad parameters fail. */
 #include <math.h>   // exp, fabs
+#include <stdlib.h> // qsort
 #include <string.h> // memset
 
 #include "sampler.h"   // lz_sampler
@@ -61,6 +62,53 @@ static void test_distribution(void) {
     lz_sampler_free(&s);
 }
 
+/* A large vocabulary with many equal logits, top-k then top-p: every draw is
+ * in the set a full sort defines (computed here independently), and the
+ * draws follow the renormalised softmax over that set. */
+static int cmp_desc(const void *a, const void *b) {
+    const lz_candidate *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id;
+}
+
+static void test_large_vocab_selection(void) {
+    enum { BIG = 5000, K = 300, DRAWS = 200000 };
+    static float big[BIG];
+    static lz_candidate sorted[BIG];
+    static int counts[BIG];
+    unsigned r = 99;
+    for (int i = 0; i < BIG; i++) {
+        r = r * 1103515245u + 12345u;
+        big[i] = (float)((r >> 16) % 40) / 8.0f; // 40 levels: many ties
+        sorted[i] = (lz_candidate){big[i], i};
+    }
+    qsort(sorted, BIG, sizeof sorted[0], cmp_desc);
+    const double top_p = 0.6;
+    double total = 0, cum = 0;
+    for (int i = 0; i < K; i++)
+        total += exp(sorted[i].logit - sorted[0].logit);
+    int keep = 0;
+    while (keep < K && cum < top_p * total)
+        cum += exp(sorted[keep++].logit - sorted[0].logit);
+    lz_sampler s;
+    lz_sampler_params prm = {1.0, K, top_p, 5};
+    CHECK(lz_sampler_init(&s, &prm, BIG) == LZ_OK);
+    for (int i = 0; i < DRAWS; i++)
+        counts[lz_sampler_next(&s, big)]++;
+    int outside = 0;
+    for (int i = keep; i < BIG; i++)
+        outside += counts[sorted[i].id];
+    CHECK_MSG(outside == 0, "%d draws outside the %d kept candidates", outside, keep);
+    double worst = 0;
+    for (int i = 0; i < keep; i++) {
+        const double want = exp(sorted[i].logit - sorted[0].logit) / cum, got = (double)counts[sorted[i].id] / DRAWS;
+        worst = fabs(got - want) > worst ? fabs(got - want) : worst;
+    }
+    CHECK_MSG(worst < 0.004, "kept %d: frequencies off by %.4f", keep, worst);
+    lz_sampler_free(&s);
+}
+
 static void test_bad_params(void) {
     lz_sampler s;
     lz_sampler_params bad_t = {-1, 0, 1, 0}, bad_p = {1, 0, 0, 0}, bad_k = {1, -3, 1, 0};
@@ -73,6 +121,7 @@ int main(void) {
     test_greedy();
     test_reproducible();
     test_top_k_top_p();
+    test_large_vocab_selection();
     test_distribution();
     test_bad_params();
     return lz_test_finish("test_sampler");
