@@ -3,7 +3,7 @@
 # .devout/): GPU op tests; greedy generation through 2 and 4 GPU stages
 # against one GPU; then `lizard bench` for the LLaMA-3-8B shapes on 1 and 2
 # GPUs and the LLaMA-3-70B shapes on 4 GPUs. Logs and JSON lines to $OUT.
-#   PART=check|bench8b|bench70b|all (default all)
+#   PART=check|bench8b|bench70b|all (default all); RANKS70=8 on an 8-GPU machine (default 4)
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0
@@ -58,12 +58,13 @@ if [ "$PART" = bench8b ] || [ "$PART" = all ]; then
 fi
 
 if [ "$PART" = bench70b ] || [ "$PART" = all ]; then
-  echo "== LLaMA-3-70B shapes on 4 GPUs" >>"$log"
+  R70=${RANKS70:-4}
+  echo "== LLaMA-3-70B shapes on $R70 GPUs" >>"$log"
   for v in lizard hybrid teacher; do
     for pl in balanced by-type; do
       [ $v != hybrid ] && [ $pl = by-type ] && continue
-      mpi 4 $L bench --shape llama3-70b-$v --prompt 32768 --batch 1,64,256 --context 4096,32768 --steps 16 \
-        --placement $pl --json /tmp/b70-$v-4-$pl.jsonl >>"$log" 2>&1
+      mpi "$R70" $L bench --shape llama3-70b-$v --prompt 32768 --batch 1,64,256 --context 4096,32768 --steps 16 \
+        --placement $pl --json /tmp/b70-$v-$R70-$pl.jsonl >>"$log" 2>&1
       echo "rc=$?" >>"$log"
     done
   done
