@@ -1,5 +1,5 @@
 /* mpi_world.c - MPI start, checked calls, and the way a job ends. */
-#include <mpi.h>    // MPI_Init, MPI_Abort, MPI_Error_string
+#include <mpi.h>    // MPI_Init_thread, MPI_Abort, MPI_Error_string
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // getenv
 #include <string.h> // strncpy
@@ -30,9 +30,14 @@ lz_status lz_world_init(int *argc, char ***argv) {
     gethostname(world.host, sizeof world.host - 1);
     if (!launched_by_mpi())
         return LZ_OK;
-    if (MPI_Init(argc, argv) != MPI_SUCCESS)
-        return lz_fail(LZ_ERR_INTERNAL, "MPI_Init failed on %s", world.host);
+    // FUNNELED: `lizard serve` runs HTTP threads beside the one thread that makes every MPI call
+    int provided = MPI_THREAD_SINGLE;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return lz_fail(LZ_ERR_INTERNAL, "MPI_Init_thread failed on %s", world.host);
     world.active = true;
+    if (provided < MPI_THREAD_FUNNELED)
+        return lz_fail(LZ_ERR_INTERNAL, "the MPI library on %s gives thread level %d, lizard needs MPI_THREAD_FUNNELED",
+                       world.host, provided);
     // errors come back as codes (checked by LZ_MPI_TRY) instead of aborting inside MPI
     LZ_MPI_TRY(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     LZ_MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &world.rank));
