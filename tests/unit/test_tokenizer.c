@@ -208,8 +208,7 @@ static void bytes_round_trip(const char *name, bool strip_lead) {
         "\xc0\x80",
         "\xed\xa0\x80 surrogate",
         "\xf4\x90\x80\x80 big",
-        "a\x80"
-        "b",
+        "a\x80\x62", /* "a", a stray continuation byte, "b" */
         "\xf0\x9f\xa6",
         "mixed \xe4\xb8\xad\xff\xfe ok \xf0\x9f\xa6\x8e",
         "\x80\x80\x80\x80",
