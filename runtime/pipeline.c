@@ -3,9 +3,26 @@
 #include <stdlib.h> // malloc, free
 #include <string.h> // memset
 
+#include "hash.h"              // lz_fnv1a
 #include "mpi_world.h"         // LZ_MPI_TRY
 #include "pipeline_internal.h" // lz_pipeline_send_header, STEP_FLAG_*
 #include "step_header_check.h" // lz_step_header_check
+
+/* What every rank must agree on before they share a model: its shape, the
+ * kind each layer runs as, and the Lizard block (field by field: no padding). */
+static uint64_t config_identity(const lz_config *c) {
+    const int64_t ints[] = {c->vocab_size, c->hidden_size, c->intermediate_size, c->num_hidden_layers,
+                            c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->tie_word_embeddings,
+                            c->attention_bias, c->mlp_bias, c->has_lizard, c->lizard.feature_dim,
+                            c->lizard.feature_map, c->lizard.window_size, c->lizard.num_meta_tokens,
+                            c->lizard.gla_normalize, c->rope.type};
+    const double reals[] = {c->rms_norm_eps, c->rope.theta, c->rope.factor};
+    uint64_t h = lz_fnv1a(LZ_FNV1A_INIT, ints, sizeof ints);
+    h = lz_fnv1a(h, reals, sizeof reals);
+    for (int i = 0; i < c->num_hidden_layers && i < LZ_MAX_LAYERS; i++)
+        h = lz_fnv1a(h, &c->softmax_layer[i], sizeof(bool));
+    return h;
+}
 
 lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *placement, const char *plan_file,
                            uint64_t context, int batch, uint64_t free_bytes, lz_stage_parts *parts) {
@@ -13,13 +30,24 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
     memset(p, 0, sizeof *p);
     p->rank = w->rank;
     p->n_ranks = w->size;
+    // every rank's free bytes and model identity (a rank that read another config.json is named, not trusted)
+    uint64_t mine[2] = {free_bytes, config_identity(cfg)}, *gathered = malloc(sizeof(uint64_t) * 2 * (size_t)w->size);
     uint64_t *free_all = malloc(sizeof(uint64_t) * (size_t)w->size);
-    if (!free_all)
+    if (!free_all || !gathered) {
+        free(free_all), free(gathered);
         return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", w->rank);
+    }
     lz_status s = LZ_OK;
-    int rc = MPI_Allgather(&free_bytes, 1, MPI_UINT64_T, free_all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    int rc = MPI_Allgather(mine, 2, MPI_UINT64_T, gathered, 2, MPI_UINT64_T, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS)
         s = lz_world_mpi_error(rc, "MPI_Allgather(free bytes)", __FILE__, __LINE__);
+    for (int r = 0; s == LZ_OK && r < w->size; r++) {
+        free_all[r] = gathered[2 * r];
+        if (gathered[2 * r + 1] != gathered[1] && w->rank == 0)
+            s = lz_fail(LZ_ERR_INPUT, "rank %d loaded a different model than rank 0 (config.json or --softmax-layers "
+                        "differ): every rank must see the same model folder", r);
+    }
+    free(gathered);
     uint8_t *msg = NULL;
     size_t len = 0;
     if (s == LZ_OK && p->rank == 0) { // rank 0 plans, then everyone receives the same message

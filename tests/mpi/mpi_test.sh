@@ -100,6 +100,14 @@ run 3 "$LIZARD" forward --model "$H" --ids 1 --logits-out "$TMP/x.npy" --plan "$
 rc=$?
 [ $rc -ne 0 ] && grep -q "plan.txt" "$TMP/err" && [ ! -e "$TMP/x.npy" ] && ok || bad "mismatched plan: rc=$rc $(grep error "$TMP/err")"
 
+# rank 1 reads another model folder than rank 0 (a stale copy on another node): refused, rank 1 named
+ln -s "$FIX/hybrid50/model" "$TMP/node0" && ln -s "$FIX/lizard_perhead/model" "$TMP/node1"
+run 2 sh -c "exec \"$LIZARD\" forward --model \"$TMP/node\$OMPI_COMM_WORLD_RANK\" --ids 1,2 --logits-out \"$TMP/z.npy\"" \
+  >/dev/null 2>"$TMP/err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "rank 1 loaded a different model than rank 0" "$TMP/err" && [ ! -e "$TMP/z.npy" ] && ok ||
+  bad "different models on the ranks: rc=$rc $(grep error "$TMP/err" | head -2)"
+
 # rank 1 fails while loading its layers (layer 3's tensor is broken): everyone stops, rank 1 named
 cp -r "$H" "$TMP/broken"
 python3 - "$TMP/broken/model.safetensors" <<'PY'
