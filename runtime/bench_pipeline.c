@@ -19,7 +19,7 @@
 #include "engine.h"        // lz_engine
 #include "model_presets.h" // lz_preset_config
 #include "mpi_world.h"     // lz_world_get, LZ_MPI_TRY
-#include "plan.h"          // lz_plan_make
+#include "plan.h"          // lz_plan_choose
 
 /* Decides, identically on every rank, whether a configuration fits: the
  * planner over every rank's free bytes (90% of them: scratch is not in the plan). */
@@ -40,15 +40,8 @@ static lz_status config_fits(const lz_bench_pipeline_args *a, const lz_config *c
     lz_plan_costs costs;
     lz_plan plan;
     lz_status s = lz_plan_costs_from_config(cfg, context, batch, &costs);
-    if (s == LZ_OK && a->plan_file) {
-        s = lz_plan_load_text(a->plan_file, cfg->num_hidden_layers, &plan);
-        if (s == LZ_OK)
-            lz_plan_account(&plan, &costs, all);
-        if (s == LZ_OK)
-            s = lz_plan_validate(&plan);
-    } else if (s == LZ_OK) {
-        s = lz_plan_make(a->placement ? a->placement : "balanced", &costs, w->size, all, &plan);
-    }
+    if (s == LZ_OK) // the pipeline's own choice, with the same inputs
+        s = lz_plan_choose(&costs, a->placement, a->plan_file, w->size, all, &plan);
     free(all);
     *fits = s == LZ_OK;
     if (s == LZ_ERR_INPUT) { // does not fit (or a bad plan file: then every configuration says so)

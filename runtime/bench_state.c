@@ -7,20 +7,11 @@
 
 #include "bench_state.h"
 #include "clock.h"    // lz_now_seconds
+#include "median.h"   // lz_median
 #include "session.h"  // lz_session_pack, lz_session_unpack
 #include "state_io.h" // lz_state_io_save, lz_state_io_restore
 
 enum { REPEATS = 5 };
-
-static double median(double *t, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
-    return t[n / 2];
-}
 
 /* One save: the slot's layers to messages, packed with the checksum. */
 static lz_status save_once(const lz_model *m, const lz_state *st, int32_t *tokens, int context, uint8_t **buf,
@@ -77,7 +68,7 @@ lz_status lz_bench_state(const lz_model *m, int context, FILE *json) {
         free(buf);
     }
     if (s == LZ_OK) {
-        const double save = median(t_save, REPEATS), restore = median(t_restore, REPEATS);
+        const double save = lz_median(t_save, REPEATS), restore = lz_median(t_restore, REPEATS);
         printf("state   context %7d  message %10zu bytes (softmax KV %zu, Lizard %zu)  save %6.2f GB/s  restore %6.2f "
                "GB/s\n",
                context, len, kind_bytes[0], kind_bytes[1], len / save / 1e9, len / restore / 1e9);

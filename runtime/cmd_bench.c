@@ -8,6 +8,7 @@
 #include <stdlib.h>   // malloc, free
 #include <string.h>   // strcmp
 #include "clock.h"    // lz_now_seconds
+#include "median.h"   // lz_median
 
 #include "cli_options.h"   // lz_parse_options
 #include "commands.h"      // lz_cmd_bench
@@ -171,13 +172,7 @@ static lz_status time_linear(bench *b, void *out, const void *x, const lz_weight
         LZ_TRY(b->ops->sync(b->be));
         t[r] = lz_now_seconds() - t0;
     }
-    for (int i = 1; i < 5; i++)
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x2 = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x2;
-        }
-    *secs = t[2];
+    *secs = lz_median(t, 5);
     return LZ_OK;
 }
 

@@ -57,16 +57,7 @@ static lz_status make_plan(lz_distill_run *r) {
     uint64_t free_bytes[LZ_MAX_RANKS];
     for (int i = 0; i < LZ_MAX_RANKS; i++)
         free_bytes[i] = UINT64_MAX / 4; // host memory: the plan places by compute, not by fit
-    if (r->a.plan_file) {
-        LZ_TRY(lz_plan_load_text(r->a.plan_file, cfg.num_hidden_layers, &r->plan));
-        lz_plan_account(&r->plan, &costs, free_bytes);
-        LZ_TRY(lz_plan_validate(&r->plan));
-        if (r->plan.n_ranks != w->size)
-            return lz_fail(LZ_ERR_INPUT, "--plan %s: %d ranks, but mpirun started %d", r->a.plan_file,
-                           r->plan.n_ranks, w->size);
-    } else {
-        LZ_TRY(lz_plan_make("balanced", &costs, w->size, free_bytes, &r->plan));
-    }
+    LZ_TRY(lz_plan_choose(&costs, "balanced", r->a.plan_file, w->size, free_bytes, &r->plan));
     r->planned = true;
     return LZ_OK;
 }

@@ -338,6 +338,25 @@ lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids)
     return lz_pipeline_step_finish(&e->pipe, &e->model, logits, out_ids);
 }
 
+lz_status lz_engine_decode_all(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits,
+                               int32_t *out_ids) {
+    int groups = lz_engine_overlap(e);
+    groups = groups < n ? groups : n;
+    groups = groups < LZ_MAX_INFLIGHT ? groups : LZ_MAX_INFLIGHT;
+    if (groups < 2)
+        return decode_step(e, n, slots, ids, logits, out_ids);
+    const size_t V = (size_t)e->model.cfg.vocab_size;
+    for (int g = 0; g < groups; g++) {
+        const int r0 = n * g / groups, r1 = n * (g + 1) / groups;
+        LZ_TRY(lz_engine_decode_start(e, r1 - r0, slots + r0, ids + r0, out_ids != NULL));
+    }
+    for (int g = 0; g < groups; g++) {
+        const int r0 = n * g / groups;
+        LZ_TRY(lz_engine_decode_finish(e, out_ids ? NULL : logits + (size_t)r0 * V, out_ids ? out_ids + r0 : NULL));
+    }
+    return LZ_OK;
+}
+
 lz_status lz_engine_seek(lz_engine *e, int n, const int32_t *slots, const int32_t *positions) {
     for (int i = 0; i < n; i++)
         if (slots[i] < 0 || slots[i] >= e->state.n_slots || positions[i] < 0)

@@ -86,6 +86,12 @@ lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids)
  * this way). */
 lz_status lz_engine_replan(lz_engine *e, const char *placement, const char *plan_file);
 
+/* One token for each of n sequences (logits, or greedy out_ids), as one
+ * step, or through a pipeline that allows it as one group of rows per stage,
+ * all started and then finished in order, so that every stage works. */
+lz_status lz_engine_decode_all(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits,
+                               int32_t *out_ids);
+
 /* Benchmarks: slots[i] jump to positions[i] on every rank, state untouched
  * (a decode step then costs what it costs at that context). */
 lz_status lz_engine_seek(lz_engine *e, int n, const int32_t *slots, const int32_t *positions);

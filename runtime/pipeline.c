@@ -53,18 +53,8 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
     if (s == LZ_OK && p->rank == 0) { // rank 0 plans, then everyone receives the same message
         lz_plan_costs costs;
         s = lz_plan_costs_from_config(cfg, context, batch, &costs);
-        if (s == LZ_OK && plan_file) {
-            s = lz_plan_load_text(plan_file, cfg->num_hidden_layers, &p->plan);
-            if (s == LZ_OK && p->plan.n_ranks != w->size)
-                s = lz_fail(LZ_ERR_INPUT, "--plan %s: the plan has %d ranks, the job %d", plan_file, p->plan.n_ranks,
-                            w->size);
-            if (s == LZ_OK)
-                lz_plan_account(&p->plan, &costs, free_all);
-        } else if (s == LZ_OK) {
-            s = lz_plan_make(placement ? placement : "balanced", &costs, w->size, free_all, &p->plan);
-        }
         if (s == LZ_OK)
-            s = lz_plan_validate(&p->plan);
+            s = lz_plan_choose(&costs, placement, plan_file, w->size, free_all, &p->plan);
         if (s == LZ_OK)
             s = lz_plan_pack(&p->plan, &msg, &len);
     }

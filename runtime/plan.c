@@ -401,6 +401,20 @@ lz_status lz_plan_make(const char *placement, const lz_plan_costs *c, int n_rank
     return lz_fail(LZ_ERR_INPUT, "--placement: unknown placement '%s' (balanced, by-type)", placement);
 }
 
+lz_status lz_plan_choose(const lz_plan_costs *c, const char *placement, const char *plan_file, int n_ranks,
+                         const uint64_t *free_bytes, lz_plan *out) {
+    if (!plan_file)
+        LZ_TRY(lz_plan_make(placement ? placement : "balanced", c, n_ranks, free_bytes, out));
+    else {
+        LZ_TRY(lz_plan_load_text(plan_file, c->n_layers, out));
+        if (out->n_ranks != n_ranks)
+            return lz_fail(LZ_ERR_INPUT, "--plan %s: the plan has %d ranks, but mpirun started %d", plan_file,
+                           out->n_ranks, n_ranks);
+        lz_plan_account(out, c, free_bytes);
+    }
+    return lz_plan_validate(out);
+}
+
 /* ---- runs and visit order ----------------------------------------------------- */
 
 void lz_plan_runs(const lz_plan *p, int rank, lz_layer_run *runs, int cap, int *n) {

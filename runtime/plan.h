@@ -70,6 +70,11 @@ lz_status lz_plan_by_type(const lz_plan_costs *c, int n_ranks, const uint64_t *f
 lz_status lz_plan_make(const char *placement, const lz_plan_costs *c, int n_ranks, const uint64_t *free_bytes,
                        lz_plan *out);
 
+/* A job's plan: the file's assignment (its rank count must be n_ranks),
+ * else `placement` (NULL: balanced); accounted and validated either way. */
+lz_status lz_plan_choose(const lz_plan_costs *c, const char *placement, const char *plan_file, int n_ranks,
+                         const uint64_t *free_bytes, lz_plan *out);
+
 /* Fills weight_bytes, state_bytes, compute_share (from the layer_rank,
  * embed_rank, head_rank already set), free_bytes, context and batch. */
 void lz_plan_account(lz_plan *p, const lz_plan_costs *c, const uint64_t *free_bytes);

@@ -395,28 +395,6 @@ static void prefill_round(serve_scheduler *s) {
     }
 }
 
-/* One token for each of n sequences: one step, or, through a pipeline that
- * allows it, micro-batches in flight so that every stage works at once (all
- * started, then finished in order), as lz_generate_batch does. When every
- * sequence is greedy the ids are picked where the logits are (greedy). */
-static lz_status decode_step(serve_scheduler *s, int n, bool greedy) {
-    const size_t V = (size_t)s->e->model.cfg.vocab_size;
-    int groups = lz_engine_overlap(s->e);
-    groups = groups < n ? groups : n;
-    if (groups < 2)
-        return greedy ? lz_engine_decode_greedy(s->e, n, s->slots, s->ids, s->chosen)
-                      : lz_engine_decode(s->e, n, s->slots, s->ids, s->logits);
-    for (int g = 0; g < groups; g++) {
-        const int r0 = n * g / groups, r1 = n * (g + 1) / groups;
-        LZ_TRY(lz_engine_decode_start(s->e, r1 - r0, s->slots + r0, s->ids + r0, greedy));
-    }
-    for (int g = 0; g < groups; g++) {
-        const int r0 = n * g / groups;
-        LZ_TRY(lz_engine_decode_finish(s->e, greedy ? NULL : s->logits + (size_t)r0 * V, greedy ? s->chosen + r0 : NULL));
-    }
-    return LZ_OK;
-}
-
 static void decode_round(serve_scheduler *s) {
     const int V = s->e->model.cfg.vocab_size;
     int n = 0;
@@ -436,7 +414,9 @@ static void decode_round(serve_scheduler *s) {
     }
     if (n == 0)
         return;
-    if (decode_step(s, n, greedy) != LZ_OK) {
+    // greedy when every sequence is: the ids are then picked where the logits are
+    float *logits = greedy ? NULL : s->logits;
+    if (lz_engine_decode_all(s->e, n, s->slots, s->ids, logits, greedy ? s->chosen : NULL) != LZ_OK) {
         for (int k = 0; k < n; k++)
             fail_seq(s, s->index[k], 500, "server_error", NULL);
         return;

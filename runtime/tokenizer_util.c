@@ -185,24 +185,25 @@ uint64_t tk_hash(const void *data, size_t n) {
     return h;
 }
 
-/* Power of two with the load at most 0.6. */
-static size_t table_size(size_t expected) {
-    size_t s = 16;
-    while (s < expected + expected * 2 / 3 + 1)
-        s *= 2;
-    return s;
+/* Zeroed slots for `expected` keys, a power of two of them with the load at
+ * most 0.6 (*mask = count - 1); NULL after recording the failure. */
+static void *alloc_slots(size_t expected, size_t slot_bytes, size_t *mask) {
+    size_t size = 16;
+    while (size < expected + expected * 2 / 3 + 1)
+        size *= 2;
+    void *slots = calloc(size, slot_bytes);
+    if (!slots)
+        lz_fail(LZ_ERR_NOMEM, "tokenizer: out of memory");
+    *mask = size - 1;
+    return slots;
 }
 
 /* ---- string -> id ------------------------------------------------------------------------------------ */
 
 lz_status tk_strmap_init(tk_strmap *m, size_t expected) {
     memset(m, 0, sizeof *m);
-    size_t size = table_size(expected);
-    m->slots = calloc(size, sizeof *m->slots);
-    if (!m->slots)
-        return lz_fail(LZ_ERR_NOMEM, "tokenizer: out of memory");
-    m->mask = size - 1;
-    return LZ_OK;
+    m->slots = alloc_slots(expected, sizeof *m->slots, &m->mask);
+    return m->slots ? LZ_OK : LZ_ERR_NOMEM;
 }
 
 /* Slots hold the low 32 bits of the hash; len_plus1 == 0 marks an empty one. */
@@ -294,12 +295,8 @@ static uint64_t pair_hash(uint64_t k) {
 
 lz_status tk_pairmap_init(tk_pairmap *m, size_t expected) {
     memset(m, 0, sizeof *m);
-    size_t size = table_size(expected);
-    m->slots = calloc(size, sizeof *m->slots);
-    if (!m->slots)
-        return lz_fail(LZ_ERR_NOMEM, "tokenizer: out of memory");
-    m->mask = size - 1;
-    return LZ_OK;
+    m->slots = alloc_slots(expected, sizeof *m->slots, &m->mask);
+    return m->slots ? LZ_OK : LZ_ERR_NOMEM;
 }
 
 lz_status tk_pairmap_put(tk_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id) {

@@ -183,14 +183,20 @@ void lz_stage_parts_all(lz_stage_parts *parts, int n_layers) {
     parts->embed = parts->head = true;
 }
 
-lz_status lz_model_load_stage(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
-                              const lz_stage_parts *parts) {
+/* An empty model of `cfg` on a backend, owning `parts`. */
+static lz_status begin_model(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
+                             const lz_stage_parts *parts) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->parts = *parts;
     m->ops = ops;
     m->be = be;
-    LZ_TRY(check_limits(cfg));
+    return check_limits(cfg);
+}
+
+lz_status lz_model_load_stage(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
+                              const lz_stage_parts *parts) {
+    LZ_TRY(begin_model(m, cfg, ops, be, parts));
     LZ_TRY(lz_weights_open(dir, &m->ckpt));
     return load_all(m, dir, cfg, false, false, 0);
 }
@@ -218,13 +224,7 @@ lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *
 
 lz_status lz_model_init_random_stage(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
                                      const lz_stage_parts *parts, uint64_t seed) {
-    memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    m->parts = *parts;
-    m->ops = ops;
-    m->be = be;
-    LZ_TRY(check_limits(cfg));
-    m->ckpt.dir = NULL;
+    LZ_TRY(begin_model(m, cfg, ops, be, parts));
     return load_all(m, "(random weights)", cfg, true, false, seed);
 }
 
