@@ -129,6 +129,11 @@ typedef struct lz_ops {
     lz_status (*rmsnorm)(lz_backend *be, void *out, const void *x, const lz_weight *w, int T, float eps);
     /* out[T, rows] = x[T, cols] . W^T (+ bias[rows] if bias) */
     lz_status (*linear)(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *bias, int T);
+    /* outs[i][T, ws[i]->rows] = x . ws[i]^T (+ biases[i]) for i < count (<= 4): linear layers
+     * of one input (q, k, v and the Lizard gate; gate and up), which a backend may launch as
+     * one. biases may be NULL, as may any biases[i]. */
+    lz_status (*linear_many)(lz_backend *be, int count, void *const *outs, const void *x, const lz_weight *const *ws,
+                             const lz_weight *const *biases, int T);
     /* y[T, C] += x[T, C] */
     lz_status (*add)(lz_backend *be, void *y, const void *x, size_t n);
     /* out[T, n] = silu(gate) * up, gate/up [T, n] */

@@ -9,13 +9,13 @@ static lz_status softmax_attention(lz_model *m, lz_layer_state *ls, lz_workspace
     return m->ops->softmax_attention(m->be, ws->att, ws->q, ws->k, ws->v, ls, b, dims);
 }
 
-/* GLA_i + alpha * WIN_i (MODEL_FORMAT.md, "The function"). */
+/* GLA_i + alpha * WIN_i (MODEL_FORMAT.md, "The function"); the gate's logit
+ * was computed with q, k and v. */
 static lz_status lizard_attention(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws, const lz_batch *b,
                                   const lz_attn_dims *dims) {
     const lz_ops *ops = m->ops;
     const int T = b->n_tokens, f = dims->feature_dim, d = dims->head_dim;
     const bool exp_map = m->cfg.lizard.feature_map == LZ_FMAP_EXP;
-    LZ_TRY(ops->linear(m->be, ws->gate_logit, ws->xn, &ly->gate, NULL, T));
     LZ_TRY(ops->log_sigmoid(m->be, ws->log_gamma, ws->gate_logit, T));
     LZ_TRY(ops->feature_map(m->be, ws->phi_q, ws->q, &ly->fmap_q, T, dims->n_heads, dims->n_heads, d, f, exp_map));
     LZ_TRY(ops->feature_map(m->be, ws->phi_k, ws->k, &ly->fmap_k, T, dims->n_kv_heads, dims->n_state_heads, d, f,
@@ -40,9 +40,12 @@ lz_status lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls
     dims.kv_capacity = kv_capacity;
 
     LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, &ly->input_norm, T, eps));
-    LZ_TRY(ops->linear(m->be, ws->q, ws->xn, &ly->wq, &ly->bq, T));
-    LZ_TRY(ops->linear(m->be, ws->k, ws->xn, &ly->wk, &ly->bk, T));
-    LZ_TRY(ops->linear(m->be, ws->v, ws->xn, &ly->wv, &ly->bv, T));
+    { /* q, k, v (and a Lizard layer's gate) read the same input: one launch where the backend can */
+        void *outs[4] = {ws->q, ws->k, ws->v, ws->gate_logit};
+        const lz_weight *w[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->gate};
+        const lz_weight *bias[4] = {&ly->bq, &ly->bk, &ly->bv, NULL};
+        LZ_TRY(ops->linear_many(m->be, ly->run_softmax ? 3 : 4, outs, ws->xn, w, bias, T));
+    }
     if (ly->run_softmax)
         LZ_TRY(softmax_attention(m, ls, ws, b, &dims));
     else
@@ -51,8 +54,11 @@ lz_status lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls
     LZ_TRY(ops->add(m->be, ws->x, ws->proj, (size_t)T * H));
 
     LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, &ly->post_norm, T, eps));
-    LZ_TRY(ops->linear(m->be, ws->mlp_gate, ws->xn, &ly->w_gate, &ly->b_gate, T));
-    LZ_TRY(ops->linear(m->be, ws->mlp_up, ws->xn, &ly->w_up, &ly->b_up, T));
+    {
+        void *outs[2] = {ws->mlp_gate, ws->mlp_up};
+        const lz_weight *w[2] = {&ly->w_gate, &ly->w_up}, *bias[2] = {&ly->b_gate, &ly->b_up};
+        LZ_TRY(ops->linear_many(m->be, 2, outs, ws->xn, w, bias, T));
+    }
     LZ_TRY(ops->swiglu(m->be, ws->mlp_gate, ws->mlp_gate, ws->mlp_up, (size_t)T * I));
     LZ_TRY(ops->linear(m->be, ws->proj, ws->mlp_gate, &ly->w_down, &ly->b_down, T));
     return ops->add(m->be, ws->x, ws->proj, (size_t)T * H);

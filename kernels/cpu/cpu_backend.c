@@ -102,6 +102,13 @@ static lz_status op_linear(lz_backend *be, void *out, const void *x, const lz_we
     linear_forward(out, x, w->data, b && b->data ? b->data : NULL, T, (int)w->cols, (int)w->rows);
     return LZ_OK;
 }
+
+static lz_status op_linear_many(lz_backend *be, int count, void *const *outs, const void *x, const lz_weight *const *ws,
+                                const lz_weight *const *biases, int T) {
+    for (int i = 0; i < count; i++)
+        LZ_TRY(op_linear(be, outs[i], x, ws[i], biases ? biases[i] : NULL, T));
+    return LZ_OK;
+}
 static lz_status op_add(lz_backend *be, void *y, const void *x, size_t n) {
     add_forward(y, x, n);
     return LZ_OK;
@@ -181,6 +188,7 @@ static const lz_ops cpu_ops = {
     .embedding = op_embedding,
     .rmsnorm = op_rmsnorm,
     .linear = op_linear,
+    .linear_many = op_linear_many,
     .add = op_add,
     .swiglu = op_swiglu,
     .gather_rows = op_gather,

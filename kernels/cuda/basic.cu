@@ -45,39 +45,61 @@ template <typename T> __global__ void gather_rows_kernel(T *out, const T *x, con
         out[dst + c] = x[src + c];
 }
 
-// One block per row: each thread keeps its best (value, first index), then a
-// shared-memory reduction that prefers the lower index on ties, as the host
-// sampler's left-to-right scan does.
+// The better of two (value, index) candidates: the larger value, the lower
+// index on ties (the host sampler's left-to-right scan); index C = "none yet".
+__device__ __forceinline__ void argmax_merge(float &bv, int32_t &bi, float ov, int32_t oi, int C) {
+    if (oi < C && (bi == C || ov > bv || (ov == bv && oi < bi))) {
+        bv = ov;
+        bi = oi;
+    }
+}
+
+// One block of 1024 threads per row: 16-byte loads (one vocabulary row of
+// 128256 bf16 is 16 loads per thread, all in flight), each thread keeps its
+// first best, then warp shuffles and one shared-memory round pick the row's.
 template <typename T> __global__ void argmax_rows_kernel(int32_t *ids, const T *x, int C) {
-    __shared__ float best_v[256];
-    __shared__ int32_t best_i[256];
+    __shared__ float warp_v[32];
+    __shared__ int32_t warp_i[32];
+    constexpr int V = vec16<T>::N;
     const T *row = x + (size_t)blockIdx.x * C;
     float bv = -INFINITY;
-    int32_t bi = C; // "none yet": any real index wins
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float v = lz_to_float(row[c]);
-        if (v > bv || bi == C) {
-            bv = v;
-            bi = c;
+    int32_t bi = C;
+    if (C % V == 0) { // rows stay 16-byte aligned
+        for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
+            float vals[V];
+            vec16<T>::load(vals, row + c);
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                if (vals[i] > bv || bi == C) {
+                    bv = vals[i];
+                    bi = c + i;
+                }
         }
-    }
-    best_v[threadIdx.x] = bv;
-    best_i[threadIdx.x] = bi;
-    __syncthreads();
-    for (int half = blockDim.x / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half) {
-            const float ov = best_v[threadIdx.x + half];
-            const int32_t oi = best_i[threadIdx.x + half];
-            if (oi < C && (ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < best_i[threadIdx.x]) ||
-                           best_i[threadIdx.x] == C)) {
-                best_v[threadIdx.x] = ov;
-                best_i[threadIdx.x] = oi;
+    } else {
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            const float v = lz_to_float(row[c]);
+            if (v > bv || bi == C) {
+                bv = v;
+                bi = c;
             }
         }
-        __syncthreads();
     }
-    if (threadIdx.x == 0)
-        ids[blockIdx.x] = best_i[0] < C ? best_i[0] : 0;
+    for (int off = 16; off > 0; off /= 2)
+        argmax_merge(bv, bi, __shfl_down_sync(0xffffffffu, bv, off), __shfl_down_sync(0xffffffffu, bi, off), C);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        warp_v[warp] = bv;
+        warp_i[warp] = bi;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < (int)(blockDim.x >> 5) ? warp_v[lane] : -INFINITY;
+        bi = lane < (int)(blockDim.x >> 5) ? warp_i[lane] : C;
+        for (int off = 16; off > 0; off /= 2)
+            argmax_merge(bv, bi, __shfl_down_sync(0xffffffffu, bv, off), __shfl_down_sync(0xffffffffu, bi, off), C);
+        if (lane == 0)
+            ids[blockIdx.x] = bi < C ? bi : 0;
+    }
 }
 
 template <typename T> __global__ void log_sigmoid_kernel(T *out, const T *x, int n) {
@@ -133,7 +155,7 @@ template <typename T> lz_status gather_rows_forward(lz_cuda_ctx *c, T *out, cons
 }
 
 template <typename T> lz_status argmax_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C) {
-    argmax_rows_kernel<T><<<n, 256, 0, c->stream>>>(ids, x, C);
+    argmax_rows_kernel<T><<<n, 1024, 0, c->stream>>>(ids, x, C);
     LZ_LAUNCH_CHECK("argmax_rows");
     return LZ_OK;
 }

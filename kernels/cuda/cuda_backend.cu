@@ -431,6 +431,32 @@ static lz_status cuda_p2p_recv(lz_backend *be, void *buf, size_t bytes, int peer
     return profiled(be, "p2p_recv", [&] { return lz_nccl_recv(&be->ctx, be->nccl, buf, bytes, peer); });
 }
 
+// Linear layers of one input: one GEMV launch when the step is decode-sized
+// (see gemv.cu), else one product each.
+template <typename T>
+static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *outs, const T *x,
+                                     const lz_weight *const *ws, const lz_weight *const *biases, int n) {
+    bool together = !c->gemv_off && n <= LZ_GEMV_MAX_TOKENS && count <= LZ_GEMV_MAX_SEGMENTS;
+    for (int i = 0; i < count; i++)
+        together &= ws[i]->cols == ws[0]->cols && ws[i]->cols % (16 / sizeof(T)) == 0;
+    if (!together) {
+        for (int i = 0; i < count; i++) {
+            const lz_weight *b = biases ? biases[i] : NULL;
+            LZ_TRY(linear_forward<T>(c, (T *)outs[i], x, (const T *)ws[i]->data, b && b->data ? (const T *)b->data : NULL,
+                                     n, (int)ws[i]->cols, (int)ws[i]->rows));
+        }
+        return LZ_OK;
+    }
+    lz_gemv_segments<T> seg = {};
+    seg.count = count;
+    for (int i = 0; i < count; i++) {
+        const lz_weight *b = biases ? biases[i] : NULL;
+        seg.out[i] = (T *)outs[i], seg.w[i] = (const T *)ws[i]->data, seg.m[i] = (int)ws[i]->rows;
+        seg.bias[i] = b && b->data ? (const T *)b->data : NULL;
+    }
+    return gemv_segments_forward<T>(c, seg, x, n, (int)ws[0]->cols);
+}
+
 // Op adapters -------------------------------------------------------------------
 
 template <typename T> struct cuda_ops {
@@ -443,6 +469,10 @@ template <typename T> struct cuda_ops {
     static lz_status linear(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *b, int n) {
         return profiled(be, "linear", [&] { return linear_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data,
                                  b && b->data ? (const T *)b->data : NULL, n, (int)w->cols, (int)w->rows); });
+    }
+    static lz_status linear_many(lz_backend *be, int count, void *const *outs, const void *x,
+                                 const lz_weight *const *ws, const lz_weight *const *biases, int n) {
+        return profiled(be, "linear", [&] { return linear_many_forward<T>(&be->ctx, count, outs, (const T *)x, ws, biases, n); });
     }
     static lz_status add(lz_backend *be, void *y, const void *x, size_t n) {
         return profiled(be, "add", [&] { return add_forward<T>(&be->ctx, (T *)y, (const T *)x, n); });
@@ -520,6 +550,7 @@ template <typename T> static lz_ops make_ops(const char *name) {
     o.embedding = cuda_ops<T>::embedding;
     o.rmsnorm = cuda_ops<T>::rmsnorm;
     o.linear = cuda_ops<T>::linear;
+    o.linear_many = cuda_ops<T>::linear_many;
     o.add = cuda_ops<T>::add;
     o.swiglu = cuda_ops<T>::swiglu;
     o.gather_rows = cuda_ops<T>::gather;

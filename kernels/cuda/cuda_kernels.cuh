@@ -52,7 +52,15 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
                                    const lz_attn_dims *dims);
 
 // Few-token linear layers (see gemv.cu); the launcher picks it below this size.
-enum { LZ_GEMV_MAX_TOKENS = 8 };
+enum { LZ_GEMV_MAX_TOKENS = 8, LZ_GEMV_MAX_SEGMENTS = 4 };
+// Linear layers of one input launched together: out[s][n, m[s]] = x . w[s]^T (+ bias[s]).
+template <typename T> struct lz_gemv_segments {
+    T *out[LZ_GEMV_MAX_SEGMENTS];
+    const T *w[LZ_GEMV_MAX_SEGMENTS], *bias[LZ_GEMV_MAX_SEGMENTS];
+    int m[LZ_GEMV_MAX_SEGMENTS];
+    int count, total_rows;
+};
+template <typename T> lz_status gemv_segments_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, int n, int k);
 template <typename T>
 lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m);
 

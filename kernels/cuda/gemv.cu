@@ -2,16 +2,29 @@
 // with n <= LZ_GEMV_MAX_TOKENS. Memory-bound: each weight row is streamed once
 // with 16-byte loads by one warp, which applies it to every token of the step.
 // Also the shape every model has once per Lizard layer: m = 1 (the gate), any n.
+// Several layers reading the same x (q, k and v; gate and up) go in one launch:
+// their rows are one range of warps, so that small layers (k, v: 1024 rows)
+// share a wave with large ones instead of running alone below the bandwidth.
 #include "cuda_kernels.cuh"
 
-// One warp per (output row, group of NT tokens). k % vec16<T>::N == 0.
+// One warp per (output row of any segment, group of NT tokens). k % vec16<T>::N == 0.
 template <typename T, int NT>
-__global__ void gemv_kernel(T *out, const T *x, const T *w, const T *bias, int n, int k, int m, int n_groups) {
+__global__ void gemv_kernel(lz_gemv_segments<T> seg, const T *x, int n, int k, int n_groups) {
     constexpr int V = vec16<T>::N;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (warp >= m * n_groups)
+    if (warp >= seg.total_rows * n_groups)
         return;
-    const int row = warp % m, t0 = (warp / m) * NT, nt = min(NT, n - t0);
+    // this row's segment; constant indices only, so that the segments stay in parameter space
+    int row = warp % seg.total_rows, m = seg.m[0];
+    const T *w = seg.w[0], *bias = seg.bias[0];
+    T *out = seg.out[0];
+#pragma unroll
+    for (int s = 1; s < LZ_GEMV_MAX_SEGMENTS; s++)
+        if (s < seg.count && row >= m) {
+            row -= m;
+            m = seg.m[s], w = seg.w[s], bias = seg.bias[s], out = seg.out[s];
+        }
+    const int t0 = (warp / seg.total_rows) * NT, nt = min(NT, n - t0);
     const T *wr = w + (size_t)row * k;
     float acc[NT];
 #pragma unroll
@@ -39,23 +52,35 @@ __global__ void gemv_kernel(T *out, const T *x, const T *w, const T *bias, int n
 }
 
 template <typename T, int NT>
-static lz_status launch(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m) {
+static lz_status launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, int n, int k) {
     const int groups = (n + NT - 1) / NT, block = 256;
-    const int grid = (int)(((size_t)m * groups * 32 + block - 1) / block);
-    gemv_kernel<T, NT><<<grid, block, 0, c->stream>>>(out, x, w, bias, n, k, m, groups);
+    const int grid = (int)(((size_t)seg.total_rows * groups * 32 + block - 1) / block);
+    gemv_kernel<T, NT><<<grid, block, 0, c->stream>>>(seg, x, n, k, groups);
     LZ_LAUNCH_CHECK("gemv");
     return LZ_OK;
 }
 
 // Accumulators per warp follow the step's size: 1 token (batch-1 decode), up to 4, up to 8.
-template <typename T>
-lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m) {
+template <typename T> lz_status gemv_segments_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, int n, int k) {
+    seg.total_rows = 0;
+    for (int s = 0; s < seg.count; s++)
+        seg.total_rows += seg.m[s];
     if (n <= 1)
-        return launch<T, 1>(c, out, x, w, bias, n, k, m);
+        return launch<T, 1>(c, seg, x, n, k);
     if (n <= 4)
-        return launch<T, 4>(c, out, x, w, bias, n, k, m);
-    return launch<T, LZ_GEMV_MAX_TOKENS>(c, out, x, w, bias, n, k, m);
+        return launch<T, 4>(c, seg, x, n, k);
+    return launch<T, LZ_GEMV_MAX_TOKENS>(c, seg, x, n, k);
 }
 
-#define LZ_GEMV(T) template lz_status gemv_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *, int, int, int);
+template <typename T>
+lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m) {
+    lz_gemv_segments<T> seg = {};
+    seg.count = 1;
+    seg.out[0] = out, seg.w[0] = w, seg.bias[0] = bias, seg.m[0] = m;
+    return gemv_segments_forward<T>(c, seg, x, n, k);
+}
+
+#define LZ_GEMV(T)                                                                                     \
+    template lz_status gemv_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *, int, int, int); \
+    template lz_status gemv_segments_forward<T>(lz_cuda_ctx *, lz_gemv_segments<T>, const T *, int, int);
 LZ_INSTANTIATE(LZ_GEMV)

@@ -234,9 +234,9 @@ lz_status gla_chunked_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *p
     return LZ_OK;
 }
 
-// grid (seqs, Hs), block 256 = d columns x (256 / d) feature parts; smem: phi_q of the group, phi_k, v, partials
+// grid (seqs, Hs), block 1024 = d columns x (1024 / d) feature parts; smem: phi_q of the group, phi_k, v, partials
 template <typename T>
-__global__ void gla_decode_kernel(T *out, const T *phi_q, const T *phi_k, const T *v, const T *log_gamma, float *S,
+__global__ void __launch_bounds__(1024) gla_decode_kernel(T *out, const T *phi_q, const T *phi_k, const T *v, const T *log_gamma, float *S,
                                   float *z, const int32_t *start, const int32_t *slot, gla_shape sh, bool normalize) {
     extern __shared__ float sm[];
     const int q = blockIdx.x, s = blockIdx.y, row = start[q], group = sh.Hq / sh.Hs, vh = sh.value_head(s);
@@ -252,13 +252,27 @@ __global__ void gla_decode_kernel(T *out, const T *phi_q, const T *phi_k, const 
     __syncthreads();
     float num[LZ_MAX_GROUP] = {0};
     float *Sh = S + ((size_t)slot[q] * sh.Hs + s) * sh.F * sh.d;
+    // Rows of S (and of z) are loaded R at a time into registers before any is
+    // written back, so that a decode step's few blocks keep R loads in flight
+    // per thread (the compiler cannot reorder loads past stores to S itself).
+    constexpr int R = 8;
     if (part < parts) {
-        const int a_per = (sh.F + parts - 1) / parts;
-        for (int a = part * a_per; a < (part + 1) * a_per && a < sh.F; a++) {
-            const float sv = gamma * Sh[(size_t)a * sh.d + j] + pk[a] * vs[j];
-            Sh[(size_t)a * sh.d + j] = sv;
-            for (int hq = 0; hq < group; hq++)
-                num[hq] += pq[hq * sh.F + a] * sv;
+        const int a_per = (sh.F + parts - 1) / parts, a_end = min(sh.F, (part + 1) * a_per);
+        for (int a0 = part * a_per; a0 < a_end; a0 += R) {
+            float old[R];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                old[r] = a0 + r < a_end ? Sh[(size_t)(a0 + r) * sh.d + j] : 0.0f;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int a = a0 + r;
+                if (a < a_end) {
+                    const float sv = gamma * old[r] + pk[a] * vs[j];
+                    Sh[(size_t)a * sh.d + j] = sv;
+                    for (int hq = 0; hq < group; hq++)
+                        num[hq] += pq[hq * sh.F + a] * sv;
+                }
+            }
         }
         for (int hq = 0; hq < group; hq++)
             nums[(part * group + hq) * sh.d + j] = num[hq];
@@ -267,11 +281,24 @@ __global__ void gla_decode_kernel(T *out, const T *phi_q, const T *phi_k, const 
     float *zh = z + ((size_t)slot[q] * sh.Hs + s) * sh.F;
     if (threadIdx.x < 32) {
         float den[LZ_MAX_GROUP] = {0};
-        for (int a = threadIdx.x; a < sh.F; a += 32) {
-            const float zv = gamma * zh[a] + pk[a];
-            zh[a] = zv;
-            for (int hq = 0; hq < group; hq++)
-                den[hq] += pq[hq * sh.F + a] * zv;
+        constexpr int RZ = 8;
+        for (int a0 = 0; a0 < sh.F; a0 += 32 * RZ) {
+            float old[RZ];
+#pragma unroll
+            for (int r = 0; r < RZ; r++) {
+                const int a = a0 + r * 32 + (int)threadIdx.x;
+                old[r] = a < sh.F ? zh[a] : 0.0f;
+            }
+#pragma unroll
+            for (int r = 0; r < RZ; r++) {
+                const int a = a0 + r * 32 + (int)threadIdx.x;
+                if (a < sh.F) {
+                    const float zv = gamma * old[r] + pk[a];
+                    zh[a] = zv;
+                    for (int hq = 0; hq < group; hq++)
+                        den[hq] += pq[hq * sh.F + a] * zv;
+                }
+            }
         }
         for (int hq = 0; hq < group; hq++) {
             const float dsum = lz_warp_sum(den[hq]);

@@ -4,6 +4,7 @@
 // softmaxes are merged by a second kernel, so a single long sequence still
 // fills the GPU. No T x T matrix is formed.
 #include "attention_common.cuh"
+#include "attention_tile.cuh"
 
 enum { LZ_KEYS_PER_SPLIT = 64, LZ_MAX_PARTIALS = 1 << 21 };
 
@@ -56,6 +57,80 @@ __global__ void attention_kernel(T *out, float *partial, const T *q, const T *kc
                 pp[2 + lane + 32 * i] = st.acc[i];
         }
     }
+}
+
+// grid (tokens, Hkv, splits), block LZ_TILE_THREADS: the query heads of kv head g
+// over the split's key range in shared-memory tiles (attention_tile.cuh). Same
+// outputs as attention_kernel: partials when splits > 1, else out directly.
+template <typename T>
+__global__ void attention_decode_kernel(T *out, float *partial, const T *q, const T *kc, const T *vc,
+                                        const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos,
+                                        int Hq, int Hkv, int d, int capacity, int sliding_window, int splits,
+                                        int keys_per_split, int kt) {
+    extern __shared__ float smem[];
+    const int t = blockIdx.x, g = blockIdx.y, split = blockIdx.z, group = Hq / Hkv, p = token_pos[t];
+    const int first = sliding_window > 0 && p - sliding_window + 1 > 0 ? p - sliding_window + 1 : 0;
+    const int t0 = max(first, split * keys_per_split), t1 = min(p + 1, (split + 1) * keys_per_split);
+    const size_t row = (size_t)Hkv * d, base = (size_t)slot[token_seq[t]] * capacity * row + (size_t)g * d;
+    const lz_tile s = lz_tile_carve<T>(smem, group, d, kt);
+    const T *qg = q + ((size_t)t * Hq + (size_t)g * group) * d; // the group's heads are adjacent
+    for (int e = threadIdx.x; e < group * d; e += blockDim.x)
+        s.q[e] = lz_to_float(qg[e]);
+    for (int h = threadIdx.x; h < group; h += blockDim.x)
+        s.m[h] = -INFINITY, s.l[h] = 0.0f;
+    float acc[4 * LZ_TILE_UNITS] = {0};
+    __syncthreads();
+    lz_tile_attend<T>(acc, smem, s, t0, t1, rsqrtf((float)d), [&](int key, const T *&kr, const T *&vr) {
+        kr = kc + base + (size_t)key * row;
+        vr = vc + base + (size_t)key * row;
+    });
+#pragma unroll
+    for (int u = 0; u < LZ_TILE_UNITS; u++) {
+        const int unit = threadIdx.x + u * blockDim.x;
+        if (unit >= group * d / 4)
+            continue;
+        const int hq = unit * 4 / d, x = unit * 4 % d, h = g * group + hq;
+        if (splits == 1) {
+            T *o = out + ((size_t)t * Hq + h) * d + x;
+            for (int i = 0; i < 4; i++)
+                o[i] = lz_from_float<T>(acc[4 * u + i] / s.l[hq]);
+        } else {
+            float *pp = partial + (((size_t)t * Hq + h) * splits + split) * (d + 2);
+            if (x == 0)
+                pp[0] = s.m[hq], pp[1] = s.l[hq];
+            for (int i = 0; i < 4; i++)
+                pp[2 + x + i] = acc[4 * u + i];
+        }
+    }
+}
+
+// grid (tokens, Hq), block d: merge the splits' partial softmaxes. The splits'
+// weights are computed once into shared memory (all loads independent), then
+// each thread sums its dimension over the splits. smem: w [splits], 32 floats.
+template <typename T> __global__ void combine_weighted_kernel(T *out, const float *partial, int Hq, int d, int splits) {
+    extern __shared__ float w[];
+    float *red = w + splits;
+    const int t = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
+    const float *pp = partial + ((size_t)t * Hq + h) * splits * (d + 2);
+    float m = -INFINITY;
+    for (int s = j; s < splits; s += blockDim.x) {
+        const float *ps = pp + (size_t)s * (d + 2);
+        w[s] = ps[1] > 0.0f ? ps[0] : -INFINITY; // an empty split (no keys for this token) weighs nothing
+        m = fmaxf(m, w[s]);
+    }
+    m = lz_block_max(m, red);
+    float l = 0.0f;
+    for (int s = j; s < splits; s += blockDim.x) {
+        const float ws = w[s] == -INFINITY ? 0.0f : expf(w[s] - m);
+        w[s] = ws;
+        l += ws * pp[(size_t)s * (d + 2) + 1];
+    }
+    l = lz_block_sum(l, red); // its barriers also publish w
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < splits; s++)
+        acc += w[s] * pp[(size_t)s * (d + 2) + 2 + j];
+    out[((size_t)t * Hq + h) * d + j] = lz_from_float<T>(acc / l);
 }
 
 // grid (tokens, Hq), block d: merge the splits' partial softmaxes
@@ -213,7 +288,24 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
         LZ_TRY(lz_cuda_scratch(c, sizeof(float) * (size_t)n * Hq * splits * (d + 2)));
         partial = (float *)c->scratch;
     }
-    const int group = Hq / Hkv, warps = group < 8 ? group : 8;
+    const int group = Hq / Hkv;
+    if (lz_tile_fits<T>(group, d) && (size_t)splits * sizeof(float) + 128 <= LZ_TILE_SMEM) {
+        const int kt = lz_tile_keys<T>(group, d);
+        attention_decode_kernel<T><<<dim3(n, Hkv, splits), LZ_TILE_THREADS, lz_tile_smem<T>(group, d, kt), c->stream>>>(
+            out, partial, q, (const T *)st->k_cache, (const T *)st->v_cache, b->token_seq, b->slot, b->token_pos, Hq,
+            Hkv, d, dims->kv_capacity, dims->sliding_window, splits, keys_per_split, kt);
+        LZ_LAUNCH_CHECK("attention decode");
+        if (splits > 1 && d % 32 == 0) { // whole warps for the block reductions
+            combine_weighted_kernel<T><<<dim3(n, Hq), d, sizeof(float) * ((size_t)splits + 32), c->stream>>>(
+                out, partial, Hq, d, splits);
+            LZ_LAUNCH_CHECK("attention combine");
+        } else if (splits > 1) {
+            combine_kernel<T><<<dim3(n, Hq), d, 0, c->stream>>>(out, partial, Hq, d, splits);
+            LZ_LAUNCH_CHECK("attention combine");
+        }
+        return LZ_OK;
+    }
+    const int warps = group < 8 ? group : 8; // shapes the tiles do not take: one warp per query head
     attention_kernel<T><<<dim3(n, Hkv, splits), 32 * warps, 0, c->stream>>>(
         out, partial, q, (const T *)st->k_cache, (const T *)st->v_cache, b->token_seq, b->slot, b->token_pos, Hq, Hkv, d,
         dims->kv_capacity, dims->sliding_window, splits, keys_per_split);

@@ -4,6 +4,7 @@
 // into each sequence's ring (a second launch, so no block reads a ring row
 // that another block of the same step has already overwritten).
 #include "attention_common.cuh"
+#include "attention_tile.cuh"
 
 // grid (tokens, Hkv), block: `parts` warps per query head of the group. Warp
 // (hq, r) takes the r-th slice of the window's keys; the slices' partial
@@ -69,6 +70,53 @@ __global__ void window_kernel(T *out, const T *q, const T *k, const T *v, const 
     }
 }
 
+// grid (tokens, Hkv), block LZ_TILE_THREADS: the group's query heads over the
+// window in shared-memory tiles (attention_tile.cuh); the meta logits start the
+// softmax's denominator; then out += alpha * WIN.
+template <typename T>
+__global__ void window_tile_kernel(T *out, const T *q, const T *k, const T *v, const T *ring_k, const T *ring_v,
+                                   const T *meta, int n_meta, float alpha, const int32_t *token_seq,
+                                   const int32_t *slot, const int32_t *start, const int32_t *pos,
+                                   const int32_t *token_pos, int Hq, int Hkv, int d, int w, int kt) {
+    extern __shared__ float smem[];
+    const int t = blockIdx.x, g = blockIdx.y, group = Hq / Hkv, s_ = token_seq[t], p = token_pos[t];
+    const int pos0 = pos[s_], row0 = start[s_], first = p - w + 1 > 0 ? p - w + 1 : 0;
+    const size_t row = (size_t)Hkv * d, ring = (size_t)slot[s_] * w * row + (size_t)g * d;
+    const lz_tile s = lz_tile_carve<T>(smem, group, d, kt);
+    const T *qg = q + ((size_t)t * Hq + (size_t)g * group) * d;
+    for (int e = threadIdx.x; e < group * d; e += blockDim.x)
+        s.q[e] = lz_to_float(qg[e]);
+    if (threadIdx.x < group) { // the meta logits: mass in the denominator only
+        float m = -INFINITY, l = 0.0f;
+        for (int j = 0; j < n_meta; j++)
+            m = fmaxf(m, lz_to_float(meta[j]));
+        for (int j = 0; j < n_meta; j++)
+            l += expf(lz_to_float(meta[j]) - m);
+        s.m[threadIdx.x] = m, s.l[threadIdx.x] = l;
+    }
+    float acc[4 * LZ_TILE_UNITS] = {0};
+    __syncthreads();
+    lz_tile_attend<T>(acc, smem, s, first, p + 1, rsqrtf((float)d), [&](int key, const T *&kr, const T *&vr) {
+        if (key >= pos0) { // this step's own tokens
+            kr = k + (size_t)(row0 + key - pos0) * row + (size_t)g * d;
+            vr = v + (size_t)(row0 + key - pos0) * row + (size_t)g * d;
+        } else {
+            kr = ring_k + ring + (size_t)(key % w) * row;
+            vr = ring_v + ring + (size_t)(key % w) * row;
+        }
+    });
+#pragma unroll
+    for (int u = 0; u < LZ_TILE_UNITS; u++) {
+        const int unit = threadIdx.x + u * blockDim.x;
+        if (unit >= group * d / 4)
+            continue;
+        const int hq = unit * 4 / d, x = unit * 4 % d;
+        T *o = out + ((size_t)t * Hq + (size_t)g * group + hq) * d + x;
+        for (int i = 0; i < 4; i++)
+            o[i] = lz_from_float<T>(lz_to_float(o[i]) + alpha * acc[4 * u + i] / s.l[hq]);
+    }
+}
+
 // grid (tokens), block 256: the last w tokens of each sequence into its ring
 template <typename T>
 __global__ void ring_store_kernel(T *ring_k, T *ring_v, const T *k, const T *v, const int32_t *token_seq,
@@ -96,13 +144,21 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     const int group = Hq / Hkv;
     if (group > 32)
         return lz_fail(LZ_ERR_INPUT, "window attention supports at most 32 query heads per kv head, got %d", group);
-    int parts = (w + 31) / 32;
-    parts = parts * group > 32 ? 32 / group : parts;
-    const size_t smem = sizeof(float) * (size_t)group * parts * (2 * d + 2);
-    window_kernel<T><<<dim3(n, Hkv), 32 * group * parts, smem, c->stream>>>(
-        out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq, b->slot,
-        b->start, b->pos, b->token_pos, Hq, Hkv, d, w, parts);
-    LZ_LAUNCH_CHECK("window");
+    if (lz_tile_fits<T>(group, d)) {
+        const int kt = lz_tile_keys<T>(group, d);
+        window_tile_kernel<T><<<dim3(n, Hkv), LZ_TILE_THREADS, lz_tile_smem<T>(group, d, kt), c->stream>>>(
+            out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq,
+            b->slot, b->start, b->pos, b->token_pos, Hq, Hkv, d, w, kt);
+        LZ_LAUNCH_CHECK("window");
+    } else { // shapes the tiles do not take: one warp per 32 keys and query head
+        int parts = (w + 31) / 32;
+        parts = parts * group > 32 ? 32 / group : parts;
+        const size_t smem = sizeof(float) * (size_t)group * parts * (2 * d + 2);
+        window_kernel<T><<<dim3(n, Hkv), 32 * group * parts, smem, c->stream>>>(
+            out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq,
+            b->slot, b->start, b->pos, b->token_pos, Hq, Hkv, d, w, parts);
+        LZ_LAUNCH_CHECK("window");
+    }
     ring_store_kernel<T><<<n, 256, 0, c->stream>>>((T *)st->ring_k, (T *)st->ring_v, k, v, b->token_seq, b->slot,
                                                    b->start, b->len, b->token_pos, Hkv * d, w);
     LZ_LAUNCH_CHECK("ring_store");

@@ -154,6 +154,25 @@ static void test_dense_ops(backend *c, backend *g) {
     compare("linear+bias", c, co, g, go, (size_t)T * O, tol);
     BOTH(c->ops->linear(c->be, co, cx, &cw, NULL, 1), g->ops->linear(g->be, go, gx, &gw, NULL, 1));
     compare("linear T=1", c, co, g, go, O, tol);
+    { // linear layers of one input: one launch for decode-sized steps (q, k, v, gate), products beyond
+        float *hw2 = rand_host((size_t)33 * C, -0.5f, 0.5f), *hw3 = rand_host(C, -0.5f, 0.5f);
+        lz_weight cw2 = weight(c, hw2, 33, C), gw2 = weight(g, hw2, 33, C);
+        lz_weight cw3 = weight(c, hw3, 1, C), gw3 = weight(g, hw3, 1, C);
+        void *c2 = act(c, NULL, (size_t)T * 33), *g2 = act(g, NULL, (size_t)T * 33);
+        void *c3 = act(c, NULL, T), *g3 = act(g, NULL, T);
+        const int steps[4] = {1, 3, 8, T};
+        for (int i = 0; i < 4; i++) {
+            void *couts[3] = {co, c2, c3}, *gouts[3] = {go, g2, g3};
+            const lz_weight *cws[3] = {&cw, &cw2, &cw3}, *gws[3] = {&gw, &gw2, &gw3};
+            const lz_weight *cbs[3] = {&cb, NULL, NULL}, *gbs[3] = {&gb, NULL, NULL};
+            BOTH(c->ops->linear_many(c->be, 3, couts, cx, cws, cbs, steps[i]),
+                 g->ops->linear_many(g->be, 3, gouts, gx, gws, gbs, steps[i]));
+            compare("linear_many (bias)", c, co, g, go, (size_t)steps[i] * O, tol);
+            compare("linear_many (33 rows)", c, c2, g, g2, (size_t)steps[i] * 33, tol);
+            compare("linear_many (1 row)", c, c3, g, g3, (size_t)steps[i], tol);
+        }
+        free(hw2), free(hw3);
+    }
     void *cy = act(c, NULL, (size_t)T * C), *gy = act(g, NULL, (size_t)T * C);
     BOTH(c->ops->rmsnorm(c->be, cy, cx, &cn, T, 1e-5f), g->ops->rmsnorm(g->be, gy, gx, &gn, T, 1e-5f));
     compare("rmsnorm", c, cy, g, gy, (size_t)T * C, tol);
