@@ -118,6 +118,10 @@ static lz_status op_argmax(lz_backend *be, int32_t *ids, const void *x, int n, i
     argmax_rows_forward(ids, x, n, C);
     return LZ_OK;
 }
+static lz_status op_sample(lz_backend *be, int32_t *ids, const void *x, int n, int C, const lz_sample_row *params) {
+    sample_rows_forward(ids, x, n, C, params);
+    return LZ_OK;
+}
 static lz_status op_rope(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *b, const lz_attn_dims *d) {
     rope_forward(q, k, inv_freq, b, d);
     return LZ_OK;
@@ -185,6 +189,7 @@ static const lz_ops cpu_ops = {
     .swiglu = op_swiglu,
     .gather_rows = op_gather,
     .argmax_rows = op_argmax,
+    .sample_rows = op_sample,
     .rope = op_rope,
     .softmax_attention = op_softmax_attention,
     .feature_map = op_feature_map,
