@@ -20,6 +20,7 @@
 #ifndef LZ_SAMPLE_RULE_H
 #define LZ_SAMPLE_RULE_H
 
+#include <math.h>   // floorf
 #include <stdint.h> // uint32_t, uint64_t
 #include <string.h> // memcpy
 
@@ -38,7 +39,9 @@
 #define LZ_SR_ADD(a, b) ((a) + (b))
 #endif
 
-enum { LZ_SAMPLE_MASS_BITS = 40 }; /* the largest token weighs 2^40; a row sums below 2^58 */
+/* The largest token weighs 2^40 (each at most 2^40.5): a row of up to
+ * LZ_SAMPLE_MAX_VOCAB tokens sums below 2^63. */
+enum { LZ_SAMPLE_MASS_BITS = 40, LZ_SAMPLE_MAX_VOCAB = 1 << 22 };
 
 /* Logit -> unsigned key with the same order; NaN -> 0 (lowest), -0 -> +0. */
 LZ_SR_FN uint32_t lz_sample_key(float x) {
@@ -78,6 +81,13 @@ LZ_SR_FN uint64_t lz_sample_mass(float x, float m, float c) {
     const uint64_t mant = (uint64_t)LZ_SR_MUL(q, 16777216.0f); // exact: q * 2^24 is an integer
     const int shift = (int)n + LZ_SAMPLE_MASS_BITS - 24;     // in [-48, 16]
     return shift >= 0 ? mant << shift : mant >> -shift;
+}
+
+/* The weights' scale for a temperature > 0: (float)(log2(e) / T), the
+ * largest float for a T so small that it would not fit. */
+LZ_SR_FN float lz_sample_scale(double temperature) {
+    const double c = 1.4426950408889634 / temperature;
+    return c < 3.4028234663852886e38 ? (float)c : 3.4028234663852886e38f;
 }
 
 /* floor(a * f / 2^53) for f <= 2^53 (a fraction of a mass), exactly. */

@@ -6,6 +6,7 @@
 #include <string.h> // memcpy, memset
 
 #include "cpu_kernels.h"
+#include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
 
 struct lz_backend {
     int unused;
@@ -119,6 +120,8 @@ static lz_status op_argmax(lz_backend *be, int32_t *ids, const void *x, int n, i
     return LZ_OK;
 }
 static lz_status op_sample(lz_backend *be, int32_t *ids, const void *x, int n, int C, const lz_sample_row *params) {
+    if (C < 1 || C > LZ_SAMPLE_MAX_VOCAB)
+        return lz_fail(LZ_ERR_INPUT, "sample_rows: a vocabulary of %d tokens (1 to %d)", C, LZ_SAMPLE_MAX_VOCAB);
     sample_rows_forward(ids, x, n, C, params);
     return LZ_OK;
 }

@@ -129,7 +129,7 @@ int32_t sample_row(const float *x, int C, const lz_sample_row *p, int32_t *scrat
         m = x[i] > m ? x[i] : m;
     if (!(p->temperature > 0) || !(m > -INFINITY))
         return first_largest(x, C);
-    const float c = (float)(1.4426950408889634 / p->temperature);
+    const float c = lz_sample_scale(p->temperature);
     uint32_t tau = 0; // keep all: every key >= 0, and every token with key 0
     uint64_t r = (uint64_t)C;
     if (p->top_k > 0 && p->top_k < C)

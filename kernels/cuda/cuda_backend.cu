@@ -9,7 +9,8 @@
 #include "cuda_kernels.cuh"
 
 extern "C" {
-#include "dtype.h" // lz_convert_to_f32, lz_f32_to_bf16
+#include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16
+#include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
 }
 
 // LIZARD_PROFILE=1: every op is bracketed by stream syncs and its wall time
@@ -202,6 +203,8 @@ static lz_status argmax_impl(lz_backend *be, int32_t *ids, const void *x, int n,
 static lz_status sample_impl(lz_backend *be, int32_t *ids, const void *x, int n, int C, const lz_sample_row *params) {
     if (n <= 0)
         return LZ_OK;
+    if (C < 1 || C > LZ_SAMPLE_MAX_VOCAB)
+        return lz_fail(LZ_ERR_INPUT, "sample_rows: a vocabulary of %d tokens (1 to %d)", C, LZ_SAMPLE_MAX_VOCAB);
     const size_t param_bytes = sizeof(lz_sample_dev) * (size_t)n, bytes = param_bytes + sizeof(int32_t) * (size_t)n;
     if (n > be->sample_cap) {
         LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));

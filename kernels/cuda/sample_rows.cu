@@ -63,13 +63,32 @@ __device__ u64 block_max64(u64 v, sr_shared *sh) {
     return warp_max64((threadIdx.x & 31) < SR_WARPS ? sh->red[threadIdx.x & 31] : 0);
 }
 
+// f(i, x) for this thread's elements i = threadIdx.x + k * blockDim.x, in that
+// order, with SR_UNROLL loads issued before they are used (a pass is bound by
+// load latency, not bandwidth, when each load waits for the previous one).
+enum { SR_UNROLL = 8 };
+template <typename T, typename F> __device__ __forceinline__ void for_row(const T *row, int C, F f) {
+    int i = threadIdx.x;
+    for (; i + (SR_UNROLL - 1) * (int)blockDim.x < C; i += SR_UNROLL * blockDim.x) {
+        float v[SR_UNROLL];
+#pragma unroll
+        for (int u = 0; u < SR_UNROLL; u++)
+            v[u] = lz_to_float(row[i + u * blockDim.x]);
+#pragma unroll
+        for (int u = 0; u < SR_UNROLL; u++)
+            f(i + u * (int)blockDim.x, v[u]);
+    }
+    for (; i < C; i += blockDim.x)
+        f(i, lz_to_float(row[i]));
+}
+
 // The first index of the largest key: (key, reversed index) packed, then the maximum.
 template <typename T> __device__ int32_t first_largest(const T *row, int C, sr_shared *sh) {
     u64 best = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        const u64 v = ((u64)lz_sample_key(lz_to_float(row[i])) << 32) | (u64)(SR_NONE - (uint32_t)i);
+    for_row(row, C, [&](int i, float x) {
+        const u64 v = ((u64)lz_sample_key(x) << 32) | (u64)(SR_NONE - (uint32_t)i);
         best = v > best ? v : best;
-    }
+    });
     best = block_max64(best, sh);
     return (int32_t)(SR_NONE - (uint32_t)(best & SR_NONE));
 }
@@ -83,11 +102,10 @@ __device__ void radix_pass(const T *row, int C, uint32_t prefix, uint32_t mask, 
                            float c, sr_shared *sh) {
     uint32_t b0 = SR_NONE, b1 = SR_NONE;
     u64 s0 = 0, s1 = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        const float x = lz_to_float(row[i]);
+    for_row(row, C, [&](int, float x) {
         const uint32_t key = lz_sample_key(x);
         if ((key & mask) != prefix || (MASS && key <= above))
-            continue;
+            return;
         const uint32_t bin = (key >> shift) & 255u;
         const u64 v = MASS ? lz_sample_mass(x, m, c) : 1;
         if (bin == b0) {
@@ -99,7 +117,7 @@ __device__ void radix_pass(const T *row, int C, uint32_t prefix, uint32_t mask, 
                 atomicAdd(&sh->hist[b1], s1);
             b1 = b0, s1 = s0, b0 = bin, s0 = v;
         }
-    }
+    });
     if (b0 != SR_NONE)
         atomicAdd(&sh->hist[b0], s0);
     if (b1 != SR_NONE)
@@ -183,26 +201,34 @@ __device__ int64_t chunk(const T *row, int beg, int end, uint32_t tau, u64 r, u6
     const int lane = threadIdx.x & 31;
     const unsigned below = (1u << lane) - 1;
     u64 sum = 0;
-    for (int i0 = beg; i0 < end; i0 += 32) {
-        const int i = i0 + lane;
-        const float x = i < end ? lz_to_float(row[i]) : 0.0f;
-        const uint32_t key = i < end ? lz_sample_key(x) : 0;
-        const bool tie = i < end && key == tau;
-        const unsigned tb = __ballot_sync(0xffffffffu, tie);
-        const bool kept = i < end && (key > tau || (tie && rank + __popc(tb & below) < r));
-        const u64 w = kept ? lz_sample_mass(x, m, c) : 0;
-        rank += __popc(tb);
-        if (!walk) {
-            sum += w;
-            continue;
+    for (int t0 = beg; t0 < end; t0 += 32 * SR_UNROLL) { // SR_UNROLL tiles of 32 loaded, then used in order
+        float v[SR_UNROLL];
+#pragma unroll
+        for (int u = 0; u < SR_UNROLL; u++)
+            v[u] = t0 + 32 * u + lane < end ? lz_to_float(row[t0 + 32 * u + lane]) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < SR_UNROLL; u++) {
+            const int i0 = t0 + 32 * u, i = i0 + lane;
+            if (i0 >= end) // warp-uniform
+                break;
+            const uint32_t key = i < end ? lz_sample_key(v[u]) : 0;
+            const bool tie = i < end && key == tau;
+            const unsigned tb = __ballot_sync(0xffffffffu, tie);
+            const bool kept = i < end && (key > tau || (tie && rank + __popc(tb & below) < r));
+            const u64 w = kept ? lz_sample_mass(v[u], m, c) : 0;
+            rank += __popc(tb);
+            if (!walk) {
+                sum += w;
+                continue;
+            }
+            const u64 incl = warp_scan64(w);
+            const unsigned hit = __ballot_sync(0xffffffffu, w > 0 && base + incl - w <= target && target < base + incl);
+            if (hit)
+                return i0 + __ffs(hit) - 1;
+            base += __shfl_sync(0xffffffffu, incl, 31);
         }
-        const u64 incl = warp_scan64(w);
-        const unsigned hit = __ballot_sync(0xffffffffu, w > 0 && base + incl - w <= target && target < base + incl);
-        if (hit)
-            return i0 + __ffs(hit) - 1;
-        base += __shfl_sync(0xffffffffu, incl, 31);
     }
-    return walk ? -1 : (int64_t)warp_sum64(sum);
+    return walk ? -1 : (int64_t)warp_sum64(sum); // < 2^63 (LZ_SAMPLE_MAX_VOCAB)
 }
 
 // The pick: per-warp chunks of the row in index order; the tokens of key tau
@@ -215,9 +241,16 @@ __device__ int32_t pick(const T *row, int C, uint32_t tau, u64 r, uint64_t u53, 
     const int beg = min(C, warp * size), end = min(C, beg + size);
     u64 ties = 0;
     if (r < (u64)C) // else every token of key tau is kept: ranks do not matter
-        for (int i0 = beg; i0 < end; i0 += 32) {
-            const int i = i0 + lane;
-            ties += __popc(__ballot_sync(0xffffffffu, i < end && lz_sample_key(lz_to_float(row[i])) == tau));
+        for (int t0 = beg; t0 < end; t0 += 32 * SR_UNROLL) {
+            bool tie[SR_UNROLL];
+#pragma unroll
+            for (int u = 0; u < SR_UNROLL; u++) {
+                const int i = t0 + 32 * u + lane;
+                tie[u] = i < end && lz_sample_key(lz_to_float(row[i])) == tau;
+            }
+#pragma unroll
+            for (int u = 0; u < SR_UNROLL; u++)
+                ties += __popc(__ballot_sync(0xffffffffu, tie[u]));
         }
     if (lane == 0)
         sh->warp_ties[warp] = ties;
@@ -229,7 +262,7 @@ __device__ int32_t pick(const T *row, int C, uint32_t tau, u64 r, uint64_t u53, 
     }
     __syncthreads();
     const u64 rank = sh->warp_ties[warp];
-    const u64 sum = (u64)chunk(row, beg, end, tau, r, rank, m, c, false, 0, 0); // < 2^58: fits
+    const u64 sum = (u64)chunk(row, beg, end, tau, r, rank, m, c, false, 0, 0);
     if (lane == 0)
         sh->warp_sum[warp] = sum;
     __syncthreads();
@@ -260,8 +293,7 @@ __global__ void __launch_bounds__(SR_THREADS) sample_rows_kernel(int32_t *ids, c
     const T *row = x + (size_t)blockIdx.x * C;
     const lz_sample_dev p = params[blockIdx.x];
     float m = -INFINITY;
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        m = fmaxf(m, lz_to_float(row[i])); // NaN is skipped
+    for_row(row, C, [&](int, float x) { m = fmaxf(m, x); }); // NaN is skipped
     m = lz_block_max(m, sh.redf);
     int32_t id;
     if (p.greedy || !(m > -INFINITY)) {
@@ -291,7 +323,7 @@ lz_status sample_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, i
 lz_sample_dev lz_sample_dev_of(const lz_sample_row *p) {
     lz_sample_dev d = {};
     d.greedy = !(p->temperature > 0);
-    d.c = d.greedy ? 0.0f : (float)(1.4426950408889634 / p->temperature); // as kernels/cpu/sample_rows.c
+    d.c = d.greedy ? 0.0f : lz_sample_scale(p->temperature); // as kernels/cpu/sample_rows.c
     d.top_k = p->top_k;
     d.p53 = p->top_p < 1 ? lz_sample_to53(p->top_p) : (1ull << 53);
     const uint64_t u53 = lz_sample_to53(p->u);

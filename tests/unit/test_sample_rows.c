@@ -38,7 +38,7 @@ static int32_t oracle(const float *x, int C, const lz_sample_row *p) {
         m = x[i] > m ? x[i] : m;
     if (!(p->temperature > 0) || !(m > -INFINITY))
         return first_largest(x, C);
-    const float c = (float)(1.4426950408889634 / p->temperature);
+    const float c = lz_sample_scale(p->temperature);
     int *order = malloc(sizeof(int) * (size_t)C);
     char *kept = calloc((size_t)C, 1);
     for (int i = 0; i < C; i++)
