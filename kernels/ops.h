@@ -64,6 +64,14 @@ typedef struct {
     void *ring_k, *ring_v;   /* Lizard: [slots, w, n_kv_heads, head_dim]; position p in row p % w */
 } lz_layer_state;
 
+/* How one logit row is sampled (sample_rows; the rule is in sample_rule.h). */
+typedef struct {
+    double temperature; /* 0: greedy (the first index of the largest logit) */
+    int32_t top_k;      /* 0: off */
+    double top_p;       /* in (0, 1]; 1: off */
+    double u;           /* uniform in [0, 1): picks among the kept tokens */
+} lz_sample_row;
+
 typedef struct lz_ops {
     const char *name;
     size_t act_size; /* bytes of one activation element */
@@ -143,6 +151,9 @@ typedef struct lz_ops {
     /* ids[r] (host) = first index of the largest value of row r of x [n, C]
      * (greedy decoding on the device: n ids cross to the host, not n x C logits) */
     lz_status (*argmax_rows)(lz_backend *be, int32_t *ids, const void *x, int n, int C);
+    /* ids[r] (host) = row r of x [n, C] sampled with params[r] (host): sampled
+     * decoding on the device, so n ids cross to the host, not n x C logits */
+    lz_status (*sample_rows)(lz_backend *be, int32_t *ids, const void *x, int n, int C, const lz_sample_row *params);
     /* In place, HF rotate-half RoPE on q [T, Hq, d] and k [T, Hkv, d] at
      * batch->token_pos; inv_freq [d/2] fp32 in backend memory. */
     lz_status (*rope)(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *batch,

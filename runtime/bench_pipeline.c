@@ -158,7 +158,7 @@ static lz_status drive_decode(lz_engine *e, const lz_bench_pipeline_args *a, int
             if (round > 0)
                 s = lz_engine_decode_finish(e, NULL, ids + r0);
             if (s == LZ_OK)
-                s = lz_engine_decode_start(e, n, slots + r0, ids + r0, true);
+                s = lz_engine_decode_start(e, n, slots + r0, ids + r0, true, NULL);
         }
     }
     for (int g = 0; s == LZ_OK && groups >= 2 && g < groups; g++) // the last round in flight

@@ -64,7 +64,6 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
         print_stats(e, e->state.slot_pos[0]);
     *n_out = 0;
     const int32_t slot = 0;
-    const bool greedy = sampler->p.temperature == 0; // then the device picks the ids: no logits cross
     int32_t id = s == LZ_OK ? lz_sampler_next(sampler, logits) : 0;
     while (s == LZ_OK && *n_out < a->max_tokens) {
         out[(*n_out)++] = id;
@@ -78,14 +77,11 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
             fprintf(stderr, "lizard generate: moved the sequence at position %d to %s\n", e->state.slot_pos[0],
                     a->move_plan ? a->move_plan : a->move_placement ? a->move_placement : "balanced");
         }
-        if (greedy) {
-            const int32_t in = id;
-            s = lz_engine_decode_greedy(e, 1, &slot, &in, &id);
-        } else {
-            s = lz_engine_decode(e, 1, &slot, &id, logits);
-            if (s == LZ_OK)
-                id = lz_sampler_next(sampler, logits);
-        }
+        // the device picks the id (greedy, or sampled with this token's draw): no logits cross
+        const lz_sample_draw draw = lz_sampler_draw(sampler);
+        const int32_t in = id;
+        s = draw.p.temperature == 0 ? lz_engine_decode_greedy(e, 1, &slot, &in, &id)
+                                    : lz_engine_decode_sampled(e, 1, &slot, &in, &draw, &id);
         int held = e->state.slot_pos[0];
         if (s == LZ_OK && a->stats && (held & (held - 1)) == 0) // at powers of two
             print_stats(e, held);

@@ -35,11 +35,22 @@ static uint64_t free_bytes(lz_engine *e) {
     return (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGE_SIZE);
 }
 
-/* One step, in this process or through the pipeline: logits, or (out_ids) greedy ids. */
+/* One step, in this process or through the pipeline: logits, or (out_ids)
+ * ids: greedy, or sampled with draws [n_rows] where the logits are. */
 static lz_status engine_step(lz_engine *e, const int32_t *ids, const lz_batch *b, const int32_t *rows, int n_rows,
-                             float *logits, int32_t *out_ids) {
+                             float *logits, int32_t *out_ids, const lz_sample_draw *draws) {
     if (e->pipelined)
-        return lz_pipeline_step(&e->pipe, &e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits, out_ids);
+        return lz_pipeline_step(&e->pipe, &e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits, out_ids, draws);
+    if (out_ids && draws) {
+        lz_sample_row *sample = malloc(sizeof(lz_sample_row) * (size_t)(n_rows > 0 ? n_rows : 1));
+        if (!sample)
+            return lz_fail(LZ_ERR_NOMEM, "sampling: out of memory for %d rows", n_rows);
+        for (int r = 0; r < n_rows; r++)
+            sample[r] = lz_sample_row_of(&draws[r]);
+        lz_status s = lz_step_sampled(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, sample, out_ids);
+        free(sample);
+        return s;
+    }
     if (out_ids)
         return lz_step_greedy(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, out_ids);
     return lz_step(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits);
@@ -188,7 +199,7 @@ static lz_status prefill_overlapped(lz_engine *e, int slot, const int32_t *ids, 
         lz_batch b = {1, len, &slot, &start, &len, &pos, tpos};
         if (s == LZ_OK)
             s = lz_pipeline_step_start(&e->pipe, &e->model, &e->state, &e->ws, ids + c0, &b, &last,
-                                       c0 + len == n ? 1 : 0, false);
+                                       c0 + len == n ? 1 : 0, false, NULL);
         in_flight += s == LZ_OK;
     }
     for (; s == LZ_OK && in_flight > 0; in_flight--) // the last one started is the prompt's end: its logits
@@ -219,9 +230,9 @@ lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, f
         // logits of every row when asked for all, else only of the prompt's last row
         const bool last_chunk = c0 + len == n;
         if (logits_all)
-            s = engine_step(e, ids + c0, &b, rows, len, logits_all + (size_t)c0 * V, NULL);
+            s = engine_step(e, ids + c0, &b, rows, len, logits_all + (size_t)c0 * V, NULL, NULL);
         else
-            s = engine_step(e, ids + c0, &b, rows + len - 1, last_chunk ? 1 : 0, tail, NULL);
+            s = engine_step(e, ids + c0, &b, rows + len - 1, last_chunk ? 1 : 0, tail, NULL, NULL);
     }
     if (s == LZ_OK && logits_last)
         memcpy(logits_last, logits_all ? logits_all + (size_t)(n - 1) * V : tail, sizeof(float) * (size_t)V);
@@ -267,7 +278,7 @@ lz_status lz_engine_prefill_many(lz_engine *e, int n, const int32_t *slots, cons
             S++;
         }
         lz_batch b = {S, T, slot, start, len, pos, tpos};
-        s = engine_step(e, tok, &b, rows, R, rows_out, NULL);
+        s = engine_step(e, tok, &b, rows, R, rows_out, NULL, NULL);
         for (int r = 0; s == LZ_OK && r < R; r++)
             memcpy(logits_last + (size_t)owner[r] * V, rows_out + (size_t)r * V, sizeof(float) * (size_t)V);
         while (first < n && done[first] == lens[first])
@@ -296,24 +307,29 @@ static lz_status decode_batch(lz_engine *e, int n, const int32_t *slots, int32_t
     return LZ_OK;
 }
 
-/* One decode step: logits, or (out_ids) the device's greedy ids. */
+/* One decode step: logits, or (out_ids) the device's greedy or sampled ids. */
 static lz_status decode_step(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits,
-                             int32_t *out_ids) {
+                             int32_t *out_ids, const lz_sample_draw *draws) {
     int32_t *buf = NULL;
     lz_batch b;
     lz_status s = decode_batch(e, n, slots, &buf, &b);
     if (s == LZ_OK)
-        s = engine_step(e, ids, &b, b.start, n, logits, out_ids);
+        s = engine_step(e, ids, &b, b.start, n, logits, out_ids, draws);
     free(buf);
     return s;
 }
 
 lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits) {
-    return decode_step(e, n, slots, ids, logits, NULL);
+    return decode_step(e, n, slots, ids, logits, NULL, NULL);
 }
 
 lz_status lz_engine_decode_greedy(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, int32_t *out_ids) {
-    return decode_step(e, n, slots, ids, NULL, out_ids);
+    return decode_step(e, n, slots, ids, NULL, out_ids, NULL);
+}
+
+lz_status lz_engine_decode_sampled(lz_engine *e, int n, const int32_t *slots, const int32_t *ids,
+                                  const lz_sample_draw *draws, int32_t *out_ids) {
+    return decode_step(e, n, slots, ids, NULL, out_ids, draws);
 }
 
 int lz_engine_overlap(const lz_engine *e) {
@@ -322,14 +338,15 @@ int lz_engine_overlap(const lz_engine *e) {
     return e->pipe.n_ranks;
 }
 
-lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool greedy) {
+lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool ids_back,
+                                 const lz_sample_draw *draws) {
     if (lz_engine_overlap(e) < 2)
         return lz_fail(LZ_ERR_INTERNAL, "decode_start: no pipeline to overlap steps in");
     int32_t *buf = NULL;
     lz_batch b;
     lz_status s = decode_batch(e, n, slots, &buf, &b);
     if (s == LZ_OK)
-        s = lz_pipeline_step_start(&e->pipe, &e->model, &e->state, &e->ws, ids, &b, b.start, n, greedy);
+        s = lz_pipeline_step_start(&e->pipe, &e->model, &e->state, &e->ws, ids, &b, b.start, n, ids_back, draws);
     free(buf);
     return s;
 }
@@ -339,16 +356,16 @@ lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids)
 }
 
 lz_status lz_engine_decode_all(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits,
-                               int32_t *out_ids) {
+                               int32_t *out_ids, const lz_sample_draw *draws) {
     int groups = lz_engine_overlap(e);
     groups = groups < n ? groups : n;
     groups = groups < LZ_MAX_INFLIGHT ? groups : LZ_MAX_INFLIGHT;
     if (groups < 2)
-        return decode_step(e, n, slots, ids, logits, out_ids);
+        return decode_step(e, n, slots, ids, logits, out_ids, draws);
     const size_t V = (size_t)e->model.cfg.vocab_size;
     for (int g = 0; g < groups; g++) {
         const int r0 = n * g / groups, r1 = n * (g + 1) / groups;
-        LZ_TRY(lz_engine_decode_start(e, r1 - r0, slots + r0, ids + r0, out_ids != NULL));
+        LZ_TRY(lz_engine_decode_start(e, r1 - r0, slots + r0, ids + r0, out_ids != NULL, draws ? draws + r0 : NULL));
     }
     for (int g = 0; g < groups; g++) {
         const int r0 = n * g / groups;

@@ -9,6 +9,7 @@
 
 #include "model.h"    // lz_model
 #include "pipeline.h" // lz_pipeline
+#include "sampler.h"  // lz_sample_draw
 #include "state.h" // lz_state
 #include "step.h"  // lz_workspace
 
@@ -69,13 +70,19 @@ lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int3
 /* The same, greedy: out_ids[n] = each row's argmax, taken on the device
  * (through a pipeline: on the last stage, so only ids come back). */
 lz_status lz_engine_decode_greedy(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, int32_t *out_ids);
+/* The same, sampled: out_ids[i] = row i sampled with draws[i] (sample_rows),
+ * where the logits are (the device; the last stage of a pipeline). */
+lz_status lz_engine_decode_sampled(lz_engine *e, int n, const int32_t *slots, const int32_t *ids,
+                                  const lz_sample_draw *draws, int32_t *out_ids);
 
 /* Micro-batches in flight through a pipeline: how many can overlap (the
  * number of stages when the plan allows it, else 1), then start a decode
- * step and, later and in the same order, finish it (its logits). With one
+ * step and, later and in the same order, finish it (its logits, or with
+ * ids_back its ids: greedy, or sampled with draws [n] when given). With one
  * micro-batch this is lz_engine_decode. */
 int lz_engine_overlap(const lz_engine *e);
-lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool greedy);
+lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool ids_back,
+                                 const lz_sample_draw *draws);
 lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids);
 
 /* Rank 0, under mpirun: moves every live sequence to another placement
@@ -86,11 +93,12 @@ lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids)
  * this way). */
 lz_status lz_engine_replan(lz_engine *e, const char *placement, const char *plan_file);
 
-/* One token for each of n sequences (logits, or greedy out_ids), as one
- * step, or through a pipeline that allows it as one group of rows per stage,
- * all started and then finished in order, so that every stage works. */
+/* One token for each of n sequences (logits, or out_ids: greedy, or sampled
+ * with draws [n] when given), as one step, or through a pipeline that allows
+ * it as one group of rows per stage, all started and then finished in order,
+ * so that every stage works. */
 lz_status lz_engine_decode_all(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits,
-                               int32_t *out_ids);
+                               int32_t *out_ids, const lz_sample_draw *draws);
 
 /* Benchmarks: slots[i] jump to positions[i] on every rank, state untouched
  * (a decode step then costs what it costs at that context). */

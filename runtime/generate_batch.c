@@ -6,18 +6,19 @@
 
 typedef struct {
     lz_sampler *samplers;
-    float *logits;        /* [n, vocab] */
+    float *logits;        /* [n, vocab]: the prompts' last logits */
     int32_t *slots, *ids; /* the running sequences: the slots and inputs of their next decode step */
-    int32_t *next;        /* greedy: the ids the device chose, one per running row */
+    int32_t *next;        /* the ids the device chose, one per running row */
+    lz_sample_draw *draws; /* each running row's draw for its next step */
     int *index;           /* running row -> sequence */
-    bool greedy;          /* every sequence greedy: ids come back instead of logits */
+    bool greedy;          /* every sequence greedy: the device takes the argmax (no draws sent) */
 } batch_scratch;
 
 static void free_scratch(batch_scratch *b, int n) {
     if (b->samplers)
         for (int i = 0; i < n; i++)
             lz_sampler_free(&b->samplers[i]);
-    free(b->samplers), free(b->logits), free(b->slots), free(b->ids), free(b->next), free(b->index);
+    free(b->samplers), free(b->logits), free(b->slots), free(b->ids), free(b->next), free(b->draws), free(b->index);
 }
 
 static lz_status alloc_scratch(batch_scratch *b, int n, int vocab, int max_tokens, const lz_sampler_params *params,
@@ -27,9 +28,10 @@ static lz_status alloc_scratch(batch_scratch *b, int n, int vocab, int max_token
     b->slots = malloc(sizeof(int32_t) * (size_t)n);
     b->ids = malloc(sizeof(int32_t) * (size_t)n);
     b->next = malloc(sizeof(int32_t) * (size_t)n);
+    b->draws = malloc(sizeof(lz_sample_draw) * (size_t)n);
     b->index = malloc(sizeof(int) * (size_t)n);
     b->greedy = params->temperature == 0;
-    if (!b->samplers || !b->logits || !b->slots || !b->ids || !b->next || !b->index)
+    if (!b->samplers || !b->logits || !b->slots || !b->ids || !b->next || !b->draws || !b->index)
         return lz_fail(LZ_ERR_NOMEM, "generate: out of memory for %d sequences", n);
     for (int i = 0; i < n; i++) {
         lz_sampler_params p = *params;
@@ -43,7 +45,7 @@ static lz_status alloc_scratch(batch_scratch *b, int n, int vocab, int max_token
 }
 
 /* Records the next token of running row r (sampled from `logits`, or the
- * device's greedy choice when it is NULL); false when its sequence is done. */
+ * device's choice when it is NULL); false when its sequence is done. */
 static bool take_token(batch_scratch *b, int r, const float *logits, int max_tokens, const lz_generation_config *gen,
                        bool ignore_eos, lz_completion *out) {
     const int i = b->index[r];
@@ -56,12 +58,11 @@ static bool take_token(batch_scratch *b, int r, const float *logits, int max_tok
 
 /* Rows [r0, r0 + *count) after their step: each takes its token; the ones
  * still running move down to stay contiguous, and *count shrinks to them. */
-static void take_tokens(batch_scratch *b, int r0, int *count, int vocab, int max_tokens,
-                        const lz_generation_config *gen, bool ignore_eos, lz_completion *out) {
+static void take_tokens(batch_scratch *b, int r0, int *count, int max_tokens, const lz_generation_config *gen,
+                        bool ignore_eos, lz_completion *out) {
     int kept = r0;
     for (int r = r0; r < r0 + *count; r++) {
-        const float *logits = b->greedy ? NULL : b->logits + (size_t)r * vocab;
-        if (!take_token(b, r, logits, max_tokens, gen, ignore_eos, out))
+        if (!take_token(b, r, NULL, max_tokens, gen, ignore_eos, out))
             continue;
         b->index[kept] = b->index[r];
         b->slots[kept] = b->slots[r];
@@ -71,12 +72,20 @@ static void take_tokens(batch_scratch *b, int r0, int *count, int vocab, int max
     *count = kept - r0;
 }
 
-static lz_status start_group(lz_engine *e, batch_scratch *b, int r0, int count) {
-    return lz_engine_decode_start(e, count, b->slots + r0, b->ids + r0, b->greedy);
+/* Rows [r0, r0 + count) draw their next token (the device samples it): each
+ * sampler counts it, greedy or not, as the host's lz_sampler_next would. */
+static const lz_sample_draw *draw_rows(batch_scratch *b, int r0, int count) {
+    for (int r = r0; r < r0 + count; r++)
+        b->draws[r] = lz_sampler_draw(&b->samplers[b->index[r]]);
+    return b->greedy ? NULL : b->draws + r0;
 }
 
-static lz_status finish_group(lz_engine *e, batch_scratch *b, int r0, int vocab) {
-    return lz_engine_decode_finish(e, b->greedy ? NULL : b->logits + (size_t)r0 * vocab, b->greedy ? b->next + r0 : NULL);
+static lz_status start_group(lz_engine *e, batch_scratch *b, int r0, int count) {
+    return lz_engine_decode_start(e, count, b->slots + r0, b->ids + r0, true, draw_rows(b, r0, count));
+}
+
+static lz_status finish_group(lz_engine *e, batch_scratch *b, int r0) {
+    return lz_engine_decode_finish(e, NULL, b->next + r0);
 }
 
 /* Every running sequence until each stops. Through a pipeline that allows
@@ -84,15 +93,16 @@ static lz_status finish_group(lz_engine *e, batch_scratch *b, int r0, int vocab)
  * groups circulate: when group g's step comes back, its tokens are taken and
  * its next step starts at once while the other groups are still in the
  * pipeline, so that every stage stays busy (steps finish in start order). */
-static lz_status decode_all(lz_engine *e, batch_scratch *b, int running, int vocab, int max_tokens,
+static lz_status decode_all(lz_engine *e, batch_scratch *b, int running, int max_tokens,
                             const lz_generation_config *gen, bool ignore_eos, lz_completion *out) {
     int groups = lz_engine_overlap(e);
     groups = groups < running ? groups : running;
-    if (groups < 2) {
+    if (groups < 2) { // ids come back from where the logits are, greedy or sampled
         while (running > 0) {
-            LZ_TRY(b->greedy ? lz_engine_decode_greedy(e, running, b->slots, b->ids, b->next)
-                             : lz_engine_decode(e, running, b->slots, b->ids, b->logits));
-            take_tokens(b, 0, &running, vocab, max_tokens, gen, ignore_eos, out);
+            const lz_sample_draw *draws = draw_rows(b, 0, running);
+            LZ_TRY(draws ? lz_engine_decode_sampled(e, running, b->slots, b->ids, draws, b->next)
+                         : lz_engine_decode_greedy(e, running, b->slots, b->ids, b->next));
+            take_tokens(b, 0, &running, max_tokens, gen, ignore_eos, out);
         }
         return LZ_OK;
     }
@@ -107,8 +117,8 @@ static lz_status decode_all(lz_engine *e, batch_scratch *b, int running, int voc
     for (int g = 0; in_flight > 0; g = (g + 1) % groups) {
         if (count[g] == 0)
             continue; // finished for good: not in flight
-        LZ_TRY(finish_group(e, b, r0[g], vocab));
-        take_tokens(b, r0[g], &count[g], vocab, max_tokens, gen, ignore_eos, out);
+        LZ_TRY(finish_group(e, b, r0[g]));
+        take_tokens(b, r0[g], &count[g], max_tokens, gen, ignore_eos, out);
         if (count[g] > 0)
             LZ_TRY(start_group(e, b, r0[g], count[g]));
         else
@@ -153,7 +163,7 @@ lz_status lz_generate_batch(lz_engine *e, const lz_prompt *prompts, int n, int m
     }
     t0 = lz_now_seconds();
     if (s == LZ_OK)
-        s = decode_all(e, &b, running, vocab, max_tokens, gen, ignore_eos, out);
+        s = decode_all(e, &b, running, max_tokens, gen, ignore_eos, out);
     timing->decode_seconds = lz_now_seconds() - t0;
     for (int i = 0; i < n; i++)
         timing->generated_tokens += out[i].ids ? out[i].n : 0;

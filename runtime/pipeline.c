@@ -142,11 +142,12 @@ static lz_status recv_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tok
     return m->ops->act_from_host(m->be, ws->x, p->xfer, n);
 }
 
-/* The last stage's result: logits rows, or their argmax ids (greedy), to rank 0. */
-static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, const int32_t *rows, int n_rows, bool greedy,
-                          float *logits, int32_t *out_ids) {
+/* The last stage's result: logits rows, or their ids (the argmax, or sampled
+ * with sample[row] when given), to rank 0. */
+static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, const int32_t *rows, int n_rows, bool ids_back,
+                          const lz_sample_row *sample, float *logits, int32_t *out_ids) {
     const int vocab = m->cfg.vocab_size;
-    if (greedy) {
+    if (ids_back) {
         int32_t *dst = out_ids;
         if (p->rank != 0) {
             if (n_rows > p->ids_cap) {
@@ -158,7 +159,7 @@ static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, const i
             }
             dst = p->ids_xfer;
         }
-        LZ_TRY(lz_step_head(m, ws, rows, n_rows, NULL, dst));
+        LZ_TRY(lz_step_head(m, ws, rows, n_rows, NULL, dst, sample));
         if (p->rank != 0 && n_rows > 0) {
             p->stats.bytes_results += sizeof(int32_t) * (size_t)n_rows;
             LZ_MPI_TRY(MPI_Send(dst, n_rows, MPI_INT32_T, 0, TAG_IDS, MPI_COMM_WORLD));
@@ -170,7 +171,7 @@ static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, const i
         LZ_TRY(grow_xfer(p, (size_t)n_rows * vocab));
         out = p->xfer;
     }
-    LZ_TRY(lz_step_head(m, ws, rows, n_rows, out, NULL));
+    LZ_TRY(lz_step_head(m, ws, rows, n_rows, out, NULL, NULL));
     if (p->rank != 0 && n_rows > 0) {
         p->stats.bytes_results += sizeof(float) * (size_t)n_rows * vocab;
         LZ_MPI_TRY(MPI_Send(out, n_rows * vocab, MPI_FLOAT, 0, TAG_LOGITS, MPI_COMM_WORLD));
@@ -179,10 +180,10 @@ static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, const i
 }
 
 /* Rank 0: the result of a step whose last stage is another rank. */
-static int recv_result(lz_pipeline *p, lz_model *m, int n_rows, bool greedy, float *logits, int32_t *out_ids) {
+static int recv_result(lz_pipeline *p, lz_model *m, int n_rows, bool ids_back, float *logits, int32_t *out_ids) {
     if (n_rows <= 0)
         return MPI_SUCCESS;
-    if (greedy)
+    if (ids_back)
         return MPI_Recv(out_ids, n_rows, MPI_INT32_T, p->plan.head_rank, TAG_IDS, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     return MPI_Recv(logits, n_rows * m->cfg.vocab_size, MPI_FLOAT, p->plan.head_rank, TAG_LOGITS, MPI_COMM_WORLD,
                     MPI_STATUS_IGNORE);
@@ -191,8 +192,8 @@ static int recv_result(lz_pipeline *p, lz_model *m, int n_rows, bool greedy, flo
 /* This rank's part of one step: its visits in the global order, receiving
  * from the previous visit's rank and sending to the next one's. */
 static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
-                            const lz_batch *b, const int32_t *rows, int n_rows, bool greedy, float *logits,
-                            int32_t *out_ids, lz_inflight *async) {
+                            const lz_batch *b, const int32_t *rows, int n_rows, bool ids_back,
+                            const lz_sample_row *sample, float *logits, int32_t *out_ids, lz_inflight *async) {
     for (int v = 0; v < p->n_visits; v++) {
         const lz_plan_visit *vis = &p->visits[v];
         if (vis->rank != p->rank)
@@ -204,7 +205,7 @@ static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
         if (vis->count > 0)
             LZ_TRY(lz_step_layers_replayed(m, st, ws, b, vis->first, vis->first + vis->count));
         if (vis->head)
-            LZ_TRY(run_head(p, m, ws, rows, n_rows, greedy, logits, out_ids));
+            LZ_TRY(run_head(p, m, ws, rows, n_rows, ids_back, sample, logits, out_ids));
         else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank)
             LZ_TRY(send_x(p, m, ws, b->n_tokens, p->visits[v + 1].rank, async));
     }
@@ -213,7 +214,7 @@ static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
     if (async)
         return LZ_OK; // no wait here: the result is received by lz_pipeline_step_finish
     if (p->rank == 0 && p->plan.head_rank != 0) {
-        int rc = recv_result(p, m, n_rows, greedy, logits, out_ids);
+        int rc = recv_result(p, m, n_rows, ids_back, logits, out_ids);
         if (rc != MPI_SUCCESS)
             return lz_world_mpi_error(rc, "MPI_Recv (the last stage's result)", __FILE__, __LINE__);
     }
@@ -257,11 +258,14 @@ static lz_status step_from_header(const Lizard__StepHeader *h, step_arrays *a) {
 static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const Lizard__StepHeader *h,
                           float *logits, int32_t *out_ids, lz_inflight *async) {
     step_arrays a = {0};
+    lz_sample_row *sample = NULL;
     lz_status s = lz_step_header_check(h, st->n_slots, m->cfg.vocab_size, ws->max_tokens); // before any array is built
     if (s == LZ_OK && m->parts.embed && h->n_token_ids == 0)
         s = lz_fail(LZ_ERR_INTERNAL, "rank %d embeds the tokens but the StepHeader carries none", p->rank);
     if (s == LZ_OK)
         s = step_from_header(h, &a);
+    if (s == LZ_OK && m->parts.head)
+        s = lz_pipeline_sample_rows(h, &sample);
     const int32_t *ids = h->token_ids, *rows = h->logit_rows;
     const int n_rows = (int)h->n_logit_rows;
     lz_pipeline_trace(p, "header", h->step_id);
@@ -269,12 +273,13 @@ static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspac
         s = lz_step_begin(m, st, ws, ids, &a.b, rows, n_rows);
     lz_pipeline_trace(p, "begun", h->step_id);
     if (s == LZ_OK)
-        s = run_visits(p, m, st, ws, ids, &a.b, rows, n_rows, (h->flags & STEP_FLAG_GREEDY) != 0, logits, out_ids,
-                       async);
+        s = run_visits(p, m, st, ws, ids, &a.b, rows, n_rows, (h->flags & (STEP_FLAG_GREEDY | STEP_FLAG_SAMPLE)) != 0,
+                       sample, logits, out_ids, async);
     lz_pipeline_trace(p, "visited", h->step_id);
     if (s == LZ_OK)
         lz_step_end(st, &a.b);
     free(a.slot);
+    free(sample);
     return s;
 }
 
@@ -301,42 +306,54 @@ static lz_status make_header(lz_pipeline *p, const int32_t *ids, const lz_batch 
 
 lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
                            const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits,
-                           int32_t *out_ids) {
+                           int32_t *out_ids, const lz_sample_draw *draws) {
     if (p->n_inflight > 0)
         return lz_fail(LZ_ERR_INTERNAL, "pipeline: a step while %d started steps are unfinished", p->n_inflight);
     Lizard__StepHeader h;
+    lz_header_draws hd;
     LZ_TRY(make_header(p, ids, batch, logit_rows, n_logit_rows, &h));
-    h.flags = out_ids ? STEP_FLAG_GREEDY : 0;
-    LZ_TRY(lz_pipeline_send_header(p, &h));
-    return run_step(p, m, st, ws, &h, logits, out_ids, NULL);
+    h.flags = out_ids && !draws ? STEP_FLAG_GREEDY : 0;
+    LZ_TRY(lz_pipeline_header_draws(&h, out_ids ? draws : NULL, n_logit_rows, &hd));
+    lz_status s = lz_pipeline_send_header(p, &h);
+    if (s == LZ_OK)
+        s = run_step(p, m, st, ws, &h, logits, out_ids, NULL);
+    lz_pipeline_free_draws(&hd);
+    return s;
 }
 
 lz_status lz_pipeline_step_start(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
-                                 const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, bool greedy) {
+                                 const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, bool ids_back,
+                                 const lz_sample_draw *draws) {
     if (!p->overlap_ok || p->n_inflight == LZ_MAX_INFLIGHT)
         return lz_fail(LZ_ERR_INTERNAL, "pipeline: cannot start another overlapping step");
     lz_inflight *f = &p->inflight[(p->inflight_head + p->n_inflight) % LZ_MAX_INFLIGHT];
-    *f = (lz_inflight){MPI_REQUEST_NULL, NULL, n_logit_rows, greedy};
+    *f = (lz_inflight){MPI_REQUEST_NULL, NULL, n_logit_rows, ids_back};
     Lizard__StepHeader h;
+    lz_header_draws hd;
     LZ_TRY(make_header(p, ids, batch, logit_rows, n_logit_rows, &h));
-    h.flags = greedy ? STEP_FLAG_GREEDY : 0;
-    LZ_TRY(lz_pipeline_send_header(p, &h));
-    p->n_inflight++;
-    return run_step(p, m, st, ws, &h, NULL, NULL, f);
+    h.flags = ids_back && !draws ? STEP_FLAG_GREEDY : 0;
+    LZ_TRY(lz_pipeline_header_draws(&h, ids_back ? draws : NULL, n_logit_rows, &hd));
+    lz_status s = lz_pipeline_send_header(p, &h);
+    if (s == LZ_OK) {
+        p->n_inflight++;
+        s = run_step(p, m, st, ws, &h, NULL, NULL, f);
+    }
+    lz_pipeline_free_draws(&hd);
+    return s;
 }
 
 lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, int32_t *out_ids) {
     if (p->n_inflight == 0)
         return lz_fail(LZ_ERR_INTERNAL, "pipeline: no started step to finish");
     lz_inflight *f = &p->inflight[p->inflight_head];
-    if (f->greedy != (out_ids != NULL))
-        return lz_fail(LZ_ERR_INTERNAL, "pipeline: a step started %s is finished %s", f->greedy ? "greedy" : "with logits",
-                       out_ids ? "greedy" : "with logits");
+    if (f->ids_back != (out_ids != NULL))
+        return lz_fail(LZ_ERR_INTERNAL, "pipeline: a step started %s is finished %s", f->ids_back ? "for ids" : "for logits",
+                       out_ids ? "for ids" : "for logits");
     p->inflight_head = (p->inflight_head + 1) % LZ_MAX_INFLIGHT;
     p->n_inflight--;
     // results of one head rank arrive in the order the steps started (MPI keeps order per sender and tag)
     lz_pipeline_trace(p, "finish", 0);
-    int rc = recv_result(p, m, f->n_rows, f->greedy, logits, out_ids);
+    int rc = recv_result(p, m, f->n_rows, f->ids_back, logits, out_ids);
     lz_pipeline_trace(p, "finished", 0);
     if (rc == MPI_SUCCESS && f->send != MPI_REQUEST_NULL)
         rc = MPI_Wait(&f->send, MPI_STATUS_IGNORE);

@@ -15,6 +15,7 @@
 
 #include "model.h" // lz_model, lz_stage_parts, lz_ops
 #include "plan.h"  // lz_plan
+#include "sampler.h" // lz_sample_draw
 #include "state.h" // lz_state
 #include "step.h"  // lz_workspace
 
@@ -25,7 +26,7 @@ typedef struct {
     MPI_Request send;   /* the host copy of x going to the next stage (CPU ranks), or MPI_REQUEST_NULL */
     float *buf;
     int n_rows;         /* logits rows to receive */
-    bool greedy;        /* their argmax ids rather than the rows */
+    bool ids_back;      /* their ids (argmax or sampled) rather than the rows */
 } lz_inflight;
 
 /* What one rank reports (lz_pipeline_stats). */
@@ -49,7 +50,7 @@ typedef struct {
     bool device_p2p;  /* activations move device to device (the backend's p2p ops) */
     float *xfer;      /* host staging for activations and logits */
     size_t xfer_cap;  /* floats */
-    int32_t *ids_xfer; /* the head's greedy ids */
+    int32_t *ids_xfer; /* the head's ids */
     int ids_cap;
     lz_rank_stats stats; /* this rank's counters */
     /* rank 0: step headers still being sent (MPI_Isend to every other rank),
@@ -73,16 +74,19 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
 lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be);
 
 /* Rank 0: one step through the whole pipeline (the same contract as lz_step;
- * with out_ids non-NULL, as lz_step_greedy: the last stage returns ids). */
+ * with out_ids non-NULL, as lz_step_greedy, or with draws [n_logit_rows] as
+ * lz_step_sampled: the last stage returns ids). */
 lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
                            const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits,
-                           int32_t *out_ids);
+                           int32_t *out_ids, const lz_sample_draw *draws);
 /* Rank 0, for several independent micro-batches in flight (overlap_ok):
  * start a step (broadcast, rank 0's own layers, activations on their way)
- * and return at once; finish the oldest started step (its logits). Steps
+ * and return at once; finish the oldest started step (its logits, or with
+ * ids_back its ids: the argmax, or sampled with draws when given). Steps
  * finish in the order they started. */
 lz_status lz_pipeline_step_start(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
-                                 const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, bool greedy);
+                                 const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, bool ids_back,
+                                 const lz_sample_draw *draws);
 lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, int32_t *out_ids);
 
 /* Rank 0: slots[i] of every rank jump to positions[i], their state left as

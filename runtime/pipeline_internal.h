@@ -8,7 +8,7 @@
 
 enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, TAG_IDS = 13, TAG_HEADER = 14 };
 enum { STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4, STEP_FLAG_GREEDY = 8, STEP_FLAG_SEEK = 16,
-       STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64, STEP_FLAG_STATE_BF16 = 128 };
+       STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64, STEP_FLAG_STATE_BF16 = 128, STEP_FLAG_SAMPLE = 256 };
 
 /* LIZARD_TRACE=1: one stderr line per pipeline event with a host-wide clock,
  * to see on a timeline whether the stages overlap. */
@@ -21,6 +21,19 @@ lz_status lz_pipeline_send_header(lz_pipeline *p, Lizard__StepHeader *h);
 lz_status lz_pipeline_retire_headers(lz_pipeline *p, bool all);
 /* Other ranks: the next header's bytes from rank 0 (malloc'd). */
 lz_status lz_pipeline_receive_header(lz_pipeline *p, uint8_t **buf, size_t *len);
+
+/* Rank 0: the per-row sampling fields of a header (SAMPLE), in arrays the
+ * header points at until lz_pipeline_free_draws; nothing when draws is NULL. */
+typedef struct {
+    double *temperatures, *top_ps;
+    int32_t *top_ks;
+    uint64_t *seeds, *counts;
+} lz_header_draws;
+lz_status lz_pipeline_header_draws(Lizard__StepHeader *h, const lz_sample_draw *draws, int n, lz_header_draws *a);
+void lz_pipeline_free_draws(lz_header_draws *a);
+/* The last stage: sample_rows' parameters from a SAMPLE header (*rows NULL
+ * without SAMPLE; the caller frees them). */
+lz_status lz_pipeline_sample_rows(const Lizard__StepHeader *h, lz_sample_row **rows);
 
 /* Other ranks, for a header rank 0 sent (pipeline_state.c): a save or
  * restore, a seek, or the counters. */

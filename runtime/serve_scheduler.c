@@ -30,9 +30,10 @@ lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *mod
     s->ids = malloc(sizeof(int32_t) * B);
     s->lens = malloc(sizeof(int32_t) * B);
     s->chosen = malloc(sizeof(int32_t) * B);
+    s->draws = malloc(sizeof(lz_sample_draw) * B);
     s->feeds = malloc(sizeof(int32_t *) * B);
     s->index = malloc(sizeof(int) * B);
-    if (!s->queue || !s->seqs || !s->logits || !s->slots || !s->ids || !s->lens || !s->chosen || !s->feeds || !s->index) {
+    if (!s->queue || !s->seqs || !s->logits || !s->slots || !s->ids || !s->lens || !s->chosen || !s->draws || !s->feeds || !s->index) {
         serve_scheduler_free(s);
         return lz_fail(LZ_ERR_NOMEM, "lizard serve: out of memory for %d sequences", opt->max_batch);
     }
@@ -71,7 +72,7 @@ void serve_scheduler_free(serve_scheduler *s) {
         lz_engine_free_stages(&s->empty);
     serve_sessions_free(&s->sessions);
     serve_prefix_free(&s->prefix);
-    free(s->queue), free(s->seqs), free(s->logits), free(s->slots), free(s->ids), free(s->lens), free(s->chosen), free(s->feeds);
+    free(s->queue), free(s->seqs), free(s->logits), free(s->slots), free(s->ids), free(s->lens), free(s->chosen), free(s->draws), free(s->feeds);
     free(s->index);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->mu);
@@ -265,8 +266,8 @@ static void finish_seq(serve_scheduler *s, int slot, bool at_eos) {
     free_seq(q);
 }
 
-/* A sampled token (from `logits`, or the device's greedy `chosen` id when
- * logits is NULL): to the job, then on or done. */
+/* A sampled token (from `logits`, or the device's `chosen` id when logits
+ * is NULL): to the job, then on or done. */
 static void take_token(serve_scheduler *s, int slot, const float *logits, int32_t chosen) {
     serve_seq *q = &s->seqs[slot];
     const int32_t id = logits ? lz_sampler_next(&q->sampler, logits) : chosen;
@@ -396,7 +397,6 @@ static void prefill_round(serve_scheduler *s) {
 }
 
 static void decode_round(serve_scheduler *s) {
-    const int V = s->e->model.cfg.vocab_size;
     int n = 0;
     bool greedy = true;
     for (int i = 0; i < s->max_batch; i++) {
@@ -409,20 +409,20 @@ static void decode_round(serve_scheduler *s) {
         }
         s->slots[n] = i;
         s->ids[n] = q->last;
+        s->draws[n] = lz_sampler_draw(&q->sampler); // every sequence's own parameters, seed and count
         s->index[n++] = i;
         greedy &= q->sampler.p.temperature == 0;
     }
     if (n == 0)
         return;
-    // greedy when every sequence is: the ids are then picked where the logits are
-    float *logits = greedy ? NULL : s->logits;
-    if (lz_engine_decode_all(s->e, n, s->slots, s->ids, logits, greedy ? s->chosen : NULL) != LZ_OK) {
+    // the ids are picked where the logits are: the argmax when every sequence is greedy, else each row sampled
+    if (lz_engine_decode_all(s->e, n, s->slots, s->ids, NULL, s->chosen, greedy ? NULL : s->draws) != LZ_OK) {
         for (int k = 0; k < n; k++)
             fail_seq(s, s->index[k], 500, "server_error", NULL);
         return;
     }
     for (int k = 0; k < n; k++)
-        take_token(s, s->index[k], greedy ? NULL : s->logits + (size_t)k * V, s->chosen[k]);
+        take_token(s, s->index[k], NULL, s->chosen[k]);
 }
 
 static int running(const serve_scheduler *s) {

@@ -60,7 +60,8 @@ typedef struct {
     Lizard__SequenceState empty;    /* a fresh slot: resets one on every pipeline stage */
     float *logits;                  /* [max_batch, vocab] */
     int32_t *slots, *ids, *lens;    /* [max_batch] step arguments */
-    int32_t *chosen;                /* [max_batch] greedy ids picked on the device (last stage) */
+    int32_t *chosen;                /* [max_batch] ids picked on the device (last stage) */
+    lz_sample_draw *draws;          /* [max_batch] each decoding row's draw (parameters, seed, count) */
     const int32_t **feeds;
     int *index;
 } serve_scheduler;

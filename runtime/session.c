@@ -1,5 +1,6 @@
 /* session.c - SequenceState messages and files. */
 #include <errno.h>    // errno
+#include <stddef.h>   // offsetof
 #include <stdint.h>   // INT32_MAX
 #include <stdio.h>    // FILE, snprintf
 #include <stdlib.h>   // malloc, free
@@ -35,24 +36,36 @@ void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t ou
     memcpy(out + 8, &b, 8);
 }
 
+/* The sampler as saved: its parameters and the count of tokens it drew (the
+ * uniforms are a function of seed and count). Records of 64 bytes are the
+ * earlier xoshiro256** state: their seed is kept and the count starts at 0
+ * (the counter's draws share nothing with xoshiro's stream). */
 typedef struct {
     double temperature, top_p;
     int64_t top_k;
-    uint64_t seed, rng[4];
+    uint64_t seed, n;
 } sampler_record;
 
+enum { XOSHIRO_RECORD_BYTES = 64 };
+
 void lz_session_sampler_bytes(const lz_sampler *s, uint8_t *out, size_t *len) {
-    sampler_record r = {s->p.temperature, s->p.top_p, s->p.top_k, s->p.seed, {s->rng[0], s->rng[1], s->rng[2], s->rng[3]}};
+    sampler_record r = {s->p.temperature, s->p.top_p, s->p.top_k, s->p.seed, s->n};
     memcpy(out, &r, sizeof r);
     *len = sizeof r;
 }
 
 lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t len) {
     sampler_record r;
-    if (len != sizeof r)
+    if (len == XOSHIRO_RECORD_BYTES) { // temperature, top_p, top_k, seed, then the xoshiro state
+        memcpy(&r, buf, offsetof(sampler_record, n));
+        r.n = 0;
+    } else if (len == sizeof r) {
+        memcpy(&r, buf, sizeof r);
+    } else {
         return lz_fail(LZ_ERR_INPUT, "session: sampler state of %zu bytes, expected %zu", len, sizeof r);
-    memcpy(&r, buf, sizeof r);
-    memcpy(s->rng, r.rng, sizeof s->rng);
+    }
+    s->p.seed = r.seed;
+    s->n = r.n;
     return LZ_OK;
 }
 

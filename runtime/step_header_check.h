@@ -21,7 +21,10 @@
  *     == n_token_ids, or n_token_ids == 0 (the ids stay on rank 0, which
  *     embeds them);
  *   token_ids[t] in [0, vocab_size);
- *   logit_rows[k] in [0, sum of token_counts). */
+ *   logit_rows[k] in [0, sum of token_counts);
+ *   with the SAMPLE flag, temperatures, top_ks, top_ps, seeds and draws one
+ *     entry per logit row (none without it): temperatures finite and >= 0,
+ *     top_ks >= 0, top_ps in (0, 1]. */
 lz_status lz_step_header_check(const void *header, int n_slots, int vocab_size, int max_tokens);
 
 #endif

@@ -143,20 +143,24 @@ static lz_status head_ops(lz_model *m, lz_workspace *ws, const int32_t *logit_ro
     return ops->linear(m->be, ws->logits, ws->head_in, &m->lm_head, NULL, n_logit_rows);
 }
 
-/* The head's result to the host: fp32 logits, or (out_ids) only each row's argmax. */
-static lz_status head_to_host(lz_model *m, lz_workspace *ws, int n_logit_rows, float *logits, int32_t *out_ids) {
+/* The head's result to the host: fp32 logits, or (out_ids) only each row's
+ * id: its argmax, or sampled with sample[row] when sample is given. */
+static lz_status head_to_host(lz_model *m, lz_workspace *ws, int n_logit_rows, float *logits, int32_t *out_ids,
+                              const lz_sample_row *sample) {
     if (n_logit_rows == 0)
         return m->ops->sync(m->be);
+    if (out_ids && sample)
+        return m->ops->sample_rows(m->be, out_ids, ws->logits, n_logit_rows, m->cfg.vocab_size, sample);
     if (out_ids)
         return m->ops->argmax_rows(m->be, out_ids, ws->logits, n_logit_rows, m->cfg.vocab_size);
     return m->ops->act_to_host(m->be, logits, ws->logits, (size_t)n_logit_rows * m->cfg.vocab_size);
 }
 
 lz_status lz_step_head(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows, float *logits,
-                       int32_t *out_ids) {
+                       int32_t *out_ids, const lz_sample_row *sample) {
     if (n_logit_rows > 0)
         LZ_TRY(head_ops(m, ws, logit_rows, n_logit_rows));
-    return head_to_host(m, ws, n_logit_rows, logits, out_ids);
+    return head_to_host(m, ws, n_logit_rows, logits, out_ids, sample);
 }
 
 void lz_step_end(lz_state *st, const lz_batch *batch) {
@@ -179,7 +183,8 @@ static lz_status run_layers(lz_model *m, lz_state *st, lz_workspace *ws, const i
 }
 
 static lz_status step_impl(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
-                           const int32_t *logit_rows, int n_logit_rows, float *logits, int32_t *out_ids) {
+                           const int32_t *logit_rows, int n_logit_rows, float *logits, int32_t *out_ids,
+                           const lz_sample_row *sample) {
     LZ_TRY(lz_step_begin(m, st, ws, ids, batch, logit_rows, n_logit_rows));
     const lz_ops *ops = m->ops;
     // Decode steps (one token per sequence) repeat the same launches: a backend may record and replay them.
@@ -194,15 +199,20 @@ static lz_status step_impl(lz_model *m, lz_state *st, lz_workspace *ws, const in
     if (s != LZ_OK)
         return s; // the slots' state is now undefined: the caller resets them
     lz_step_end(st, batch);
-    return head_to_host(m, ws, n_logit_rows, logits, out_ids);
+    return head_to_host(m, ws, n_logit_rows, logits, out_ids, sample);
 }
 
 lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
                   const int32_t *logit_rows, int n_logit_rows, float *logits) {
-    return step_impl(m, st, ws, ids, batch, logit_rows, n_logit_rows, logits, NULL);
+    return step_impl(m, st, ws, ids, batch, logit_rows, n_logit_rows, logits, NULL, NULL);
 }
 
 lz_status lz_step_greedy(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
                          const int32_t *logit_rows, int n_logit_rows, int32_t *out_ids) {
-    return step_impl(m, st, ws, ids, batch, logit_rows, n_logit_rows, NULL, out_ids);
+    return step_impl(m, st, ws, ids, batch, logit_rows, n_logit_rows, NULL, out_ids, NULL);
+}
+
+lz_status lz_step_sampled(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                          const int32_t *logit_rows, int n_logit_rows, const lz_sample_row *sample, int32_t *out_ids) {
+    return step_impl(m, st, ws, ids, batch, logit_rows, n_logit_rows, NULL, out_ids, sample);
 }

@@ -26,12 +26,16 @@ lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *id
  * the logits are (the device), so only the ids cross to the host. */
 lz_status lz_step_greedy(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
                          const int32_t *logit_rows, int n_logit_rows, int32_t *out_ids);
+/* The same step, sampled: out_ids[r] = logit row r sampled with sample[r]
+ * (sample_rows), on the device too. */
+lz_status lz_step_sampled(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                          const int32_t *logit_rows, int n_logit_rows, const lz_sample_row *sample, int32_t *out_ids);
 
 /* The same step in pieces, for a process that owns only some layers (a
  * pipeline stage), in this order: begin (validates, copies the batch to the
  * backend), embed (first stage), layers (the owned layers among
  * [first, last): one run of a stage), head (last stage: logits of the given
- * rows to host fp32, or their greedy ids), end (advances the slots). ws->x [n_tokens, hidden]
+ * rows to host fp32, or their greedy or sampled ids), end (advances the slots). ws->x [n_tokens, hidden]
  * holds the activations between them. lz_step = all of them, with decode
  * steps replayed by the backend where it can. */
 lz_status lz_step_begin(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
@@ -42,8 +46,9 @@ lz_status lz_step_layers(lz_model *m, lz_state *st, lz_workspace *ws, const lz_b
  * where it can (a pipeline stage's share of lz_step's graphs). */
 lz_status lz_step_layers_replayed(lz_model *m, lz_state *st, lz_workspace *ws, const lz_batch *batch, int first,
                                   int last);
+/* out_ids: ids instead of logits, greedy or (sample) sampled */
 lz_status lz_step_head(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows, float *logits,
-                       int32_t *out_ids); /* out_ids: greedy ids instead of logits */
+                       int32_t *out_ids, const lz_sample_row *sample);
 void lz_step_end(lz_state *st, const lz_batch *batch);
 
 #endif

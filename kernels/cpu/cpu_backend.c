@@ -6,6 +6,7 @@
 #include <string.h> // memcpy, memset
 
 #include "cpu_kernels.h"
+#include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
 
 struct lz_backend {
     int unused;
@@ -125,6 +126,12 @@ static lz_status op_argmax(lz_backend *be, int32_t *ids, const void *x, int n, i
     argmax_rows_forward(ids, x, n, C);
     return LZ_OK;
 }
+static lz_status op_sample(lz_backend *be, int32_t *ids, const void *x, int n, int C, const lz_sample_row *params) {
+    if (C < 1 || C > LZ_SAMPLE_MAX_VOCAB)
+        return lz_fail(LZ_ERR_INPUT, "sample_rows: a vocabulary of %d tokens (1 to %d)", C, LZ_SAMPLE_MAX_VOCAB);
+    sample_rows_forward(ids, x, n, C, params);
+    return LZ_OK;
+}
 static lz_status op_rope(lz_backend *be, void *q, void *k, const float *inv_freq, const lz_batch *b, const lz_attn_dims *d) {
     rope_forward(q, k, inv_freq, b, d);
     return LZ_OK;
@@ -193,6 +200,7 @@ static const lz_ops cpu_ops = {
     .swiglu = op_swiglu,
     .gather_rows = op_gather,
     .argmax_rows = op_argmax,
+    .sample_rows = op_sample,
     .rope = op_rope,
     .softmax_attention = op_softmax_attention,
     .feature_map = op_feature_map,

@@ -9,7 +9,8 @@
 #include "cuda_kernels.cuh"
 
 extern "C" {
-#include "dtype.h" // lz_convert_to_f32, lz_f32_to_bf16
+#include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16
+#include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
 }
 
 // LIZARD_PROFILE=1: every op is bracketed by stream syncs and its wall time
@@ -50,6 +51,8 @@ struct lz_backend {
     size_t stage_cap;
     int32_t *d_ids; // argmax_rows output
     int ids_cap;
+    lz_sample_dev *d_sample; // sample_rows: each row's parameters, then its id (after the last row's)
+    int sample_cap;
 };
 
 lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes) {
@@ -193,6 +196,37 @@ static lz_status argmax_impl(lz_backend *be, int32_t *ids, const void *x, int n,
     LZ_CUDA_TRY(cudaMemcpyAsync(be->h_stage, be->d_ids, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost, be->ctx.stream));
     LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
     memcpy(ids, be->h_stage, sizeof(int32_t) * (size_t)n);
+    return LZ_OK;
+}
+
+// Sampled ids of n rows: the parameters up (n x 32 bytes), the kernel, n int32 down.
+static lz_status sample_impl(lz_backend *be, int32_t *ids, const void *x, int n, int C, const lz_sample_row *params) {
+    if (n <= 0)
+        return LZ_OK;
+    if (C < 1 || C > LZ_SAMPLE_MAX_VOCAB)
+        return lz_fail(LZ_ERR_INPUT, "sample_rows: a vocabulary of %d tokens (1 to %d)", C, LZ_SAMPLE_MAX_VOCAB);
+    const size_t param_bytes = sizeof(lz_sample_dev) * (size_t)n, bytes = param_bytes + sizeof(int32_t) * (size_t)n;
+    if (n > be->sample_cap) {
+        LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+        if (be->d_sample)
+            LZ_CUDA_TRY(cudaFree(be->d_sample));
+        be->d_sample = NULL;
+        be->sample_cap = 0;
+        LZ_CUDA_TRY(cudaMalloc(&be->d_sample, bytes));
+        be->sample_cap = n;
+    }
+    LZ_TRY(grow_stage(be, bytes)); // the previous user of the staging buffer has synchronised
+    lz_sample_dev *h = (lz_sample_dev *)be->h_stage;
+    for (int r = 0; r < n; r++)
+        h[r] = lz_sample_dev_of(&params[r]);
+    int32_t *d_ids = (int32_t *)(be->d_sample + n), *h_ids = (int32_t *)(h + n);
+    LZ_CUDA_TRY(cudaMemcpyAsync(be->d_sample, h, param_bytes, cudaMemcpyHostToDevice, be->ctx.stream));
+    LZ_TRY(be->dtype == LZ_DTYPE_F32
+               ? sample_rows_forward<float>(&be->ctx, d_ids, (const float *)x, n, C, be->d_sample)
+               : sample_rows_forward<__nv_bfloat16>(&be->ctx, d_ids, (const __nv_bfloat16 *)x, n, C, be->d_sample));
+    LZ_CUDA_TRY(cudaMemcpyAsync(h_ids, d_ids, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost, be->ctx.stream));
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+    memcpy(ids, h_ids, sizeof(int32_t) * (size_t)n);
     return LZ_OK;
 }
 
@@ -341,6 +375,11 @@ static lz_status cuda_begin_step(lz_backend *be, const int32_t *ids, const lz_ba
 
 static lz_status cuda_argmax_rows(lz_backend *be, int32_t *ids, const void *x, int n, int C) {
     return profiled(be, "argmax_rows", [&] { return argmax_impl(be, ids, x, n, C); });
+}
+
+static lz_status cuda_sample_rows(lz_backend *be, int32_t *ids, const void *x, int n, int C,
+                                  const lz_sample_row *params) {
+    return profiled(be, "sample_rows", [&] { return sample_impl(be, ids, x, n, C, params); });
 }
 
 static lz_status cuda_act_to_host(lz_backend *be, float *dst, const void *src, size_t n) {
@@ -555,6 +594,7 @@ template <typename T> static lz_ops make_ops(const char *name) {
     o.swiglu = cuda_ops<T>::swiglu;
     o.gather_rows = cuda_ops<T>::gather;
     o.argmax_rows = cuda_argmax_rows;
+    o.sample_rows = cuda_sample_rows;
     o.rope = cuda_ops<T>::rope;
     o.softmax_attention = cuda_ops<T>::softmax_attention;
     o.feature_map = cuda_ops<T>::feature_map;
@@ -602,6 +642,8 @@ static void cuda_destroy(lz_backend *be) {
         cudaFreeHost(be->h_stage);
     if (be->d_ids)
         cudaFree(be->d_ids);
+    if (be->d_sample)
+        cudaFree(be->d_sample);
     if (be->ctx.stream)
         cudaStreamDestroy(be->ctx.stream);
     free(be);

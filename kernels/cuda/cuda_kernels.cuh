@@ -28,6 +28,18 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
 template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, size_t n);
 template <typename T> lz_status swiglu_forward(lz_cuda_ctx *c, T *out, const T *gate, const T *up, size_t n);
 template <typename T> lz_status argmax_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C);
+// sample_rows (sample_rows.cu): a row's lz_sample_row as the kernel reads it,
+// computed on the host the way kernels/cpu/sample_rows.c computes it.
+struct lz_sample_dev {
+    float c;        // log2(e) / temperature
+    int32_t top_k;  // 0 or >= vocab: off
+    uint64_t p53;   // top-p as a 53-bit fraction; 2^53: off
+    uint64_t u53;   // the uniform, < 2^53
+    int greedy;     // temperature 0
+};
+lz_sample_dev lz_sample_dev_of(const lz_sample_row *p);
+template <typename T>
+lz_status sample_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C, const lz_sample_dev *params);
 template <typename T> lz_status gather_rows_forward(lz_cuda_ctx *c, T *out, const T *x, const int32_t *rows, int n, int C);
 template <typename T> lz_status log_sigmoid_forward(lz_cuda_ctx *c, T *out, const T *x, int n);
 template <typename T>

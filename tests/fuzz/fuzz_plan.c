@@ -3,7 +3,9 @@
  * satisfy: it validates, packs and unpacks to itself, and its runs and visit
  * order cover every layer once), and the same bytes as a StepHeader
  * (lizard__step_header__unpack, lz_step_header_check, then the arrays
- * pipeline.c's step_from_header builds from an accepted header). */
+ * pipeline.c's step_from_header builds from an accepted header, and with
+ * SAMPLE each row's draw sampled from a small row, as the last stage does). */
+#include <math.h>    // INFINITY
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
 #include <stdint.h>  // uint8_t, int32_t
@@ -12,6 +14,8 @@
 
 #include "lizard.pb-c.h"       // Lizard__StepHeader
 #include "plan.h"              // lz_plan_unpack, lz_plan_pack, lz_plan_validate
+#include "sampler.h"           // lz_sample_row_of
+#include "cpu/cpu_kernels.h"   // sample_row
 #include "step_header_check.h" // lz_step_header_check
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -104,6 +108,22 @@ static void step_arrays(const Lizard__StepHeader *h) {
     free(slot);
 }
 
+/* What pipeline_sample.c and the last stage do with an accepted SAMPLE
+ * header: one draw per logit row, sampled from a row with ties and -inf. */
+static void sample_draws(const Lizard__StepHeader *h) {
+    if (!(h->flags & 256)) // STEP_FLAG_SAMPLE
+        return;
+    static const float row[8] = {1.0f, 3.0f, 3.0f, -INFINITY, 0.5f, 2.0f, 3.0f, -2.0f};
+    for (size_t r = 0; r < h->n_logit_rows; r++) {
+        const lz_sample_draw d = {{h->temperatures[r], h->top_ks[r], h->top_ps[r], h->seeds[r]}, h->draws[r]};
+        const lz_sample_row p = lz_sample_row_of(&d);
+        int32_t scratch[8];
+        const int32_t id = sample_row(row, 8, &p, r % 2 ? scratch : NULL);
+        if (id < 0 || id >= 8 || id == 3)
+            abort(); /* an id outside the row, or one of probability 0 */
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static lz_plan plan;
     lz_error_clear();
@@ -119,7 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         lz_error_clear();
         if (lz_step_header_check(h, shapes[k][0], shapes[k][1], shapes[k][2]) == LZ_OK)
-            step_arrays(h);
+            step_arrays(h), sample_draws(h);
         else if (strncmp(lz_error_message(), "StepHeader: ", 12) != 0)
             abort(); /* a refusal names the field */
     }

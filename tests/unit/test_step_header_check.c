@@ -1,6 +1,7 @@
 /* test_step_header_check.c - lz_step_header_check: a consistent StepHeader
  * passes (also after a pack / unpack round trip), and every refusal names
  * the field (and index) at fault. */
+#include <math.h>   // INFINITY, NAN
 #include <stdint.h> // int32_t, INT32_MAX
 #include <stdlib.h> // malloc, free
 
@@ -134,8 +135,47 @@ static void refusals(void) {
     lz_error_clear();
 }
 
+/* SAMPLE: one draw per logit row, each parameter in range; none without the flag. */
+static void draws(void) {
+    fixture f;
+    double t[2] = {0.8, 0.0}, p[2] = {0.9, 1.0};
+    int32_t k[2] = {0, 40};
+    uint64_t seeds[2] = {7, 8}, n[2] = {0, 12};
+#define SAMPLED()                                                                   \
+    do {                                                                            \
+        make(&f);                                                                   \
+        f.h.flags = 256;                                                            \
+        f.h.n_temperatures = f.h.n_top_ks = f.h.n_top_ps = f.h.n_seeds = f.h.n_draws = 2; \
+        f.h.temperatures = t, f.h.top_ks = k, f.h.top_ps = p, f.h.seeds = seeds, f.h.draws = n; \
+    } while (0)
+    SAMPLED();
+    CHECK_MSG(lz_step_header_check(&f.h, SLOTS, VOCAB, MAX_TOKENS) == LZ_OK, "%s", lz_error_message());
+    f.h.n_top_ps = 1;
+    CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, VOCAB, MAX_TOKENS), LZ_ERR_INTERNAL, "top_ps has 1 entries for 2");
+    SAMPLED();
+    f.h.flags = 0; /* arrays without the flag */
+    CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, VOCAB, MAX_TOKENS), LZ_ERR_INTERNAL, "no SAMPLE flag");
+    SAMPLED();
+    t[1] = -0.5;
+    CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, VOCAB, MAX_TOKENS), LZ_ERR_INTERNAL, "temperatures[1] = -0.5");
+    t[1] = INFINITY;
+    CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, VOCAB, MAX_TOKENS), LZ_ERR_INTERNAL, "temperatures[1] = inf");
+    t[1] = 0.0;
+    k[0] = -1;
+    CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, VOCAB, MAX_TOKENS), LZ_ERR_INTERNAL, "top_ks[0] = -1");
+    k[0] = 0;
+    p[0] = 0.0;
+    CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, VOCAB, MAX_TOKENS), LZ_ERR_INTERNAL, "top_ps[0] = 0");
+    p[0] = NAN;
+    CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, VOCAB, MAX_TOKENS), LZ_ERR_INTERNAL, "top_ps[0] = ");
+    p[0] = 1.5;
+    CHECK_FAILS_WITH(lz_step_header_check(&f.h, SLOTS, VOCAB, MAX_TOKENS), LZ_ERR_INTERNAL, "top_ps[0] = 1.5");
+#undef SAMPLED
+}
+
 int main(void) {
     valid();
     refusals();
+    draws();
     return lz_test_finish("test_step_header_check");
 }
