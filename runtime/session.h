@@ -24,6 +24,14 @@ void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t ou
 void lz_session_sampler_bytes(const lz_sampler *s, uint8_t *out, size_t *len);
 lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t len);
 
+/* Over position, tokens, sampler and the layers' payloads, in order (the
+ * message's checksum field). */
+uint64_t lz_session_checksum(const Lizard__SequenceState *m);
+/* Every check of a parsed message: magic, version, fingerprint (unless
+ * NULL), checksum, tokens against position. */
+lz_status lz_session_check(const Lizard__SequenceState *m, const char *what,
+                           const uint8_t fingerprint[LZ_FINGERPRINT_BYTES]);
+
 /* Serialises `msg` after filling magic, version and the checksum. */
 lz_status lz_session_pack(Lizard__SequenceState *msg, uint8_t **buf, size_t *len);
 /* Parses and checks (the fingerprint too unless it is NULL); *out is freed
