@@ -56,20 +56,26 @@ lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t l
     return LZ_OK;
 }
 
-uint64_t lz_session_checksum(const Lizard__SequenceState *m) {
+uint64_t lz_session_checksum_head(const Lizard__SequenceState *m) {
     uint64_t h = LZ_FNV1A_INIT;
     h = lz_fnv1a(h, &m->position, sizeof m->position);
     h = lz_hash_wide(h, m->tokens, sizeof(int32_t) * m->n_tokens);
-    h = lz_fnv1a(h, m->sampler.data, m->sampler.len);
+    return lz_fnv1a(h, m->sampler.data, m->sampler.len);
+}
+
+uint64_t lz_session_checksum_layer(uint64_t h, const Lizard__LayerState *l) {
+    h = lz_fnv1a(h, &l->layer, sizeof l->layer);
+    h = lz_hash_wide(h, l->k.data, l->k.len);
+    h = lz_hash_wide(h, l->v.data, l->v.len);
+    h = lz_hash_wide(h, l->s.data, l->s.len);
+    return lz_hash_wide(h, l->z.data, l->z.len);
+}
+
+uint64_t lz_session_checksum(const Lizard__SequenceState *m) {
+    uint64_t h = lz_session_checksum_head(m);
     for (size_t i = 0; i < m->n_stages; i++)
-        for (size_t j = 0; j < m->stages[i]->n_layers; j++) {
-            const Lizard__LayerState *l = m->stages[i]->layers[j];
-            h = lz_fnv1a(h, &l->layer, sizeof l->layer);
-            h = lz_hash_wide(h, l->k.data, l->k.len);
-            h = lz_hash_wide(h, l->v.data, l->v.len);
-            h = lz_hash_wide(h, l->s.data, l->s.len);
-            h = lz_hash_wide(h, l->z.data, l->z.len);
-        }
+        for (size_t j = 0; j < m->stages[i]->n_layers; j++)
+            h = lz_session_checksum_layer(h, m->stages[i]->layers[j]);
     return h;
 }
 

@@ -1,9 +1,9 @@
 /* session_buf.h - a sequence's state as a session message in a reusable host
  * buffer, one pass over the bytes each way. Saving computes the packed
  * layout first, then copies each layer's bytes from the backend straight to
- * their place in the message and checksums them there; restoring parses the
- * message in place (the layers' payloads are not copied out of it), checks
- * it, and copies each payload straight to the backend. The buffer is the
+ * their place in the message and checksums them there; restoring reads the
+ * message in place (lz_session_view: the layers' payloads are not copied out
+ * of it), checks it, and copies each payload straight to the backend. The buffer is the
  * backend's host memory (pinned on CUDA) and is kept between uses, so the
  * copies run at the bus rate and no page is faulted in again. The message
  * is the same SequenceState that lz_session_pack / lz_session_unpack write
@@ -35,12 +35,6 @@ void lz_session_buf_free(lz_session_buf *b);
  * magic, version and checksum (msg->stages must be empty; it is left so). */
 lz_status lz_session_save_slot(const lz_model *m, const lz_state *st, int slot, bool state_bf16,
                                Lizard__SequenceState *msg, lz_session_buf *b);
-
-/* Parses and checks like lz_session_unpack, but the layers' payloads point
- * into buf, which must outlive *out; free with lz_session_view_free. */
-lz_status lz_session_view(const uint8_t *buf, size_t len, const char *what,
-                          const uint8_t fingerprint[LZ_FINGERPRINT_BYTES], Lizard__SequenceState **out);
-void lz_session_view_free(Lizard__SequenceState *m);
 
 /* A whole file into b. */
 lz_status lz_session_buf_read_file(const char *path, lz_session_buf *b);

@@ -1,15 +1,14 @@
 /* fuzz_session.c - the SequenceState decoder (runtime/session.c) on any bytes:
  * it must refuse or accept without crashing, and what it accepts must be
  * self-consistent (tokens = position + pending) and pack again to a message
- * it accepts. The in-place reader (runtime/session_buf.c) must give the same
+ * it accepts. The in-place reader (runtime/session_view.c) must give the same
  * verdict and the same layers. */
 #include <stdint.h> // uint8_t
 #include <stdlib.h> // abort, free
 
 #include <string.h> // memcmp
 
-#include "session.h"     // lz_session_unpack
-#include "session_buf.h" // lz_session_view
+#include "session.h" // lz_session_unpack, lz_session_view
 
 static bool same_bytes(const ProtobufCBinaryData *a, const ProtobufCBinaryData *b) {
     return a->len == b->len && (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);

@@ -2,7 +2,8 @@
  * the message lz_session_pack writes from lz_state_io_save: the same bytes,
  * read back in place to the same state, and every refusal kept (truncated,
  * corrupted, foreign, wrong version). */
-#include <stdlib.h> // malloc, free, mkstemp
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // malloc, free, mkstemp, getenv
 #include <string.h> // memcmp, memcpy
 #include <unistd.h> // close, unlink
 
@@ -269,6 +270,22 @@ static void test_stages(void) {
     close_fixture(&f);
 }
 
+/* A version-1 file on disk (the fuzz seed, from before the wide checksum): refused by name by both readers. */
+static void test_version1_file(void) {
+    const char *fixtures = getenv("LZ_FIXTURES");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/../fuzz/corpus/session/llama3.lzs", fixtures ? fixtures : "tests/fixtures");
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    CHECK_MSG(lz_session_read_file(path, &buf, &len) == LZ_OK, "%s", lz_error_message());
+    Lizard__SequenceState *m = NULL;
+    if (buf) {
+        CHECK_FAILS_WITH(lz_session_view(buf, len, "old.lzs", NULL, &m), LZ_ERR_INPUT, "old.lzs: session version 1");
+        CHECK_FAILS_WITH(lz_session_unpack(buf, len, "old.lzs", NULL, &m), LZ_ERR_INPUT, "old.lzs: session version 1");
+    }
+    free(buf);
+}
+
 int main(void) {
     test_same_bytes_and_state("tiny-hybrid", false);
     test_same_bytes_and_state("tiny-hybrid", true);
@@ -276,5 +293,6 @@ int main(void) {
     test_same_bytes_and_state("tiny-teacher", false);
     test_refusals();
     test_stages();
+    test_version1_file();
     return lz_test_finish("test_session_buf");
 }
