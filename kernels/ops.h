@@ -101,6 +101,14 @@ typedef struct lz_ops {
     /* Raw bytes between backend memory and the host (state snapshots). */
     lz_status (*copy_to_host)(lz_backend *be, void *dst, const void *src, size_t bytes);
     lz_status (*copy_from_host)(lz_backend *be, void *dst, const void *src, size_t bytes);
+    /* The same, queued: complete when sync returns (the host side must stay
+     * as it is until then). Many copies, one wait. */
+    lz_status (*copy_to_host_async)(lz_backend *be, void *dst, const void *src, size_t bytes);
+    lz_status (*copy_from_host_async)(lz_backend *be, void *dst, const void *src, size_t bytes);
+    /* Host memory that these copies move at full speed (CUDA: pinned; CPU:
+     * malloc), for buffers kept and reused (session messages). */
+    lz_status (*host_alloc)(lz_backend *be, size_t bytes, void **out);
+    void (*host_free)(lz_backend *be, void *p);
     /* n fp32 values (not activations: e.g. RoPE frequencies) host -> backend */
     lz_status (*upload_f32)(lz_backend *be, float *dst, const float *src, size_t n);
     lz_status (*sync)(lz_backend *be);

@@ -299,7 +299,8 @@ lz_status lz_cmd_bench(int argc, char **argv) {
         {"--linear-shapes", LZ_OPT_FLAG, "", "also time every linear shape of the model at 1..2048 tokens",
          &a.linear_shapes, false, 0, 0},
         {"--state", LZ_OPT_FLAG, "", "also one sequence's state as a session message at each --context: bytes by "
-                                     "layer kind, save and restore GB/s", &a.state, false, 0, 0},
+                                     "layer kind; serialise, restore, file save and file load GB/s", &a.state,
+         false, 0, 0},
         {"--placement", LZ_OPT_STRING, "balanced|by-type", "under mpirun: how layers are placed on the ranks",
          &a.placement, false, 0, 0},
         {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written plan", &a.plan_file, false, 0, 0},

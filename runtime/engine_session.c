@@ -1,36 +1,31 @@
 /* engine_session.c - saving and restoring a slot through an engine. */
-#include <stdlib.h> // calloc, free
+#include <stdlib.h> // malloc, calloc, free
 
 #include "engine_session.h"
 #include "state_io.h" // lz_state_io_save
 
-/* This process's layers of `slot`, packed (what each pipeline rank also sends). */
-static lz_status pack_local(lz_engine *e, int slot, uint8_t **buf, size_t *len) {
-    Lizard__StageState stage;
-    lz_status s = lz_state_io_save(&e->model, &e->state, slot, e->opt.session_state_bf16, &stage);
-    if (s == LZ_OK) {
-        *len = lizard__stage_state__get_packed_size(&stage);
-        *buf = malloc(*len ? *len : 1);
-        s = *buf ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "session: out of memory");
-        if (s == LZ_OK)
-            lizard__stage_state__pack(&stage, *buf);
+/* This process's layers of `slot` as msg's one stage, without packing them
+ * and parsing them back: the records are malloc'd as protobuf-c's default
+ * allocator would, so lz_engine_free_stages frees them like parsed ones. */
+static lz_status save_local(lz_engine *e, int slot, Lizard__SequenceState *msg) {
+    msg->stages = calloc(1, sizeof(Lizard__StageState *));
+    Lizard__StageState *stage = malloc(sizeof *stage);
+    if (!msg->stages || !stage) {
+        free(stage);
+        return lz_fail(LZ_ERR_NOMEM, "session: out of memory");
     }
-    lz_state_io_free(&stage);
+    const lz_status s = lz_state_io_save(&e->model, &e->state, slot, e->opt.session_state_bf16, stage);
+    msg->stages[0] = stage; // freed with what it holds, whether or not it is whole
+    msg->n_stages = 1;
     return s;
 }
 
-lz_status lz_engine_save_stages(lz_engine *e, int slot, Lizard__SequenceState *msg) {
+/* Every rank's StageState, gathered packed and parsed here. */
+static lz_status save_pipelined(lz_engine *e, int slot, Lizard__SequenceState *msg) {
     uint8_t **parts = NULL;
-    size_t *lens = NULL, n = 1;
-    lz_status s;
-    if (e->pipelined) {
-        s = lz_pipeline_save(&e->pipe, &e->model, &e->state, slot, e->opt.session_state_bf16, &parts, &lens);
-        n = (size_t)e->pipe.n_ranks;
-    } else {
-        parts = calloc(1, sizeof(uint8_t *));
-        lens = calloc(1, sizeof(size_t));
-        s = parts && lens ? pack_local(e, slot, &parts[0], &lens[0]) : lz_fail(LZ_ERR_NOMEM, "session: out of memory");
-    }
+    size_t *lens = NULL;
+    const size_t n = (size_t)e->pipe.n_ranks;
+    lz_status s = lz_pipeline_save(&e->pipe, &e->model, &e->state, slot, e->opt.session_state_bf16, &parts, &lens);
     msg->stages = s == LZ_OK ? calloc(n, sizeof(Lizard__StageState *)) : NULL;
     if (s == LZ_OK && !msg->stages)
         s = lz_fail(LZ_ERR_NOMEM, "session: out of memory");
@@ -45,6 +40,10 @@ lz_status lz_engine_save_stages(lz_engine *e, int slot, Lizard__SequenceState *m
         free(parts[r]);
     free(parts), free(lens);
     return s;
+}
+
+lz_status lz_engine_save_stages(lz_engine *e, int slot, Lizard__SequenceState *msg) {
+    return e->pipelined ? save_pipelined(e, slot, msg) : save_local(e, slot, msg);
 }
 
 void lz_engine_free_stages(Lizard__SequenceState *msg) {

@@ -69,27 +69,33 @@ lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t l
     return LZ_OK;
 }
 
-static uint64_t checksum(const Lizard__SequenceState *m) {
+uint64_t lz_session_checksum_head(const Lizard__SequenceState *m) {
     uint64_t h = LZ_FNV1A_INIT;
     h = lz_fnv1a(h, &m->position, sizeof m->position);
     h = lz_hash_wide(h, m->tokens, sizeof(int32_t) * m->n_tokens);
-    h = lz_fnv1a(h, m->sampler.data, m->sampler.len);
+    return lz_fnv1a(h, m->sampler.data, m->sampler.len);
+}
+
+uint64_t lz_session_checksum_layer(uint64_t h, const Lizard__LayerState *l) {
+    h = lz_fnv1a(h, &l->layer, sizeof l->layer);
+    h = lz_hash_wide(h, l->k.data, l->k.len);
+    h = lz_hash_wide(h, l->v.data, l->v.len);
+    h = lz_hash_wide(h, l->s.data, l->s.len);
+    return lz_hash_wide(h, l->z.data, l->z.len);
+}
+
+uint64_t lz_session_checksum(const Lizard__SequenceState *m) {
+    uint64_t h = lz_session_checksum_head(m);
     for (size_t i = 0; i < m->n_stages; i++)
-        for (size_t j = 0; j < m->stages[i]->n_layers; j++) {
-            const Lizard__LayerState *l = m->stages[i]->layers[j];
-            h = lz_fnv1a(h, &l->layer, sizeof l->layer);
-            h = lz_hash_wide(h, l->k.data, l->k.len);
-            h = lz_hash_wide(h, l->v.data, l->v.len);
-            h = lz_hash_wide(h, l->s.data, l->s.len);
-            h = lz_hash_wide(h, l->z.data, l->z.len);
-        }
+        for (size_t j = 0; j < m->stages[i]->n_layers; j++)
+            h = lz_session_checksum_layer(h, m->stages[i]->layers[j]);
     return h;
 }
 
 lz_status lz_session_pack(Lizard__SequenceState *msg, uint8_t **buf, size_t *len) {
     msg->magic = LZ_SESSION_MAGIC;
     msg->version = LZ_SESSION_VERSION;
-    msg->checksum = checksum(msg);
+    msg->checksum = lz_session_checksum(msg);
     *len = lizard__sequence_state__get_packed_size(msg);
     if (*len > (size_t)INT32_MAX) // protobuf readers (protobuf-c included) refuse messages of 2 GiB and more
         return lz_fail(LZ_ERR_INPUT, "session: this sequence's state is %.2f GB; a session message holds at most 2 GiB "
@@ -102,24 +108,29 @@ lz_status lz_session_pack(Lizard__SequenceState *msg, uint8_t **buf, size_t *len
     return LZ_OK;
 }
 
+lz_status lz_session_check(const Lizard__SequenceState *m, const char *what,
+                           const uint8_t fingerprint[LZ_FINGERPRINT_BYTES]) {
+    if (m->magic != LZ_SESSION_MAGIC)
+        return lz_fail(LZ_ERR_INPUT, "%s: not a lizard session (magic %08x)", what, m->magic);
+    if (m->version != LZ_SESSION_VERSION)
+        return lz_fail(LZ_ERR_INPUT, "%s: session version %u (this lizard reads %d)", what, m->version,
+                       LZ_SESSION_VERSION);
+    if (fingerprint && lz_session_check_fingerprint(m, fingerprint, what) != LZ_OK)
+        return LZ_ERR_INPUT;
+    if (m->checksum != lz_session_checksum(m))
+        return lz_fail(LZ_ERR_INPUT, "%s: checksum mismatch: the state is corrupted", what);
+    if (m->n_tokens != m->position + (m->has_pending ? 1 : 0) || m->position > (uint64_t)INT32_MAX)
+        return lz_fail(LZ_ERR_INPUT, "%s: %zu tokens for position %llu", what, m->n_tokens,
+                       (unsigned long long)m->position);
+    return LZ_OK;
+}
+
 lz_status lz_session_unpack(const uint8_t *buf, size_t len, const char *what,
                             const uint8_t fingerprint[LZ_FINGERPRINT_BYTES], Lizard__SequenceState **out) {
     Lizard__SequenceState *m = lizard__sequence_state__unpack(NULL, len, buf);
     if (!m)
         return lz_fail(LZ_ERR_INPUT, "%s: not a lizard session (truncated or corrupted message)", what);
-    lz_status s = LZ_OK;
-    if (m->magic != LZ_SESSION_MAGIC)
-        s = lz_fail(LZ_ERR_INPUT, "%s: not a lizard session (magic %08x)", what, m->magic);
-    else if (m->version != LZ_SESSION_VERSION)
-        s = lz_fail(LZ_ERR_INPUT, "%s: session version %u (this lizard reads %d)", what, m->version,
-                    LZ_SESSION_VERSION);
-    else if (fingerprint && lz_session_check_fingerprint(m, fingerprint, what) != LZ_OK)
-        s = LZ_ERR_INPUT;
-    else if (m->checksum != checksum(m))
-        s = lz_fail(LZ_ERR_INPUT, "%s: checksum mismatch: the state is corrupted", what);
-    else if (m->n_tokens != m->position + (m->has_pending ? 1 : 0) || m->position > (uint64_t)INT32_MAX)
-        s = lz_fail(LZ_ERR_INPUT, "%s: %zu tokens for position %llu", what, m->n_tokens,
-                    (unsigned long long)m->position);
+    const lz_status s = lz_session_check(m, what, fingerprint);
     if (s != LZ_OK) {
         lizard__sequence_state__free_unpacked(m, NULL);
         return s;

@@ -24,12 +24,28 @@ void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t ou
 void lz_session_sampler_bytes(const lz_sampler *s, uint8_t *out, size_t *len);
 lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t len);
 
+/* Over position, tokens, sampler and the layers' payloads, in order (the
+ * message's checksum field): the head's part, then each layer's in turn. */
+uint64_t lz_session_checksum(const Lizard__SequenceState *m);
+uint64_t lz_session_checksum_head(const Lizard__SequenceState *m);
+uint64_t lz_session_checksum_layer(uint64_t h, const Lizard__LayerState *l);
+/* Every check of a parsed message: magic, version, fingerprint (unless
+ * NULL), checksum, tokens against position. */
+lz_status lz_session_check(const Lizard__SequenceState *m, const char *what,
+                           const uint8_t fingerprint[LZ_FINGERPRINT_BYTES]);
+
 /* Serialises `msg` after filling magic, version and the checksum. */
 lz_status lz_session_pack(Lizard__SequenceState *msg, uint8_t **buf, size_t *len);
 /* Parses and checks (the fingerprint too unless it is NULL); *out is freed
  * with lizard__sequence_state__free_unpacked. */
 lz_status lz_session_unpack(const uint8_t *buf, size_t len, const char *what,
                             const uint8_t fingerprint[LZ_FINGERPRINT_BYTES], Lizard__SequenceState **out);
+/* Parses and checks like lz_session_unpack, but the layers' payloads are not
+ * copied: they point into buf, which must outlive *out (session_view.c).
+ * Free with lz_session_view_free. */
+lz_status lz_session_view(const uint8_t *buf, size_t len, const char *what,
+                          const uint8_t fingerprint[LZ_FINGERPRINT_BYTES], Lizard__SequenceState **out);
+void lz_session_view_free(Lizard__SequenceState *m);
 lz_status lz_session_check_fingerprint(const Lizard__SequenceState *m, const uint8_t fingerprint[LZ_FINGERPRINT_BYTES],
                                        const char *what);
 

@@ -5,93 +5,156 @@
 #include "dtype.h"    // lz_bf16_to_f32, lz_f32_to_bf16
 #include "state_io.h"
 
-static lz_status alloc_bytes(ProtobufCBinaryData *b, size_t len) {
-    b->len = len;
-    b->data = malloc(len ? len : 1);
-    return b->data ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "state: out of memory for %zu bytes", len);
+/* A payload of `bytes` from one backend range. */
+static lz_state_piece one_range(const void *src, size_t bytes) {
+    return (lz_state_piece){{src, NULL}, {bytes, 0}, false, 0};
 }
 
-static lz_status save_softmax(const lz_model *m, const lz_state *st, const lz_layer *ly, int slot, int pos,
-                              Lizard__LayerState *out) {
-    const size_t row = lz_layer_kv_row_elems(ly) * m->ops->act_size, base = (size_t)slot * st->kv_capacity * row;
-    const lz_layer_state *ls = &st->layers[ly->index];
-    out->rows = (uint32_t)pos;
-    LZ_TRY(alloc_bytes(&out->k, (size_t)pos * row));
-    LZ_TRY(alloc_bytes(&out->v, (size_t)pos * row));
-    LZ_TRY(m->ops->copy_to_host(m->be, out->k.data, (const char *)ls->k_cache + base, out->k.len));
-    return m->ops->copy_to_host(m->be, out->v.data, (const char *)ls->v_cache + base, out->v.len);
-}
-
-/* The ring's rows for positions pos-rows .. pos-1, oldest first. */
-static lz_status save_ring(const lz_model *m, const lz_layer *ly, const void *ring, int slot, int pos,
-                           ProtobufCBinaryData *out) {
-    const int w = ly->dims.window, rows = pos < w ? pos : w;
+/* The ring's rows for positions pos-rows .. pos-1, oldest first: one range,
+ * or two when they wrap past the ring's end. */
+static lz_state_piece ring_piece(const lz_model *m, const lz_layer *ly, const void *ring, int slot, int pos) {
+    const int w = ly->dims.window, rows = pos < w ? pos : w, first = (pos - rows) % w;
     const size_t row = lz_layer_kv_row_elems(ly) * m->ops->act_size;
-    char *all = malloc((size_t)w * row);
-    if (!all)
-        return lz_fail(LZ_ERR_NOMEM, "state: out of memory");
-    lz_status s = m->ops->copy_to_host(m->be, all, (const char *)ring + (size_t)slot * w * row, (size_t)w * row);
-    if (s == LZ_OK)
-        s = alloc_bytes(out, (size_t)rows * row);
-    for (int r = 0; s == LZ_OK && r < rows; r++)
-        memcpy(out->data + (size_t)r * row, all + (size_t)((pos - rows + r) % w) * row, row);
-    free(all);
-    return s;
+    const char *base = (const char *)ring + (size_t)slot * w * row;
+    const int head = rows < w - first ? rows : w - first; // rows before the wrap
+    return (lz_state_piece){{base + (size_t)first * row, base}, {(size_t)head * row, (size_t)(rows - head) * row},
+                            false, 0};
 }
 
-/* n fp32 values of backend memory into out, as fp32 or (bf16) rounded to bf16. */
-static lz_status save_f32(const lz_model *m, const float *src, size_t n, bool bf16, ProtobufCBinaryData *out) {
-    LZ_TRY(alloc_bytes(out, n * sizeof(float)));
-    LZ_TRY(m->ops->copy_to_host(m->be, out->data, src, out->len));
-    if (!bf16)
-        return LZ_OK;
-    for (size_t i = 0; i < n; i++) { // in place: element i's 2 bytes never overtake element i's 4
-        float f;
-        memcpy(&f, out->data + 4 * i, 4);
-        const uint16_t h = lz_f32_to_bf16(f);
-        out->data[2 * i] = (uint8_t)h;
-        out->data[2 * i + 1] = (uint8_t)(h >> 8);
-    }
-    out->len = n * 2;
-    return LZ_OK;
+static size_t piece_len(const lz_state_piece *p) {
+    const size_t src = p->bytes[0] + p->bytes[1];
+    return p->to_bf16 ? src / 2 : src;
 }
 
-static lz_status save_lizard(const lz_model *m, const lz_state *st, const lz_layer *ly, int slot, int pos,
-                             bool state_bf16, Lizard__LayerState *out) {
+/* The record's payload `b` stands for piece p until it is fetched (empty ones are left out). */
+static void point_at(ProtobufCBinaryData *b, lz_state_piece *p) {
+    b->len = piece_len(p);
+    b->data = b->len ? (uint8_t *)p : NULL;
+}
+
+/* Pieces k, v, s, z of one layer record. */
+static void plan_layer(const lz_model *m, const lz_state *st, const lz_layer *ly, int slot, int pos, bool state_bf16,
+                       Lizard__LayerState *l, lz_state_piece *pc) {
     const lz_layer_state *ls = &st->layers[ly->index];
-    out->rows = (uint32_t)(pos < ly->dims.window ? pos : ly->dims.window);
-    out->state_elem_bytes = state_bf16 ? 2 : 4;
-    LZ_TRY(save_f32(m, ls->S + (size_t)slot * lz_layer_s_elems(ly), lz_layer_s_elems(ly), state_bf16, &out->s));
-    LZ_TRY(save_f32(m, ls->z + (size_t)slot * lz_layer_z_elems(ly), lz_layer_z_elems(ly), state_bf16, &out->z));
-    LZ_TRY(save_ring(m, ly, ls->ring_k, slot, pos, &out->k));
-    return save_ring(m, ly, ls->ring_v, slot, pos, &out->v);
+    l->layer = ly->index;
+    l->kind = ly->run_softmax ? LIZARD__LAYER_STATE__KIND__SOFTMAX : LIZARD__LAYER_STATE__KIND__LIZARD;
+    l->elem_bytes = (uint32_t)m->ops->act_size;
+    if (ly->run_softmax) {
+        const size_t row = lz_layer_kv_row_elems(ly) * m->ops->act_size, base = (size_t)slot * st->kv_capacity * row;
+        l->rows = (uint32_t)pos;
+        pc[0] = one_range((const char *)ls->k_cache + base, (size_t)pos * row);
+        pc[1] = one_range((const char *)ls->v_cache + base, (size_t)pos * row);
+    } else {
+        l->rows = (uint32_t)(pos < ly->dims.window ? pos : ly->dims.window);
+        l->state_elem_bytes = state_bf16 ? 2 : 4;
+        pc[0] = ring_piece(m, ly, ls->ring_k, slot, pos);
+        pc[1] = ring_piece(m, ly, ls->ring_v, slot, pos);
+        pc[2] = one_range(ls->S + (size_t)slot * lz_layer_s_elems(ly), sizeof(float) * lz_layer_s_elems(ly));
+        pc[3] = one_range(ls->z + (size_t)slot * lz_layer_z_elems(ly), sizeof(float) * lz_layer_z_elems(ly));
+        pc[2].to_bf16 = pc[3].to_bf16 = state_bf16;
+    }
+    point_at(&l->k, &pc[0]), point_at(&l->v, &pc[1]), point_at(&l->s, &pc[2]), point_at(&l->z, &pc[3]);
 }
 
-lz_status lz_state_io_save(const lz_model *m, const lz_state *st, int slot, bool state_bf16, Lizard__StageState *out) {
+lz_status lz_state_io_plan(const lz_model *m, const lz_state *st, int slot, bool state_bf16, Lizard__StageState *out,
+                           lz_state_piece **pieces) {
     lizard__stage_state__init(out);
+    *pieces = NULL;
+    if (slot < 0 || slot >= st->n_slots)
+        return lz_fail(LZ_ERR_INPUT, "session: slot %d out of range", slot);
     int owned = 0;
     for (int i = 0; i < m->cfg.num_hidden_layers; i++)
         owned += m->parts.layer[i];
-    out->layers = calloc((size_t)(owned ? owned : 1), sizeof(Lizard__LayerState *));
-    if (!out->layers)
+    const size_t n = owned ? (size_t)owned : 1;
+    Lizard__LayerState *records = calloc(n, sizeof *records);
+    out->layers = calloc(n, sizeof(Lizard__LayerState *));
+    *pieces = calloc(4 * n, sizeof(lz_state_piece));
+    if (!records || !out->layers || !*pieces) {
+        free(records), free(out->layers), free(*pieces);
+        out->layers = NULL, *pieces = NULL;
         return lz_fail(LZ_ERR_NOMEM, "state: out of memory");
-    const int pos = st->slot_pos[slot];
+    }
     for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
         if (!m->parts.layer[i])
             continue;
-        const lz_layer *ly = &m->layers[i];
-        Lizard__LayerState *l = calloc(1, sizeof *l);
-        if (!l)
-            return lz_fail(LZ_ERR_NOMEM, "state: out of memory");
+        Lizard__LayerState *l = &records[out->n_layers];
         lizard__layer_state__init(l);
+        plan_layer(m, st, &m->layers[i], slot, st->slot_pos[slot], state_bf16, l, *pieces + 4 * out->n_layers);
         out->layers[out->n_layers++] = l;
-        l->layer = i;
-        l->kind = ly->run_softmax ? LIZARD__LAYER_STATE__KIND__SOFTMAX : LIZARD__LAYER_STATE__KIND__LIZARD;
-        l->elem_bytes = (uint32_t)m->ops->act_size;
-        LZ_TRY(ly->run_softmax ? save_softmax(m, st, ly, slot, pos, l)
-                               : save_lizard(m, st, ly, slot, pos, state_bf16, l));
     }
     return LZ_OK;
+}
+
+void lz_state_io_free_plan(Lizard__StageState *s, lz_state_piece *pieces) {
+    if (s->layers)
+        free(s->layers[0]); // the records are one array (layers[0] is its start)
+    free(s->layers);
+    s->layers = NULL;
+    s->n_layers = 0;
+    free(pieces);
+}
+
+lz_status lz_state_io_fetch(const lz_model *m, const lz_state_piece *p, uint8_t *dst) {
+    if (!p->to_bf16) {
+        for (int r = 0; r < 2; r++)
+            if (p->bytes[r])
+                LZ_TRY(m->ops->copy_to_host_async(m->be, dst + (r ? p->bytes[0] : 0), p->src[r], p->bytes[r]));
+        return LZ_OK;
+    }
+    const size_t n = p->bytes[0] / sizeof(float); // S and z: one range of fp32
+    float *wide = malloc(p->bytes[0] ? p->bytes[0] : 1);
+    if (!wide)
+        return lz_fail(LZ_ERR_NOMEM, "state: out of memory");
+    lz_status s = m->ops->copy_to_host(m->be, wide, p->src[0], p->bytes[0]);
+    for (size_t i = 0; s == LZ_OK && i < n; i++) {
+        const uint16_t h = lz_f32_to_bf16(wide[i]);
+        dst[2 * i] = (uint8_t)h; // little-endian
+        dst[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+    free(wide);
+    return s;
+}
+
+/* Gives payload b bytes of its own, fetched from the piece it stands for. */
+static lz_status fetch_owned(const lz_model *m, ProtobufCBinaryData *b) {
+    if (!b->data)
+        return LZ_OK;
+    const lz_state_piece *p = (const lz_state_piece *)b->data;
+    b->data = malloc(b->len);
+    if (!b->data)
+        return lz_fail(LZ_ERR_NOMEM, "state: out of memory for %zu bytes", b->len);
+    return lz_state_io_fetch(m, p, b->data);
+}
+
+lz_status lz_state_io_save(const lz_model *m, const lz_state *st, int slot, bool state_bf16, Lizard__StageState *out) {
+    lz_state_piece *pieces;
+    Lizard__StageState plan;
+    lizard__stage_state__init(out); // empty, and freeable, if the plan fails
+    LZ_TRY(lz_state_io_plan(m, st, slot, state_bf16, &plan, &pieces));
+    out->layers = calloc(plan.n_layers ? plan.n_layers : 1, sizeof(Lizard__LayerState *));
+    lz_status s = out->layers ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "state: out of memory");
+    for (size_t i = 0; s == LZ_OK && i < plan.n_layers; i++) { // records of their own, freed one by one
+        Lizard__LayerState *l = malloc(sizeof *l);
+        if (!l) {
+            s = lz_fail(LZ_ERR_NOMEM, "state: out of memory");
+            break;
+        }
+        *l = *plan.layers[i];
+        l->k.data = l->v.data = l->s.data = l->z.data = NULL; // owned from here on: filled below
+        out->layers[out->n_layers++] = l;
+        const Lizard__LayerState *from = plan.layers[i];
+        l->k.data = from->k.data, s = fetch_owned(m, &l->k);
+        if (s == LZ_OK)
+            l->v.data = from->v.data, s = fetch_owned(m, &l->v);
+        if (s == LZ_OK)
+            l->s.data = from->s.data, s = fetch_owned(m, &l->s);
+        if (s == LZ_OK)
+            l->z.data = from->z.data, s = fetch_owned(m, &l->z);
+    }
+    if (s == LZ_OK)
+        s = m->ops->sync(m->be); // the queued copies
+    lz_state_io_free_plan(&plan, pieces);
+    return s;
 }
 
 void lz_state_io_free(Lizard__StageState *s) {
@@ -134,7 +197,8 @@ static lz_status check_record(const lz_model *m, const lz_state *st, const lz_la
 
 /* Rows of k or v into backend memory at row index `first` (ring: position % w),
  * converting fp32 <-> bf16 when the message's element size is not the
- * backend's; the rows go over in at most two copies (a ring wraps once). */
+ * backend's; the rows go over in at most two copies (a ring wraps once),
+ * queued straight from the record's bytes when no conversion is needed. */
 static lz_status put_rows(const lz_model *m, const lz_layer *ly, void *dst_base, const ProtobufCBinaryData *src,
                           uint32_t elem_bytes, uint64_t rows, uint64_t first_pos, int ring_w) {
     const size_t n = lz_layer_kv_row_elems(ly), out_row = n * m->ops->act_size;
@@ -165,7 +229,9 @@ static lz_status put_rows(const lz_model *m, const lz_layer *ly, void *dst_base,
         uint64_t run = rows - r;
         if (ring_w && at + run > (uint64_t)ring_w)
             run = (uint64_t)ring_w - at;
-        s = m->ops->copy_from_host(m->be, (char *)dst_base + at * out_row, data + r * out_row, run * out_row);
+        char *dst = (char *)dst_base + at * out_row;
+        s = converted ? m->ops->copy_from_host(m->be, dst, data + r * out_row, run * out_row) // before the free below
+                      : m->ops->copy_from_host_async(m->be, dst, data + r * out_row, run * out_row);
         r += run;
     }
     free(converted);
@@ -175,7 +241,7 @@ static lz_status put_rows(const lz_model *m, const lz_layer *ly, void *dst_base,
 /* S or z back into fp32 backend memory, widened from bf16 when saved so (check_record sized it). */
 static lz_status put_f32(const lz_model *m, float *dst, const ProtobufCBinaryData *src, uint32_t elem_bytes) {
     if (elem_bytes != 2)
-        return m->ops->copy_from_host(m->be, dst, src->data, src->len);
+        return m->ops->copy_from_host_async(m->be, dst, src->data, src->len);
     const size_t n = src->len / 2;
     float *wide = malloc(sizeof(float) * (n ? n : 1));
     if (!wide)
@@ -228,6 +294,7 @@ lz_status lz_state_io_restore(const lz_model *m, lz_state *st, int slot, uint64_
     for (int i = 0; i < m->cfg.num_hidden_layers; i++)
         if (m->parts.layer[i])
             LZ_TRY(restore_layer(m, st, &m->layers[i], found[i], slot, position));
+    LZ_TRY(m->ops->sync(m->be)); // the queued copies read the records' bytes: done before the caller frees them
     st->slot_pos[slot] = (int32_t)position;
     return LZ_OK;
 }

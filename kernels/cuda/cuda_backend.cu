@@ -260,6 +260,35 @@ static lz_status cuda_copy_from_host(lz_backend *be, void *dst, const void *src,
     return LZ_OK;
 }
 
+static lz_status cuda_copy_to_host_async(lz_backend *be, void *dst, const void *src, size_t bytes) {
+    LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, be->ctx.stream));
+    return LZ_OK;
+}
+static lz_status cuda_copy_from_host_async(lz_backend *be, void *dst, const void *src, size_t bytes) {
+    LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, be->ctx.stream));
+    return LZ_OK;
+}
+
+// Pinned: device copies from and to it run at the bus rate (pageable memory
+// goes through the driver's staging buffers at a fraction of it).
+static lz_status cuda_host_alloc(lz_backend *be, size_t bytes, void **out) {
+    *out = NULL;
+    cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        cudaGetLastError(); // an allocation failure is not sticky; clear it
+        return lz_fail(LZ_ERR_NOMEM, "cuda device %d: cannot allocate %zu bytes of pinned host memory: %s",
+                       be->device, bytes, cudaGetErrorString(e));
+    }
+    return LZ_OK;
+}
+
+static void cuda_host_free(lz_backend *be, void *p) {
+    const cudaError_t e = p ? cudaFreeHost(p) : cudaSuccess;
+    if (e != cudaSuccess) // no status to return from a free; say so rather than drop it
+        fprintf(stderr, "lizard: cuda device %d: cudaFreeHost failed: %s\n", be->device, cudaGetErrorString(e));
+}
+
 static lz_status cuda_sync(lz_backend *be) {
     LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
     return LZ_OK;
@@ -576,6 +605,10 @@ template <typename T> static lz_ops make_ops(const char *name) {
     o.upload_f32 = cuda_upload_f32;
     o.copy_to_host = cuda_copy_to_host;
     o.copy_from_host = cuda_copy_from_host;
+    o.copy_to_host_async = cuda_copy_to_host_async;
+    o.copy_from_host_async = cuda_copy_from_host_async;
+    o.host_alloc = cuda_host_alloc;
+    o.host_free = cuda_host_free;
     o.sync = cuda_sync;
     o.destroy = cuda_destroy;
     o.begin_step = cuda_begin_step;
