@@ -18,7 +18,7 @@
 #include "distill_run.h" // lz_distill_run, lz_distill_setup, lz_distill_train
 
 lz_status lz_cmd_distill(int argc, char **argv) {
-    lz_distill_run r = {.a = {.feature_map = "softmax", .map_heads = "per-head", .window = 64, .meta = 4,
+    lz_distill_run r = {.a = {.feature_map = "softmax", .map_heads = "per-head", .device = "cpu", .window = 64, .meta = 4,
                            .tokens = 1000000, .seq_len = 512, .batch = 4, .warmup = -1, .log_every = 10,
                            .calibration_steps = -1, .eval_batches = 4, .lr = 1e-3, .min_lr = -1, .weight_decay = 0.01,
                            .retain_fraction = -1}};
@@ -65,6 +65,8 @@ lz_status lz_cmd_distill(int argc, char **argv) {
          "the end)", &a->checkpoint_every, false, 0, 1e12},
         {"--stop-at-step", LZ_OPT_INT, "N", "checkpoint after step N and stop (--resume continues)", &a->stop_at,
          false, 0, 1e12},
+        {"--device", LZ_OPT_STRING, "cpu|cuda", "where the layers' training steps run (default cpu; the teacher "
+         "runs on the CPU either way)", &a->device, false, 0, 0},
         {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written placement plan (default balanced)",
          &a->plan_file, false, 0, 0},
         {"--resume", LZ_OPT_FLAG, "", "continue the run checkpointed in --out", &a->resume, false, 0, 0},

@@ -19,6 +19,8 @@ static lz_status check_args(const lz_distill_args *a) {
         return lz_fail(LZ_ERR_INPUT, "--retain-by needs --retain-fraction");
     if (strcmp(a->feature_map, "softmax") != 0 && strcmp(a->feature_map, "exp") != 0)
         return lz_fail(LZ_ERR_INPUT, "--feature-map: '%s' is not softmax or exp", a->feature_map);
+    if (strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--device: '%s' is not cpu or cuda", a->device);
     if (strcmp(a->map_heads, "per-head") != 0 && strcmp(a->map_heads, "shared") != 0)
         return lz_fail(LZ_ERR_INPUT, "--map-heads: '%s' is not per-head or shared", a->map_heads);
     struct stat sb;
@@ -105,6 +107,8 @@ lz_status lz_distill_setup(lz_distill_run *r) {
         if (r->trained[i] && lz_distill_layer_init(&r->layers[i], i, &g, cfg.hidden_size, (uint64_t)a->seed))
             return lz_fail(LZ_ERR_NOMEM, "layer %d tensors: out of memory", i);
     }
+    if (strcmp(a->device, "cuda") == 0)
+        LZ_TRY(lz_distill_gpu_open(&r->gpu, &g, (int)a->batch, (int)a->seq_len, cfg.hidden_size));
     make_signature(r);
     if (a->resume)
         LZ_TRY(lz_distill_checkpoint_load(a->out, r->signature, &r->progress, r->layers, r->trained, r->n_layers));
@@ -119,6 +123,7 @@ void lz_distill_teardown(lz_distill_run *r) {
     free(r->layers);
     free(r->ids);
     lz_lizard_scratch_free_f32(&r->scratch);
+    lz_distill_gpu_close(r->gpu);
     lz_distill_data_free(&r->data);
     lz_teacher_close(&r->teacher);
     if (r->log)
