@@ -18,7 +18,7 @@
 #include "distill_run.h" // lz_distill_run, lz_distill_setup, lz_distill_train
 
 lz_status lz_cmd_distill(int argc, char **argv) {
-    lz_distill_run r = {.a = {.feature_map = "softmax", .map_heads = "per-head", .device = "cpu", .window = 64, .meta = 4,
+    lz_distill_run r = {.a = {.feature_map = "softmax", .map_heads = "per-head", .device = "cpu", .gla_precision = "fp32", .window = 64, .meta = 4,
                            .tokens = 1000000, .seq_len = 512, .batch = 4, .warmup = -1, .log_every = 10,
                            .calibration_steps = -1, .eval_batches = 4, .lr = 1e-3, .min_lr = -1, .weight_decay = 0.01,
                            .retain_fraction = -1}};
@@ -67,6 +67,9 @@ lz_status lz_cmd_distill(int argc, char **argv) {
          false, 0, 1e12},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "where the layers' training steps run (default cpu; the teacher "
          "runs on the CPU either way)", &a->device, false, 0, 0},
+        {"--gla-precision", LZ_OPT_STRING, "fp32|bf16", "with --device cuda: the GLA's in-chunk products in fp32 "
+         "(default) or bf16 on the tensor cores (fp32 accumulation, gates and states)", &a->gla_precision, false, 0,
+         0},
         {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written placement plan (default balanced)",
          &a->plan_file, false, 0, 0},
         {"--resume", LZ_OPT_FLAG, "", "continue the run checkpointed in --out", &a->resume, false, 0, 0},

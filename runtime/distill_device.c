@@ -49,7 +49,8 @@ static lz_status open_buffers(lz_distill_gpu *gpu) {
     return LZ_OK;
 }
 
-lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int batch, int seq_len, int hidden) {
+lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int batch, int seq_len, int hidden,
+                              bool gla_bf16) {
     *out = NULL;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
@@ -58,6 +59,7 @@ lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int
     if (!gpu)
         return lz_fail(LZ_ERR_NOMEM, "--device cuda: out of memory");
     gpu->geom = *g, gpu->batch = batch, gpu->seq_len = seq_len, gpu->hidden = hidden;
+    lz_cuda_train_set_gla_precision(gla_bf16 ? LZ_GLA_BF16 : LZ_GLA_FP32);
     const lz_status s = open_buffers(gpu);
     if (s != LZ_OK) {
         lz_distill_gpu_close(gpu);
@@ -113,7 +115,8 @@ struct lz_distill_gpu {
     int unused;
 };
 
-lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int batch, int seq_len, int hidden) {
+lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int batch, int seq_len, int hidden,
+                              bool gla_bf16) {
     *out = NULL;
     return lz_fail(LZ_ERR_INPUT, "--device cuda: this build has no CUDA backend (built with LIZARD_CUDA=OFF)");
 }

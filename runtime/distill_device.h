@@ -15,8 +15,10 @@
 
 typedef struct lz_distill_gpu lz_distill_gpu;
 
-/* For batches of `batch` sequences of `seq_len` tokens, hidden size `hidden`. */
-lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int batch, int seq_len, int hidden);
+/* For batches of `batch` sequences of `seq_len` tokens, hidden size `hidden`;
+ * gla_bf16: the GLA's in-chunk products in bf16 (train_cuda.h's bf16 path). */
+lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int batch, int seq_len, int hidden,
+                              bool gla_bf16);
 void lz_distill_gpu_close(lz_distill_gpu *gpu);
 
 /* The batch's SSE of layer l into *sse; with `learn`, l->grad is overwritten

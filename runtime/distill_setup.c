@@ -21,6 +21,10 @@ static lz_status check_args(const lz_distill_args *a) {
         return lz_fail(LZ_ERR_INPUT, "--feature-map: '%s' is not softmax or exp", a->feature_map);
     if (strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
         return lz_fail(LZ_ERR_INPUT, "--device: '%s' is not cpu or cuda", a->device);
+    if (strcmp(a->gla_precision, "fp32") != 0 && strcmp(a->gla_precision, "bf16") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--gla-precision: '%s' is not fp32 or bf16", a->gla_precision);
+    if (strcmp(a->gla_precision, "bf16") == 0 && strcmp(a->device, "cuda") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--gla-precision bf16 needs --device cuda");
     if (strcmp(a->map_heads, "per-head") != 0 && strcmp(a->map_heads, "shared") != 0)
         return lz_fail(LZ_ERR_INPUT, "--map-heads: '%s' is not per-head or shared", a->map_heads);
     struct stat sb;
@@ -108,7 +112,8 @@ lz_status lz_distill_setup(lz_distill_run *r) {
             return lz_fail(LZ_ERR_NOMEM, "layer %d tensors: out of memory", i);
     }
     if (strcmp(a->device, "cuda") == 0)
-        LZ_TRY(lz_distill_gpu_open(&r->gpu, &g, (int)a->batch, (int)a->seq_len, cfg.hidden_size));
+        LZ_TRY(lz_distill_gpu_open(&r->gpu, &g, (int)a->batch, (int)a->seq_len, cfg.hidden_size,
+                                   strcmp(a->gla_precision, "bf16") == 0));
     make_signature(r);
     if (a->resume)
         LZ_TRY(lz_distill_checkpoint_load(a->out, r->signature, &r->progress, r->layers, r->trained, r->n_layers));

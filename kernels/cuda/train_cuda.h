@@ -37,6 +37,16 @@ size_t lz_cuda_gate_backward_scratch(int N, int C); /* floats */
 lz_status lz_cuda_gate_backward(float *dwg, const float *dlog_gamma, const float *logit, const float *x, int N, int C,
                                 float *scratch);
 
+/* The GLA's matrix products inside a chunk (forward and backward): fp32, or
+ * the bf16 path: operands rounded to bf16 and multiplied on the tensor cores
+ * with fp32 accumulation; the chunk-local cumulative log gates, every decay
+ * factor e^{G_i - G_t} <= 1 (applied before rounding), the states and the
+ * normaliser stay fp32. Process-wide; the default is fp32, or
+ * LIZARD_TRAIN_GLA=bf16 in the environment. */
+typedef enum { LZ_GLA_FP32 = 0, LZ_GLA_BF16 = 1 } lz_gla_precision;
+void lz_cuda_train_set_gla_precision(lz_gla_precision p);
+lz_gla_precision lz_cuda_train_gla_precision(void);
+
 /* out [n_seq*T, Hq, d]; S0 [n_seq, chunks, Hs, 2f, d], z0 [n_seq, chunks, Hs, 2f] (each sequence's block
  * as the CPU's); den [n_seq*T, Hq] the normaliser (written when g->normalize) */
 lz_status lz_cuda_gla_train_forward(float *out, float *S0, float *z0, float *den, const float *phi_q,

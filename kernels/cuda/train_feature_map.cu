@@ -76,7 +76,7 @@ __global__ void fm_du_kernel(float *du, const float *dphi, const float *phi, lon
 // grid (n_w, slices), block 256: partial[slice][w] = x^T du over the slice's rows of weight w
 __global__ void fm_dw_partial_kernel(float *partial, const float *du, const float *x, int n_w, int N, int Hx,
                                      int Hout, int d, int f) {
-    __shared__ float tiles[LZ_MM_SMEM];
+    __shared__ __align__(32) float tiles[LZ_MM_SMEM];
     const int w = blockIdx.x, slice = blockIdx.y, hpw = Hout / n_w, rep = Hout / Hx;
     const long r0 = (long)slice * FM_SLICE, R = (long)N * hpw;
     const int K = (int)min((long)FM_SLICE, R - r0);

@@ -32,9 +32,11 @@ __global__ void gla_dnum_kernel(float *dnum, float *dden, const float *dout, con
 }
 
 // grid (chunks - 1, Hs, n_seq): block x is chunk c = x + 1, writing D, dz slot c - 1
+template <bool BF16>
 __global__ void gla_state_grad_kernel(float *D, float *dz, const float *dnum, const float *dden, const float *phi_q,
                                       const float *G, train_gla_shape sh) {
-    __shared__ float tiles[LZ_MM_SMEM], eG[GC];
+    __shared__ __align__(32) float tiles[LZ_MM_SMEM];
+    __shared__ float eG[GC];
     const int c = blockIdx.x + 1, s = blockIdx.y, b = blockIdx.z, n = sh.chunk_len(c);
     const size_t row0 = (size_t)b * sh.T + (size_t)c * GC;
     load_chunk_gates(eG, G, row0, n);
@@ -44,7 +46,7 @@ __global__ void gla_state_grad_kernel(float *D, float *dz, const float *dnum, co
     float *Dc = D + sh.slot(b, c - 1, s) * sh.F * sh.d, *dzc = dz + sh.slot(b, c - 1, s) * sh.F;
     // k runs over (head of the group, row): h = s qps + k / n, i = k % n
     auto qrow = [&](int k) { return (row0 + k % n) * sh.Hq + s * sh.qps + k / n; };
-    lz_block_mm(
+    lz_mm<BF16>(
         sh.F, sh.d, n * sh.qps, [&](int a, int k) { return eG[k % n] * phi_q[qrow(k) * sh.F + a]; },
         [&](int k, int j) { return dnum[qrow(k) * sh.d + j]; },
         [&](int a, int j, float acc) { Dc[(size_t)a * sh.d + j] = acc; }, tiles);
@@ -76,11 +78,13 @@ __global__ void gla_rscan_kernel(float *D, float *dz, const float *G, train_gla_
 }
 
 // grid (chunks, Hs, n_seq): every gradient of the chunk for state head s
+template <bool BF16>
 __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *dGpart, const float *dnum,
                                           const float *dden, const float *D, const float *dzs, const float *S0,
                                           const float *z0, const float *phi_q, const float *phi_k, const float *v,
                                           const float *G, train_gla_shape sh) {
-    __shared__ float tiles[LZ_MM_SMEM], Gs[GC], wk[GC], ct[GC], dG[GC], gm[GC][GC + 1], am[GC][GC + 1];
+    __shared__ __align__(32) float tiles[LZ_MM_SMEM];
+    __shared__ float Gs[GC], wk[GC], ct[GC], dG[GC], gm[GC][GC + 1], am[GC][GC + 1];
     __shared__ float red[32];
     const int c = blockIdx.x, s = blockIdx.y, b = blockIdx.z, n = sh.chunk_len(c), vh = sh.value_head(s);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, L = n - 1;
@@ -98,7 +102,7 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
     float *dpk = dphi_k + (row0 * sh.Hs + s) * sh.F;
 
     // carry: dphi_k_t = e^{G_L - G_t} (D v_t + dz); c_t = phi_k_t . that
-    lz_block_mm(
+    lz_mm<BF16>(
         n, sh.F, sh.d, [&](int t, int j) { return vv[t * vs + j]; }, [&](int j, int a) { return Dc[(size_t)a * sh.d + j]; },
         [&](int t, int a, float acc) { dpk[t * pks + a] = wk[t] * (acc + dz[a]); }, tiles);
     float sd = 0.0f; // <S0, D> + z0 . dz
@@ -132,13 +136,13 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
         const float *ddn = dden + row0 * sh.Hq + h;
         float *dpq = dphi_q + (row0 * sh.Hq + h) * sh.F;
         // g_it = e^{G_i - G_t} (v_t . dnum_i + dden_i) for t <= i, then A_it = g_it (phi_q_i . phi_k_t)
-        lz_block_mm(
+        lz_mm<BF16>(
             n, n, sh.d, [&](int i, int j) { return dn[i * ds + j]; }, [&](int j, int t) { return vv[t * vs + j]; },
             [&](int i, int t, float acc) {
                 gm[i][t] = t <= i ? expf(Gs[i] - Gs[t]) * (acc + ddn[i * sh.Hq]) : 0.0f;
             },
             tiles);
-        lz_block_mm( // same (n, n) shape: gm[i][t] is this thread's own
+        lz_mm<BF16>( // same (n, n) shape: gm[i][t] is this thread's own
             n, n, sh.F, [&](int i, int a) { return pq[i * pqs + a]; }, [&](int a, int t) { return pk[t * pks + a]; },
             [&](int i, int t, float acc) { am[i][t] = gm[i][t] * acc; }, tiles);
         __syncthreads();
@@ -156,7 +160,7 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
             dG[threadIdx.x] -= acc;
         }
         // state term: dphi_q_i = e^{G_i} (S0 dnum_i + z0 dden_i)
-        lz_block_mm(
+        lz_mm<BF16>(
             n, sh.F, sh.d, [&](int i, int j) { return dn[i * ds + j]; }, [&](int j, int a) { return S[(size_t)a * sh.d + j]; },
             [&](int i, int a, float acc) { dpq[i * pqs + a] = expf(Gs[i]) * (acc + ddn[i * sh.Hq] * z[a]); }, tiles);
         __syncthreads();
@@ -170,10 +174,10 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
         }
         __syncthreads();
         // in-chunk terms: dphi_q_i += sum_t g_it phi_k_t;  dphi_k_t += sum_i g_it phi_q_i
-        lz_block_mm(
+        lz_mm<BF16>(
             n, sh.F, n, [&](int i, int t) { return gm[i][t]; }, [&](int t, int a) { return pk[t * pks + a]; },
             [&](int i, int a, float acc) { dpq[i * pqs + a] += acc; }, tiles);
-        lz_block_mm( // the carry's (n, F) shape: dphi_k_t's elements are this thread's own
+        lz_mm<BF16>( // the carry's (n, F) shape: dphi_k_t's elements are this thread's own
             n, sh.F, n, [&](int t, int i) { return gm[i][t]; }, [&](int i, int a) { return pq[i * pqs + a]; },
             [&](int t, int a, float acc) { dpk[t * pks + a] += acc; }, tiles);
         __syncthreads();
@@ -214,6 +218,7 @@ extern "C" lz_status lz_cuda_gla_backward(float *dphi_q, float *dphi_k, float *d
     if (n_seq <= 0 || T <= 0)
         return LZ_OK;
     const train_gla_shape sh = train_gla_shape_of(g, T);
+    const bool bf16 = lz_cuda_train_gla_precision() == LZ_GLA_BF16;
     const size_t N = (size_t)n_seq * T, slots = (size_t)n_seq * sh.chunks * sh.Hs;
     float *G = scratch, *dnum = G + N, *dden = dnum + N * sh.Hq * sh.d, *dGpart = dden + N * sh.Hq;
     float *D = dGpart + N * sh.Hs, *dz = D + slots * sh.F * sh.d;
@@ -222,13 +227,22 @@ extern "C" lz_status lz_cuda_gla_backward(float *dphi_q, float *dphi_k, float *d
     gla_dnum_kernel<<<lz_div_up(rows, LZ_TB / 32), LZ_TB>>>(dnum, dden, dout, out, den, rows, sh.d, g->normalize);
     LZ_LAUNCH_CHECK("gla_dnum");
     if (sh.chunks > 1) {
-        gla_state_grad_kernel<<<dim3(sh.chunks - 1, sh.Hs, n_seq), LZ_TB>>>(D, dz, dnum, dden, phi_q, G, sh);
+        const dim3 grid(sh.chunks - 1, sh.Hs, n_seq);
+        if (bf16)
+            gla_state_grad_kernel<true><<<grid, LZ_TB>>>(D, dz, dnum, dden, phi_q, G, sh);
+        else
+            gla_state_grad_kernel<false><<<grid, LZ_TB>>>(D, dz, dnum, dden, phi_q, G, sh);
         LZ_LAUNCH_CHECK("gla_state_grad");
     }
     gla_rscan_kernel<<<dim3(lz_div_up((long)sh.F * sh.d + sh.F, LZ_TB), sh.Hs, n_seq), LZ_TB>>>(D, dz, G, sh);
     LZ_LAUNCH_CHECK("gla_rscan");
-    gla_chunk_backward_kernel<<<dim3(sh.chunks, sh.Hs, n_seq), LZ_TB>>>(dphi_q, dphi_k, dGpart, dnum, dden, D, dz,
-                                                                         S0, z0, phi_q, phi_k, v, G, sh);
+    const dim3 grid(sh.chunks, sh.Hs, n_seq);
+    if (bf16)
+        gla_chunk_backward_kernel<true><<<grid, LZ_TB>>>(dphi_q, dphi_k, dGpart, dnum, dden, D, dz, S0, z0, phi_q,
+                                                         phi_k, v, G, sh);
+    else
+        gla_chunk_backward_kernel<false><<<grid, LZ_TB>>>(dphi_q, dphi_k, dGpart, dnum, dden, D, dz, S0, z0, phi_q,
+                                                          phi_k, v, G, sh);
     LZ_LAUNCH_CHECK("gla_chunk_backward");
     gla_dlg_kernel<<<lz_div_up((long)n_seq * sh.chunks, LZ_TB), LZ_TB>>>(dlog_gamma, dGpart, n_seq, sh);
     LZ_LAUNCH_CHECK("gla_dlg");

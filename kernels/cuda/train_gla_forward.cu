@@ -6,7 +6,10 @@
 //   2. scan: per state element, S0[c] = e^{G_L(c-1)} S0[c-1] + dS_{c-1} in order;
 //   3. out: per chunk and query head, num = e^{G_i} phi_q_i^T S0 + sum_{t<=i} w_it v_t,
 //      den likewise with z0, w_it = (phi_q_i . phi_k_t) e^{G_i - G_t}.
-#include "train_gla.cuh" // train_gla_shape, lz_block_mm
+#include <stdlib.h> // getenv
+#include <string.h> // strcmp
+
+#include "train_gla.cuh" // train_gla_shape, lz_mm
 
 // ---- kernels -------------------------------------------------------------------------------------
 
@@ -23,9 +26,11 @@ __global__ void gla_cumgates_kernel(float *G, const float *lg, int n_seq, int T)
 }
 
 // grid (chunks - 1, Hs, n_seq): chunk c's contribution into S0, z0 slot c + 1
+template <bool BF16>
 __global__ void gla_delta_kernel(float *S0, float *z0, const float *phi_k, const float *v, const float *G,
                                  train_gla_shape sh) {
-    __shared__ float tiles[LZ_MM_SMEM], w[GC];
+    __shared__ __align__(32) float tiles[LZ_MM_SMEM];
+    __shared__ float w[GC];
     const int c = blockIdx.x, s = blockIdx.y, b = blockIdx.z, n = sh.chunk_len(c), vh = sh.value_head(s);
     const size_t row0 = (size_t)b * sh.T + (size_t)c * GC;
     load_chunk_gates(w, G, row0, n);
@@ -37,7 +42,7 @@ __global__ void gla_delta_kernel(float *S0, float *z0, const float *phi_k, const
     const float *pk = phi_k + (row0 * sh.Hs + s) * sh.F, *vv = v + (row0 * sh.Hkv + vh) * sh.d;
     float *S = S0 + sh.slot(b, c + 1, s) * sh.F * sh.d, *z = z0 + sh.slot(b, c + 1, s) * sh.F;
     const size_t pks = (size_t)sh.Hs * sh.F, vs = (size_t)sh.Hkv * sh.d;
-    lz_block_mm(
+    lz_mm<BF16>(
         sh.F, sh.d, n, [&](int a, int t) { return w[t] * pk[t * pks + a]; },
         [&](int t, int j) { return vv[t * vs + j]; }, [&](int a, int j, float acc) { S[(size_t)a * sh.d + j] = acc; },
         tiles);
@@ -68,10 +73,12 @@ __global__ void gla_scan_kernel(float *S0, float *z0, const float *G, train_gla_
 }
 
 // grid (chunks, Hq, n_seq): rows of chunk c, query head h
+template <bool BF16>
 __global__ void gla_out_kernel(float *out, float *den_out, const float *S0, const float *z0, const float *phi_q,
                                const float *phi_k, const float *v, const float *G, train_gla_shape sh,
                                bool normalize) {
-    __shared__ float tiles[LZ_MM_SMEM], Gs[GC], den[GC], aw[GC][GC + 1];
+    __shared__ __align__(32) float tiles[LZ_MM_SMEM];
+    __shared__ float Gs[GC], den[GC], aw[GC][GC + 1];
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, s = h / sh.qps, vh = sh.value_head(s);
     const int n = sh.chunk_len(c), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const size_t row0 = (size_t)b * sh.T + (size_t)c * GC;
@@ -82,7 +89,7 @@ __global__ void gla_out_kernel(float *out, float *den_out, const float *S0, cons
     const float *vv = v + (row0 * sh.Hkv + vh) * sh.d, *S = S0 + sh.slot(b, c, s) * sh.F * sh.d,
                 *z = z0 + sh.slot(b, c, s) * sh.F;
     float *o = out + (row0 * sh.Hq + h) * sh.d;
-    lz_block_mm(
+    lz_mm<BF16>(
         n, n, sh.F, [&](int i, int a) { return pq[i * pqs + a]; }, [&](int a, int t) { return pk[t * pks + a]; },
         [&](int i, int t, float acc) { aw[i][t] = t <= i ? acc * expf(Gs[i] - Gs[t]) : 0.0f; }, tiles);
     __syncthreads();
@@ -101,10 +108,10 @@ __global__ void gla_out_kernel(float *out, float *den_out, const float *S0, cons
         }
     }
     __syncthreads();
-    lz_block_mm(
+    lz_mm<BF16>(
         n, sh.d, sh.F, [&](int i, int a) { return pq[i * pqs + a]; }, [&](int a, int j) { return S[(size_t)a * sh.d + j]; },
         [&](int i, int j, float acc) { o[i * os + j] = expf(Gs[i]) * acc; }, tiles);
-    lz_block_mm( // the same (n, d) shape: each output is the same thread's, no barrier needed
+    lz_mm<BF16>( // the same (n, d) shape: each output is the same thread's, no barrier needed
         n, sh.d, n, [&](int i, int t) { return aw[i][t]; }, [&](int t, int j) { return vv[t * vs + j]; },
         [&](int i, int j, float acc) {
             const float num = o[i * os + j] + acc;
@@ -122,17 +129,37 @@ lz_status lz_cuda_gla_cumulative_gates(float *G, const float *log_gamma, int n_s
     return LZ_OK;
 }
 
+static int gla_precision = -1; // unset: LIZARD_TRAIN_GLA at the first use
+
+extern "C" void lz_cuda_train_set_gla_precision(lz_gla_precision p) { gla_precision = p; }
+
+extern "C" lz_gla_precision lz_cuda_train_gla_precision(void) {
+    if (gla_precision < 0) {
+        const char *e = getenv("LIZARD_TRAIN_GLA");
+        gla_precision = e && strcmp(e, "bf16") == 0 ? LZ_GLA_BF16 : LZ_GLA_FP32;
+    }
+    return (lz_gla_precision)gla_precision;
+}
+
 static lz_status gla_forward_launch(float *out, float *S0, float *z0, float *den, const float *phi_q,
                                    const float *phi_k, const float *v, const float *log_gamma, int n_seq,
                                    const train_gla_shape &sh, bool normalize, float *G) {
+    const bool bf16 = lz_cuda_train_gla_precision() == LZ_GLA_BF16;
     LZ_TRY(lz_cuda_gla_cumulative_gates(G, log_gamma, n_seq, sh.T));
     if (sh.chunks > 1) {
-        gla_delta_kernel<<<dim3(sh.chunks - 1, sh.Hs, n_seq), LZ_TB>>>(S0, z0, phi_k, v, G, sh);
+        if (bf16)
+            gla_delta_kernel<true><<<dim3(sh.chunks - 1, sh.Hs, n_seq), LZ_TB>>>(S0, z0, phi_k, v, G, sh);
+        else
+            gla_delta_kernel<false><<<dim3(sh.chunks - 1, sh.Hs, n_seq), LZ_TB>>>(S0, z0, phi_k, v, G, sh);
         LZ_LAUNCH_CHECK("gla_delta");
     }
     gla_scan_kernel<<<dim3(lz_div_up((long)sh.F * sh.d + sh.F, LZ_TB), sh.Hs, n_seq), LZ_TB>>>(S0, z0, G, sh);
     LZ_LAUNCH_CHECK("gla_scan");
-    gla_out_kernel<<<dim3(sh.chunks, sh.Hq, n_seq), LZ_TB>>>(out, den, S0, z0, phi_q, phi_k, v, G, sh, normalize);
+    const dim3 grid(sh.chunks, sh.Hq, n_seq);
+    if (bf16)
+        gla_out_kernel<true><<<grid, LZ_TB>>>(out, den, S0, z0, phi_q, phi_k, v, G, sh, normalize);
+    else
+        gla_out_kernel<false><<<grid, LZ_TB>>>(out, den, S0, z0, phi_q, phi_k, v, G, sh, normalize);
     LZ_LAUNCH_CHECK("gla_out");
     return LZ_OK;
 }

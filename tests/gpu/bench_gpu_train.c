@@ -9,7 +9,7 @@
  *             down, AdamW on the host (lz_distill_gpu_layer + lz_distill_layer_adamw).
  * Prints tokens/s per layer, and for a model of --model-layers such layers
  * (a step trains every layer on the batch, so model tokens/s = layer / layers).
- * Exit 77 when no GPU is visible. */
+ * LIZARD_TRAIN_GLA=bf16 times the bf16 GLA path. Exit 77 when no GPU is visible. */
 #include <stdio.h>  // printf
 #include <stdlib.h> // atoi, malloc
 #include <string.h> // strcmp
@@ -46,6 +46,50 @@ static float *to_dev(const float *h, size_t n) {
         }                                                                                                    \
     } while (0)
 
+/* Time of each op of one layer step (events around each call), the order of lz_lizard_layer_sse_cuda. */
+static void profile(const lz_lizard_params_f32 *p, lz_lizard_params_f32 *gr, const float *x, const float *q,
+                    const float *k, const float *v, int B, int L, int C, const lz_lizard_geom *g,
+                    lz_lizard_cuda_scratch *s) {
+    const int N = B * L, d = g->d, f = g->f;
+    cudaEvent_t ev[12];
+    for (int i = 0; i < 12; i++)
+        cudaEventCreate(&ev[i]);
+    const char *names[11] = {"gate fwd", "phi_q fwd", "phi_k fwd", "GLA fwd", "window fwd", "(loss)",
+                             "window bwd", "GLA bwd", "phi_q bwd", "phi_k bwd", "gate bwd"};
+    int e = 0;
+    cudaEventRecord(ev[e++], 0);
+    lz_cuda_gate_train_forward(s->logit, s->lg, x, p->wg, N, C), cudaEventRecord(ev[e++], 0);
+    lz_cuda_feature_map_train_forward(s->phi_q, q, p->wq, g->n_wq, N, g->Hq, g->Hq, d, f, g->exp_map);
+    cudaEventRecord(ev[e++], 0);
+    lz_cuda_feature_map_train_forward(s->phi_k, k, p->wk, g->n_wk, N, g->Hkv, g->Hs, d, f, g->exp_map);
+    cudaEventRecord(ev[e++], 0);
+    lz_cuda_gla_train_forward(s->gla, s->S0, s->z0, s->den, s->phi_q, s->phi_k, v, s->lg, B, L, g);
+    cudaEventRecord(ev[e++], 0);
+    lz_cuda_window_train_forward(s->win, s->stats, q, k, v, p->meta, B, L, g), cudaEventRecord(ev[e++], 0);
+    cudaEventRecord(ev[e++], 0);
+    lz_cuda_window_backward(gr->meta, s->dwin, s->win, s->stats, p->meta, B, L, g, s->work);
+    cudaEventRecord(ev[e++], 0);
+    lz_cuda_gla_backward(s->dphi_q, s->dphi_k, s->dlg, s->dy, s->gla, s->S0, s->z0, s->den, s->phi_q, s->phi_k, v,
+                         s->lg, B, L, g, s->work);
+    cudaEventRecord(ev[e++], 0);
+    lz_cuda_feature_map_backward(gr->wq, s->dphi_q, s->phi_q, q, g->n_wq, N, g->Hq, g->Hq, d, f, g->exp_map, s->work);
+    cudaEventRecord(ev[e++], 0);
+    lz_cuda_feature_map_backward(gr->wk, s->dphi_k, s->phi_k, k, g->n_wk, N, g->Hkv, g->Hs, d, f, g->exp_map,
+                                 s->work);
+    cudaEventRecord(ev[e++], 0);
+    lz_cuda_gate_backward(gr->wg, s->dlg, s->logit, x, N, C, s->work), cudaEventRecord(ev[e++], 0);
+    cudaDeviceSynchronize();
+    printf("  profile:");
+    for (int i = 0; i < 11; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
+        if (i != 5)
+            printf(" %s %.2f ms%s", names[i], ms, i == 10 ? "\n" : ",");
+    }
+    for (int i = 0; i < 12; i++)
+        cudaEventDestroy(ev[i]);
+}
+
 int main(int argc, char **argv) {
     int B = 4, L = 2048, hidden = 4096, Hq = 32, Hkv = 8, d = 128, f = 128, w = 64, m = 4, steps = 3, layers = 32;
     const char *label = "fp32";
@@ -81,7 +125,7 @@ int main(int argc, char **argv) {
     }
     const lz_adamw_config opt = {1e-3, 1e-4, 0.01, 0.9, 0.999, 1e-8, 1, 1000};
     lz_distill_gpu *gpu;
-    OK(lz_distill_gpu_open(&gpu, &g, B, L, hidden));
+    OK(lz_distill_gpu_open(&gpu, &g, B, L, hidden, lz_cuda_train_gla_precision() == LZ_GLA_BF16));
     // resident: the batch and tensors on the device once
     float *dx = to_dev(x, N * hidden), *dq = to_dev(q, qd), *dk = to_dev(k, kd), *dv = to_dev(v, kd), *dt = to_dev(tg, qd);
     float *dp[LZ_DT_COUNT], *dg[LZ_DT_COUNT];
@@ -115,6 +159,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++)
         printf("  %-17s %8.2f ms/layer  %10.0f tok/s per layer  %9.0f tok/s for %d layers\n", names[i], ts[i] * 1e3,
                (double)N / ts[i], (double)N / ts[i] / layers, layers);
+    profile(&p, &gr, dx, dq, dk, dv, B, L, hidden, &g, &s);
     lz_lizard_cuda_scratch_free(&s);
     lz_distill_gpu_close(gpu);
     return 0;

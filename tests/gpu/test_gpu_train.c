@@ -95,6 +95,7 @@ static double *to_f64(const float *a, size_t n) {
 }
 
 static double worst_fwd, worst_grad;
+static double FWD = 1e-4, GRAD = 1e-3; /* the bounds of the pass (the bf16 GLA pass raises them) */
 static const char *shape_name;
 
 /* The device result d against the host reference ref. */
@@ -103,8 +104,8 @@ static void compare(const char *what, const float *d, const float *ref, size_t n
     float *h = host_of(d, n);
     const double e = rel_err(h, ref, n);
     CHECK_MSG(e <= limit, "%s %s: rel err %.3g > %.3g", shape_name, what, e, limit);
-    double *worst = limit <= 1e-4 ? &worst_fwd : &worst_grad;
-    if (e > *worst && limit <= 1e-3) // a bound raised for conditioning says nothing of the kernels' accuracy
+    double *worst = limit <= FWD ? &worst_fwd : &worst_grad;
+    if (e > *worst && limit <= GRAD) // a bound raised for conditioning says nothing of the kernels' accuracy
         *worst = e;
     free(h);
 }
@@ -145,22 +146,22 @@ static void test_ops(const shape *sh) {
     float *d_phi_q = dev(NULL, npq), *d_phi_k = dev(NULL, npk);
     OK(lz_cuda_feature_map_train_forward(d_phi_q, dq, dwq, g->n_wq, N, g->Hq, g->Hq, d, f, g->exp_map));
     OK(lz_cuda_feature_map_train_forward(d_phi_k, dk, dwk, g->n_wk, N, g->Hkv, g->Hs, d, f, g->exp_map));
-    compare("phi_q", d_phi_q, phi_q, npq, 1e-4);
-    compare("phi_k", d_phi_k, phi_k, npk, 1e-4);
+    compare("phi_q", d_phi_q, phi_q, npq, FWD);
+    compare("phi_k", d_phi_k, phi_k, npk, FWD);
     {
         float *dphi = rand_host(npk, -1, 1), *dw = rand_host(lz_lizard_wk_numel(g), -1, 1);
         float *d_dphi = dev(dphi, npk), *d_dw = dev(dw, lz_lizard_wk_numel(g));
         float *scr = dev(NULL, lz_cuda_feature_map_backward_scratch(g->n_wk, N, g->Hs, d, f));
         feature_map_backward_f32(dw, dphi, phi_k, k, g->n_wk, N, g->Hkv, g->Hs, d, f, g->exp_map);
         OK(lz_cuda_feature_map_backward(d_dw, d_dphi, d_phi_k, dk, g->n_wk, N, g->Hkv, g->Hs, d, f, g->exp_map, scr));
-        compare("dW_k", d_dw, dw, lz_lizard_wk_numel(g), 1e-3);
+        compare("dW_k", d_dw, dw, lz_lizard_wk_numel(g), GRAD);
         cudaFree(scr), cudaFree(d_dphi), cudaFree(d_dw), free(dphi), free(dw);
         dphi = rand_host(npq, -1, 1), dw = rand_host(lz_lizard_wq_numel(g), -1, 1);
         d_dphi = dev(dphi, npq), d_dw = dev(dw, lz_lizard_wq_numel(g));
         scr = dev(NULL, lz_cuda_feature_map_backward_scratch(g->n_wq, N, g->Hq, d, f));
         feature_map_backward_f32(dw, dphi, phi_q, q, g->n_wq, N, g->Hq, g->Hq, d, f, g->exp_map);
         OK(lz_cuda_feature_map_backward(d_dw, d_dphi, d_phi_q, dq, g->n_wq, N, g->Hq, g->Hq, d, f, g->exp_map, scr));
-        compare("dW_q", d_dw, dw, lz_lizard_wq_numel(g), 1e-3);
+        compare("dW_q", d_dw, dw, lz_lizard_wq_numel(g), GRAD);
         cudaFree(scr), cudaFree(d_dphi), cudaFree(d_dw), free(dphi), free(dw);
     }
     // gate
@@ -169,13 +170,13 @@ static void test_ops(const shape *sh) {
         float *d_logit = dev(NULL, N), *d_lg = dev(NULL, N);
         gate_train_forward_f32(logit, lg, x, wg, N, C);
         OK(lz_cuda_gate_train_forward(d_logit, d_lg, dx, dwg, N, C));
-        compare("gate logit", d_logit, logit, N, 1e-4);
-        compare("log gamma", d_lg, lg, N, 1e-4);
+        compare("gate logit", d_logit, logit, N, FWD);
+        compare("log gamma", d_lg, lg, N, FWD);
         float *dlg = rand_host(N, -1, 1), *dw = rand_host(C, -1, 1), *d_dlg = dev(dlg, N), *d_dw = dev(dw, C);
         float *scr = dev(NULL, lz_cuda_gate_backward_scratch(N, C));
         gate_backward_f32(dw, dlg, logit, x, N, C);
         OK(lz_cuda_gate_backward(d_dw, d_dlg, d_logit, dx, N, C, scr));
-        compare("dW_gamma", d_dw, dw, C, 1e-3);
+        compare("dW_gamma", d_dw, dw, C, GRAD);
         cudaFree(scr), cudaFree(d_dlg), cudaFree(d_dw), cudaFree(d_logit), cudaFree(d_lg);
         free(logit), free(lg), free(dlg), free(dw);
     }
@@ -191,9 +192,9 @@ static void test_ops(const shape *sh) {
     CHECK(cudaMemcpy(d_phi_k, phi_k, sizeof(float) * npk, cudaMemcpyHostToDevice) == cudaSuccess);
     float *d_out = dev(NULL, nq), *d_S0 = dev(NULL, nS), *d_z0 = dev(NULL, nz), *d_den = dev(NULL, (size_t)N * g->Hq);
     OK(lz_cuda_gla_train_forward(d_out, d_S0, d_z0, d_den, d_phi_q, d_phi_k, dv, d_lg, B, T, g));
-    compare("GLA out", d_out, out, nq, 1e-4);
-    compare("GLA S0", d_S0, S0, nS, 1e-4);
-    compare("GLA z0", d_z0, z0, nz, 1e-4);
+    compare("GLA out", d_out, out, nq, FWD);
+    compare("GLA S0", d_S0, S0, nS, FWD);
+    compare("GLA z0", d_z0, z0, nz, FWD);
     {
         float *dout = rand_host(nq, -1, 1), *d_dout = dev(dout, nq);
         float *dpq = xmalloc(sizeof(float) * npq), *dpk = xmalloc(sizeof(float) * npk), *dlg = xmalloc(sizeof(float) * N);
@@ -227,10 +228,15 @@ static void test_ops(const shape *sh) {
         const char *what[3] = {"GLA dphi_q", "GLA dphi_k", "GLA dlog_gamma"};
         for (int i = 0; i < 3; i++) {
             const double e_ref = rel_err_d(cpu[i], D[5 + i], nn[5 + i]);
+            if (4 * e_ref > 1e-3 && GRAD > 1e-3) { // bf16 rounding through such a cancellation: no bound holds
+                fprintf(stderr, "test_gpu_train: %s %s: not checked in bf16 (CPU f32 vs f64 %.3g)\n", shape_name,
+                        what[i], e_ref);
+                continue;
+            }
             if (4 * e_ref > 1e-3)
                 fprintf(stderr, "test_gpu_train: %s %s: CPU f32 vs f64 %.3g: bound %.3g\n", shape_name, what[i], e_ref,
                         4 * e_ref);
-            compare(what[i], gpu[i], cpu[i], nn[5 + i], 4 * e_ref > 1e-3 ? 4 * e_ref : 1e-3);
+            compare(what[i], gpu[i], cpu[i], nn[5 + i], 4 * e_ref > 1e-3 ? 4 * e_ref : GRAD);
         }
         for (int i = 0; i < 10; i++)
             free(D[i]);
@@ -246,7 +252,7 @@ static void test_ops(const shape *sh) {
             window_train_forward_f32(win + r * g->Hq * d, q + r * g->Hq * d, k + r * g->Hkv * d, v + r * g->Hkv * d, meta, T, g);
         }
         OK(lz_cuda_window_train_forward(d_win, d_stats, dq, dk, dv, dmeta, B, T, g));
-        compare("WIN", d_win, win, nq, 1e-4);
+        compare("WIN", d_win, win, nq, FWD);
         float *dwin = rand_host(nq, -1, 1), *dm = rand_host(g->m, -1, 1), *d_dwin = dev(dwin, nq), *d_dm = dev(dm, g->m);
         for (int b = 0; b < B; b++) {
             const size_t r = (size_t)b * T;
@@ -255,7 +261,7 @@ static void test_ops(const shape *sh) {
         float *scr = dev(NULL, lz_cuda_window_backward_scratch(B, T, g));
         OK(lz_cuda_window_backward(d_dm, d_dwin, d_win, d_stats, dmeta, B, T, g, scr));
         if (g->m > 0)
-            compare("dmeta", d_dm, dm, g->m, 1e-3);
+            compare("dmeta", d_dm, dm, g->m, GRAD);
         cudaFree(d_win), cudaFree(d_stats), cudaFree(d_dwin), cudaFree(d_dm), cudaFree(scr);
         free(win), free(dwin), free(dm);
     }
@@ -310,11 +316,11 @@ static void test_layer(const shape *sh) {
         poison(inter[i], inter_n[i]);
     double sse_gpu = -1;
     OK(lz_lizard_layer_sse_cuda(&sse_gpu, &pd, &gd, scale, dx, dq, dk, dv, dt, B, T, g, &s));
-    CHECK_MSG(fabs(sse_gpu - sse) <= 1e-4 * fabs(sse), "%s layer SSE %.9g vs CPU %.9g", shape_name, sse_gpu, sse);
+    CHECK_MSG(fabs(sse_gpu - sse) <= FWD * fabs(sse), "%s layer SSE %.9g vs CPU %.9g", shape_name, sse_gpu, sse);
     const char *names[5] = {"layer dW_q", "layer dW_k", "layer dW_gamma", "layer dmeta", "layer dalpha"};
     for (int i = 0; i < 5; i++)
         if (numel[i] > 0)
-            compare(names[i], dg[i], hg[i], numel[i], 1e-3);
+            compare(names[i], dg[i], hg[i], numel[i], GRAD);
     // the loss alone (no gradient) gives the same SSE
     double sse_only = -1;
     OK(lz_lizard_layer_sse_cuda(&sse_only, &pd, NULL, scale, dx, dq, dk, dv, dt, B, T, g, &s));
@@ -342,14 +348,23 @@ int main(void) {
         {"keys-per-qhead", {4, 2, 4, 4, 4, 32, 16, 32, 2, true, false}, 1, 200, 32, -2, 4},
         {"short", {2, 1, 1, 1, 1, 16, 8, 64, 1, true, false}, 2, 5, 16, -3, 3},
     };
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        shape_name = shapes[i].name;
-        test_ops(&shapes[i]);
-        test_layer(&shapes[i]);
-        fprintf(stderr, "test_gpu_train: %-22s done (%d checks, %d failed so far)\n", shape_name, lz_test_checks,
-                lz_test_failures);
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 1: the bf16 GLA path (train_cuda.h). bf16 keeps 8 significant bits (unit roundoff
+         * 2^-9 ~ 2e-3); every product rounds both operands, and the backward chains up to three
+         * products (v . dnum, then g_it phi, then the feature map's), so ~1e-2 is expected and
+         * 3e-2 is the bound (2e-2 for forwards, as the bf16 inference ops in test_gpu_ops). */
+        lz_cuda_train_set_gla_precision(pass ? LZ_GLA_BF16 : LZ_GLA_FP32);
+        FWD = pass ? 2e-2 : 1e-4, GRAD = pass ? 3e-2 : 1e-3;
+        worst_fwd = worst_grad = 0;
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            shape_name = shapes[i].name;
+            test_ops(&shapes[i]);
+            test_layer(&shapes[i]);
+            fprintf(stderr, "test_gpu_train: %s %-22s done (%d checks, %d failed so far)\n", pass ? "bf16" : "fp32",
+                    shape_name, lz_test_checks, lz_test_failures);
+        }
+        fprintf(stderr, "test_gpu_train: %s GLA: largest rel err: forwards %.3g (bound %.0e), gradients %.3g (bound %.0e)\n",
+                pass ? "bf16" : "fp32", worst_fwd, FWD, worst_grad, GRAD);
     }
-    fprintf(stderr, "test_gpu_train: largest rel err: forwards %.3g (bound 1e-4), gradients %.3g (bound 1e-3)\n",
-            worst_fwd, worst_grad);
     return lz_test_finish("test_gpu_train");
 }
