@@ -13,16 +13,16 @@ struct lz_distill_gpu {
     lz_lizard_geom geom;
     int batch, seq_len, hidden;
     lz_lizard_cuda_scratch s;
-    float *x, *q, *k, *v, *target;                    /* the batch's activations */
-    float *param[LZ_DT_COUNT], *grad[LZ_DT_COUNT];    /* one layer's, reused by every layer */
+    float *x, *q, *k, *v, *target;                 /* the batch's activations */
+    float *param[LZ_DT_COUNT], *grad[LZ_DT_COUNT]; /* one layer's, reused by every layer */
     size_t numel[LZ_DT_COUNT];
 };
 
-#define GPU_TRY(call)                                                                                        \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess)                                                                               \
-            return lz_fail(LZ_ERR_INTERNAL, "--device cuda: %s failed: %s", #call, cudaGetErrorString(e_)); \
+#define GPU_TRY(call)                                                                                                  \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess)                                                                                         \
+            return lz_fail(LZ_ERR_INTERNAL, "--device cuda: %s failed: %s", #call, cudaGetErrorString(e_));            \
     } while (0)
 
 static lz_status alloc(float **p, size_t n) {
@@ -39,8 +39,8 @@ static lz_status open_buffers(lz_distill_gpu *gpu) {
     LZ_TRY(alloc(&gpu->k, kd));
     LZ_TRY(alloc(&gpu->v, kd));
     LZ_TRY(alloc(&gpu->target, qd));
-    const size_t numel[LZ_DT_COUNT] = {lz_lizard_wq_numel(g), lz_lizard_wk_numel(g), (size_t)gpu->hidden,
-                                       (size_t)g->m, 1};
+    const size_t numel[LZ_DT_COUNT] = {lz_lizard_wq_numel(g), lz_lizard_wk_numel(g), (size_t)gpu->hidden, (size_t)g->m,
+                                       1};
     for (int i = 0; i < LZ_DT_COUNT; i++) {
         gpu->numel[i] = numel[i];
         LZ_TRY(alloc(&gpu->param[i], numel[i]));

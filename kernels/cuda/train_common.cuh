@@ -27,7 +27,7 @@ enum { LZ_TB = 256, LZ_MM_TILE = 32 }; // threads per block of every training ke
  * the caller syncs before reading what `out` wrote to shared memory. */
 template <class FA, class FB, class FO>
 __device__ void lz_block_mm(int M, int N, int K, FA A, FB B, FO out, float *tiles) {
-    float(*As)[LZ_MM_TILE + 1] = (float(*)[LZ_MM_TILE + 1])tiles;
+    float(*As)[LZ_MM_TILE + 1] = (float(*)[LZ_MM_TILE + 1]) tiles;
     float(*Bs)[LZ_MM_TILE + 1] = (float(*)[LZ_MM_TILE + 1])(tiles + LZ_MM_TILE * (LZ_MM_TILE + 1));
     const int tx = threadIdx.x % LZ_MM_TILE, ty = threadIdx.x / LZ_MM_TILE; // ty < 8: rows ty + 8 q
     for (int i0 = 0; i0 < M; i0 += LZ_MM_TILE)
@@ -105,9 +105,7 @@ __device__ __forceinline__ void lz_mm(int M, int N, int K, FA A, FB B, FO out, f
 }
 
 // log(sigmoid(l)) without overflow (the CPU reference's formula)
-__device__ __forceinline__ float lz_log_sigmoid(float l) {
-    return l >= 0.0f ? -log1pf(expf(-l)) : l - log1pf(expf(l));
-}
+__device__ __forceinline__ float lz_log_sigmoid(float l) { return l >= 0.0f ? -log1pf(expf(-l)) : l - log1pf(expf(l)); }
 
 // dst[e] += sum over s < slices of partial[s * n + e], in order (train_feature_map.cu)
 lz_status lz_cuda_sum_slices(float *dst, const float *partial, size_t n, int slices);

@@ -72,8 +72,8 @@ lz_status lz_cuda_window_backward(float *dmeta, const float *dwin, const float *
 typedef struct {
     int n_seq, T, C;
     float *phi_q, *phi_k, *logit, *lg, *gla, *S0, *z0, *den, *win, *stats, *dy, *dphi_q, *dphi_k, *dlg, *dwin;
-    float *work;      /* the backwards' reduction scratch */
-    double *partial;  /* per-block sums of the loss and d alpha */
+    float *work;       /* the backwards' reduction scratch */
+    double *partial;   /* per-block sums of the loss and d alpha */
     double *h_partial; /* host copy */
 } lz_lizard_cuda_scratch;
 

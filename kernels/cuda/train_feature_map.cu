@@ -8,8 +8,8 @@ enum { FM_ROWS = 8, FM_SLICE = 512 }; // tokens per forward block; rows per part
 // ---- kernels -------------------------------------------------------------------------------------
 
 // grid (ceil(N / 8), Hout), block 256; smem xs [8][d], u [8][f]
-__global__ void fm_forward_kernel(float *out, const float *x, const float *w, int n_w, int N, int Hx, int Hout,
-                                  int d, int f, bool exp_map) {
+__global__ void fm_forward_kernel(float *out, const float *x, const float *w, int n_w, int N, int Hx, int Hout, int d,
+                                  int f, bool exp_map) {
     extern __shared__ float sm[];
     float *xs = sm, *u = sm + FM_ROWS * d;
     const int t0 = blockIdx.x * FM_ROWS, o = blockIdx.y, rep = Hout / Hx, rows = min(FM_ROWS, N - t0);
@@ -74,8 +74,8 @@ __global__ void fm_du_kernel(float *du, const float *dphi, const float *phi, lon
 }
 
 // grid (n_w, slices), block 256: partial[slice][w] = x^T du over the slice's rows of weight w
-__global__ void fm_dw_partial_kernel(float *partial, const float *du, const float *x, int n_w, int N, int Hx,
-                                     int Hout, int d, int f) {
+__global__ void fm_dw_partial_kernel(float *partial, const float *du, const float *x, int n_w, int N, int Hx, int Hout,
+                                     int d, int f) {
     __shared__ __align__(32) float tiles[LZ_MM_SMEM];
     const int w = blockIdx.x, slice = blockIdx.y, hpw = Hout / n_w, rep = Hout / Hx;
     const long r0 = (long)slice * FM_SLICE, R = (long)N * hpw;

@@ -39,8 +39,8 @@ __global__ void gate_backward_partial_kernel(float *partial, const float *dlog_g
 
 // ---- launchers -----------------------------------------------------------------------------------
 
-extern "C" lz_status lz_cuda_gate_train_forward(float *logit, float *log_gamma, const float *x, const float *wg,
-                                                int N, int C) {
+extern "C" lz_status lz_cuda_gate_train_forward(float *logit, float *log_gamma, const float *x, const float *wg, int N,
+                                                int C) {
     if (N <= 0)
         return LZ_OK;
     gate_forward_kernel<<<lz_div_up(N, LZ_TB / 32), LZ_TB>>>(logit, log_gamma, x, wg, N, C);

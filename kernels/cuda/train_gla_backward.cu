@@ -103,7 +103,8 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
 
     // carry: dphi_k_t = e^{G_L - G_t} (D v_t + dz); c_t = phi_k_t . that
     lz_mm<BF16>(
-        n, sh.F, sh.d, [&](int t, int j) { return vv[t * vs + j]; }, [&](int j, int a) { return Dc[(size_t)a * sh.d + j]; },
+        n, sh.F, sh.d, [&](int t, int j) { return vv[t * vs + j]; },
+        [&](int j, int a) { return Dc[(size_t)a * sh.d + j]; },
         [&](int t, int a, float acc) { dpk[t * pks + a] = wk[t] * (acc + dz[a]); }, tiles);
     float sd = 0.0f; // <S0, D> + z0 . dz
     for (size_t e = threadIdx.x; e < Fd + sh.F; e += blockDim.x)
@@ -138,9 +139,7 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
         // g_it = e^{G_i - G_t} (v_t . dnum_i + dden_i) for t <= i, then A_it = g_it (phi_q_i . phi_k_t)
         lz_mm<BF16>(
             n, n, sh.d, [&](int i, int j) { return dn[i * ds + j]; }, [&](int j, int t) { return vv[t * vs + j]; },
-            [&](int i, int t, float acc) {
-                gm[i][t] = t <= i ? expf(Gs[i] - Gs[t]) * (acc + ddn[i * sh.Hq]) : 0.0f;
-            },
+            [&](int i, int t, float acc) { gm[i][t] = t <= i ? expf(Gs[i] - Gs[t]) * (acc + ddn[i * sh.Hq]) : 0.0f; },
             tiles);
         lz_mm<BF16>( // same (n, n) shape: gm[i][t] is this thread's own
             n, n, sh.F, [&](int i, int a) { return pq[i * pqs + a]; }, [&](int a, int t) { return pk[t * pks + a]; },
@@ -161,7 +160,8 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
         }
         // state term: dphi_q_i = e^{G_i} (S0 dnum_i + z0 dden_i)
         lz_mm<BF16>(
-            n, sh.F, sh.d, [&](int i, int j) { return dn[i * ds + j]; }, [&](int j, int a) { return S[(size_t)a * sh.d + j]; },
+            n, sh.F, sh.d, [&](int i, int j) { return dn[i * ds + j]; },
+            [&](int j, int a) { return S[(size_t)a * sh.d + j]; },
             [&](int i, int a, float acc) { dpq[i * pqs + a] = expf(Gs[i]) * (acc + ddn[i * sh.Hq] * z[a]); }, tiles);
         __syncthreads();
         for (int i = warp; i < n; i += LZ_TB / 32) { // dG_i += phi_q_i . (the state term)
@@ -238,11 +238,11 @@ extern "C" lz_status lz_cuda_gla_backward(float *dphi_q, float *dphi_k, float *d
     LZ_LAUNCH_CHECK("gla_rscan");
     const dim3 grid(sh.chunks, sh.Hs, n_seq);
     if (bf16)
-        gla_chunk_backward_kernel<true><<<grid, LZ_TB>>>(dphi_q, dphi_k, dGpart, dnum, dden, D, dz, S0, z0, phi_q,
-                                                         phi_k, v, G, sh);
+        gla_chunk_backward_kernel<true>
+            <<<grid, LZ_TB>>>(dphi_q, dphi_k, dGpart, dnum, dden, D, dz, S0, z0, phi_q, phi_k, v, G, sh);
     else
-        gla_chunk_backward_kernel<false><<<grid, LZ_TB>>>(dphi_q, dphi_k, dGpart, dnum, dden, D, dz, S0, z0, phi_q,
-                                                          phi_k, v, G, sh);
+        gla_chunk_backward_kernel<false>
+            <<<grid, LZ_TB>>>(dphi_q, dphi_k, dGpart, dnum, dden, D, dz, S0, z0, phi_q, phi_k, v, G, sh);
     LZ_LAUNCH_CHECK("gla_chunk_backward");
     gla_dlg_kernel<<<lz_div_up((long)n_seq * sh.chunks, LZ_TB), LZ_TB>>>(dlog_gamma, dGpart, n_seq, sh);
     LZ_LAUNCH_CHECK("gla_dlg");

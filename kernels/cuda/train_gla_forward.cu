@@ -75,8 +75,7 @@ __global__ void gla_scan_kernel(float *S0, float *z0, const float *G, train_gla_
 // grid (chunks, Hq, n_seq): rows of chunk c, query head h
 template <bool BF16>
 __global__ void gla_out_kernel(float *out, float *den_out, const float *S0, const float *z0, const float *phi_q,
-                               const float *phi_k, const float *v, const float *G, train_gla_shape sh,
-                               bool normalize) {
+                               const float *phi_k, const float *v, const float *G, train_gla_shape sh, bool normalize) {
     __shared__ __align__(32) float tiles[LZ_MM_SMEM];
     __shared__ float Gs[GC], den[GC], aw[GC][GC + 1];
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, s = h / sh.qps, vh = sh.value_head(s);
@@ -109,7 +108,8 @@ __global__ void gla_out_kernel(float *out, float *den_out, const float *S0, cons
     }
     __syncthreads();
     lz_mm<BF16>(
-        n, sh.d, sh.F, [&](int i, int a) { return pq[i * pqs + a]; }, [&](int a, int j) { return S[(size_t)a * sh.d + j]; },
+        n, sh.d, sh.F, [&](int i, int a) { return pq[i * pqs + a]; },
+        [&](int a, int j) { return S[(size_t)a * sh.d + j]; },
         [&](int i, int j, float acc) { o[i * os + j] = expf(Gs[i]) * acc; }, tiles);
     lz_mm<BF16>( // the same (n, d) shape: each output is the same thread's, no barrier needed
         n, sh.d, n, [&](int i, int t) { return aw[i][t]; }, [&](int t, int j) { return vv[t * vs + j]; },
@@ -142,8 +142,8 @@ extern "C" lz_gla_precision lz_cuda_train_gla_precision(void) {
 }
 
 static lz_status gla_forward_launch(float *out, float *S0, float *z0, float *den, const float *phi_q,
-                                   const float *phi_k, const float *v, const float *log_gamma, int n_seq,
-                                   const train_gla_shape &sh, bool normalize, float *G) {
+                                    const float *phi_k, const float *v, const float *log_gamma, int n_seq,
+                                    const train_gla_shape &sh, bool normalize, float *G) {
     const bool bf16 = lz_cuda_train_gla_precision() == LZ_GLA_BF16;
     LZ_TRY(lz_cuda_gla_cumulative_gates(G, log_gamma, n_seq, sh.T));
     if (sh.chunks > 1) {

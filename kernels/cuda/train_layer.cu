@@ -61,8 +61,8 @@ __global__ void combine_finish_kernel(double *partial, float *dalpha, int blocks
 
 // ---- scratch -------------------------------------------------------------------------------------
 
-extern "C" lz_status lz_lizard_cuda_scratch_create(lz_lizard_cuda_scratch *s, const lz_lizard_geom *g, int n_seq,
-                                                   int T, int C) {
+extern "C" lz_status lz_lizard_cuda_scratch_create(lz_lizard_cuda_scratch *s, const lz_lizard_geom *g, int n_seq, int T,
+                                                   int C) {
     memset(s, 0, sizeof *s);
     s->n_seq = n_seq, s->T = T, s->C = C;
     const size_t N = (size_t)n_seq * T, F = 2 * (size_t)g->f, slots = (size_t)n_seq * lz_train_chunks(T) * g->Hs;
@@ -75,8 +75,9 @@ extern "C" lz_status lz_lizard_cuda_scratch_create(lz_lizard_cuda_scratch *s, co
         work = more[i] > work ? more[i] : work;
     float **bufs[] = {&s->phi_q, &s->phi_k, &s->logit, &s->lg,     &s->gla,    &s->S0,  &s->z0,   &s->den,
                       &s->win,   &s->stats, &s->dy,    &s->dphi_q, &s->dphi_k, &s->dlg, &s->dwin, &s->work};
-    const size_t sizes[] = {N * g->Hq * F, N * g->Hs * F, N, N, qd, slots * F * g->d, slots * F, N * g->Hq,
-                            qd, 2 * N * g->Hq, qd, N * g->Hq * F, N * g->Hs * F, N, qd, work};
+    const size_t sizes[] = {
+        N * g->Hq * F, N * g->Hs * F, N, N,  qd,  slots * F * g->d, slots * F, N * g->Hq, qd, 2 * N * g->Hq, qd,
+        N * g->Hq * F, N * g->Hs * F, N, qd, work};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         cudaError_t e = cudaMalloc((void **)bufs[i], sizeof(float) * (sizes[i] ? sizes[i] : 1));
         if (e != cudaSuccess) {

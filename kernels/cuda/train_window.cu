@@ -72,8 +72,7 @@ __global__ void window_coef_kernel(float *coef, const float *dwin, const float *
 }
 
 // a block per meta logit j: dmeta[j] += sum_r coef_r e^{t_j - max_r}
-__global__ void window_dmeta_kernel(float *dmeta, const float *coef, const float *stats, const float *meta,
-                                    long rows) {
+__global__ void window_dmeta_kernel(float *dmeta, const float *coef, const float *stats, const float *meta, long rows) {
     __shared__ float red[32];
     const int j = blockIdx.x;
     float acc = 0.0f;
@@ -93,11 +92,11 @@ extern "C" lz_status lz_cuda_window_train_forward(float *win, float *stats, cons
     if (rows <= 0)
         return LZ_OK;
     const int grid = lz_div_up(rows, LZ_TB / 32), nr = lz_div_up(g->d, 32);
-#define LZ_WIN_CASE(R)                                                                                         \
-    if (nr <= R) {                                                                                             \
-        window_forward_kernel<R><<<grid, LZ_TB>>>(win, stats, q, k, v, meta, n_seq, T, *g);                    \
-        LZ_LAUNCH_CHECK("window_forward");                                                                     \
-        return LZ_OK;                                                                                          \
+#define LZ_WIN_CASE(R)                                                                                                 \
+    if (nr <= R) {                                                                                                     \
+        window_forward_kernel<R><<<grid, LZ_TB>>>(win, stats, q, k, v, meta, n_seq, T, *g);                            \
+        LZ_LAUNCH_CHECK("window_forward");                                                                             \
+        return LZ_OK;                                                                                                  \
     }
     LZ_WIN_CASE(1)
     LZ_WIN_CASE(2)

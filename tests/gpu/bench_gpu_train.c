@@ -38,12 +38,12 @@ static float *to_dev(const float *h, size_t n) {
         abort();
     return d;
 }
-#define OK(call)                                                                                             \
-    do {                                                                                                     \
-        if ((call) != LZ_OK) {                                                                               \
-            fprintf(stderr, "bench_gpu_train: %s: %s\n", #call, lz_error_message());                         \
-            return 1;                                                                                        \
-        }                                                                                                    \
+#define OK(call)                                                                                                       \
+    do {                                                                                                               \
+        if ((call) != LZ_OK) {                                                                                         \
+            fprintf(stderr, "bench_gpu_train: %s: %s\n", #call, lz_error_message());                                   \
+            return 1;                                                                                                  \
+        }                                                                                                              \
     } while (0)
 
 /* Time of each op of one layer step (events around each call), the order of lz_lizard_layer_sse_cuda. */
@@ -54,8 +54,8 @@ static void profile(const lz_lizard_params_f32 *p, lz_lizard_params_f32 *gr, con
     cudaEvent_t ev[12];
     for (int i = 0; i < 12; i++)
         cudaEventCreate(&ev[i]);
-    const char *names[11] = {"gate fwd", "phi_q fwd", "phi_k fwd", "GLA fwd", "window fwd", "(loss)",
-                             "window bwd", "GLA bwd", "phi_q bwd", "phi_k bwd", "gate bwd"};
+    const char *names[11] = {"gate fwd",   "phi_q fwd", "phi_k fwd", "GLA fwd",   "window fwd", "(loss)",
+                             "window bwd", "GLA bwd",   "phi_q bwd", "phi_k bwd", "gate bwd"};
     int e = 0;
     cudaEventRecord(ev[e++], 0);
     lz_cuda_gate_train_forward(s->logit, s->lg, x, p->wg, N, C), cudaEventRecord(ev[e++], 0);
@@ -74,8 +74,7 @@ static void profile(const lz_lizard_params_f32 *p, lz_lizard_params_f32 *gr, con
     cudaEventRecord(ev[e++], 0);
     lz_cuda_feature_map_backward(gr->wq, s->dphi_q, s->phi_q, q, g->n_wq, N, g->Hq, g->Hq, d, f, g->exp_map, s->work);
     cudaEventRecord(ev[e++], 0);
-    lz_cuda_feature_map_backward(gr->wk, s->dphi_k, s->phi_k, k, g->n_wk, N, g->Hkv, g->Hs, d, f, g->exp_map,
-                                 s->work);
+    lz_cuda_feature_map_backward(gr->wk, s->dphi_k, s->phi_k, k, g->n_wk, N, g->Hkv, g->Hs, d, f, g->exp_map, s->work);
     cudaEventRecord(ev[e++], 0);
     lz_cuda_gate_backward(gr->wg, s->dlg, s->logit, x, N, C, s->work), cudaEventRecord(ev[e++], 0);
     cudaDeviceSynchronize();
@@ -94,12 +93,18 @@ int main(int argc, char **argv) {
     int B = 4, L = 2048, hidden = 4096, Hq = 32, Hkv = 8, d = 128, f = 128, w = 64, m = 4, steps = 3, layers = 32;
     const char *label = "fp32";
     for (int i = 1; i + 1 < argc; i += 2) {
-        int *dst = !strcmp(argv[i], "--batch") ? &B : !strcmp(argv[i], "--seq-len") ? &L
-                 : !strcmp(argv[i], "--hidden") ? &hidden : !strcmp(argv[i], "--heads") ? &Hq
-                 : !strcmp(argv[i], "--kv-heads") ? &Hkv : !strcmp(argv[i], "--head-dim") ? &d
-                 : !strcmp(argv[i], "--feature-dim") ? &f : !strcmp(argv[i], "--window") ? &w
-                 : !strcmp(argv[i], "--meta-tokens") ? &m : !strcmp(argv[i], "--steps") ? &steps
-                 : !strcmp(argv[i], "--model-layers") ? &layers : NULL;
+        int *dst = !strcmp(argv[i], "--batch")          ? &B
+                   : !strcmp(argv[i], "--seq-len")      ? &L
+                   : !strcmp(argv[i], "--hidden")       ? &hidden
+                   : !strcmp(argv[i], "--heads")        ? &Hq
+                   : !strcmp(argv[i], "--kv-heads")     ? &Hkv
+                   : !strcmp(argv[i], "--head-dim")     ? &d
+                   : !strcmp(argv[i], "--feature-dim")  ? &f
+                   : !strcmp(argv[i], "--window")       ? &w
+                   : !strcmp(argv[i], "--meta-tokens")  ? &m
+                   : !strcmp(argv[i], "--steps")        ? &steps
+                   : !strcmp(argv[i], "--model-layers") ? &layers
+                                                        : NULL;
         if (!strcmp(argv[i], "--label"))
             label = argv[i + 1];
         else if (!dst) {
@@ -127,7 +132,8 @@ int main(int argc, char **argv) {
     lz_distill_gpu *gpu;
     OK(lz_distill_gpu_open(&gpu, &g, B, L, hidden, lz_cuda_train_gla_precision() == LZ_GLA_BF16));
     // resident: the batch and tensors on the device once
-    float *dx = to_dev(x, N * hidden), *dq = to_dev(q, qd), *dk = to_dev(k, kd), *dv = to_dev(v, kd), *dt = to_dev(tg, qd);
+    float *dx = to_dev(x, N * hidden), *dq = to_dev(q, qd), *dk = to_dev(k, kd), *dv = to_dev(v, kd),
+          *dt = to_dev(tg, qd);
     float *dp[LZ_DT_COUNT], *dg[LZ_DT_COUNT];
     for (int i = 0; i < LZ_DT_COUNT; i++)
         dp[i] = to_dev(layer.param[i], layer.numel[i]), dg[i] = to_dev(layer.grad[i], layer.numel[i]);

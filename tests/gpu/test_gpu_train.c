@@ -8,16 +8,21 @@
  * poisoned with NaN before each call, so an unwritten element fails;
  * accumulated outputs (+=) start from random values, so an overwrite fails.
  *
- * Bounds (relative L2 error against the CPU f32 result): 1e-4 for forwards,
- * 1e-3 for gradients and the loss. Both sides are fp32; they differ only in
+ * Bounds (relative L2 error against the CPU f32 result): 1e-4 for forwards
+ * and the loss, 1e-3 for gradients. Both sides are fp32; they differ only in
  * summation order (tiled products, chunk-parallel scans against the CPU's
  * sequential loops), which gives errors of a few 1e-6 per sum of O(100)
  * terms; the gradients go through one or two more such sums and divisions by
  * the GLA normaliser, and the float CPU build itself agrees with the double
  * build only to 1e-3 of the largest entry (docs/distillation.md), so 1e-3
  * is the bound a correct kernel can be held to, while a missing or wrong
- * term moves a gradient by far more. The largest error seen per check is
- * printed. Exit 77 (skip) when no GPU is visible. */
+ * term moves a gradient by far more (measured: forwards <= 3e-7, gradients
+ * <= 3e-6). One exception, the GLA's dphi with gates near 0, where the true
+ * value is a near-cancellation: there the bound is 4x the CPU f32 build's own
+ * error against its f64 build (printed when it applies).
+ * A second pass repeats everything on the bf16 GLA path (bounds 2e-2 / 3e-2,
+ * reasoned at the pass). The largest errors are printed. Exit 77 (skip) when
+ * no GPU is visible. */
 #include <math.h>   // sqrt, INFINITY
 #include <stdio.h>  // fprintf
 #include <stdlib.h> // malloc, free
@@ -132,12 +137,15 @@ static void test_ops(const shape *sh) {
     const int T = sh->T, B = sh->n_seq, N = B * T, d = g->d, f = g->f, F = 2 * f, C = sh->C;
     const int chunks = lz_train_chunks(T);
     const size_t nq = (size_t)N * g->Hq * d, nk = (size_t)N * g->Hkv * d, npq = (size_t)N * g->Hq * F,
-                 npk = (size_t)N * g->Hs * F, nS = (size_t)B * chunks * g->Hs * F * d, nz = (size_t)B * chunks * g->Hs * F;
-    float *q = rand_host(nq, -1, 1), *k = rand_host(nk, -1, 1), *v = rand_host(nk, -1, 1), *x = rand_host((size_t)N * C, -1, 1);
+                 npk = (size_t)N * g->Hs * F, nS = (size_t)B * chunks * g->Hs * F * d,
+                 nz = (size_t)B * chunks * g->Hs * F;
+    float *q = rand_host(nq, -1, 1), *k = rand_host(nk, -1, 1), *v = rand_host(nk, -1, 1),
+          *x = rand_host((size_t)N * C, -1, 1);
     float *wq = rand_host(lz_lizard_wq_numel(g), -0.3f, 0.3f), *wk = rand_host(lz_lizard_wk_numel(g), -0.3f, 0.3f);
     float *wg = rand_host(C, -0.3f, 0.3f), *meta = rand_host(g->m, -1, 1);
     float *dq = dev(q, nq), *dk = dev(k, nk), *dv = dev(v, nk), *dx = dev(x, (size_t)N * C);
-    float *dwq = dev(wq, lz_lizard_wq_numel(g)), *dwk = dev(wk, lz_lizard_wk_numel(g)), *dwg = dev(wg, C), *dmeta = dev(meta, g->m);
+    float *dwq = dev(wq, lz_lizard_wq_numel(g)), *dwk = dev(wk, lz_lizard_wk_numel(g)), *dwg = dev(wg, C),
+          *dmeta = dev(meta, g->m);
 
     // feature maps, forward and backward (dW += from a random start)
     float *phi_q = xmalloc(sizeof(float) * npq), *phi_k = xmalloc(sizeof(float) * npk);
@@ -185,8 +193,9 @@ static void test_ops(const shape *sh) {
     float *out = xmalloc(sizeof(float) * nq), *S0 = xmalloc(sizeof(float) * nS), *z0 = xmalloc(sizeof(float) * nz);
     for (int b = 0; b < B; b++) {
         const size_t r = (size_t)b * T;
-        gla_train_forward_f32(out + r * g->Hq * d, S0 + (size_t)b * chunks * g->Hs * F * d, z0 + (size_t)b * chunks * g->Hs * F,
-                              phi_q + r * g->Hq * F, phi_k + r * g->Hs * F, v + r * g->Hkv * d, lg + r, T, g);
+        gla_train_forward_f32(out + r * g->Hq * d, S0 + (size_t)b * chunks * g->Hs * F * d,
+                              z0 + (size_t)b * chunks * g->Hs * F, phi_q + r * g->Hq * F, phi_k + r * g->Hs * F,
+                              v + r * g->Hkv * d, lg + r, T, g);
     }
     CHECK(cudaMemcpy(d_phi_q, phi_q, sizeof(float) * npq, cudaMemcpyHostToDevice) == cudaSuccess);
     CHECK(cudaMemcpy(d_phi_k, phi_k, sizeof(float) * npk, cudaMemcpyHostToDevice) == cudaSuccess);
@@ -197,16 +206,19 @@ static void test_ops(const shape *sh) {
     compare("GLA z0", d_z0, z0, nz, FWD);
     {
         float *dout = rand_host(nq, -1, 1), *d_dout = dev(dout, nq);
-        float *dpq = xmalloc(sizeof(float) * npq), *dpk = xmalloc(sizeof(float) * npk), *dlg = xmalloc(sizeof(float) * N);
+        float *dpq = xmalloc(sizeof(float) * npq), *dpk = xmalloc(sizeof(float) * npk),
+              *dlg = xmalloc(sizeof(float) * N);
         for (int b = 0; b < B; b++) {
             const size_t r = (size_t)b * T;
-            gla_backward_f32(dpq + r * g->Hq * F, dpk + r * g->Hs * F, dlg + r, dout + r * g->Hq * d, out + r * g->Hq * d,
-                             S0 + (size_t)b * chunks * g->Hs * F * d, z0 + (size_t)b * chunks * g->Hs * F,
-                             phi_q + r * g->Hq * F, phi_k + r * g->Hs * F, v + r * g->Hkv * d, lg + r, T, g);
+            gla_backward_f32(dpq + r * g->Hq * F, dpk + r * g->Hs * F, dlg + r, dout + r * g->Hq * d,
+                             out + r * g->Hq * d, S0 + (size_t)b * chunks * g->Hs * F * d,
+                             z0 + (size_t)b * chunks * g->Hs * F, phi_q + r * g->Hq * F, phi_k + r * g->Hs * F,
+                             v + r * g->Hkv * d, lg + r, T, g);
         }
         float *d_dpq = dev(NULL, npq), *d_dpk = dev(NULL, npk), *d_dlg = dev(NULL, N);
         float *scr = dev(NULL, lz_cuda_gla_backward_scratch(B, T, g));
-        OK(lz_cuda_gla_backward(d_dpq, d_dpk, d_dlg, d_dout, d_out, d_S0, d_z0, d_den, d_phi_q, d_phi_k, dv, d_lg, B, T, g, scr));
+        OK(lz_cuda_gla_backward(d_dpq, d_dpk, d_dlg, d_dout, d_out, d_S0, d_z0, d_den, d_phi_q, d_phi_k, dv, d_lg, B, T,
+                                g, scr));
         /* Where the true gradient is a near-cancellation (gates near 0: out_i ~ v_i, so
          * v_i . dnum_i + dden_i ~ 0) no fp32 result has 1e-3 relative accuracy; there
          * the bound is 4x the CPU f32 build's own error against its f64 build. */
@@ -249,14 +261,17 @@ static void test_ops(const shape *sh) {
         float *win = xmalloc(sizeof(float) * nq), *d_win = dev(NULL, nq), *d_stats = dev(NULL, (size_t)2 * N * g->Hq);
         for (int b = 0; b < B; b++) {
             const size_t r = (size_t)b * T;
-            window_train_forward_f32(win + r * g->Hq * d, q + r * g->Hq * d, k + r * g->Hkv * d, v + r * g->Hkv * d, meta, T, g);
+            window_train_forward_f32(win + r * g->Hq * d, q + r * g->Hq * d, k + r * g->Hkv * d, v + r * g->Hkv * d,
+                                     meta, T, g);
         }
         OK(lz_cuda_window_train_forward(d_win, d_stats, dq, dk, dv, dmeta, B, T, g));
         compare("WIN", d_win, win, nq, FWD);
-        float *dwin = rand_host(nq, -1, 1), *dm = rand_host(g->m, -1, 1), *d_dwin = dev(dwin, nq), *d_dm = dev(dm, g->m);
+        float *dwin = rand_host(nq, -1, 1), *dm = rand_host(g->m, -1, 1), *d_dwin = dev(dwin, nq),
+              *d_dm = dev(dm, g->m);
         for (int b = 0; b < B; b++) {
             const size_t r = (size_t)b * T;
-            window_backward_f32(dm, dwin + r * g->Hq * d, win + r * g->Hq * d, q + r * g->Hq * d, k + r * g->Hkv * d, meta, T, g);
+            window_backward_f32(dm, dwin + r * g->Hq * d, win + r * g->Hq * d, q + r * g->Hq * d, k + r * g->Hkv * d,
+                                meta, T, g);
         }
         float *scr = dev(NULL, lz_cuda_window_backward_scratch(B, T, g));
         OK(lz_cuda_window_backward(d_dm, d_dwin, d_win, d_stats, dmeta, B, T, g, scr));
@@ -363,7 +378,8 @@ int main(void) {
             fprintf(stderr, "test_gpu_train: %s %-22s done (%d checks, %d failed so far)\n", pass ? "bf16" : "fp32",
                     shape_name, lz_test_checks, lz_test_failures);
         }
-        fprintf(stderr, "test_gpu_train: %s GLA: largest rel err: forwards %.3g (bound %.0e), gradients %.3g (bound %.0e)\n",
+        fprintf(stderr,
+                "test_gpu_train: %s GLA: largest rel err: forwards %.3g (bound %.0e), gradients %.3g (bound %.0e)\n",
                 pass ? "bf16" : "fp32", worst_fwd, FWD, worst_grad, GRAD);
     }
     return lz_test_finish("test_gpu_train");
