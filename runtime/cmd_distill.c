@@ -65,8 +65,9 @@ lz_status lz_cmd_distill(int argc, char **argv) {
          "the end)", &a->checkpoint_every, false, 0, 1e12},
         {"--stop-at-step", LZ_OPT_INT, "N", "checkpoint after step N and stop (--resume continues)", &a->stop_at,
          false, 0, 1e12},
-        {"--device", LZ_OPT_STRING, "cpu|cuda", "where the layers' training steps run (default cpu; the teacher "
-         "runs on the CPU either way)", &a->device, false, 0, 0},
+        {"--device", LZ_OPT_STRING, "cpu|cuda", "where the layers' training steps run (default cpu)", &a->device, false, 0, 0},
+        {"--teacher-device", LZ_OPT_STRING, "cpu|cuda", "where the teacher runs (default: cuda with --device cuda "
+         "in one process, else cpu)", &a->teacher_device, false, 0, 0},
         {"--gla-precision", LZ_OPT_STRING, "fp32|bf16", "with --device cuda: the GLA's in-chunk products in fp32 "
          "(default) or bf16 on the tensor cores (fp32 accumulation, gates and states)", &a->gla_precision, false, 0,
          0},

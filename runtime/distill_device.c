@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h> // cudaMalloc, cudaMemcpy
 
 #include "cuda/train_cuda.h" // lz_lizard_layer_sse_cuda
+#include "mpi_world.h"       // lz_world_get: one GPU per rank of a node
 
 struct lz_distill_gpu {
     lz_lizard_geom geom;
@@ -55,6 +56,7 @@ lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
         return lz_fail(LZ_ERR_INPUT, "--device cuda: no CUDA device is visible");
+    GPU_TRY(cudaSetDevice(lz_world_get()->local_rank % n)); // as the CUDA backend picks it
     lz_distill_gpu *gpu = calloc(1, sizeof *gpu);
     if (!gpu)
         return lz_fail(LZ_ERR_NOMEM, "--device cuda: out of memory");
@@ -87,14 +89,18 @@ static lz_status up(float *dst, const float *src, size_t n) {
 }
 
 lz_status lz_distill_gpu_layer(lz_distill_gpu *gpu, lz_distill_layer *l, const lz_teacher_acts *acts, bool learn,
-                               float grad_scale, double *sse) {
+                               float grad_scale, double *sse, double *energy) {
     const lz_lizard_geom *g = &gpu->geom;
     const size_t T = (size_t)gpu->batch * gpu->seq_len, qd = T * g->Hq * g->d, kd = T * g->Hkv * g->d;
-    LZ_TRY(up(gpu->x, acts->x, T * gpu->hidden));
-    LZ_TRY(up(gpu->q, acts->q, qd));
-    LZ_TRY(up(gpu->k, acts->k, kd));
-    LZ_TRY(up(gpu->v, acts->v, kd));
-    LZ_TRY(up(gpu->target, acts->target, qd));
+    const float *x = acts->x, *q = acts->q, *k = acts->k, *v = acts->v, *target = acts->target;
+    if (!acts->on_device) { // a teacher on the CPU: the batch goes up first
+        LZ_TRY(up(gpu->x, acts->x, T * gpu->hidden));
+        LZ_TRY(up(gpu->q, acts->q, qd));
+        LZ_TRY(up(gpu->k, acts->k, kd));
+        LZ_TRY(up(gpu->v, acts->v, kd));
+        LZ_TRY(up(gpu->target, acts->target, qd));
+        x = gpu->x, q = gpu->q, k = gpu->k, v = gpu->v, target = gpu->target;
+    }
     for (int i = 0; i < LZ_DT_COUNT; i++) {
         LZ_TRY(up(gpu->param[i], l->param[i], gpu->numel[i]));
         if (learn)
@@ -102,8 +108,8 @@ lz_status lz_distill_gpu_layer(lz_distill_gpu *gpu, lz_distill_layer *l, const l
     }
     const lz_lizard_params_f32 p = {gpu->param[0], gpu->param[1], gpu->param[2], gpu->param[3], gpu->param[4]};
     lz_lizard_params_f32 gr = {gpu->grad[0], gpu->grad[1], gpu->grad[2], gpu->grad[3], gpu->grad[4]};
-    LZ_TRY(lz_lizard_layer_sse_cuda(sse, &p, learn ? &gr : NULL, grad_scale, gpu->x, gpu->q, gpu->k, gpu->v,
-                                    gpu->target, gpu->batch, gpu->seq_len, g, &gpu->s));
+    LZ_TRY(lz_lizard_layer_sse_cuda(sse, energy, &p, learn ? &gr : NULL, grad_scale, x, q, k, v, target, gpu->batch,
+                                    gpu->seq_len, g, &gpu->s));
     for (int i = 0; learn && i < LZ_DT_COUNT; i++)
         GPU_TRY(cudaMemcpy(l->grad[i], gpu->grad[i], sizeof(float) * gpu->numel[i], cudaMemcpyDeviceToHost));
     return LZ_OK;
@@ -124,7 +130,7 @@ lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int
 void lz_distill_gpu_close(lz_distill_gpu *gpu) { free(gpu); }
 
 lz_status lz_distill_gpu_layer(lz_distill_gpu *gpu, lz_distill_layer *l, const lz_teacher_acts *acts, bool learn,
-                               float grad_scale, double *sse) {
+                               float grad_scale, double *sse, double *energy) {
     return lz_fail(LZ_ERR_INTERNAL, "--device cuda: this build has no CUDA backend");
 }
 

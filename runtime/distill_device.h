@@ -21,9 +21,11 @@ lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int
                               bool gla_bf16);
 void lz_distill_gpu_close(lz_distill_gpu *gpu);
 
-/* The batch's SSE of layer l into *sse; with `learn`, l->grad is overwritten
- * with grad_scale * d(SSE)/d(param) (what the CPU path accumulates from zero). */
+/* The batch's SSE of layer l into *sse and its sum of target^2 into *energy;
+ * with `learn`, l->grad is overwritten with grad_scale * d(SSE)/d(param) (what
+ * the CPU path accumulates from zero). Activations on the device
+ * (acts->on_device: a teacher on the GPU) are read where they are. */
 lz_status lz_distill_gpu_layer(lz_distill_gpu *gpu, lz_distill_layer *l, const lz_teacher_acts *acts, bool learn,
-                               float grad_scale, double *sse);
+                               float grad_scale, double *sse, double *energy);
 
 #endif

@@ -25,6 +25,10 @@ static lz_status check_args(const lz_distill_args *a) {
         return lz_fail(LZ_ERR_INPUT, "--gla-precision: '%s' is not fp32 or bf16", a->gla_precision);
     if (strcmp(a->gla_precision, "bf16") == 0 && strcmp(a->device, "cuda") != 0)
         return lz_fail(LZ_ERR_INPUT, "--gla-precision bf16 needs --device cuda");
+    if (a->teacher_device && strcmp(a->teacher_device, "cpu") != 0 && strcmp(a->teacher_device, "cuda") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--teacher-device: '%s' is not cpu or cuda", a->teacher_device);
+    if (a->teacher_device && strcmp(a->teacher_device, "cuda") == 0 && strcmp(a->device, "cuda") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--teacher-device cuda needs --device cuda (the CPU trainer reads host memory)");
     if (strcmp(a->map_heads, "per-head") != 0 && strcmp(a->map_heads, "shared") != 0)
         return lz_fail(LZ_ERR_INPUT, "--map-heads: '%s' is not per-head or shared", a->map_heads);
     struct stat sb;
@@ -72,8 +76,12 @@ lz_status lz_distill_setup(lz_distill_run *r) {
     lz_distill_args *a = &r->a;
     LZ_TRY(check_args(a));
     LZ_TRY(make_plan(r));
-    LZ_TRY(lz_teacher_open(&r->teacher, a->teacher, (int)a->batch, (int)a->seq_len, r->planned ? &r->plan : NULL,
-                           r->rank));
+    // the teacher follows --device in one process; under mpirun the hidden states travel through host memory
+    const char *teacher_device = a->teacher_device ? a->teacher_device
+                                 : strcmp(a->device, "cuda") == 0 && !r->planned ? "cuda"
+                                                                                  : "cpu";
+    LZ_TRY(lz_teacher_open_on(&r->teacher, a->teacher, (int)a->batch, (int)a->seq_len, r->planned ? &r->plan : NULL,
+                              r->rank, teacher_device));
     lz_config cfg = r->teacher.model.cfg;
     r->n_layers = cfg.num_hidden_layers;
     const int d = cfg.head_dim, Hq = cfg.num_attention_heads, Hkv = cfg.num_key_value_heads;

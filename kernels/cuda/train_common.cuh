@@ -24,8 +24,10 @@ enum { LZ_TB = 256, LZ_MM_TILE = 32 }; // threads per block of every training ke
  * (LZ_MM_SMEM floats); each element is handed to `out` exactly once, by the
  * same thread for the same (M, N), so two products of one shape may
  * read-modify-write the same outputs without a barrier. No barrier after:
- * the caller syncs before reading what `out` wrote to shared memory. */
-template <class FA, class FB, class FO>
+ * the caller syncs before reading what `out` wrote to shared memory.
+ * AT: A's memory runs along i (else along k); BT: B's runs along k (else
+ * along j): neighbouring threads then load neighbouring addresses. */
+template <bool AT, bool BT, class FA, class FB, class FO>
 __device__ void lz_block_mm(int M, int N, int K, FA A, FB B, FO out, float *tiles) {
     float(*As)[LZ_MM_TILE + 1] = (float(*)[LZ_MM_TILE + 1]) tiles;
     float(*Bs)[LZ_MM_TILE + 1] = (float(*)[LZ_MM_TILE + 1])(tiles + LZ_MM_TILE * (LZ_MM_TILE + 1));
@@ -36,8 +38,14 @@ __device__ void lz_block_mm(int M, int N, int K, FA A, FB B, FO out, float *tile
             for (int k0 = 0; k0 < K; k0 += LZ_MM_TILE) {
                 for (int q = 0; q < 4; q++) {
                     const int r = ty + 8 * q;
-                    As[r][tx] = i0 + r < M && k0 + tx < K ? A(i0 + r, k0 + tx) : 0.0f;
-                    Bs[r][tx] = k0 + r < K && j0 + tx < N ? B(k0 + r, j0 + tx) : 0.0f;
+                    if (AT)
+                        As[tx][r] = i0 + tx < M && k0 + r < K ? A(i0 + tx, k0 + r) : 0.0f;
+                    else
+                        As[r][tx] = i0 + r < M && k0 + tx < K ? A(i0 + r, k0 + tx) : 0.0f;
+                    if (BT)
+                        Bs[tx][r] = k0 + tx < K && j0 + r < N ? B(k0 + tx, j0 + r) : 0.0f;
+                    else
+                        Bs[r][tx] = k0 + r < K && j0 + tx < N ? B(k0 + r, j0 + tx) : 0.0f;
                 }
                 __syncthreads();
                 for (int kk = 0; kk < LZ_MM_TILE; kk++) {
@@ -56,7 +64,7 @@ __device__ void lz_block_mm(int M, int N, int K, FA A, FB B, FO out, float *tile
 /* The same contract with the operands rounded to bf16 and multiplied on the
  * tensor cores (wmma 16 x 16 x 16, fp32 accumulation): warps 0-3 each own one
  * 16 x 16 quarter of the 32 x 32 output tile, all 8 warps load. */
-template <class FA, class FB, class FO>
+template <bool AT, bool BT, class FA, class FB, class FO>
 __device__ void lz_block_mm_bf16(int M, int N, int K, FA A, FB B, FO out, float *tiles) {
     using namespace nvcuda;
     enum { LDB = LZ_MM_TILE + 8, LDC = LZ_MM_TILE + 4 }; // wmma: 16-bit rows a multiple of 8, fp32 of 4
@@ -71,8 +79,14 @@ __device__ void lz_block_mm_bf16(int M, int N, int K, FA A, FB B, FO out, float 
             for (int k0 = 0; k0 < K; k0 += LZ_MM_TILE) {
                 for (int q = 0; q < 4; q++) {
                     const int r = ty + 8 * q;
-                    As[r * LDB + tx] = __float2bfloat16_rn(i0 + r < M && k0 + tx < K ? A(i0 + r, k0 + tx) : 0.0f);
-                    Bs[r * LDB + tx] = __float2bfloat16_rn(k0 + r < K && j0 + tx < N ? B(k0 + r, j0 + tx) : 0.0f);
+                    if (AT)
+                        As[tx * LDB + r] = __float2bfloat16_rn(i0 + tx < M && k0 + r < K ? A(i0 + tx, k0 + r) : 0.0f);
+                    else
+                        As[r * LDB + tx] = __float2bfloat16_rn(i0 + r < M && k0 + tx < K ? A(i0 + r, k0 + tx) : 0.0f);
+                    if (BT)
+                        Bs[tx * LDB + r] = __float2bfloat16_rn(k0 + tx < K && j0 + r < N ? B(k0 + tx, j0 + r) : 0.0f);
+                    else
+                        Bs[r * LDB + tx] = __float2bfloat16_rn(k0 + r < K && j0 + tx < N ? B(k0 + r, j0 + tx) : 0.0f);
                 }
                 __syncthreads();
                 if (warp < 4)
@@ -96,12 +110,12 @@ __device__ void lz_block_mm_bf16(int M, int N, int K, FA A, FB B, FO out, float 
 }
 
 // lz_block_mm or, for the bf16 GLA path, lz_block_mm_bf16
-template <bool BF16, class FA, class FB, class FO>
+template <bool BF16, bool AT, bool BT, class FA, class FB, class FO>
 __device__ __forceinline__ void lz_mm(int M, int N, int K, FA A, FB B, FO out, float *tiles) {
     if constexpr (BF16)
-        lz_block_mm_bf16(M, N, K, A, B, out, tiles);
+        lz_block_mm_bf16<AT, BT>(M, N, K, A, B, out, tiles);
     else
-        lz_block_mm(M, N, K, A, B, out, tiles);
+        lz_block_mm<AT, BT>(M, N, K, A, B, out, tiles);
 }
 
 // log(sigmoid(l)) without overflow (the CPU reference's formula)

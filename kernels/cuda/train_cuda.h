@@ -79,12 +79,13 @@ typedef struct {
 
 lz_status lz_lizard_cuda_scratch_create(lz_lizard_cuda_scratch *s, const lz_lizard_geom *g, int n_seq, int T, int C);
 void lz_lizard_cuda_scratch_free(lz_lizard_cuda_scratch *s);
-/* *sse = sum over the n_seq sequences of (y - target)^2; if grad is not NULL, adds grad_scale *
+/* *sse = sum over the n_seq sequences of (y - target)^2 (and, if energy is not NULL, *energy = sum
+ * of target^2, the scale of the relative error); if grad is not NULL, adds grad_scale *
  * d(sum)/d(param) to it. p, grad: device tensors; x [n_seq*T, C], q [.., Hq, d], k, v [.., Hkv, d],
  * target [.., Hq, d] on the device. */
-lz_status lz_lizard_layer_sse_cuda(double *sse, const lz_lizard_params_f32 *p, lz_lizard_params_f32 *grad,
-                                   float grad_scale, const float *x, const float *q, const float *k, const float *v,
-                                   const float *target, int n_seq, int T, const lz_lizard_geom *g,
-                                   lz_lizard_cuda_scratch *s);
+lz_status lz_lizard_layer_sse_cuda(double *sse, double *energy, const lz_lizard_params_f32 *p,
+                                   lz_lizard_params_f32 *grad, float grad_scale, const float *x, const float *q,
+                                   const float *k, const float *v, const float *target, int n_seq, int T,
+                                   const lz_lizard_geom *g, lz_lizard_cuda_scratch *s);
 
 #endif

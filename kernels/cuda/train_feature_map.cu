@@ -83,7 +83,7 @@ __global__ void fm_dw_partial_kernel(float *partial, const float *du, const floa
     float *dst = partial + ((size_t)slice * n_w + w) * d * f;
     auto row_t = [=](int r) { return (r0 + r) / hpw; };
     auto row_o = [=](int r) { return w * hpw + (int)((r0 + r) % hpw); };
-    lz_block_mm(
+    lz_block_mm<true, false>(
         d, f, K, [&](int i, int r) { return x[((size_t)row_t(r) * Hx + row_o(r) / rep) * d + i]; },
         [&](int r, int j) { return du[((size_t)row_t(r) * Hout + row_o(r)) * f + j]; },
         [&](int i, int j, float acc) { dst[(size_t)i * f + j] = acc; }, tiles);

@@ -46,7 +46,7 @@ __global__ void gla_state_grad_kernel(float *D, float *dz, const float *dnum, co
     float *Dc = D + sh.slot(b, c - 1, s) * sh.F * sh.d, *dzc = dz + sh.slot(b, c - 1, s) * sh.F;
     // k runs over (head of the group, row): h = s qps + k / n, i = k % n
     auto qrow = [&](int k) { return (row0 + k % n) * sh.Hq + s * sh.qps + k / n; };
-    lz_mm<BF16>(
+    lz_mm<BF16, true, false>(
         sh.F, sh.d, n * sh.qps, [&](int a, int k) { return eG[k % n] * phi_q[qrow(k) * sh.F + a]; },
         [&](int k, int j) { return dnum[qrow(k) * sh.d + j]; },
         [&](int a, int j, float acc) { Dc[(size_t)a * sh.d + j] = acc; }, tiles);
@@ -102,7 +102,7 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
     float *dpk = dphi_k + (row0 * sh.Hs + s) * sh.F;
 
     // carry: dphi_k_t = e^{G_L - G_t} (D v_t + dz); c_t = phi_k_t . that
-    lz_mm<BF16>(
+    lz_mm<BF16, false, true>(
         n, sh.F, sh.d, [&](int t, int j) { return vv[t * vs + j]; },
         [&](int j, int a) { return Dc[(size_t)a * sh.d + j]; },
         [&](int t, int a, float acc) { dpk[t * pks + a] = wk[t] * (acc + dz[a]); }, tiles);
@@ -137,11 +137,11 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
         const float *ddn = dden + row0 * sh.Hq + h;
         float *dpq = dphi_q + (row0 * sh.Hq + h) * sh.F;
         // g_it = e^{G_i - G_t} (v_t . dnum_i + dden_i) for t <= i, then A_it = g_it (phi_q_i . phi_k_t)
-        lz_mm<BF16>(
+        lz_mm<BF16, false, true>(
             n, n, sh.d, [&](int i, int j) { return dn[i * ds + j]; }, [&](int j, int t) { return vv[t * vs + j]; },
             [&](int i, int t, float acc) { gm[i][t] = t <= i ? expf(Gs[i] - Gs[t]) * (acc + ddn[i * sh.Hq]) : 0.0f; },
             tiles);
-        lz_mm<BF16>( // same (n, n) shape: gm[i][t] is this thread's own
+        lz_mm<BF16, false, true>( // same (n, n) shape: gm[i][t] is this thread's own
             n, n, sh.F, [&](int i, int a) { return pq[i * pqs + a]; }, [&](int a, int t) { return pk[t * pks + a]; },
             [&](int i, int t, float acc) { am[i][t] = gm[i][t] * acc; }, tiles);
         __syncthreads();
@@ -159,7 +159,7 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
             dG[threadIdx.x] -= acc;
         }
         // state term: dphi_q_i = e^{G_i} (S0 dnum_i + z0 dden_i)
-        lz_mm<BF16>(
+        lz_mm<BF16, false, true>(
             n, sh.F, sh.d, [&](int i, int j) { return dn[i * ds + j]; },
             [&](int j, int a) { return S[(size_t)a * sh.d + j]; },
             [&](int i, int a, float acc) { dpq[i * pqs + a] = expf(Gs[i]) * (acc + ddn[i * sh.Hq] * z[a]); }, tiles);
@@ -174,10 +174,10 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
         }
         __syncthreads();
         // in-chunk terms: dphi_q_i += sum_t g_it phi_k_t;  dphi_k_t += sum_i g_it phi_q_i
-        lz_mm<BF16>(
+        lz_mm<BF16, false, false>(
             n, sh.F, n, [&](int i, int t) { return gm[i][t]; }, [&](int t, int a) { return pk[t * pks + a]; },
             [&](int i, int a, float acc) { dpq[i * pqs + a] += acc; }, tiles);
-        lz_mm<BF16>( // the carry's (n, F) shape: dphi_k_t's elements are this thread's own
+        lz_mm<BF16, false, false>( // the carry's (n, F) shape: dphi_k_t's elements are this thread's own
             n, sh.F, n, [&](int t, int i) { return gm[i][t]; }, [&](int i, int a) { return pq[i * pqs + a]; },
             [&](int t, int a, float acc) { dpk[t * pks + a] += acc; }, tiles);
         __syncthreads();

@@ -42,7 +42,7 @@ __global__ void gla_delta_kernel(float *S0, float *z0, const float *phi_k, const
     const float *pk = phi_k + (row0 * sh.Hs + s) * sh.F, *vv = v + (row0 * sh.Hkv + vh) * sh.d;
     float *S = S0 + sh.slot(b, c + 1, s) * sh.F * sh.d, *z = z0 + sh.slot(b, c + 1, s) * sh.F;
     const size_t pks = (size_t)sh.Hs * sh.F, vs = (size_t)sh.Hkv * sh.d;
-    lz_mm<BF16>(
+    lz_mm<BF16, true, false>(
         sh.F, sh.d, n, [&](int a, int t) { return w[t] * pk[t * pks + a]; },
         [&](int t, int j) { return vv[t * vs + j]; }, [&](int a, int j, float acc) { S[(size_t)a * sh.d + j] = acc; },
         tiles);
@@ -88,7 +88,7 @@ __global__ void gla_out_kernel(float *out, float *den_out, const float *S0, cons
     const float *vv = v + (row0 * sh.Hkv + vh) * sh.d, *S = S0 + sh.slot(b, c, s) * sh.F * sh.d,
                 *z = z0 + sh.slot(b, c, s) * sh.F;
     float *o = out + (row0 * sh.Hq + h) * sh.d;
-    lz_mm<BF16>(
+    lz_mm<BF16, false, true>(
         n, n, sh.F, [&](int i, int a) { return pq[i * pqs + a]; }, [&](int a, int t) { return pk[t * pks + a]; },
         [&](int i, int t, float acc) { aw[i][t] = t <= i ? acc * expf(Gs[i] - Gs[t]) : 0.0f; }, tiles);
     __syncthreads();
@@ -107,11 +107,11 @@ __global__ void gla_out_kernel(float *out, float *den_out, const float *S0, cons
         }
     }
     __syncthreads();
-    lz_mm<BF16>(
+    lz_mm<BF16, false, false>(
         n, sh.d, sh.F, [&](int i, int a) { return pq[i * pqs + a]; },
         [&](int a, int j) { return S[(size_t)a * sh.d + j]; },
         [&](int i, int j, float acc) { o[i * os + j] = expf(Gs[i]) * acc; }, tiles);
-    lz_mm<BF16>( // the same (n, d) shape: each output is the same thread's, no barrier needed
+    lz_mm<BF16, false, false>( // the same (n, d) shape: each output is the same thread's, no barrier needed
         n, sh.d, n, [&](int i, int t) { return aw[i][t]; }, [&](int t, int j) { return vv[t * vs + j]; },
         [&](int i, int j, float acc) {
             const float num = o[i * os + j] + acc;

@@ -33,10 +33,11 @@ __global__ void combine_kernel(double *partial, float *dy, float *dwin, const fl
                                const float *target, const float *alpha, float scale, size_t n, bool grad) {
     __shared__ double red[32];
     const float a = alpha[0];
-    double sse = 0.0, da = 0.0;
+    double sse = 0.0, da = 0.0, en = 0.0;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         const float diff = gla[e] + a * win[e] - target[e];
         sse += (double)diff * diff;
+        en += (double)target[e] * target[e];
         if (grad) {
             const float g = 2.0f * scale * diff;
             dy[e] = g;
@@ -44,17 +45,17 @@ __global__ void combine_kernel(double *partial, float *dy, float *dwin, const fl
             da += (double)g * win[e];
         }
     }
-    const double s_blk = block_sum_f64(sse, red), a_blk = block_sum_f64(da, red);
+    const double s_blk = block_sum_f64(sse, red), a_blk = block_sum_f64(da, red), e_blk = block_sum_f64(en, red);
     if (threadIdx.x == 0)
-        partial[2 * blockIdx.x] = s_blk, partial[2 * blockIdx.x + 1] = a_blk;
+        partial[3 * blockIdx.x] = s_blk, partial[3 * blockIdx.x + 1] = a_blk, partial[3 * blockIdx.x + 2] = e_blk;
 }
 
-// one thread: the block sums in order; d alpha into the gradient
+// one thread: the block sums in order -> partial[0] = SSE, partial[1] = sum of target^2; d alpha into the gradient
 __global__ void combine_finish_kernel(double *partial, float *dalpha, int blocks) {
-    double sse = 0.0, da = 0.0;
+    double sse = 0.0, da = 0.0, en = 0.0;
     for (int b = 0; b < blocks; b++)
-        sse += partial[2 * b], da += partial[2 * b + 1];
-    partial[0] = sse;
+        sse += partial[3 * b], da += partial[3 * b + 1], en += partial[3 * b + 2];
+    partial[0] = sse, partial[1] = en;
     if (dalpha)
         dalpha[0] += (float)da;
 }
@@ -87,7 +88,7 @@ extern "C" lz_status lz_lizard_cuda_scratch_create(lz_lizard_cuda_scratch *s, co
         }
     }
     s->h_partial = (double *)calloc(2, sizeof(double));
-    cudaError_t e = cudaMalloc((void **)&s->partial, sizeof(double) * 2 * LOSS_BLOCKS);
+    cudaError_t e = cudaMalloc((void **)&s->partial, sizeof(double) * 3 * LOSS_BLOCKS);
     if (e != cudaSuccess || !s->h_partial) {
         lz_lizard_cuda_scratch_free(s);
         return lz_fail(LZ_ERR_NOMEM, "training loss buffers: out of memory");
@@ -109,10 +110,10 @@ extern "C" void lz_lizard_cuda_scratch_free(lz_lizard_cuda_scratch *s) {
 
 // ---- the layer -----------------------------------------------------------------------------------
 
-extern "C" lz_status lz_lizard_layer_sse_cuda(double *sse, const lz_lizard_params_f32 *p, lz_lizard_params_f32 *grad,
-                                              float grad_scale, const float *x, const float *q, const float *k,
-                                              const float *v, const float *target, int n_seq, int T,
-                                              const lz_lizard_geom *g, lz_lizard_cuda_scratch *s) {
+extern "C" lz_status lz_lizard_layer_sse_cuda(double *sse, double *energy, const lz_lizard_params_f32 *p,
+                                              lz_lizard_params_f32 *grad, float grad_scale, const float *x,
+                                              const float *q, const float *k, const float *v, const float *target,
+                                              int n_seq, int T, const lz_lizard_geom *g, lz_lizard_cuda_scratch *s) {
     if (n_seq > s->n_seq || T != s->T)
         return lz_fail(LZ_ERR_INTERNAL, "training scratch for %d x %d tokens, called with %d x %d", s->n_seq, s->T,
                        n_seq, T);
@@ -138,7 +139,9 @@ extern "C" lz_status lz_lizard_layer_sse_cuda(double *sse, const lz_lizard_param
                                             g->exp_map, s->work));
         LZ_TRY(lz_cuda_gate_backward(grad->wg, s->dlg, s->logit, x, N, s->C, s->work));
     }
-    LZ_CUDA_TRY(cudaMemcpy(s->h_partial, s->partial, sizeof(double), cudaMemcpyDeviceToHost));
+    LZ_CUDA_TRY(cudaMemcpy(s->h_partial, s->partial, 2 * sizeof(double), cudaMemcpyDeviceToHost));
     *sse = s->h_partial[0];
+    if (energy)
+        *energy = s->h_partial[1];
     return LZ_OK;
 }

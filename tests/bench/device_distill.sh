@@ -44,3 +44,58 @@ PY
 else
   echo "device_distill: one GPU visible: no two-GPU run"
 fi
+
+# End to end: `lizard distill --device cuda` (teacher and training on the GPU) on a LLaMA-3-8B-shaped
+# teacher cut to its first 4 layers (random weights from `lizard init`; 8B-shaped layers, so the
+# 32-layer rate is the 4-layer rate / 8), random token ids, 5 steps of 4 x 2048 tokens.
+L=${LIZARD:-.devout/lizard}
+M=/tmp/distill8b
+if [ ! -e $M/4/config.json ]; then
+  rm -rf $M && mkdir -p $M
+  t0=$(date +%s)
+  timeout 150 $L init --config llama3-8b-teacher --out $M/32 >/dev/null 2>&1 || echo "device_distill: init failed"
+  echo "device_distill: lizard init llama3-8b-teacher: $(( $(date +%s) - t0 )) s"
+  python3 - $M/32 $M/4 4 <<'PY'
+import json, os, struct, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.makedirs(dst, exist_ok=True)
+cfg = json.load(open(f"{src}/config.json"))
+cfg["num_hidden_layers"] = n
+json.dump(cfg, open(f"{dst}/config.json", "w"), indent=2)
+for f in os.listdir(src):  # tokenizer and generation files as they are
+    if f not in ("config.json", "model.safetensors") and not f.endswith(".json.tmp"):
+        open(f"{dst}/{f}", "wb").write(open(f"{src}/{f}", "rb").read())
+fin = open(f"{src}/model.safetensors", "rb")
+hn = struct.unpack("<Q", fin.read(8))[0]
+head = json.loads(fin.read(hn))
+keep = {k: v for k, v in head.items() if k != "__metadata__" and
+        (".layers." not in k or int(k.split(".layers.")[1].split(".")[0]) < n)}
+out, off = {}, 0
+for k in sorted(keep, key=lambda k: keep[k]["data_offsets"][0]):
+    a, b = keep[k]["data_offsets"]
+    out[k] = dict(keep[k], data_offsets=[off, off + b - a]); off += b - a
+hb = json.dumps(out).encode(); hb += b" " * (-len(hb) % 8)
+with open(f"{dst}/model.safetensors", "wb") as fo:
+    fo.write(struct.pack("<Q", len(hb))); fo.write(hb)
+    for k in sorted(keep, key=lambda k: keep[k]["data_offsets"][0]):
+        a, b = keep[k]["data_offsets"]
+        fin.seek(8 + hn + a); fo.write(fin.read(b - a))
+import numpy as np
+np.save(f"{dst}/../ids.npy", np.random.default_rng(0).integers(0, cfg["vocab_size"], 300000, dtype=np.int32))
+PY
+  rm -rf $M/32
+fi
+for path in fp32 bf16; do
+  rm -rf $M/out
+  timeout 200 $L distill --teacher $M/4 --data $M/ids.npy --out $M/out --seq-len 2048 --batch 4 --tokens 40960 \
+    --eval-batches 1 --log-every 1 --device cuda --gla-precision $path 2>&1 | tee "$OUT/distill_e2e_$path.log" \
+    | grep -E "step|error" | tail -3
+  python3 - "$OUT/distill_e2e_$path.log" $path <<'PY'
+import re, sys
+r = [float(m.group(1)) for m in re.finditer(r"step \d+/\d+ .*?(\d+) tok/s", open(sys.argv[1]).read())]
+if r:
+    best = max(r[1:] or r)
+    print(f"end to end ({sys.argv[2]} GLA, teacher on the GPU in fp32): {best:.0f} tok/s for 4 8B-shaped layers "
+          f"= {best / 8:.0f} tok/s for 32 layers (best of steps 2-{len(r)})")
+PY
+done | tee -a "$OUT/distill_bench.log"

@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
     const size_t N = (size_t)B * L, qd = N * Hq * d, kd = N * Hkv * d;
     float *x = rand_host(N * hidden, -1, 1, 1), *q = rand_host(qd, -1, 1, 2), *k = rand_host(kd, -1, 1, 3);
     float *v = rand_host(kd, -1, 1, 4), *tg = rand_host(qd, -0.1f, 0.1f, 5);
-    const lz_teacher_acts acts = {0, x, q, k, v, tg};
+    const lz_teacher_acts acts = {0, x, q, k, v, tg, false};
     lz_distill_layer layer;
     if (lz_distill_layer_init(&layer, 0, &g, hidden, 1)) {
         fprintf(stderr, "bench_gpu_train: out of memory\n");
@@ -145,11 +145,11 @@ int main(int argc, char **argv) {
     double sse = 0, t_res = 1e30, t_fwd = 1e30, t_dis = 1e30;
     for (int it = 0; it <= steps; it++) { // iteration 0 warms up; the best of the rest is kept
         double t0 = lz_now_seconds();
-        OK(lz_lizard_layer_sse_cuda(&sse, &p, &gr, scale, dx, dq, dk, dv, dt, B, L, &g, &s));
+        OK(lz_lizard_layer_sse_cuda(&sse, NULL, &p, &gr, scale, dx, dq, dk, dv, dt, B, L, &g, &s));
         double t1 = lz_now_seconds();
-        OK(lz_lizard_layer_sse_cuda(&sse, &p, NULL, scale, dx, dq, dk, dv, dt, B, L, &g, &s));
+        OK(lz_lizard_layer_sse_cuda(&sse, NULL, &p, NULL, scale, dx, dq, dk, dv, dt, B, L, &g, &s));
         double t2 = lz_now_seconds();
-        OK(lz_distill_gpu_layer(gpu, &layer, &acts, true, scale, &sse));
+        OK(lz_distill_gpu_layer(gpu, &layer, &acts, true, scale, &sse, NULL));
         lz_distill_layer_adamw(&layer, &opt, it);
         double t3 = lz_now_seconds();
         if (it > 0) {

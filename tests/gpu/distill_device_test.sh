@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # distill_device_test.sh LIZARD - on a GPU machine: `lizard distill --device cuda`
-# against `--device cpu` on a tiny teacher that `lizard init` writes, a few
-# steps each, in two settings (2 chunks per sequence with a partial one, softmax
-# maps per head, normaliser; and one short chunk, shared exp maps, no
-# normaliser). Compares every step's per-layer MSE and the final Lizard tensors
+# against `--device cpu` on a tiny teacher that `lizard init` writes, 10 steps
+# each, in two settings (2 chunks per sequence with a partial one, softmax maps
+# per head, normaliser; and one short chunk, shared exp maps, no normaliser, no
+# meta logits). Compares every step's per-layer MSE and the final Lizard tensors
 # (relative L2 <= 1e-3 each; both paths are fp32 and differ in summation order
-# only, and 10 AdamW steps move each weight by at most ~lr per step). The first
-# setting also runs with --gla-precision bf16 (bound 3e-2: bf16 keeps 8 bits).
+# only, and 10 AdamW steps move each weight by at most ~lr per step). Runs:
+#   cuda:  the layer steps on the GPU, the teacher on the CPU (--teacher-device cpu);
+#   gput:  the teacher on the GPU too (the default of --device cuda in one process);
+#   bf16:  --gla-precision bf16 (bound 3e-2: bf16 keeps 8 bits);
+#   mpi2:  mpirun -np 2 --device cuda: layers split over 2 ranks, one GPU each
+#          (both on GPU 0 when only one is visible).
 # Exit 0 when all agree, 1 otherwise, 77 when no GPU is visible.
 set -u
 LIZARD=$1
@@ -25,16 +29,20 @@ settings=(
   "--seq-len 100 --batch 2 --tokens 2000 --window 16 --feature-dim 16 --meta-tokens 2 --softmax-layers 3"
   "--seq-len 40 --batch 3 --tokens 1200 --window 64 --feature-dim 8 --meta-tokens 0 --feature-map exp --map-heads shared --no-gla-normalize"
 )
-for run in "0 cuda fp32 1e-3" "1 cuda fp32 1e-3" "0 bf16 bf16 3e-2"; do
-  read -r i name prec bound <<<"$run"
+MPI="mpirun --allow-run-as-root -np 2 -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
+for run in "0 cuda 1e-3 --teacher-device cpu" "1 cuda 1e-3 --teacher-device cpu" "0 gput 1e-3" \
+           "0 bf16 3e-2 --gla-precision bf16" "0 mpi2 1e-3"; do
+  read -r i name bound extra <<<"$run"
   for dev in cpu cuda; do
     out=$([ $dev = cpu ] && echo cpu$i || echo $name$i)
     [ -e "$TMP/$out.jsonl" ] && continue # the cpu run of a setting is shared
+    launch=""
+    [ "$name" = mpi2 ] && [ $dev = cuda ] && launch=$MPI
     # shellcheck disable=SC2086
-    "$LIZARD" distill --teacher "$TMP/teacher" --data "$TMP/data.txt" --out "$TMP/$out" ${settings[$i]} \
+    $launch "$LIZARD" distill --teacher "$TMP/teacher" --data "$TMP/data.txt" --out "$TMP/$out" ${settings[$i]} \
       --lr 1e-2 --eval-batches 1 --log "$TMP/$out.jsonl" --log-every 1000 --device $dev \
-      $([ $dev = cuda ] && echo --gla-precision $prec) 2>"$TMP/$out.err" \
-      || { echo "FAIL: distill --device $dev $prec (setting $i): $(tail -2 "$TMP/$out.err")"; fail=1; }
+      $([ $dev = cuda ] && echo $extra) 2>"$TMP/$out.err" \
+      || { echo "FAIL: distill --device $dev $extra ($name, setting $i): $(tail -2 "$TMP/$out.err")"; fail=1; }
   done
   python3 - "$TMP/cpu$i" "$TMP/$name$i" "$bound" <<'PY' || fail=1
 import json, math, struct, sys

@@ -329,8 +329,12 @@ static void test_layer(const shape *sh) {
                               (size_t)N * g->Hq * 2 * g->f, (size_t)N * g->Hs * 2 * g->f, N, nq};
     for (size_t i = 0; i < sizeof inter / sizeof inter[0]; i++)
         poison(inter[i], inter_n[i]);
-    double sse_gpu = -1;
-    OK(lz_lizard_layer_sse_cuda(&sse_gpu, &pd, &gd, scale, dx, dq, dk, dv, dt, B, T, g, &s));
+    double sse_gpu = -1, energy = -1, energy_ref = 0;
+    for (size_t e = 0; e < nq; e++)
+        energy_ref += (double)tg[e] * tg[e];
+    OK(lz_lizard_layer_sse_cuda(&sse_gpu, &energy, &pd, &gd, scale, dx, dq, dk, dv, dt, B, T, g, &s));
+    CHECK_MSG(fabs(energy - energy_ref) <= 1e-9 * energy_ref, "%s sum of target^2 %.12g vs %.12g", shape_name, energy,
+              energy_ref);
     CHECK_MSG(fabs(sse_gpu - sse) <= FWD * fabs(sse), "%s layer SSE %.9g vs CPU %.9g", shape_name, sse_gpu, sse);
     const char *names[5] = {"layer dW_q", "layer dW_k", "layer dW_gamma", "layer dmeta", "layer dalpha"};
     for (int i = 0; i < 5; i++)
@@ -338,7 +342,7 @@ static void test_layer(const shape *sh) {
             compare(names[i], dg[i], hg[i], numel[i], GRAD);
     // the loss alone (no gradient) gives the same SSE
     double sse_only = -1;
-    OK(lz_lizard_layer_sse_cuda(&sse_only, &pd, NULL, scale, dx, dq, dk, dv, dt, B, T, g, &s));
+    OK(lz_lizard_layer_sse_cuda(&sse_only, NULL, &pd, NULL, scale, dx, dq, dk, dv, dt, B, T, g, &s));
     CHECK_MSG(sse_only == sse_gpu, "%s SSE without gradient %.9g vs %.9g", shape_name, sse_only, sse_gpu);
     lz_lizard_cuda_scratch_free(&s);
     for (int i = 0; i < 5; i++)
