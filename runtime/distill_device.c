@@ -93,7 +93,14 @@ lz_status lz_distill_gpu_layer(lz_distill_gpu *gpu, lz_distill_layer *l, const l
     const lz_lizard_geom *g = &gpu->geom;
     const size_t T = (size_t)gpu->batch * gpu->seq_len, qd = T * g->Hq * g->d, kd = T * g->Hkv * g->d;
     const float *x = acts->x, *q = acts->q, *k = acts->k, *v = acts->v, *target = acts->target;
-    if (!acts->on_device) { // a teacher on the CPU: the batch goes up first
+    if (acts->on_device && acts->bf16) { // a bf16 teacher: the trainer reads fp32
+        LZ_TRY(lz_cuda_bf16_to_f32(gpu->x, acts->x, T * gpu->hidden));
+        LZ_TRY(lz_cuda_bf16_to_f32(gpu->q, acts->q, qd));
+        LZ_TRY(lz_cuda_bf16_to_f32(gpu->k, acts->k, kd));
+        LZ_TRY(lz_cuda_bf16_to_f32(gpu->v, acts->v, kd));
+        LZ_TRY(lz_cuda_bf16_to_f32(gpu->target, acts->target, qd));
+        x = gpu->x, q = gpu->q, k = gpu->k, v = gpu->v, target = gpu->target;
+    } else if (!acts->on_device) { // a teacher on the CPU: the batch goes up first
         LZ_TRY(up(gpu->x, acts->x, T * gpu->hidden));
         LZ_TRY(up(gpu->q, acts->q, qd));
         LZ_TRY(up(gpu->k, acts->k, kd));

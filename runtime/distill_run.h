@@ -22,7 +22,7 @@
 /* The flags' values (cmd_distill.c's option table). */
 typedef struct {
     const char *teacher, *data, *out, *feature_map, *map_heads, *softmax_layers, *retain_by, *log_path, *plan_file,
-        *device, *gla_precision, *teacher_device;
+        *device, *gla_precision, *teacher_device, *teacher_dtype;
     long feature_dim, window, meta, tokens, seq_len, batch, warmup, seed, log_every, checkpoint_every,
         stop_at, calibration_steps, eval_batches;
     double lr, min_lr, weight_decay, retain_fraction;

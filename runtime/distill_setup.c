@@ -27,6 +27,8 @@ static lz_status check_args(const lz_distill_args *a) {
         return lz_fail(LZ_ERR_INPUT, "--gla-precision bf16 needs --device cuda");
     if (a->teacher_device && strcmp(a->teacher_device, "cpu") != 0 && strcmp(a->teacher_device, "cuda") != 0)
         return lz_fail(LZ_ERR_INPUT, "--teacher-device: '%s' is not cpu or cuda", a->teacher_device);
+    if (strcmp(a->teacher_dtype, "fp32") != 0 && strcmp(a->teacher_dtype, "bf16") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--teacher-dtype: '%s' is not fp32 or bf16", a->teacher_dtype);
     if (a->teacher_device && strcmp(a->teacher_device, "cuda") == 0 && strcmp(a->device, "cuda") != 0)
         return lz_fail(LZ_ERR_INPUT, "--teacher-device cuda needs --device cuda (the CPU trainer reads host memory)");
     if (strcmp(a->map_heads, "per-head") != 0 && strcmp(a->map_heads, "shared") != 0)
@@ -80,8 +82,10 @@ lz_status lz_distill_setup(lz_distill_run *r) {
     const char *teacher_device = a->teacher_device ? a->teacher_device
                                  : strcmp(a->device, "cuda") == 0 && !r->planned ? "cuda"
                                                                                   : "cpu";
+    if (strcmp(a->teacher_dtype, "bf16") == 0 && strcmp(teacher_device, "cuda") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--teacher-dtype bf16 needs the teacher on the GPU (--device cuda, one process)");
     LZ_TRY(lz_teacher_open_on(&r->teacher, a->teacher, (int)a->batch, (int)a->seq_len, r->planned ? &r->plan : NULL,
-                              r->rank, teacher_device));
+                              r->rank, teacher_device, a->teacher_dtype));
     lz_config cfg = r->teacher.model.cfg;
     r->n_layers = cfg.num_hidden_layers;
     const int d = cfg.head_dim, Hq = cfg.num_attention_heads, Hkv = cfg.num_key_value_heads;

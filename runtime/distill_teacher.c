@@ -12,15 +12,15 @@
 #include "mpi_world.h"     // LZ_MPI_TRY
 
 lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank) {
-    return lz_teacher_open_on(t, dir, batch, seq_len, plan, rank, "cpu");
+    return lz_teacher_open_on(t, dir, batch, seq_len, plan, rank, "cpu", "fp32");
 }
 
-/* n floats of activations where the backend computes them */
+/* n activations where the backend computes them, in its activation type */
 static float *act_alloc(lz_teacher *t, size_t n) {
     if (!t->on_device)
         return calloc(n, sizeof(float));
     void *p = NULL;
-    return t->ops->alloc(t->be, n * sizeof(float), &p) == LZ_OK ? p : NULL;
+    return t->ops->alloc(t->be, n * t->ops->act_size, &p) == LZ_OK ? p : NULL;
 }
 
 static void act_free(lz_teacher *t, float *p) {
@@ -31,7 +31,7 @@ static void act_free(lz_teacher *t, float *p) {
 }
 
 lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank,
-                             const char *device) {
+                             const char *device, const char *dtype) {
     memset(t, 0, sizeof *t);
     t->batch = batch;
     t->seq_len = seq_len;
@@ -47,7 +47,8 @@ lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_
     t->on_device = strcmp(device, "cuda") == 0;
     if (t->on_device && plan)
         return lz_fail(LZ_ERR_INPUT, "a teacher on the GPU runs in one process (under mpirun it stays on the CPU)");
-    LZ_TRY(lz_open_backend(device, "fp32", &t->be, &t->ops));
+    t->bf16 = t->on_device && strcmp(dtype, "bf16") == 0;
+    LZ_TRY(lz_open_backend(device, dtype, &t->be, &t->ops));
     lz_stage_parts parts;
     lz_stage_parts_all(&parts, cfg.num_hidden_layers);
     parts.head = false; // distillation needs no logits
@@ -119,7 +120,7 @@ static lz_status run_layers(lz_teacher *t, const lz_batch *b, int first, int las
         LZ_TRY(lz_decoder_layer_forward(m, ly, &t->state.layers[i], &t->ws, b, t->seq_len));
         if (t->on_device)
             LZ_TRY(t->ops->sync(t->be)); // the training kernels run on the default stream
-        const lz_teacher_acts acts = {i, t->x, t->q, t->k, t->ws.v, t->ws.att, t->on_device};
+        const lz_teacher_acts acts = {i, t->x, t->q, t->k, t->ws.v, t->ws.att, t->on_device, t->bf16};
         LZ_TRY(fn(ctx, &acts));
     }
     return LZ_OK;

@@ -33,6 +33,7 @@ typedef struct {
     const float *k, *v;  /* [T, Hkv, head_dim] */
     const float *target; /* [T, Hq, head_dim] */
     bool on_device;      /* CUDA device memory (a teacher on the GPU) */
+    bool bf16;           /* on the device, in bf16 (a teacher run in bf16); else fp32 */
 } lz_teacher_acts;
 
 typedef lz_status (*lz_teacher_layer_fn)(void *ctx, const lz_teacher_acts *acts);
@@ -49,6 +50,7 @@ typedef struct {
     const lz_plan *plan;         /* NULL: one process holds every layer */
     int rank;
     bool on_device;              /* the CUDA backend: x, q, k and the workspace are device memory */
+    bool bf16;                   /* ... with bf16 activations */
 } lz_teacher;
 
 /* Loads DIR as a teacher (every layer softmax) for batches of `batch`
@@ -56,10 +58,11 @@ typedef struct {
  * max_position_embeddings. With a plan, only the layers of `rank` (and the
  * embedding if it owns it); the plan must outlive the teacher. */
 lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank);
-/* The same on `device` "cpu" or "cuda" (fp32 activations; not with a plan:
- * the hidden states travel between ranks through host memory). */
+/* The same on `device` "cpu" or "cuda" with activations of `dtype` "fp32" or
+ * "bf16" (cuda only; not with a plan: the hidden states travel between ranks
+ * through host memory). */
 lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank,
-                             const char *device);
+                             const char *device, const char *dtype);
 void lz_teacher_close(lz_teacher *t);
 
 /* Runs ids [batch, seq_len] through layers 0 .. n_layers-1, calling

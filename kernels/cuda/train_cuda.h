@@ -67,6 +67,9 @@ size_t lz_cuda_window_backward_scratch(int n_seq, int T, const lz_lizard_geom *g
 lz_status lz_cuda_window_backward(float *dmeta, const float *dwin, const float *win, const float *stats,
                                   const float *meta, int n_seq, int T, const lz_lizard_geom *g, float *scratch);
 
+/* dst [n] = src [n] (bf16 bits, the activations of a bf16 teacher) as fp32 */
+lz_status lz_cuda_bf16_to_f32(float *dst, const void *src, size_t n);
+
 /* The whole layer on the GPU (layer_train.inc's lz_lizard_layer_sse): scratch for
  * n_seq sequences of T tokens and hidden size C. */
 typedef struct {

@@ -50,6 +50,11 @@ __global__ void combine_kernel(double *partial, float *dy, float *dwin, const fl
         partial[3 * blockIdx.x] = s_blk, partial[3 * blockIdx.x + 1] = a_blk, partial[3 * blockIdx.x + 2] = e_blk;
 }
 
+__global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n) {
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        dst[e] = __bfloat162float(src[e]);
+}
+
 // one thread: the block sums in order -> partial[0] = SSE, partial[1] = sum of target^2; d alpha into the gradient
 __global__ void combine_finish_kernel(double *partial, float *dalpha, int blocks) {
     double sse = 0.0, da = 0.0, en = 0.0;
@@ -58,6 +63,15 @@ __global__ void combine_finish_kernel(double *partial, float *dalpha, int blocks
     partial[0] = sse, partial[1] = en;
     if (dalpha)
         dalpha[0] += (float)da;
+}
+
+extern "C" lz_status lz_cuda_bf16_to_f32(float *dst, const void *src, size_t n) {
+    if (n == 0)
+        return LZ_OK;
+    bf16_to_f32_kernel<<<lz_div_up((long)n, LZ_TB) < 4096 ? lz_div_up((long)n, LZ_TB) : 4096, LZ_TB>>>(
+        dst, (const __nv_bfloat16 *)src, n);
+    LZ_LAUNCH_CHECK("bf16_to_f32");
+    return LZ_OK;
 }
 
 // ---- scratch -------------------------------------------------------------------------------------

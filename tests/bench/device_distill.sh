@@ -95,17 +95,18 @@ np.save(f"{dst}/../ids.npy", np.random.default_rng(0).integers(0, cfg["vocab_siz
 PY
   rm -rf $M/32
 fi
-for path in fp32 bf16; do
+for run in "fp32 fp32" "bf16 fp32" "bf16 bf16"; do
+  read -r path tdt <<<"$run"
   rm -rf $M/out
   timeout 200 $L distill --teacher $M/4 --data $M/ids.npy --out $M/out --seq-len 2048 --batch 4 --tokens 40960 \
-    --eval-batches 1 --log-every 1 --device cuda --gla-precision $path 2>&1 | tee "$TMPL/e2e_$path.log" \
-    | grep -E "step|error" | tail -3
-  python3 - "$TMPL/e2e_$path.log" $path <<'PY'
+    --eval-batches 1 --log-every 1 --device cuda --gla-precision $path --teacher-dtype $tdt 2>&1 \
+    | tee "$TMPL/e2e_$path.log" | grep -E "step|error" | tail -2
+  python3 - "$TMPL/e2e_$path.log" "$path GLA, teacher on the GPU in $tdt" <<'PY'
 import re, sys
 r = [float(m.group(1)) for m in re.finditer(r"step \d+/\d+ .*?(\d+) tok/s", open(sys.argv[1]).read())]
 if r:
     best = max(r[1:] or r)
-    print(f"end to end ({sys.argv[2]} GLA, teacher on the GPU in fp32): {best:.0f} tok/s for 4 8B-shaped layers "
+    print(f"end to end ({sys.argv[2]}): {best:.0f} tok/s for 4 8B-shaped layers "
           f"= {best / 8:.0f} tok/s for 32 layers (best of steps 2-{len(r)})")
 PY
 done | tee -a "$LOG"

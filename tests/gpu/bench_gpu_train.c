@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
     const size_t N = (size_t)B * L, qd = N * Hq * d, kd = N * Hkv * d;
     float *x = rand_host(N * hidden, -1, 1, 1), *q = rand_host(qd, -1, 1, 2), *k = rand_host(kd, -1, 1, 3);
     float *v = rand_host(kd, -1, 1, 4), *tg = rand_host(qd, -0.1f, 0.1f, 5);
-    const lz_teacher_acts acts = {0, x, q, k, v, tg, false};
+    const lz_teacher_acts acts = {0, x, q, k, v, tg, false, false};
     lz_distill_layer layer;
     if (lz_distill_layer_init(&layer, 0, &g, hidden, 1)) {
         fprintf(stderr, "bench_gpu_train: out of memory\n");

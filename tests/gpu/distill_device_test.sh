@@ -9,6 +9,8 @@
 #   cuda:  the layer steps on the GPU, the teacher on the CPU (--teacher-device cpu);
 #   gput:  the teacher on the GPU too (the default of --device cuda in one process);
 #   bf16:  --gla-precision bf16 (bound 3e-2: bf16 keeps 8 bits);
+#   tb16:  --teacher-dtype bf16: the teacher's activations in bf16 (bound 5e-2: the bf16
+#          inference path is held to 3e-2 of fp32 per forward, test_parity);
 #   mpi2:  mpirun -np 2 --device cuda: layers split over 2 ranks, one GPU each
 #          (both on GPU 0 when only one is visible).
 # Exit 0 when all agree, 1 otherwise, 77 when no GPU is visible.
@@ -31,7 +33,7 @@ settings=(
 )
 MPI="mpirun --allow-run-as-root -np 2 -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
 for run in "0 cuda 1e-3 --teacher-device cpu" "1 cuda 1e-3 --teacher-device cpu" "0 gput 1e-3" \
-           "0 bf16 3e-2 --gla-precision bf16" "0 mpi2 1e-3"; do
+           "0 bf16 3e-2 --gla-precision bf16" "0 tb16 5e-2 --teacher-dtype bf16" "0 mpi2 1e-3"; do
   read -r i name bound extra <<<"$run"
   for dev in cpu cuda; do
     out=$([ $dev = cpu ] && echo cpu$i || echo $name$i)
