@@ -12,7 +12,8 @@
 #   tb16:  --teacher-dtype bf16: the teacher's activations in bf16 (bound 5e-2: the bf16
 #          inference path is held to 3e-2 of fp32 per forward, test_parity);
 #   mpi2:  mpirun -np 2 --device cuda: layers split over 2 ranks, one GPU each
-#          (both on GPU 0 when only one is visible).
+#          (both on GPU 0 when only one is visible);
+# and gput again: byte-identical weights.
 # Exit 0 when all agree, 1 otherwise, 77 when no GPU is visible.
 set -u
 LIZARD=$1
@@ -97,5 +98,11 @@ sys.exit(1 if bad else 0)
 PY
   grep "tok/s" "$TMP/$name$i.err" | tail -1
 done
+# the GPU path repeats bit for bit (no atomics, fixed summation orders)
+# shellcheck disable=SC2086
+"$LIZARD" distill --teacher "$TMP/teacher" --data "$TMP/data.txt" --out "$TMP/again" ${settings[0]} --lr 1e-2 \
+  --eval-batches 1 --log-every 1000 --device cuda 2>/dev/null \
+  && cmp -s "$TMP/again/model.safetensors" "$TMP/gput0/model.safetensors" \
+  && echo "repeat of gput0: byte-identical model.safetensors" || { echo "FAIL: a repeated cuda run differs"; fail=1; }
 echo "distill_device_test: $([ $fail = 0 ] && echo passed || echo FAILED)"
 exit $fail
