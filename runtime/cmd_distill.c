@@ -18,7 +18,7 @@
 #include "distill_run.h" // lz_distill_run, lz_distill_setup, lz_distill_train
 
 lz_status lz_cmd_distill(int argc, char **argv) {
-    lz_distill_run r = {.a = {.feature_map = "softmax", .map_heads = "per-head", .window = 64, .meta = 4,
+    lz_distill_run r = {.a = {.feature_map = "softmax", .map_heads = "per-head", .device = "cpu", .gla_precision = "fp32", .teacher_dtype = "fp32", .window = 64, .meta = 4,
                            .tokens = 1000000, .seq_len = 512, .batch = 4, .warmup = -1, .log_every = 10,
                            .calibration_steps = -1, .eval_batches = 4, .lr = 1e-3, .min_lr = -1, .weight_decay = 0.01,
                            .retain_fraction = -1}};
@@ -65,6 +65,14 @@ lz_status lz_cmd_distill(int argc, char **argv) {
          "the end)", &a->checkpoint_every, false, 0, 1e12},
         {"--stop-at-step", LZ_OPT_INT, "N", "checkpoint after step N and stop (--resume continues)", &a->stop_at,
          false, 0, 1e12},
+        {"--device", LZ_OPT_STRING, "cpu|cuda", "where the layers' training steps run (default cpu)", &a->device, false, 0, 0},
+        {"--teacher-device", LZ_OPT_STRING, "cpu|cuda", "where the teacher runs (default: cuda with --device cuda "
+         "in one process, else cpu)", &a->teacher_device, false, 0, 0},
+        {"--teacher-dtype", LZ_OPT_STRING, "fp32|bf16", "with the teacher on the GPU: its activations (default fp32; "
+         "bf16 is faster, its targets rounded to bf16)", &a->teacher_dtype, false, 0, 0},
+        {"--gla-precision", LZ_OPT_STRING, "fp32|bf16", "with --device cuda: the GLA's in-chunk products in fp32 "
+         "(default) or bf16 on the tensor cores (fp32 accumulation, gates and states)", &a->gla_precision, false, 0,
+         0},
         {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written placement plan (default balanced)",
          &a->plan_file, false, 0, 0},
         {"--resume", LZ_OPT_FLAG, "", "continue the run checkpointed in --out", &a->resume, false, 0, 0},

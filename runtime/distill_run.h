@@ -14,13 +14,15 @@
 #include "config.h"             // lz_lizard_config, LZ_MAX_LAYERS
 #include "distill_checkpoint.h" // lz_distill_progress
 #include "distill_data.h"       // lz_distill_data
+#include "distill_device.h"     // lz_distill_gpu
 #include "distill_params.h"     // lz_distill_layer, lz_adamw_config
 #include "distill_teacher.h"    // lz_teacher
 #include "plan.h"               // lz_plan
 
 /* The flags' values (cmd_distill.c's option table). */
 typedef struct {
-    const char *teacher, *data, *out, *feature_map, *map_heads, *softmax_layers, *retain_by, *log_path, *plan_file;
+    const char *teacher, *data, *out, *feature_map, *map_heads, *softmax_layers, *retain_by, *log_path, *plan_file,
+        *device, *gla_precision, *teacher_device, *teacher_dtype;
     long feature_dim, window, meta, tokens, seq_len, batch, warmup, seed, log_every, checkpoint_every,
         stop_at, calibration_steps, eval_batches;
     double lr, min_lr, weight_decay, retain_fraction;
@@ -43,6 +45,7 @@ typedef struct {
     int rank;
     lz_distill_progress progress;
     lz_lizard_scratch_f32 scratch;
+    lz_distill_gpu *gpu;         /* --device cuda: the layer steps run there */
     int32_t *ids;                /* [batch, seq_len] */
     double mse[LZ_MAX_LAYERS], rel[LZ_MAX_LAYERS]; /* of the last pass */
     char signature[1024];

@@ -19,6 +19,18 @@ static lz_status check_args(const lz_distill_args *a) {
         return lz_fail(LZ_ERR_INPUT, "--retain-by needs --retain-fraction");
     if (strcmp(a->feature_map, "softmax") != 0 && strcmp(a->feature_map, "exp") != 0)
         return lz_fail(LZ_ERR_INPUT, "--feature-map: '%s' is not softmax or exp", a->feature_map);
+    if (strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--device: '%s' is not cpu or cuda", a->device);
+    if (strcmp(a->gla_precision, "fp32") != 0 && strcmp(a->gla_precision, "bf16") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--gla-precision: '%s' is not fp32 or bf16", a->gla_precision);
+    if (strcmp(a->gla_precision, "bf16") == 0 && strcmp(a->device, "cuda") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--gla-precision bf16 needs --device cuda");
+    if (a->teacher_device && strcmp(a->teacher_device, "cpu") != 0 && strcmp(a->teacher_device, "cuda") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--teacher-device: '%s' is not cpu or cuda", a->teacher_device);
+    if (strcmp(a->teacher_dtype, "fp32") != 0 && strcmp(a->teacher_dtype, "bf16") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--teacher-dtype: '%s' is not fp32 or bf16", a->teacher_dtype);
+    if (a->teacher_device && strcmp(a->teacher_device, "cuda") == 0 && strcmp(a->device, "cuda") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--teacher-device cuda needs --device cuda (the CPU trainer reads host memory)");
     if (strcmp(a->map_heads, "per-head") != 0 && strcmp(a->map_heads, "shared") != 0)
         return lz_fail(LZ_ERR_INPUT, "--map-heads: '%s' is not per-head or shared", a->map_heads);
     struct stat sb;
@@ -66,8 +78,14 @@ lz_status lz_distill_setup(lz_distill_run *r) {
     lz_distill_args *a = &r->a;
     LZ_TRY(check_args(a));
     LZ_TRY(make_plan(r));
-    LZ_TRY(lz_teacher_open(&r->teacher, a->teacher, (int)a->batch, (int)a->seq_len, r->planned ? &r->plan : NULL,
-                           r->rank));
+    // the teacher follows --device in one process; under mpirun the hidden states travel through host memory
+    const char *teacher_device = a->teacher_device ? a->teacher_device
+                                 : strcmp(a->device, "cuda") == 0 && !r->planned ? "cuda"
+                                                                                  : "cpu";
+    if (strcmp(a->teacher_dtype, "bf16") == 0 && strcmp(teacher_device, "cuda") != 0)
+        return lz_fail(LZ_ERR_INPUT, "--teacher-dtype bf16 needs the teacher on the GPU (--device cuda, one process)");
+    LZ_TRY(lz_teacher_open_on(&r->teacher, a->teacher, (int)a->batch, (int)a->seq_len, r->planned ? &r->plan : NULL,
+                              r->rank, teacher_device, a->teacher_dtype));
     lz_config cfg = r->teacher.model.cfg;
     r->n_layers = cfg.num_hidden_layers;
     const int d = cfg.head_dim, Hq = cfg.num_attention_heads, Hkv = cfg.num_key_value_heads;
@@ -105,6 +123,9 @@ lz_status lz_distill_setup(lz_distill_run *r) {
         if (r->trained[i] && lz_distill_layer_init(&r->layers[i], i, &g, cfg.hidden_size, (uint64_t)a->seed))
             return lz_fail(LZ_ERR_NOMEM, "layer %d tensors: out of memory", i);
     }
+    if (strcmp(a->device, "cuda") == 0)
+        LZ_TRY(lz_distill_gpu_open(&r->gpu, &g, (int)a->batch, (int)a->seq_len, cfg.hidden_size,
+                                   strcmp(a->gla_precision, "bf16") == 0));
     make_signature(r);
     if (a->resume)
         LZ_TRY(lz_distill_checkpoint_load(a->out, r->signature, &r->progress, r->layers, r->trained, r->n_layers));
@@ -119,6 +140,7 @@ void lz_distill_teardown(lz_distill_run *r) {
     free(r->layers);
     free(r->ids);
     lz_lizard_scratch_free_f32(&r->scratch);
+    lz_distill_gpu_close(r->gpu);
     lz_distill_data_free(&r->data);
     lz_teacher_close(&r->teacher);
     if (r->log)

@@ -12,6 +12,26 @@
 #include "mpi_world.h"     // LZ_MPI_TRY
 
 lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank) {
+    return lz_teacher_open_on(t, dir, batch, seq_len, plan, rank, "cpu", "fp32");
+}
+
+/* n activations where the backend computes them, in its activation type */
+static float *act_alloc(lz_teacher *t, size_t n) {
+    if (!t->on_device)
+        return calloc(n, sizeof(float));
+    void *p = NULL;
+    return t->ops->alloc(t->be, n * t->ops->act_size, &p) == LZ_OK ? p : NULL;
+}
+
+static void act_free(lz_teacher *t, float *p) {
+    if (!t->on_device)
+        free(p);
+    else if (p)
+        t->ops->free(t->be, p);
+}
+
+lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank,
+                             const char *device, const char *dtype) {
     memset(t, 0, sizeof *t);
     t->batch = batch;
     t->seq_len = seq_len;
@@ -24,7 +44,11 @@ lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len
     if (seq_len > cfg.max_position_embeddings)
         return lz_fail(LZ_ERR_INPUT, "--seq-len %d exceeds the teacher's max_position_embeddings %d", seq_len,
                        cfg.max_position_embeddings);
-    LZ_TRY(lz_open_backend("cpu", NULL, &t->be, &t->ops));
+    t->on_device = strcmp(device, "cuda") == 0;
+    if (t->on_device && plan)
+        return lz_fail(LZ_ERR_INPUT, "a teacher on the GPU runs in one process (under mpirun it stays on the CPU)");
+    t->bf16 = t->on_device && strcmp(dtype, "bf16") == 0;
+    LZ_TRY(lz_open_backend(device, dtype, &t->be, &t->ops));
     lz_stage_parts parts;
     lz_stage_parts_all(&parts, cfg.num_hidden_layers);
     parts.head = false; // distillation needs no logits
@@ -41,9 +65,9 @@ lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len
     s = lz_state_create(&t->state, &t->model, batch, seq_len);
     if (s == LZ_OK)
         s = lz_workspace_create(&t->ws, &t->model, (int)T, 0);
-    t->x = calloc(T * H, sizeof(float));
-    t->q = calloc(T * cfg.num_attention_heads * d, sizeof(float));
-    t->k = calloc(T * cfg.num_key_value_heads * d, sizeof(float));
+    t->x = act_alloc(t, T * H);
+    t->q = act_alloc(t, T * cfg.num_attention_heads * d);
+    t->k = act_alloc(t, T * cfg.num_key_value_heads * d);
     t->slot = calloc((size_t)batch, sizeof(int32_t));
     t->start = calloc((size_t)batch, sizeof(int32_t));
     t->len = calloc((size_t)batch, sizeof(int32_t));
@@ -67,14 +91,16 @@ lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len
 
 void lz_teacher_close(lz_teacher *t) {
     if (t->be) {
+        act_free(t, t->x), act_free(t, t->q), act_free(t, t->k);
         if (t->ws.x)
             lz_workspace_free(&t->ws, &t->model);
         if (t->state.layers)
             lz_state_free(&t->state, &t->model);
         lz_model_free(&t->model);
         t->ops->destroy(t->be);
-    }
-    free(t->x), free(t->q), free(t->k), free(t->slot), free(t->start), free(t->len), free(t->pos);
+    } else
+        free(t->x), free(t->q), free(t->k);
+    free(t->slot), free(t->start), free(t->len), free(t->pos);
     free(t->token_pos);
     memset(t, 0, sizeof *t);
 }
@@ -92,7 +118,9 @@ static lz_status run_layers(lz_teacher *t, const lz_batch *b, int first, int las
         LZ_TRY(t->ops->linear(t->be, t->q, t->x, &ly->wq, &ly->bq, T));
         LZ_TRY(t->ops->linear(t->be, t->k, t->x, &ly->wk, &ly->bk, T));
         LZ_TRY(lz_decoder_layer_forward(m, ly, &t->state.layers[i], &t->ws, b, t->seq_len));
-        const lz_teacher_acts acts = {i, t->x, t->q, t->k, t->ws.v, t->ws.att};
+        if (t->on_device)
+            LZ_TRY(t->ops->sync(t->be)); // the training kernels run on the default stream
+        const lz_teacher_acts acts = {i, t->x, t->q, t->k, t->ws.v, t->ws.att, t->on_device, t->bf16};
         LZ_TRY(fn(ctx, &acts));
     }
     return LZ_OK;

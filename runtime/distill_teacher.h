@@ -5,7 +5,9 @@
  * (RoPE applied, before o_proj). Layers then continue as the teacher's, so
  * each layer learns from the teacher's own hidden states.
  *
- * CPU backend only: the training kernels read these arrays as host fp32.
+ * On the CPU backend the arrays are host fp32 (what the CPU training kernels
+ * read); a teacher opened on "cuda" runs the CUDA backend in fp32 and hands
+ * over device arrays (on_device), which the GPU training kernels read in place.
  *
  * Under mpirun the teacher is split by a placement plan (plan.h): each rank
  * loads and runs only its layers, and the hidden states travel between the
@@ -14,7 +16,8 @@
 #ifndef LZ_DISTILL_TEACHER_H
 #define LZ_DISTILL_TEACHER_H
 
-#include <stdint.h> // int32_t
+#include <stdbool.h> // bool
+#include <stdint.h>  // int32_t
 
 #include "model.h" // lz_model
 #include "plan.h"  // lz_plan
@@ -29,6 +32,8 @@ typedef struct {
     const float *q;      /* [T, Hq, head_dim] */
     const float *k, *v;  /* [T, Hkv, head_dim] */
     const float *target; /* [T, Hq, head_dim] */
+    bool on_device;      /* CUDA device memory (a teacher on the GPU) */
+    bool bf16;           /* on the device, in bf16 (a teacher run in bf16); else fp32 */
 } lz_teacher_acts;
 
 typedef lz_status (*lz_teacher_layer_fn)(void *ctx, const lz_teacher_acts *acts);
@@ -44,6 +49,8 @@ typedef struct {
     int32_t *slot, *start, *len, *pos, *token_pos;
     const lz_plan *plan;         /* NULL: one process holds every layer */
     int rank;
+    bool on_device;              /* the CUDA backend: x, q, k and the workspace are device memory */
+    bool bf16;                   /* ... with bf16 activations */
 } lz_teacher;
 
 /* Loads DIR as a teacher (every layer softmax) for batches of `batch`
@@ -51,6 +58,11 @@ typedef struct {
  * max_position_embeddings. With a plan, only the layers of `rank` (and the
  * embedding if it owns it); the plan must outlive the teacher. */
 lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank);
+/* The same on `device` "cpu" or "cuda" with activations of `dtype` "fp32" or
+ * "bf16" (cuda only; not with a plan: the hidden states travel between ranks
+ * through host memory). */
+lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank,
+                             const char *device, const char *dtype);
 void lz_teacher_close(lz_teacher *t);
 
 /* Runs ids [batch, seq_len] through layers 0 .. n_layers-1, calling

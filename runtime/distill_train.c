@@ -41,7 +41,9 @@ static lz_status layer_pass(void *ctx, const lz_teacher_acts *acts) {
     if (c->learn)
         lz_distill_layer_zero_grad(l);
     double sse = 0, energy = 0;
-    for (int b = 0; b < r->teacher.batch; b++) {
+    if (r->gpu) // the whole batch in one call; the gradient comes back into l->grad
+        LZ_TRY(lz_distill_gpu_layer(r->gpu, l, acts, c->learn, (float)(1.0 / n_out), &sse, &energy));
+    for (int b = 0; !r->gpu && b < r->teacher.batch; b++) {
         const float *target = acts->target + b * qrow;
         sse += lz_lizard_layer_sse_f32(&p, c->learn ? &grad : NULL, (float)(1.0 / n_out), acts->x + (size_t)b * L * H,
                                        acts->q + b * qrow, acts->k + b * krow, acts->v + b * krow, target, L, g,

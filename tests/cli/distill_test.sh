@@ -165,6 +165,13 @@ npy('$TMP/ids.npy', '<i4', '(640,)', struct.pack('<640i', *[i % 500 for i in ran
     expect_error "--feature-map" "$LIZARD" distill "${D[@]}" --data "$TMP/ids.npy" --out "$TMP/o" --feature-map relu
     expect_error "--retain-by" "$LIZARD" distill "${D[@]}" --data "$TMP/ids.npy" --out "$TMP/o" \
         --retain-fraction 0.5 --retain-by size
+    expect_error "--device" "$LIZARD" distill "${D[@]}" --data "$TMP/ids.npy" --out "$TMP/o" --device gpu
+    expect_error "needs --device cuda" "$LIZARD" distill "${D[@]}" --data "$TMP/ids.npy" --out "$TMP/o" \
+        --gla-precision bf16
+    expect_error "needs --device cuda" "$LIZARD" distill "${D[@]}" --data "$TMP/ids.npy" --out "$TMP/o" \
+        --teacher-device cuda
+    expect_error "needs the teacher on the GPU" "$LIZARD" distill "${D[@]}" --data "$TMP/ids.npy" --out "$TMP/o" \
+        --teacher-dtype bf16
     [ ! -e "$TMP/o" ] && ok || bad "a failed distill left $TMP/o behind"
     # a run from .npy ids, then a resume with another setting is refused
     "$LIZARD" distill "${D[@]}" --data "$TMP/ids.npy" --out "$TMP/ok" --stop-at-step 2 --feature-dim 8 \
