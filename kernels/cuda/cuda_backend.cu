@@ -104,6 +104,16 @@ static lz_status grow_stage(lz_backend *be, size_t bytes) {
     return LZ_OK;
 }
 
+// Host to device, complete on return. Our stream is non-blocking, so a plain
+// cudaMemcpy (legacy stream) is not ordered with it, and from pageable memory it
+// may return before the data has landed: later work on the stream could read
+// a partly written buffer.
+static lz_status h2d(lz_backend *be, void *dst, const void *src, size_t bytes) {
+    LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, be->ctx.stream));
+    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
+    return LZ_OK;
+}
+
 // Converts on the host in pieces of at most 16M elements, then copies.
 static lz_status cuda_upload_weight(lz_backend *be, const lz_st_tensor *src, int64_t rows, int64_t cols,
                                     lz_weight *out) {
@@ -114,7 +124,7 @@ static lz_status cuda_upload_weight(lz_backend *be, const lz_st_tensor *src, int
     const size_t n = (size_t)src->numel, es = elem_size(be), piece = (size_t)1 << 24;
     LZ_TRY(cuda_alloc(be, n * es, &out->data));
     if (src->dtype == be->dtype) { // same type: straight from the mapping
-        LZ_CUDA_TRY(cudaMemcpy(out->data, src->data, n * es, cudaMemcpyHostToDevice));
+        LZ_TRY(h2d(be, out->data, src->data, n * es));
         return LZ_OK;
     }
     LZ_TRY(grow_stage(be, piece * (sizeof(float) + es)));
@@ -130,7 +140,7 @@ static lz_status cuda_upload_weight(lz_backend *be, const lz_st_tensor *src, int
                 b16[j] = lz_f32_to_bf16(f32[j]);
             host = b16;
         }
-        LZ_CUDA_TRY(cudaMemcpy((char *)out->data + i * es, host, m * es, cudaMemcpyHostToDevice));
+        LZ_TRY(h2d(be, (char *)out->data + i * es, host, m * es));
     }
     return LZ_OK;
 }
@@ -232,21 +242,18 @@ static lz_status sample_impl(lz_backend *be, int32_t *ids, const void *x, int n,
 
 static lz_status cuda_act_from_host(lz_backend *be, void *dst, const float *src, size_t n) {
     if (be->dtype == LZ_DTYPE_F32) {
-        LZ_CUDA_TRY(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
-        return LZ_OK;
+        return h2d(be, dst, src, n * sizeof(float));
     }
     LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream)); // h_stage may feed an earlier copy
     LZ_TRY(grow_stage(be, n * sizeof(uint16_t)));
     uint16_t *h = (uint16_t *)be->h_stage;
     for (size_t i = 0; i < n; i++)
         h[i] = lz_f32_to_bf16(src[i]);
-    LZ_CUDA_TRY(cudaMemcpy(dst, h, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    return LZ_OK;
+    return h2d(be, dst, h, n * sizeof(uint16_t));
 }
 
 static lz_status cuda_upload_f32(lz_backend *be, float *dst, const float *src, size_t n) {
-    LZ_CUDA_TRY(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
-    return LZ_OK;
+    return h2d(be, dst, src, n * sizeof(float));
 }
 
 static lz_status cuda_copy_to_host(lz_backend *be, void *dst, const void *src, size_t bytes) {
@@ -255,9 +262,7 @@ static lz_status cuda_copy_to_host(lz_backend *be, void *dst, const void *src, s
     return LZ_OK;
 }
 static lz_status cuda_copy_from_host(lz_backend *be, void *dst, const void *src, size_t bytes) {
-    LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, be->ctx.stream));
-    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
-    return LZ_OK;
+    return h2d(be, dst, src, bytes);
 }
 
 static lz_status cuda_copy_to_host_async(lz_backend *be, void *dst, const void *src, size_t bytes) {
