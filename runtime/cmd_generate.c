@@ -16,6 +16,7 @@
 #include "generation_config.h" // lz_generation_config
 #include "id_list.h"           // lz_parse_id_list
 #include "sampler.h"           // lz_sampler
+#include "session_file.h"      // lz_session_load_file
 #include "tokenizer.h"         // lz_tokenizer, lz_detok
 
 typedef struct {
@@ -137,18 +138,14 @@ static lz_sampler_params sampler_params(const generate_args *a, const lz_generat
     return p;
 }
 
-/* The session to continue, if --session names an existing file (checked
- * against the model once the engine is open). */
-static lz_status read_session(const generate_args *a, Lizard__SequenceState **saved) {
-    *saved = NULL;
+/* The session to continue, if --session names an existing file: read and
+ * checked now (its position sizes the context), checked against the model
+ * and loaded once the engine is open. */
+static lz_status read_session(const generate_args *a, lz_session_loaded *saved) {
+    *saved = (lz_session_loaded){NULL, NULL, false};
     if (!a->session || access(a->session, F_OK) != 0)
         return LZ_OK;
-    uint8_t *buf;
-    size_t len;
-    LZ_TRY(lz_session_read_file(a->session, &buf, &len));
-    lz_status s = lz_session_unpack(buf, len, a->session, NULL, saved);
-    free(buf);
-    return s;
+    return lz_session_load_file(a->session, NULL, saved);
 }
 
 /* Everything fed and generated, saved to --session (atomically). */
@@ -176,22 +173,15 @@ static lz_status write_session(const generate_args *a, lz_engine *e, const Lizar
     msg.n_tokens = n_tokens;
     msg.has_pending = n_out > 0; // the last sampled token has not been fed
     msg.sampler = (ProtobufCBinaryData){smp_len, smp};
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    lz_status s = lz_engine_save_stages(e, 0, &msg);
-    if (s == LZ_OK)
-        s = lz_session_pack(&msg, &buf, &len);
-    if (s == LZ_OK)
-        s = lz_session_write_file(a->session, buf, len);
-    lz_engine_free_stages(&msg);
-    free(buf);
+    lz_status s = lz_engine_save_file(e, 0, &msg, a->session);
     free(tokens);
     return s;
 }
 
 static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32_t *input, int n_input) {
-    Lizard__SequenceState *saved = NULL;
-    LZ_TRY(read_session(a, &saved));
+    lz_session_loaded file;
+    LZ_TRY(read_session(a, &file));
+    const Lizard__SequenceState *saved = file.msg;
     // feed: the token the saved run sampled last (not yet fed), then the new input
     const bool pending = saved && saved->has_pending;
     const int n_feed = n_input + (pending ? 1 : 0), held = saved ? (int)saved->position : 0;
@@ -203,8 +193,7 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
                     a->session);
     if (s != LZ_OK) {
         free(feed), free(out);
-        if (saved)
-            lizard__sequence_state__free_unpacked(saved, NULL);
+        lz_session_loaded_free(&file);
         return s;
     }
     if (pending)
@@ -221,8 +210,7 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
         if (s == LZ_OK)
             lz_engine_close(&e);
         free(feed), free(out);
-        if (saved)
-            lizard__sequence_state__free_unpacked(saved, NULL);
+        lz_session_loaded_free(&file);
         return s;
     }
     lz_generation_config gen;
@@ -252,8 +240,7 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
         s = write_session(a, &e, saved, input, n_input, out, n_out, &sampler);
     lz_sampler_free(&sampler);
     free(out), free(feed);
-    if (saved)
-        lizard__sequence_state__free_unpacked(saved, NULL);
+    lz_session_loaded_free(&file);
     lz_engine_close(&e);
     return s;
 }

@@ -1,8 +1,33 @@
 /* engine_session.c - saving and restoring a slot through an engine. */
+#include <stdint.h> // INT32_MAX
 #include <stdlib.h> // malloc, calloc, free
 
 #include "engine_session.h"
-#include "state_io.h" // lz_state_io_save
+#include "session_buf.h"    // lz_session_save_slot
+#include "session_chunks.h" // lz_session_write_chunked
+#include "state_io.h"       // lz_state_io_save
+
+/* MPI counts are int: a pipeline moves a sequence's records as one message of
+ * under 2 GiB (a chunked transfer between ranks is not written yet). */
+static const uint64_t PIPE_LIMIT = (uint64_t)INT32_MAX - (1u << 20);
+
+/* Every layer's record bytes at `pos` (all stages), as state_io.c writes them. */
+static uint64_t record_bytes(const lz_model *m, uint64_t pos, bool state_bf16) {
+    uint64_t n = 0;
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
+        const lz_layer *ly = &m->layers[i];
+        const uint64_t row = lz_layer_kv_row_elems(ly) * m->ops->act_size, w = (uint64_t)ly->dims.window;
+        n += ly->run_softmax ? 2 * pos * row
+                             : 2 * (pos < w ? pos : w) * row +
+                                   (state_bf16 ? 2 : 4) * (lz_layer_s_elems(ly) + lz_layer_z_elems(ly));
+    }
+    return n;
+}
+
+static lz_status pipe_refusal(uint64_t bytes) {
+    return lz_fail(LZ_ERR_INPUT, "session: this sequence's state is %.2f GB; a pipeline moves at most 2 GiB of it "
+                   "between ranks: save or continue it in one process", (double)bytes / 1e9);
+}
 
 /* This process's layers of `slot` as msg's one stage, without packing them
  * and parsing them back: the records are malloc'd as protobuf-c's default
@@ -43,7 +68,43 @@ static lz_status save_pipelined(lz_engine *e, int slot, Lizard__SequenceState *m
 }
 
 lz_status lz_engine_save_stages(lz_engine *e, int slot, Lizard__SequenceState *msg) {
-    return e->pipelined ? save_pipelined(e, slot, msg) : save_local(e, slot, msg);
+    if (!e->pipelined)
+        return save_local(e, slot, msg);
+    const uint64_t bytes = record_bytes(&e->model, (uint64_t)e->state.slot_pos[slot], e->opt.session_state_bf16);
+    return bytes > PIPE_LIMIT ? pipe_refusal(bytes) : save_pipelined(e, slot, msg); // before any rank is asked
+}
+
+/* One process: packed straight from the backend into a host buffer of its own (session_buf.c). */
+static lz_status save_one_pass(lz_engine *e, int slot, Lizard__SequenceState *msg, const char *path) {
+    lz_session_buf b;
+    lz_session_buf_init(&b, &e->model);
+    lz_status s = lz_session_save_slot(&e->model, &e->state, slot, e->opt.session_state_bf16, msg, &b);
+    if (s == LZ_OK)
+        s = lz_session_write_file(path, b.data, b.len);
+    lz_session_buf_free(&b);
+    return s;
+}
+
+lz_status lz_engine_save_file(lz_engine *e, int slot, Lizard__SequenceState *msg, const char *path) {
+    const bool chunked = lz_session_chunks_forced();
+    size_t len = 0;
+    if (!e->pipelined && !chunked)
+        LZ_TRY(lz_session_slot_packed_size(&e->model, &e->state, slot, e->opt.session_state_bf16, msg, &len));
+    if (!e->pipelined && !chunked && len <= (size_t)INT32_MAX)
+        return save_one_pass(e, slot, msg, path);
+    LZ_TRY(lz_engine_save_stages(e, slot, msg)); // the records in host memory once, then to the file
+    uint8_t *buf = NULL;
+    lz_status s;
+    if (!chunked && lizard__sequence_state__get_packed_size(msg) + 9 <= (size_t)INT32_MAX) { // + the checksum
+        s = lz_session_pack(msg, &buf, &len);
+        if (s == LZ_OK)
+            s = lz_session_write_file(path, buf, len);
+    } else {
+        s = lz_session_write_chunked(path, msg, lz_session_chunk_bytes());
+    }
+    free(buf);
+    lz_engine_free_stages(msg);
+    return s;
 }
 
 void lz_engine_free_stages(Lizard__SequenceState *msg) {
@@ -70,8 +131,8 @@ lz_status lz_engine_restore_stages(lz_engine *e, int slot, const Lizard__Sequenc
         s = lz_state_io_restore(&e->model, &e->state, slot, msg->position, all.layers, all.n_layers);
     } else {
         size_t len = lizard__stage_state__get_packed_size(&all);
-        uint8_t *buf = malloc(len ? len : 1);
-        s = buf ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "session: out of memory");
+        uint8_t *buf = len <= PIPE_LIMIT ? malloc(len ? len : 1) : NULL;
+        s = len > PIPE_LIMIT ? pipe_refusal(len) : buf ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "session: out of memory");
         if (s == LZ_OK) {
             lizard__stage_state__pack(&all, buf);
             s = lz_pipeline_restore(&e->pipe, &e->model, &e->state, slot, msg->position, buf, len);

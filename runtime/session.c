@@ -113,8 +113,8 @@ lz_status lz_session_check(const Lizard__SequenceState *m, const char *what,
     if (m->magic != LZ_SESSION_MAGIC)
         return lz_fail(LZ_ERR_INPUT, "%s: not a lizard session (magic %08x)", what, m->magic);
     if (m->version != LZ_SESSION_VERSION)
-        return lz_fail(LZ_ERR_INPUT, "%s: session version %u (this lizard reads %d)", what, m->version,
-                       LZ_SESSION_VERSION);
+        return lz_fail(LZ_ERR_INPUT, "%s: session version %u (this lizard reads %d, and 3 chunked)", what,
+                       m->version, LZ_SESSION_VERSION);
     if (fingerprint && lz_session_check_fingerprint(m, fingerprint, what) != LZ_OK)
         return LZ_ERR_INPUT;
     if (m->checksum != lz_session_checksum(m))

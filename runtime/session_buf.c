@@ -146,6 +146,24 @@ lz_status lz_session_save_slot(const lz_model *m, const lz_state *st, int slot, 
     return s;
 }
 
+lz_status lz_session_slot_packed_size(const lz_model *m, const lz_state *st, int slot, bool state_bf16,
+                                      Lizard__SequenceState *msg, size_t *len) {
+    Lizard__StageState stage;
+    lz_state_piece *pieces;
+    LZ_TRY(lz_state_io_plan(m, st, slot, state_bf16, &stage, &pieces));
+    Lizard__StageState *stages[1] = {&stage};
+    msg->stages = stages;
+    msg->n_stages = 1;
+    msg->magic = LZ_SESSION_MAGIC;
+    msg->version = LZ_SESSION_VERSION;
+    msg->checksum = CHECKSUM_HOLE;
+    *len = lizard__sequence_state__get_packed_size(msg);
+    msg->stages = NULL;
+    msg->n_stages = 0;
+    lz_state_io_free_plan(&stage, pieces);
+    return LZ_OK;
+}
+
 /* ---- files --------------------------------------------------------------------- */
 
 lz_status lz_session_buf_read_file(const char *path, lz_session_buf *b) {

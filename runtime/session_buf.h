@@ -36,6 +36,10 @@ void lz_session_buf_free(lz_session_buf *b);
 lz_status lz_session_save_slot(const lz_model *m, const lz_state *st, int slot, bool state_bf16,
                                Lizard__SequenceState *msg, lz_session_buf *b);
 
+/* The bytes lz_session_save_slot would pack (msg->stages empty, left so). */
+lz_status lz_session_slot_packed_size(const lz_model *m, const lz_state *st, int slot, bool state_bf16,
+                                      Lizard__SequenceState *msg, size_t *len);
+
 /* A whole file into b. */
 lz_status lz_session_buf_read_file(const char *path, lz_session_buf *b);
 

@@ -94,6 +94,18 @@ run 3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 
 joined=$(python3 -c "import json,sys; print(sum((json.load(open(f))['ids'] for f in sys.argv[1:]), []))" "$TMP/s1" "$TMP/s2" "$TMP/s3")
 whole=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ids'])" "$TMP/s0")
 [ "$joined" = "$whole" ] && ok || bad "session across plans: $joined vs $whole"
+# the same in version 3 (chunked, forced by LIZARD_SESSION_CHUNK_BYTES): 2 ranks write it, 3 ranks continue it
+# (writing it chunked again), one process finishes it
+rm -f "$TMP/q.lzs"
+LIZARD_SESSION_CHUNK_BYTES=512 run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 3 --temperature 0.9 --seed 5 \
+  --ignore-eos --format json --session "$TMP/q.lzs" >"$TMP/s1" 2>/dev/null
+[ "$(head -c 1 "$TMP/q.lzs" | od -An -tx1 | tr -d ' ')" != "0d" ] && ok || bad "2 ranks: not a chunked session file"
+LIZARD_SESSION_CHUNK_BYTES=512 run 3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos \
+  --format json --session "$TMP/q.lzs" --placement by-type >"$TMP/s2" 2>/dev/null
+"$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
+  --session "$TMP/q.lzs" >"$TMP/s3" 2>/dev/null
+joined=$(python3 -c "import json,sys; print(sum((json.load(open(f))['ids'] for f in sys.argv[1:]), []))" "$TMP/s1" "$TMP/s2" "$TMP/s3")
+[ "$joined" = "$whole" ] && ok || bad "chunked session across plans: $joined vs $whole"
 
 # a plan that does not match the job: refused, with the file named
 run 3 "$LIZARD" forward --model "$H" --ids 1 --logits-out "$TMP/x.npy" --plan "$TMP/plan.txt" >/dev/null 2>"$TMP/err"

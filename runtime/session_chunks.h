@@ -1,0 +1,43 @@
+/* session_chunks.h - session format version 3, for states of 2 GiB or more
+ * (protobuf readers refuse such a message): length-delimited messages in one
+ * file, a SequenceState header whose layers carry only their payloads'
+ * lengths, then SessionChunk messages with the bytes (proto/lizard.proto).
+ * The writer streams the chunks to the file from the records in memory; the
+ * reader streams them from the file into one buffer per payload: neither
+ * holds the state twice. */
+#ifndef LZ_SESSION_CHUNKS_H
+#define LZ_SESSION_CHUNKS_H
+
+#include <stddef.h> // size_t
+#include <stdio.h>  // FILE
+#include <stdint.h> // uint8_t, uint64_t
+
+#include "session.h" // Lizard__SequenceState, LZ_FINGERPRINT_BYTES
+
+enum { LZ_SESSION_VERSION_CHUNKED = 3 };
+
+/* Payload bytes per chunk: 256 MiB, or LIZARD_SESSION_CHUNK_BYTES (a test
+ * knob: when set, every session is written as version 3). */
+size_t lz_session_chunk_bytes(void);
+bool lz_session_chunks_forced(void);
+
+/* msg (magic, version, n_chunks and checksum are filled here) to `path` as
+ * version 3, atomically; its layers' payloads stay where they are. */
+lz_status lz_session_write_chunked(const char *path, Lizard__SequenceState *msg, size_t chunk_bytes);
+/* The same to an open stream (what names it in errors). */
+lz_status lz_session_write_chunked_to(FILE *fp, Lizard__SequenceState *msg, size_t chunk_bytes, const char *what);
+
+/* Where a version-3 reader gets its bytes: up to n into dst, the count read. */
+typedef struct {
+    size_t (*read)(void *ctx, uint8_t *dst, size_t n);
+    void *ctx;
+    uint64_t total; /* bytes the source holds (bounds every length before it is allocated) */
+} lz_byte_source;
+
+/* A version-3 file from src, checked whole (counts, order, offsets, sizes,
+ * no trailing bytes, checksum; the fingerprint unless NULL) before it is
+ * returned; *out's payloads are its own (lizard__sequence_state__free_unpacked). */
+lz_status lz_session_read_chunked(lz_byte_source *src, const char *what,
+                                  const uint8_t fingerprint[LZ_FINGERPRINT_BYTES], Lizard__SequenceState **out);
+
+#endif

@@ -1,0 +1,299 @@
+/* test_session_chunks.c - session format version 3 (session_chunks.c): a
+ * tiny-hybrid state split into many chunks reads back to the same records and
+ * restores bit-identical; every damage to the file (cut anywhere, a byte
+ * flipped, a chunk missing, repeated or out of order, trailing bytes, another
+ * model) is refused with a message and nothing returned; version-2 files
+ * still load (session_file.c tells the two apart). */
+#include <stdio.h>  // snprintf
+#include <stdlib.h> // malloc, free, mkstemp, setenv
+#include <string.h> // memcmp, memcpy, strstr
+#include <unistd.h> // close, unlink
+
+#include "engine.h"         // lz_open_backend
+#include "model_presets.h"  // lz_preset_config
+#include "session_chunks.h" // lz_session_write_chunked
+#include "session_file.h"   // lz_session_load_file, lz_session_parse
+#include "state_io.h"       // lz_state_io_save, lz_state_io_restore
+#include "test_util.h"      // CHECK
+
+enum { SLOTS = 2, CAPACITY = 64, POS = 37, CHUNK = 100 }; // 37 > the window of 16: the ring has wrapped
+
+typedef struct {
+    lz_backend *be;
+    const lz_ops *ops;
+    lz_model m;
+    lz_state st;
+} fixture;
+
+/* Every state array of slot 0 (and 1) filled with a pattern that differs by array and byte. */
+static void fill(fixture *f, void *dst, size_t bytes, unsigned seed) {
+    uint8_t *h = malloc(bytes ? bytes : 1);
+    for (size_t i = 0; i < bytes; i++)
+        h[i] = (uint8_t)((i * 2654435761u + seed * 97u) >> 7);
+    CHECK(f->ops->copy_from_host(f->be, dst, h, bytes) == LZ_OK);
+    free(h);
+}
+
+static bool open_fixture(fixture *f) {
+    lz_config cfg;
+    memset(f, 0, sizeof *f);
+    if (lz_preset_config("tiny-hybrid", "test", &cfg) != LZ_OK || lz_open_backend("cpu", NULL, &f->be, &f->ops) != LZ_OK)
+        return false;
+    if (lz_model_init_random(&f->m, &cfg, f->ops, f->be, 3) != LZ_OK ||
+        lz_state_create(&f->st, &f->m, SLOTS, CAPACITY) != LZ_OK)
+        return false;
+    for (int i = 0; i < f->m.cfg.num_hidden_layers; i++) {
+        const lz_layer *ly = &f->m.layers[i];
+        lz_layer_state *ls = &f->st.layers[i];
+        const size_t row = lz_layer_kv_row_elems(ly) * f->ops->act_size;
+        const size_t kv = SLOTS * row * (size_t)(ly->run_softmax ? CAPACITY : ly->dims.window);
+        fill(f, ly->run_softmax ? ls->k_cache : ls->ring_k, kv, 4u * (unsigned)i);
+        fill(f, ly->run_softmax ? ls->v_cache : ls->ring_v, kv, 4u * (unsigned)i + 1);
+        if (!ly->run_softmax) {
+            fill(f, ls->S, SLOTS * sizeof(float) * lz_layer_s_elems(ly), 4u * (unsigned)i + 2);
+            fill(f, ls->z, SLOTS * sizeof(float) * lz_layer_z_elems(ly), 4u * (unsigned)i + 3);
+        }
+    }
+    f->st.slot_pos[0] = POS;
+    return true;
+}
+
+static void close_fixture(fixture *f) {
+    lz_state_free(&f->st, &f->m);
+    lz_model_free(&f->m);
+    f->ops->destroy(f->be);
+}
+
+static uint8_t FP[LZ_FINGERPRINT_BYTES] = {1, 2, 3};
+
+/* Slot 0's state as a message of two stages (as a 2-rank pipeline writes it). */
+static void save_msg(fixture *f, Lizard__StageState *stage, Lizard__StageState parts[2], Lizard__StageState *ptrs[2],
+                     int32_t *tokens, Lizard__SequenceState *msg) {
+    static uint8_t sampler[8] = {9, 8, 7};
+    CHECK(lz_state_io_save(&f->m, &f->st, 0, false, stage) == LZ_OK);
+    parts[0] = (Lizard__StageState)LIZARD__STAGE_STATE__INIT;
+    parts[1] = (Lizard__StageState)LIZARD__STAGE_STATE__INIT;
+    parts[0].layers = stage->layers, parts[0].n_layers = 1;
+    parts[1].layers = stage->layers + 1, parts[1].n_layers = stage->n_layers - 1;
+    ptrs[0] = &parts[0], ptrs[1] = &parts[1];
+    for (int i = 0; i <= POS; i++)
+        tokens[i] = i * 3;
+    *msg = (Lizard__SequenceState)LIZARD__SEQUENCE_STATE__INIT;
+    msg->fingerprint = (ProtobufCBinaryData){sizeof FP, FP};
+    msg->position = POS;
+    msg->tokens = tokens;
+    msg->n_tokens = POS + 1;
+    msg->has_pending = true;
+    msg->sampler = (ProtobufCBinaryData){sizeof sampler, sampler};
+    msg->stages = ptrs;
+    msg->n_stages = 2;
+}
+
+static bool same_layers(const Lizard__SequenceState *a, const Lizard__SequenceState *b) {
+    bool same = a->n_stages == b->n_stages && a->position == b->position && a->n_tokens == b->n_tokens &&
+                a->has_pending == b->has_pending && memcmp(a->tokens, b->tokens, 4 * a->n_tokens) == 0;
+    for (size_t i = 0; same && i < a->n_stages; i++) {
+        same = a->stages[i]->n_layers == b->stages[i]->n_layers;
+        for (size_t j = 0; same && j < a->stages[i]->n_layers; j++) {
+            const Lizard__LayerState *x = a->stages[i]->layers[j], *y = b->stages[i]->layers[j];
+            const ProtobufCBinaryData *px[4] = {&x->k, &x->v, &x->s, &x->z}, *py[4] = {&y->k, &y->v, &y->s, &y->z};
+            same = x->layer == y->layer && x->kind == y->kind && x->rows == y->rows && x->elem_bytes == y->elem_bytes;
+            for (int t = 0; same && t < 4; t++)
+                same = px[t]->len == py[t]->len && (!px[t]->len || memcmp(px[t]->data, py[t]->data, px[t]->len) == 0);
+        }
+    }
+    return same;
+}
+
+/* Slot 1 restored from msg equals slot 0 in every byte a message carries. */
+static bool restores_exactly(fixture *f, const Lizard__SequenceState *msg) {
+    Lizard__LayerState *all[64];
+    size_t n = 0;
+    for (size_t r = 0; r < msg->n_stages; r++)
+        for (size_t j = 0; j < msg->stages[r]->n_layers && n < 64; j++)
+            all[n++] = msg->stages[r]->layers[j];
+    if (lz_state_reset_slot(&f->st, &f->m, 1) != LZ_OK ||
+        lz_state_io_restore(&f->m, &f->st, 1, msg->position, all, n) != LZ_OK)
+        return false;
+    Lizard__StageState a, b;
+    CHECK(lz_state_io_save(&f->m, &f->st, 0, false, &a) == LZ_OK);
+    CHECK(lz_state_io_save(&f->m, &f->st, 1, false, &b) == LZ_OK);
+    Lizard__StageState *pa = &a, *pb = &b;
+    Lizard__SequenceState ma = *msg, mb = *msg;
+    ma.stages = &pa, mb.stages = &pb, ma.n_stages = mb.n_stages = 1;
+    const bool same = same_layers(&ma, &mb);
+    lz_state_io_free(&a), lz_state_io_free(&b);
+    return same;
+}
+
+static uint8_t *read_all(const char *path, size_t *len) {
+    uint8_t *buf = NULL;
+    CHECK(lz_session_read_file(path, &buf, len) == LZ_OK);
+    return buf;
+}
+
+/* The file's length-delimited messages: start and end of each (header first). */
+static size_t split(const uint8_t *b, size_t len, size_t *start, size_t *end, size_t max) {
+    size_t n = 0;
+    for (size_t p = 0; p < len && n < max; n++) {
+        start[n] = p;
+        uint64_t v = 0;
+        for (int i = 0; p < len; i++) {
+            v |= (uint64_t)(b[p] & 0x7f) << (7 * i);
+            if (!(b[p++] & 0x80))
+                break;
+        }
+        end[n] = p + v;
+        p = end[n];
+    }
+    return n;
+}
+
+/* The file made of messages idx[0..n) of the original, then `extra` bytes. */
+static void rebuild(const uint8_t *b, const size_t *start, const size_t *end, const int *idx, int n, uint8_t *out,
+                    size_t *len) {
+    *len = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(out + *len, b + start[idx[i]], end[idx[i]] - start[idx[i]]);
+        *len += end[idx[i]] - start[idx[i]];
+    }
+}
+
+static void refused(const uint8_t *buf, size_t len, const char *needle, const char *what) {
+    lz_session_loaded l;
+    lz_error_clear();
+    const lz_status s = lz_session_parse(buf, len, "bad.lzs", FP, &l);
+    CHECK_MSG(s == LZ_ERR_INPUT && !l.msg && strstr(lz_error_message(), "bad.lzs") &&
+                  (!needle || strstr(lz_error_message(), needle)),
+              "%s: status %d, '%s'", what, (int)s, lz_error_message());
+    if (s == LZ_OK)
+        lz_session_loaded_free(&l);
+}
+
+static void test_chunks(void) {
+    fixture f;
+    CHECK_MSG(open_fixture(&f), "%s", lz_error_message());
+    Lizard__StageState stage, parts[2], *ptrs[2];
+    int32_t tokens[POS + 1];
+    Lizard__SequenceState msg;
+    save_msg(&f, &stage, parts, ptrs, tokens, &msg);
+    char path[] = "/tmp/test-session-chunks-XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+
+    // round trip: many chunks, the same records, the same state
+    CHECK_MSG(lz_session_write_chunked(path, &msg, CHUNK) == LZ_OK, "%s", lz_error_message());
+    lz_session_loaded l;
+    CHECK_MSG(lz_session_load_file(path, FP, &l) == LZ_OK, "%s", lz_error_message());
+    CHECK(!l.view && l.msg && l.msg->version == LZ_SESSION_VERSION_CHUNKED && l.msg->n_chunks > 20);
+    if (l.msg) {
+        CHECK(same_layers(&msg, l.msg));
+        CHECK(restores_exactly(&f, l.msg));
+    }
+    lz_session_loaded_free(&l);
+
+    size_t len;
+    uint8_t *file = read_all(path, &len), *bad = malloc(2 * len); // room for a chunk written twice
+    size_t start[4096], end[4096];
+    const size_t n = split(file, len, start, end, 4096);
+    CHECK_MSG(n > 20 && end[n - 1] == len, "%zu messages", n);
+    for (size_t cut = 0; cut < len; cut += cut < 400 ? 1 : 37) // cut anywhere: refused
+        refused(file, cut, NULL, "cut");
+    for (size_t at = 0; at < len; at += at < 400 ? 1 : 53) { // a byte flipped anywhere: never a wrong state
+        memcpy(bad, file, len);
+        bad[at] ^= 0x10;
+        lz_error_clear();
+        if (lz_session_parse(bad, len, "bad.lzs", FP, &l) != LZ_OK) {
+            CHECK_MSG(!l.msg && strstr(lz_error_message(), "bad.lzs"), "flip at %zu: %s", at, lz_error_message());
+            continue;
+        }
+        CHECK_MSG(same_layers(&msg, l.msg), "flip at %zu: accepted as another state", at); // a bool's 1 -> 0x11
+        lz_session_loaded_free(&l);
+    }
+    memcpy(bad, file, len);
+    bad[end[n / 2] - 3] ^= 1; // a payload byte
+    refused(bad, len, "checksum mismatch", "payload flip");
+
+    static int idx[4096];
+    for (size_t i = 0; i < n; i++)
+        idx[i] = (int)i;
+    size_t blen;
+    rebuild(file, start, end, idx, (int)n - 1, bad, &blen);
+    refused(bad, blen, "chunk", "last chunk missing");
+    static int drop[4096];
+    int k = 0; // chunk 5 missing
+    for (size_t i = 0; i < n; i++)
+        if (i != 5)
+            drop[k++] = (int)i;
+    rebuild(file, start, end, drop, k, bad, &blen);
+    refused(bad, blen, "missing, repeated or out of order", "chunk missing");
+    memcpy(drop, idx, sizeof(int) * n); // chunks 5 and 6 swapped
+    drop[5] = 6, drop[6] = 5;
+    rebuild(file, start, end, drop, (int)n, bad, &blen);
+    refused(bad, blen, "missing, repeated or out of order", "out of order");
+    memcpy(drop, idx, sizeof(int) * n); // chunk 5 twice (in place of 6)
+    drop[6] = 5;
+    rebuild(file, start, end, drop, (int)n, bad, &blen);
+    refused(bad, blen, "missing, repeated or out of order", "duplicate");
+    memcpy(drop, idx, sizeof(int) * n); // the last chunk again, after the end
+    drop[n] = (int)n - 1;
+    rebuild(file, start, end, drop, (int)n + 1, bad, &blen);
+    refused(bad, blen, "trailing bytes", "extra chunk");
+    memcpy(bad, file, len);
+    bad[len] = 0;
+    refused(bad, len + 1, "trailing bytes", "one byte more");
+    const uint8_t other[LZ_FINGERPRINT_BYTES] = {7};
+    lz_error_clear();
+    CHECK_FAILS_WITH(lz_session_parse(file, len, "bad.lzs", other, &l), LZ_ERR_INPUT, "another model");
+    CHECK_FAILS_WITH(lz_session_load_file(path, other, &l), LZ_ERR_INPUT, "another model");
+    memcpy(bad, file, len); // a truncated file on disk
+    FILE *t = fopen(path, "wb");
+    CHECK(t && fwrite(bad, 1, len - 10, t) == len - 10);
+    fclose(t);
+    lz_error_clear();
+    CHECK_FAILS_WITH(lz_session_load_file(path, FP, &l), LZ_ERR_INPUT, "truncated");
+
+    // version 2 still: one message, read in place
+    uint8_t *v2 = NULL;
+    size_t v2_len = 0;
+    CHECK(lz_session_pack(&msg, &v2, &v2_len) == LZ_OK);
+    CHECK(lz_session_write_file(path, v2, v2_len) == LZ_OK);
+    lz_error_clear();
+    CHECK_MSG(lz_session_load_file(path, FP, &l) == LZ_OK, "%s", lz_error_message());
+    CHECK(l.view && l.msg && l.msg->version == LZ_SESSION_VERSION && same_layers(&msg, l.msg));
+    lz_session_loaded_free(&l);
+    free(v2), free(bad), free(file);
+    unlink(path);
+    lz_state_io_free(&stage);
+    close_fixture(&f);
+}
+
+/* The version-2 seed of the fuzz corpus (an earlier build's file) loads. */
+static void test_old_file(void) {
+    const char *fixtures = getenv("LZ_FIXTURES");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/../fuzz/corpus/session/tiny-hybrid-v2.lzs", fixtures ? fixtures : "tests/fixtures");
+    lz_session_loaded l;
+    lz_error_clear();
+    CHECK_MSG(lz_session_load_file(path, NULL, &l) == LZ_OK, "%s", lz_error_message());
+    CHECK(l.view && l.msg && l.msg->n_stages >= 1);
+    lz_session_loaded_free(&l);
+}
+
+static void test_knob(void) {
+    unsetenv("LIZARD_SESSION_CHUNK_BYTES");
+    CHECK(lz_session_chunk_bytes() == (size_t)256 << 20 && !lz_session_chunks_forced());
+    setenv("LIZARD_SESSION_CHUNK_BYTES", "4096", 1);
+    CHECK(lz_session_chunk_bytes() == 4096 && lz_session_chunks_forced());
+    setenv("LIZARD_SESSION_CHUNK_BYTES", "junk", 1);
+    CHECK(lz_session_chunk_bytes() == (size_t)256 << 20);
+    unsetenv("LIZARD_SESSION_CHUNK_BYTES");
+}
+
+int main(void) {
+    test_chunks();
+    test_old_file();
+    test_knob();
+    return lz_test_finish("test_session_chunks");
+}
