@@ -152,22 +152,36 @@ lz_status lz_session_write_file(const char *path, const uint8_t *buf, size_t len
     return lz_atomic_commit(&f, fwrite(buf, 1, len, f.fp) == len);
 }
 
-lz_status lz_session_read_file(const char *path, uint8_t **buf, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+lz_status lz_session_open_file(const char *path, FILE **f, size_t *size) {
+    *f = fopen(path, "rb");
+    if (!*f)
         return lz_fail(LZ_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
-    lz_status s = fstat(fileno(f), &sb) == 0 ? LZ_OK : lz_fail(LZ_ERR_IO, "%s: %s", path, strerror(errno));
+    lz_status s = fstat(fileno(*f), &sb) == 0 ? LZ_OK : lz_fail(LZ_ERR_IO, "%s: %s", path, strerror(errno));
     if (s == LZ_OK && (sb.st_size <= 0 || sb.st_size > ((off_t)1 << 40)))
         s = lz_fail(LZ_ERR_INPUT, "%s: a session file of %lld bytes", path, (long long)sb.st_size);
-    if (s == LZ_OK && !(*buf = malloc((size_t)sb.st_size)))
+    if (s != LZ_OK) {
+        fclose(*f);
+        *f = NULL;
+        return s;
+    }
+    *size = (size_t)sb.st_size;
+    return LZ_OK;
+}
+
+lz_status lz_session_read_file(const char *path, uint8_t **buf, size_t *len) {
+    FILE *f;
+    size_t size;
+    LZ_TRY(lz_session_open_file(path, &f, &size));
+    lz_status s = LZ_OK;
+    if (!(*buf = malloc(size)))
         s = lz_fail(LZ_ERR_NOMEM, "%s: out of memory", path);
-    if (s == LZ_OK && fread(*buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
+    if (s == LZ_OK && fread(*buf, 1, size, f) != size) {
         free(*buf);
         s = lz_fail(LZ_ERR_IO, "%s: short read", path);
     }
     if (s == LZ_OK)
-        *len = (size_t)sb.st_size;
+        *len = size;
     fclose(f);
     return s;
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
 #include <stdint.h>  // uint8_t, uint64_t
+#include <stdio.h>   // FILE
 
 #include "lizard.pb-c.h" // Lizard__SequenceState
 #include "model.h"       // lz_model
@@ -52,5 +53,7 @@ lz_status lz_session_check_fingerprint(const Lizard__SequenceState *m, const uin
 /* Whole files: written to a temp file then renamed; read whole. */
 lz_status lz_session_write_file(const char *path, const uint8_t *buf, size_t len);
 lz_status lz_session_read_file(const char *path, uint8_t **buf, size_t *len);
+/* Opens a session file for reading; *size its length (1 byte to 1 TiB, else refused). */
+lz_status lz_session_open_file(const char *path, FILE **f, size_t *size);
 
 #endif

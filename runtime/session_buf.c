@@ -1,11 +1,9 @@
 /* session_buf.c - session messages in one pass: the packed layout first, then
  * the backend's bytes straight into it (reading in place: session_view.c). */
-#include <errno.h>    // errno
 #include <stdint.h>   // uintptr_t, SIZE_MAX, INT32_MAX
 #include <stdio.h>    // FILE, fopen, fread
 #include <stdlib.h>   // malloc, calloc, free
-#include <string.h>   // memcpy, strerror
-#include <sys/stat.h> // fstat
+#include <string.h>   // memcpy
 
 #include "session_buf.h"
 #include "state_io.h" // lz_state_io_plan, lz_state_io_fetch
@@ -121,26 +119,31 @@ static lz_status pack_layout(Lizard__SequenceState *msg, lz_state_piece *pieces,
     return LZ_OK;
 }
 
-lz_status lz_session_save_slot(const lz_model *m, const lz_state *st, int slot, bool state_bf16,
-                               Lizard__SequenceState *msg, lz_session_buf *b) {
-    if (msg->n_stages)
-        return lz_fail(LZ_ERR_INTERNAL, "session: save_slot writes the layers itself");
-    Lizard__StageState stage;
-    lz_state_piece *pieces;
-    LZ_TRY(lz_state_io_plan(m, st, slot, state_bf16, &stage, &pieces));
-    Lizard__StageState *stages[1] = {&stage};
+/* The slot's one stage in msg, with the header of a message whose checksum
+ * is still to be filled in (its 8 bytes are packed as a hole). */
+static void attach_slot_stage(Lizard__SequenceState *msg, Lizard__StageState **stages) {
     msg->stages = stages;
     msg->n_stages = 1;
     msg->magic = LZ_SESSION_MAGIC;
     msg->version = LZ_SESSION_VERSION;
     msg->checksum = CHECKSUM_HOLE;
+}
+
+lz_status lz_session_save_slot(const lz_model *m, const lz_state *st, int slot, bool state_bf16,
+                               Lizard__SequenceState *msg, lz_session_buf *b) {
+    if (msg->n_stages)
+        return lz_fail(LZ_ERR_INTERNAL, "session: save_slot writes the layers itself");
+    Lizard__StageState stage, *stages[1] = {&stage};
+    lz_state_piece *pieces;
+    LZ_TRY(lz_state_io_plan(m, st, slot, state_bf16, &stage, &pieces));
+    attach_slot_stage(msg, stages);
     lz_status s = pack_layout(msg, pieces, 4 * stage.n_layers, b);
     if (s == LZ_OK)
         s = fill_and_checksum(m, msg, &stage, b);
     if (s == LZ_OK) // into the checksum's place, little-endian
         for (int i = 0; i < 8; i++)
             b->data[b->len - 8 + (size_t)i] = (uint8_t)(msg->checksum >> (8 * i));
-    msg->stages = NULL;
+    msg->stages = NULL; // the caller's message, as it came
     msg->n_stages = 0;
     lz_state_io_free_plan(&stage, pieces);
     return s;
@@ -148,17 +151,12 @@ lz_status lz_session_save_slot(const lz_model *m, const lz_state *st, int slot, 
 
 lz_status lz_session_slot_packed_size(const lz_model *m, const lz_state *st, int slot, bool state_bf16,
                                       Lizard__SequenceState *msg, size_t *len) {
-    Lizard__StageState stage;
+    Lizard__StageState stage, *stages[1] = {&stage};
     lz_state_piece *pieces;
     LZ_TRY(lz_state_io_plan(m, st, slot, state_bf16, &stage, &pieces));
-    Lizard__StageState *stages[1] = {&stage};
-    msg->stages = stages;
-    msg->n_stages = 1;
-    msg->magic = LZ_SESSION_MAGIC;
-    msg->version = LZ_SESSION_VERSION;
-    msg->checksum = CHECKSUM_HOLE;
+    attach_slot_stage(msg, stages);
     *len = lizard__sequence_state__get_packed_size(msg);
-    msg->stages = NULL;
+    msg->stages = NULL; // the caller's message, as it came
     msg->n_stages = 0;
     lz_state_io_free_plan(&stage, pieces);
     return LZ_OK;
@@ -167,18 +165,14 @@ lz_status lz_session_slot_packed_size(const lz_model *m, const lz_state *st, int
 /* ---- files --------------------------------------------------------------------- */
 
 lz_status lz_session_buf_read_file(const char *path, lz_session_buf *b) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return lz_fail(LZ_ERR_IO, "%s: %s", path, strerror(errno));
-    struct stat sb;
-    lz_status s = fstat(fileno(f), &sb) == 0 ? LZ_OK : lz_fail(LZ_ERR_IO, "%s: %s", path, strerror(errno));
-    if (s == LZ_OK && (sb.st_size <= 0 || sb.st_size > ((off_t)1 << 40)))
-        s = lz_fail(LZ_ERR_INPUT, "%s: a session file of %lld bytes", path, (long long)sb.st_size);
-    if (s == LZ_OK)
-        s = lz_session_buf_reserve(b, (size_t)sb.st_size);
-    if (s == LZ_OK && fread(b->data, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size)
+    FILE *f;
+    size_t size;
+    b->len = 0;
+    LZ_TRY(lz_session_open_file(path, &f, &size));
+    lz_status s = lz_session_buf_reserve(b, size);
+    if (s == LZ_OK && fread(b->data, 1, size, f) != size)
         s = lz_fail(LZ_ERR_IO, "%s: short read", path);
-    b->len = s == LZ_OK ? (size_t)sb.st_size : 0;
+    b->len = s == LZ_OK ? size : 0;
     fclose(f);
     return s;
 }

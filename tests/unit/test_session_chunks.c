@@ -9,60 +9,14 @@
 #include <string.h> // memcmp, memcpy, strstr
 #include <unistd.h> // close, unlink
 
-#include "engine.h"         // lz_open_backend
-#include "model_presets.h"  // lz_preset_config
 #include "session_chunks.h" // lz_session_write_chunked
 #include "session_file.h"   // lz_session_load_file, lz_session_parse
 #include "state_io.h"       // lz_state_io_save, lz_state_io_restore
 #include "test_util.h"      // CHECK
 
-enum { SLOTS = 2, CAPACITY = 64, POS = 37, CHUNK = 100 }; // 37 > the window of 16: the ring has wrapped
+#include "session_fixture.h" // fixture, open_fixture, close_fixture
 
-typedef struct {
-    lz_backend *be;
-    const lz_ops *ops;
-    lz_model m;
-    lz_state st;
-} fixture;
-
-/* Every state array of slot 0 (and 1) filled with a pattern that differs by array and byte. */
-static void fill(fixture *f, void *dst, size_t bytes, unsigned seed) {
-    uint8_t *h = malloc(bytes ? bytes : 1);
-    for (size_t i = 0; i < bytes; i++)
-        h[i] = (uint8_t)((i * 2654435761u + seed * 97u) >> 7);
-    CHECK(f->ops->copy_from_host(f->be, dst, h, bytes) == LZ_OK);
-    free(h);
-}
-
-static bool open_fixture(fixture *f) {
-    lz_config cfg;
-    memset(f, 0, sizeof *f);
-    if (lz_preset_config("tiny-hybrid", "test", &cfg) != LZ_OK || lz_open_backend("cpu", NULL, &f->be, &f->ops) != LZ_OK)
-        return false;
-    if (lz_model_init_random(&f->m, &cfg, f->ops, f->be, 3) != LZ_OK ||
-        lz_state_create(&f->st, &f->m, SLOTS, CAPACITY) != LZ_OK)
-        return false;
-    for (int i = 0; i < f->m.cfg.num_hidden_layers; i++) {
-        const lz_layer *ly = &f->m.layers[i];
-        lz_layer_state *ls = &f->st.layers[i];
-        const size_t row = lz_layer_kv_row_elems(ly) * f->ops->act_size;
-        const size_t kv = SLOTS * row * (size_t)(ly->run_softmax ? CAPACITY : ly->dims.window);
-        fill(f, ly->run_softmax ? ls->k_cache : ls->ring_k, kv, 4u * (unsigned)i);
-        fill(f, ly->run_softmax ? ls->v_cache : ls->ring_v, kv, 4u * (unsigned)i + 1);
-        if (!ly->run_softmax) {
-            fill(f, ls->S, SLOTS * sizeof(float) * lz_layer_s_elems(ly), 4u * (unsigned)i + 2);
-            fill(f, ls->z, SLOTS * sizeof(float) * lz_layer_z_elems(ly), 4u * (unsigned)i + 3);
-        }
-    }
-    f->st.slot_pos[0] = POS;
-    return true;
-}
-
-static void close_fixture(fixture *f) {
-    lz_state_free(&f->st, &f->m);
-    lz_model_free(&f->m);
-    f->ops->destroy(f->be);
-}
+enum { CHUNK = 100 }; // bytes per chunk: the tiny state in many chunks
 
 static uint8_t FP[LZ_FINGERPRINT_BYTES] = {1, 2, 3};
 
@@ -172,7 +126,7 @@ static void refused(const uint8_t *buf, size_t len, const char *needle, const ch
 
 static void test_chunks(void) {
     fixture f;
-    CHECK_MSG(open_fixture(&f), "%s", lz_error_message());
+    CHECK_MSG(open_fixture(&f, "tiny-hybrid"), "%s", lz_error_message());
     Lizard__StageState stage, parts[2], *ptrs[2];
     int32_t tokens[POS + 1];
     Lizard__SequenceState msg;
