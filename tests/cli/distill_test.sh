@@ -10,21 +10,7 @@ set -u
 LIZARD=$1
 SRC=$2
 MODE=$3
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-
-# expect_error NEEDLE CMD...: exit code 2, one stderr line containing NEEDLE
-expect_error() {
-    local needle=$1; shift
-    "$@" >"$TMP/out" 2>"$TMP/err"
-    local rc=$?
-    local lines; lines=$(wc -l <"$TMP/err")
-    if [ $rc -eq 2 ] && grep -q -- "$needle" "$TMP/err" && [ "$lines" -eq 1 ]; then ok
-    else bad "expected exit 2 and one line with '$needle' from: $* (rc=$rc, stderr: $(head -c 400 "$TMP/err"))"; fi
-}
+. "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, expect_error
 
 T=$TMP/teacher
 "$LIZARD" init --config tiny-teacher --out "$T" --seed 1 >/dev/null 2>&1 && ok || bad "init tiny-teacher"

@@ -7,14 +7,8 @@
 # wrong number of ranks ends the job with exit 2.
 set -u
 LIZARD=$1
-command -v mpirun >/dev/null || { echo "mpirun not found: skipped"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-run() { timeout 120 mpirun -np "$@"; }
+. "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, require_mpirun, run
+require_mpirun
 
 "$LIZARD" init --config tiny-teacher --out "$TMP/teacher" --seed 2 >/dev/null 2>&1 || bad "init"
 python3 -c "

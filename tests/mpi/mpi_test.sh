@@ -7,14 +7,8 @@
 set -u
 LIZARD=$1
 FIX=$(cd "$(dirname "$0")/../fixtures" && pwd)
-command -v mpirun >/dev/null || { echo "mpirun not found: skipped"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-run() { timeout 120 mpirun -np "$@"; }
+. "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, require_mpirun, run
+require_mpirun
 
 H=$FIX/hybrid50/model
 IDS=305,265,245,226,40,81,264,106,271,56,111,312

@@ -1,10 +1,10 @@
 # lib.sh - shared by the serve tests: start `lizard serve` on a free port,
 # send requests with curl, read JSON with python3, stop with SIGTERM.
 # Needs LIZARD, TMP and LAUNCH (empty, or an mpirun prefix) set by the caller.
+# The counters come from tests/test_lib.sh; expect_error here is the HTTP one.
 
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+. "$(dirname "${BASH_SOURCE[0]}")/../test_lib.sh"
+
 
 # start_server LOG ARGS...: waits for the "listening" line; sets PORT, URL, SERVER_PID (rank 0), SERVER_JOB
 start_server() {
