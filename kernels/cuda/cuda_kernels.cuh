@@ -76,6 +76,9 @@ template <typename T> lz_status gemv_segments_forward(lz_cuda_ctx *c, lz_gemv_se
 template <typename T>
 lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m);
 
+// The prompt path of the feature maps on tensor cores (bf16; feature_map.cu).
+lz_status lz_feature_map_tc_init(lz_cuda_ctx *c);
+
 // The GLA chunk output on tensor cores (bf16; gla_tc.cu).
 size_t lz_gla_tc_smem(int F, int d);
 bool lz_gla_tc_fits(const lz_cuda_ctx *c, int F, int d);
