@@ -714,6 +714,7 @@ static lz_status init_device(lz_backend *be) {
         LZ_TRY(window_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(lz_gla_tc_init(&be->ctx));
         LZ_TRY(lz_attention_tc_init(&be->ctx));
+        LZ_TRY(lz_feature_map_tc_init(&be->ctx));
     } else {
         LZ_TRY(gla_init<float>(&be->ctx));
         LZ_TRY(attention_init<float>(&be->ctx));

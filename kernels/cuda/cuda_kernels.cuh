@@ -76,6 +76,18 @@ template <typename T> lz_status gemv_segments_forward(lz_cuda_ctx *c, lz_gemv_se
 template <typename T>
 lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m);
 
+// The prompt path of the feature maps on tensor cores (bf16; feature_map.cu).
+lz_status lz_feature_map_tc_init(lz_cuda_ctx *c);
+
+// The prompt path of the Lizard window branch on tensor cores (bf16; window_tc.cu):
+// out += alpha * WIN for every row of the step's chunks (the ring store stays the caller's).
+lz_status lz_window_tc_init(lz_cuda_ctx *c);
+bool lz_window_tc_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims, const void *out, const void *q, const void *k,
+                       const void *v, const void *ring_k, const void *ring_v);
+lz_status lz_window_tc(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                       const __nv_bfloat16 *v, const __nv_bfloat16 *meta, float alpha, const lz_layer_state *st,
+                       const lz_cuda_batch *b, const lz_attn_dims *dims);
+
 // The GLA chunk output on tensor cores (bf16; gla_tc.cu).
 size_t lz_gla_tc_smem(int F, int d);
 bool lz_gla_tc_fits(const lz_cuda_ctx *c, int F, int d);

@@ -180,6 +180,34 @@ static void test_dense_ops(backend *c, backend *g) {
     compare("add", c, cy, g, gy, (size_t)T * C, tol);
     BOTH(c->ops->swiglu(c->be, cy, cx, cy, (size_t)T * C), g->ops->swiglu(g->be, gy, gx, gy, (size_t)T * C));
     compare("swiglu", c, cy, g, gy, (size_t)T * C, tol);
+    { // the 16-byte paths: a count that leaves a tail, pointers one element off 16 bytes (scalar kernels)
+        const size_t n = (size_t)T * C - 3;
+        BOTH(c->ops->add(c->be, cy, cx, n), g->ops->add(g->be, gy, gx, n));
+        compare("add (tail)", c, cy, g, gy, (size_t)T * C, tol);
+        BOTH(c->ops->swiglu(c->be, cy, cx, cy, n), g->ops->swiglu(g->be, gy, gx, gy, n));
+        compare("swiglu (tail)", c, cy, g, gy, (size_t)T * C, tol);
+        void *cy1 = (char *)cy + c->ops->act_size, *gy1 = (char *)gy + g->ops->act_size;
+        void *cx1 = (char *)cx + c->ops->act_size, *gx1 = (char *)gx + g->ops->act_size;
+        BOTH(c->ops->add(c->be, cy1, cx1, n), g->ops->add(g->be, gy1, gx1, n));
+        compare("add (unaligned)", c, cy, g, gy, (size_t)T * C, tol);
+        BOTH(c->ops->swiglu(c->be, cy1, cx1, cy, n), g->ops->swiglu(g->be, gy1, gx1, gy, n));
+        compare("swiglu (unaligned)", c, cy, g, gy, (size_t)T * C, tol);
+    }
+    { // RMSNorm rows as wide as LLaMA's (4096: vectors held in registers) and not a multiple of 8 (4100)
+        const int widths[2] = {4096, 4100}, R = 5;
+        for (int i = 0; i < 2; i++) {
+            const int W = widths[i];
+            float *hwx = rand_host((size_t)R * W, -3, 3), *hwn = rand_host(W, 0.5f, 1.5f);
+            lz_weight cwn = weight(c, hwn, 1, W), gwn = weight(g, hwn, 1, W);
+            void *cwx = act(c, hwx, (size_t)R * W), *gwx = act(g, hwx, (size_t)R * W);
+            void *cwy = act(c, NULL, (size_t)R * W), *gwy = act(g, NULL, (size_t)R * W);
+            BOTH(c->ops->rmsnorm(c->be, cwy, cwx, &cwn, R, 1e-5f), g->ops->rmsnorm(g->be, gwy, gwx, &gwn, R, 1e-5f));
+            compare(i == 0 ? "rmsnorm (4096)" : "rmsnorm (4100)", c, cwy, g, gwy, (size_t)R * W, tol);
+            c->ops->free_weight(c->be, &cwn), g->ops->free_weight(g->be, &gwn);
+            c->ops->free(c->be, cwx), g->ops->free(g->be, gwx), c->ops->free(c->be, cwy), g->ops->free(g->be, gwy);
+            free(hwx), free(hwn);
+        }
+    }
     BOTH(c->ops->embedding(c->be, cy, &ct, ids_buf, T), g->ops->embedding(g->be, gy, &gt, ids_buf, T));
     compare("embedding", c, cy, g, gy, (size_t)T * C, tol);
     void *cr = act(c, NULL, (size_t)T * C), *gr = act(g, NULL, (size_t)T * C);
@@ -292,6 +320,106 @@ static void test_attention_ops(backend *c, backend *g, const lizard_shape *sh) {
     free(hS), free(hz), free(hring), free(hkv);
 }
 
+/* Feature maps on their own: token counts on both sides of the prompt path's
+ * tile (1, 15, 37, 64, 65, 300), one map shared by all heads or one per head
+ * (read through a kv head), f and d not multiples of 16, odd f. */
+static void test_feature_maps(backend *c, backend *g) {
+    typedef struct {
+        int Hx, Hout, n_w, d, f;
+        bool exp_map;
+    } fm_shape;
+    const fm_shape shapes[] = {
+        {4, 4, 1, 128, 128, false}, // LLaMA's phi_q: one map for every head
+        {2, 2, 2, 128, 128, true},  // phi_k per kv head, exp map
+        {2, 6, 6, 64, 24, false},   // per query head reading kv head o / 3; f not a multiple of 16
+        {3, 3, 1, 40, 13, false},   // d not a multiple of 16, odd f (element loads and stores)
+        {1, 2, 2, 16, 8, true},
+    };
+    const int counts[] = {1, 15, 37, 64, 65, 300};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const fm_shape *sh = &shapes[si];
+        float *hw = rand_host((size_t)sh->n_w * sh->d * sh->f, -0.3f, 0.3f);
+        lz_weight cw = weight(c, hw, sh->n_w, (int64_t)sh->d * sh->f), gw = weight(g, hw, sh->n_w, (int64_t)sh->d * sh->f);
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+            const int T = counts[ci];
+            const size_t nx = (size_t)T * sh->Hx * sh->d, no = (size_t)T * sh->Hout * 2 * sh->f;
+            float *hx = rand_host(nx, -1.5f, 1.5f);
+            void *cx = act(c, hx, nx), *gx = act(g, hx, nx), *co = act(c, NULL, no), *go = act(g, NULL, no);
+            BOTH(c->ops->feature_map(c->be, co, cx, &cw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map),
+                 g->ops->feature_map(g->be, go, gx, &gw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map));
+            char what[96];
+            snprintf(what, sizeof what, "feature_map shape %zu T=%d", si, T);
+            compare(what, c, co, g, go, no, tol);
+            c->ops->free(c->be, cx), g->ops->free(g->be, gx), c->ops->free(c->be, co), g->ops->free(g->be, go);
+            free(hx);
+        }
+        c->ops->free_weight(c->be, &cw), g->ops->free_weight(g->be, &gw);
+        free(hw);
+    }
+}
+
+/* The window branch on prompts (the tensor-core path in bf16) and decode
+ * steps: one sequence of 1, 37, 64, 65 or 300 tokens continuing a sequence
+ * whose ring already holds keys (T < w and T > w), sequences of mixed lengths
+ * and positions in one step; then the ring as the next step sees it. */
+static void test_window_prompts(backend *c, backend *g) {
+    typedef struct {
+        int Hq, Hkv, d, w, m;
+    } win_shape;
+    typedef struct {
+        int n, lens[3], pos[3];
+    } win_step;
+    const win_shape shapes[] = {
+        {8, 2, 128, 128, 4}, // LLaMA-like: group of 4, window 128, meta logits
+        {4, 4, 64, 48, 0},   // window shorter than a tile, no meta logits
+        {6, 2, 32, 200, 2},  // window longer than the prompts
+    };
+    const win_step steps[] = {
+        {1, {1}, {50}},   {1, {37}, {0}},   {1, {37}, {90}},          {1, {64}, {200}},
+        {1, {65}, {5}},   {1, {300}, {0}},  {1, {300}, {1000}},       {2, {300, 37}, {77, 0}},
+        {3, {1, 100, 7}, {10, 130, 3}},     {2, {65, 129}, {300, 20}},
+    };
+    const int n_slots = 3;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const win_shape *sh = &shapes[si];
+        const int row = sh->Hkv * sh->d;
+        lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, 0, 0, sh->Hkv, 16, sh->w, sh->m, true};
+        float *hmeta = rand_host(sh->m + 1, -1, 1);
+        lz_weight cm = weight(c, hmeta, 1, sh->m ? sh->m : 1), gm = weight(g, hmeta, 1, sh->m ? sh->m : 1);
+        for (size_t ti = 0; ti < sizeof steps / sizeof steps[0]; ti++) {
+            const win_step *st = &steps[ti];
+            batch_buf bb;
+            make_batch(&bb, st->n, st->lens, st->pos);
+            const int T = bb.b.n_tokens;
+            begin(c, &bb), begin(g, &bb);
+            const size_t nring = (size_t)n_slots * sh->w * row, nq = (size_t)T * sh->Hq * sh->d;
+            float *hring_k = rand_host(nring, -1, 1), *hring_v = rand_host(nring, -1, 1);
+            float *hq = rand_host(nq, -1.5f, 1.5f), *hk = rand_host((size_t)T * row, -1.5f, 1.5f);
+            float *hv = rand_host((size_t)T * row, -1, 1), *ho = rand_host(nq, -0.05f, 0.05f);
+            lz_layer_state cst = {0}, gst = {0};
+            cst.ring_k = act(c, hring_k, nring), cst.ring_v = act(c, hring_v, nring);
+            gst.ring_k = act(g, hring_k, nring), gst.ring_v = act(g, hring_v, nring);
+            void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ck = act(c, hk, (size_t)T * row), *gk = act(g, hk, (size_t)T * row);
+            void *cv = act(c, hv, (size_t)T * row), *gv = act(g, hv, (size_t)T * row), *co = act(c, ho, nq), *go = act(g, ho, nq);
+            BOTH(c->ops->window_attention(c->be, co, cq, ck, cv, &cm, 0.7f, &cst, &bb.b, &dims),
+                 g->ops->window_attention(g->be, go, gq, gk, gv, &gm, 0.7f, &gst, &bb.b, &dims));
+            char what[96];
+            snprintf(what, sizeof what, "window shape %zu step %zu (T=%d)", si, ti, T);
+            compare(what, c, co, g, go, nq, tol_attn);
+            snprintf(what, sizeof what, "window ring k shape %zu step %zu", si, ti);
+            compare(what, c, cst.ring_k, g, gst.ring_k, nring, tol);
+            snprintf(what, sizeof what, "window ring v shape %zu step %zu", si, ti);
+            compare(what, c, cst.ring_v, g, gst.ring_v, nring, tol);
+            void *bufs_c[7] = {cst.ring_k, cst.ring_v, cq, ck, cv, co, NULL}, *bufs_g[7] = {gst.ring_k, gst.ring_v, gq, gk, gv, go, NULL};
+            for (int i = 0; bufs_c[i]; i++)
+                c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
+            free(hring_k), free(hring_v), free(hq), free(hk), free(hv), free(ho);
+        }
+        c->ops->free_weight(c->be, &cm), g->ops->free_weight(g->be, &gm);
+        free(hmeta);
+    }
+}
+
 int main(void) {
     backend cpu, gpu;
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
@@ -316,6 +444,8 @@ int main(void) {
         };
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_attention_ops(&cpu, &gpu, &shapes[i]);
+        test_feature_maps(&cpu, &gpu);
+        test_window_prompts(&cpu, &gpu);
         gpu.ops->destroy(gpu.be);
     }
     cpu.ops->destroy(cpu.be);
