@@ -292,6 +292,71 @@ static void test_attention_ops(backend *c, backend *g, const lizard_shape *sh) {
     free(hS), free(hz), free(hring), free(hkv);
 }
 
+/* The prompt path of a retained softmax layer alone (bf16, head_dim 64 or 128:
+ * attention_flash.cu; fp32 and other shapes: the older kernels), through
+ * softmax_attention on both op tables: lengths around the 64-row chunk and key
+ * tile, a long prompt, a prompt continuing a cached prefix, several sequences of
+ * mixed lengths and starts in one step (a one-token row beside prompts too).
+ * Cache positions that no row may see are NaN, and so is the output, so a kernel
+ * that reads a key it must not see, or leaves a row unwritten, fails. */
+typedef struct {
+    int Hq, Hkv, d, window;
+} prompt_shape;
+
+static void test_softmax_prompt(backend *c, backend *g, const prompt_shape *sh) {
+    enum { SLOTS = 3, CAP = 1300 };
+    static const struct {
+        int n, len[3], pos[3];
+    } cases[] = {
+        {1, {63}, {0}},
+        {1, {64}, {0}},
+        {1, {65}, {0}},
+        {1, {200}, {0}},
+        {1, {1100}, {0}},
+        {1, {130}, {300}},              // continues a cached prefix of 300 keys (off the tile grid)
+        {1, {1}, {700}},                // one token: the decode path
+        {2, {2, 1000}, {64, 129}},      // short and long, both after a prefix
+        {3, {1, 200, 77}, {500, 37, 0}}, // a one-token row in a prompt step
+    };
+    const int row = sh->Hkv * sh->d;
+    const lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, CAP, sh->window, sh->Hkv, 0, 0, 0, false};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        batch_buf bb;
+        make_batch(&bb, cases[ci].n, cases[ci].len, cases[ci].pos);
+        const int T = bb.b.n_tokens;
+        begin(c, &bb), begin(g, &bb);
+        // the cache: the prefix a row may see is random, everything else NaN
+        const size_t nkv = (size_t)SLOTS * CAP * row;
+        float *hkc = malloc(sizeof(float) * nkv), *hvc = malloc(sizeof(float) * nkv);
+        for (size_t i = 0; i < nkv; i++)
+            hkc[i] = hvc[i] = NAN;
+        for (int s = 0; s < bb.n; s++) {
+            const int p0 = bb.pos[s], lo = sh->window > 0 && p0 - sh->window + 1 > 0 ? p0 - sh->window + 1 : 0;
+            for (size_t i = ((size_t)bb.slot[s] * CAP + lo) * row; i < ((size_t)bb.slot[s] * CAP + p0) * row; i++)
+                hkc[i] = frand(-1.5f, 1.5f), hvc[i] = frand(-1, 1);
+        }
+        lz_layer_state cst = {act(c, hkc, nkv), act(c, hvc, nkv), NULL, NULL, NULL, NULL};
+        lz_layer_state gst = {act(g, hkc, nkv), act(g, hvc, nkv), NULL, NULL, NULL, NULL};
+        const size_t nq = (size_t)T * sh->Hq * sh->d;
+        float *hq = rand_host(nq, -2.5f, 2.5f), *hk = rand_host((size_t)T * row, -1.5f, 1.5f);
+        float *hv = rand_host((size_t)T * row, -1, 1);
+        void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ck = act(c, hk, (size_t)T * row), *gk = act(g, hk, (size_t)T * row);
+        void *cv = act(c, hv, (size_t)T * row), *gv = act(g, hv, (size_t)T * row);
+        void *ca = act(c, NULL, nq), *ga = act(g, NULL, nq);
+        BOTH(c->ops->softmax_attention(c->be, ca, cq, ck, cv, &cst, &bb.b, &dims),
+             g->ops->softmax_attention(g->be, ga, gq, gk, gv, &gst, &bb.b, &dims));
+        char what[160];
+        snprintf(what, sizeof what, "softmax prompt Hq %d Hkv %d d %d window %d, case %zu (T %d)", sh->Hq, sh->Hkv,
+                 sh->d, sh->window, ci, T);
+        compare(what, c, ca, g, ga, nq, tol_attn);
+        CHECK(g->ops->sync(g->be) == LZ_OK);
+        void *bufs_c[7] = {cst.k_cache, cst.v_cache, cq, ck, cv, ca, NULL}, *bufs_g[7] = {gst.k_cache, gst.v_cache, gq, gk, gv, ga, NULL};
+        for (int i = 0; bufs_c[i]; i++)
+            c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
+        free(hkc), free(hvc), free(hq), free(hk), free(hv);
+    }
+}
+
 int main(void) {
     backend cpu, gpu;
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
@@ -316,6 +381,16 @@ int main(void) {
         };
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_attention_ops(&cpu, &gpu, &shapes[i]);
+        const prompt_shape prompts[] = {
+            // Hq Hkv  d  window
+            {8, 2, 128, 0},   // GQA group 4, LLaMA head_dim
+            {4, 4, 64, 0},    // group 1
+            {4, 4, 128, 100}, // sliding window (Mistral) shorter than the prompts
+            {8, 2, 64, 37},   // window off the tile grid, group 4
+            {4, 2, 32, 0},    // a head_dim the flash kernel leaves to the older one
+        };
+        for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
+            test_softmax_prompt(&cpu, &gpu, &prompts[i]);
         gpu.ops->destroy(gpu.be);
     }
     cpu.ops->destroy(cpu.be);
