@@ -17,10 +17,13 @@ typedef __nv_bfloat16 bf16;
 
 namespace {
 
-constexpr int FB = 64;              // query rows per block, keys per tile
-constexpr int FTHREADS = 32 * FB / 16; // a warp per 16 query rows
+constexpr int FB = 64;                 // query rows per block and head, keys per tile
+constexpr int WARPS_PER_HEAD = FB / 16; // a warp per 16 query rows
 
-template <int D> constexpr size_t flash_smem() { return sizeof(bf16) * 5 * FB * (size_t)D; } // Q, K[2], V[2]
+// HPB query heads of one GQA group per block share each K/V tile (half the K/V
+// traffic from L2 when HPB = 2): warps 4 hh .. 4 hh + 3 take head hh.
+template <int HPB> __host__ __device__ constexpr int flash_threads() { return 32 * WARPS_PER_HEAD * HPB; }
+template <int D, int HPB> constexpr size_t flash_smem() { return sizeof(bf16) * (HPB + 4) * FB * (size_t)D; } // Q[HPB], K[2], V[2]
 
 // Byte offset of 16-byte unit u of row r in a [FB][D] bf16 tile. The unit index is
 // XOR-ed with the row's low 3 bits: the 8 rows an ldmatrix reads at one column
@@ -69,10 +72,10 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *(const uint32_t *)&v;
 }
 
-// grid (Hq, chunks), block FTHREADS. Chunks run last first: the latest rows see the
-// most keys, so the heaviest blocks start first and the short ones fill the tail.
-template <int D>
-__global__ void __launch_bounds__(FTHREADS, 2)
+// grid (Hq / HPB, chunks), block flash_threads<HPB>(). Chunks run last first: the latest
+// rows see the most keys, so the heaviest blocks start first and the short ones fill the tail.
+template <int D, int HPB>
+__global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
     attention_flash_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const int32_t *chunk_row0,
                            const int32_t *chunk_len, const int32_t *token_seq, const int32_t *slot,
                            const int32_t *token_pos, int n_chunks, int Hq, int Hkv, int capacity, int sw,
@@ -80,22 +83,25 @@ __global__ void __launch_bounds__(FTHREADS, 2)
     constexpr int UPR = D / 8;                        // 16-byte units per row
     constexpr uint32_t TILE = sizeof(bf16) * FB * D; // bytes of one [FB][D] tile
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sQ = (uint32_t)__cvta_generic_to_shared(smem), sK0 = sQ + TILE, sV0 = sQ + 3 * TILE;
-    const int c = n_chunks - 1 - (int)blockIdx.y, h = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    constexpr int NT = flash_threads<HPB>();
+    const uint32_t sQ = (uint32_t)__cvta_generic_to_shared(smem), sK0 = sQ + HPB * TILE, sV0 = sK0 + 2 * TILE;
+    const int c = n_chunks - 1 - (int)blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+    const int hh = (tid >> 5) / WARPS_PER_HEAD, warp = (tid >> 5) % WARPS_PER_HEAD; // head in block, warp in head
+    const int h0 = blockIdx.x * HPB, h = h0 + hh;
     const int row0 = chunk_row0[c], L = chunk_len[c];
     const int p0 = token_pos[row0], p_last = token_pos[row0 + L - 1];
     const int k_first = sw > 0 && p0 - sw + 1 > 0 ? p0 - sw + 1 : 0;
     const int n_tiles = (p_last - k_first) / FB + 1; // tile j: keys p_last - 64 j - 63 .. p_last - 64 j
     const size_t kv_row = (size_t)Hkv * D;
-    const size_t kv_base = (size_t)slot[token_seq[row0]] * capacity * kv_row + (size_t)(h / (Hq / Hkv)) * D;
+    const size_t kv_base = (size_t)slot[token_seq[row0]] * capacity * kv_row + (size_t)(h0 / (Hq / Hkv)) * D;
     const bf16 *kb = kc + kv_base, *vb = vc + kv_base;
 
     // K, V of tile j into buffer buf; keys before k_first (or before 0) become zeros
     auto load_kv = [&](int j, int buf) {
         const int t0 = p_last - (FB - 1) - FB * j;
 #pragma unroll
-        for (int i = 0; i < FB * UPR / FTHREADS; i++) {
-            const int e = tid + i * FTHREADS, r = e / UPR, u = e % UPR, t = t0 + r;
+        for (int i = 0; i < FB * UPR / NT; i++) {
+            const int e = tid + i * NT, r = e / UPR, u = e % UPR, t = t0 + r;
             const bool ok = t >= k_first;
             const size_t off = ok ? (size_t)t * kv_row + u * 8 : 0;
             const uint32_t dst = buf * TILE + swz<D>(r, u);
@@ -104,10 +110,10 @@ __global__ void __launch_bounds__(FTHREADS, 2)
         }
     };
 #pragma unroll
-    for (int i = 0; i < FB * UPR / FTHREADS; i++) { // Q rows past the chunk become zeros
-        const int e = tid + i * FTHREADS, r = e / UPR, u = e % UPR;
+    for (int i = 0; i < HPB * FB * UPR / NT; i++) { // Q rows past the chunk become zeros
+        const int e = tid + i * NT, qh = e / (FB * UPR), r = e / UPR % FB, u = e % UPR;
         const bool ok = r < L;
-        cp_async16(sQ + swz<D>(r, u), q + (ok ? ((size_t)(row0 + r) * Hq + h) * D + u * 8 : 0), ok);
+        cp_async16(sQ + qh * TILE + swz<D>(r, u), q + (ok ? ((size_t)(row0 + r) * Hq + h0 + qh) * D + u * 8 : 0), ok);
     }
     load_kv(0, 0);
     cp_async_commit();
@@ -134,7 +140,7 @@ __global__ void __launch_bounds__(FTHREADS, 2)
         if (j == 0) {
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
-                ldsm_x4(sQ + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)), qf[kk][0],
+                ldsm_x4(sQ + hh * TILE + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)), qf[kk][0],
                         qf[kk][1], qf[kk][2], qf[kk][3]);
         }
         const uint32_t sK = sK0 + buf * TILE, sV = sV0 + buf * TILE;
@@ -252,19 +258,40 @@ __global__ void __launch_bounds__(FTHREADS, 2)
 
 } // namespace
 
-lz_status lz_attention_flash_init(lz_cuda_ctx *c) {
-    if (flash_smem<64>() <= c->max_smem)
-        LZ_CUDA_TRY(cudaFuncSetAttribute(attention_flash_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)flash_smem<64>()));
-    if (flash_smem<128>() <= c->max_smem)
-        LZ_CUDA_TRY(cudaFuncSetAttribute(attention_flash_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)flash_smem<128>()));
+template <int D, int HPB> static lz_status flash_attr(lz_cuda_ctx *c) {
+    if (flash_smem<D, HPB>() <= c->max_smem)
+        LZ_CUDA_TRY(cudaFuncSetAttribute(attention_flash_kernel<D, HPB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)flash_smem<D, HPB>()));
     return LZ_OK;
 }
 
-bool lz_attention_flash_fits(const lz_cuda_ctx *c, int d, int n_chunks) {
-    const size_t smem = d == 64 ? flash_smem<64>() : flash_smem<128>();
+lz_status lz_attention_flash_init(lz_cuda_ctx *c) {
+    LZ_TRY((flash_attr<64, 1>(c)));
+    LZ_TRY((flash_attr<64, 2>(c)));
+    LZ_TRY((flash_attr<128, 1>(c)));
+    LZ_TRY((flash_attr<128, 2>(c)));
+    return LZ_OK;
+}
+
+// Two heads per block where the GQA group pairs them (LIZARD_FLASH=1: one, for comparison).
+static int flash_heads(const lz_cuda_ctx *c, int Hq, int Hkv) { return (Hq / Hkv) % 2 == 0 && !c->flash_one_head ? 2 : 1; }
+
+bool lz_attention_flash_fits(const lz_cuda_ctx *c, int d, int Hq, int Hkv, int n_chunks) {
+    const bool two = flash_heads(c, Hq, Hkv) == 2;
+    const size_t smem = d == 64 ? (two ? flash_smem<64, 2>() : flash_smem<64, 1>())
+                                : (two ? flash_smem<128, 2>() : flash_smem<128, 1>());
     return !c->tc_off && !c->flash_off && (d == 64 || d == 128) && smem <= c->max_smem && n_chunks <= 65535;
+}
+
+template <int D, int HPB>
+static void flash_launch(lz_cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc,
+                         const int32_t *chunk_row0, const int32_t *chunk_len, const int32_t *token_seq,
+                         const int32_t *slot, const int32_t *token_pos, int n_chunks, int Hq, int Hkv, int capacity,
+                         int sliding_window) {
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D); // softmax in exp2: log2(e) / sqrt(d)
+    attention_flash_kernel<D, HPB><<<dim3(Hq / HPB, n_chunks), flash_threads<HPB>(), flash_smem<D, HPB>(), c->stream>>>(
+        out, q, kc, vc, chunk_row0, chunk_len, token_seq, slot, token_pos, n_chunks, Hq, Hkv, capacity, sliding_window,
+        scale_log2);
 }
 
 lz_status lz_attention_flash(lz_cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc,
@@ -273,16 +300,11 @@ lz_status lz_attention_flash(lz_cuda_ctx *c, bf16 *out, const bf16 *q, const bf1
                              int capacity, int sliding_window) {
     if (n_chunks == 0)
         return LZ_OK;
-    const float scale_log2 = 1.4426950408889634f / sqrtf((float)d); // softmax in exp2: log2(e) / sqrt(d)
-    const dim3 grid(Hq, n_chunks);
-    if (d == 64)
-        attention_flash_kernel<64><<<grid, FTHREADS, flash_smem<64>(), c->stream>>>(
-            out, q, kc, vc, chunk_row0, chunk_len, token_seq, slot, token_pos, n_chunks, Hq, Hkv, capacity,
-            sliding_window, scale_log2);
-    else
-        attention_flash_kernel<128><<<grid, FTHREADS, flash_smem<128>(), c->stream>>>(
-            out, q, kc, vc, chunk_row0, chunk_len, token_seq, slot, token_pos, n_chunks, Hq, Hkv, capacity,
-            sliding_window, scale_log2);
+    const bool two = flash_heads(c, Hq, Hkv) == 2;
+    auto launch = d == 64 ? (two ? flash_launch<64, 2> : flash_launch<64, 1>)
+                          : (two ? flash_launch<128, 2> : flash_launch<128, 1>);
+    launch(c, out, q, kc, vc, chunk_row0, chunk_len, token_seq, slot, token_pos, n_chunks, Hq, Hkv, capacity,
+           sliding_window);
     LZ_LAUNCH_CHECK("attention (flash)");
     return LZ_OK;
 }

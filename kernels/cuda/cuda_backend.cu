@@ -738,6 +738,7 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->ctx.tc_off = tc && strcmp(tc, "0") == 0;
     const char *flash = getenv("LIZARD_FLASH");
     be->ctx.flash_off = flash && strcmp(flash, "0") == 0;
+    be->ctx.flash_one_head = flash && strcmp(flash, "1") == 0;
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
     be->graphs.off = be->prof.on || (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
     lz_status s = init_device(be);

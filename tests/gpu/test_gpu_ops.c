@@ -2,11 +2,13 @@
  * through the two op tables, on random shapes (odd lengths, T not a multiple
  * of the GLA chunk, T < w, batches of mixed lengths, state carried across
  * steps, gates near 0 and 1), with poisoned outputs so that an unwritten
- * element fails. fp32: rel err <= 1e-4 (1e-3 for the GLA/attention ops);
- * bf16: <= 2e-2. Exit 77 (skip) when no GPU is visible. */
+ * element fails; the prompt softmax attention alone on its own shapes, bf16
+ * also with LIZARD_FLASH=1 and =0 (each kernel of that path). fp32: rel err
+ * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
+ * when no GPU is visible. */
 #include <math.h>   // sqrt, NAN
 #include <stdio.h>  // fprintf
-#include <stdlib.h> // malloc, free
+#include <stdlib.h> // malloc, free, setenv
 #include <string.h> // memcpy
 
 #include <cuda_runtime_api.h> // cudaMemcpy (the GLA state is fp32 on every backend)
@@ -361,6 +363,14 @@ int main(void) {
     backend cpu, gpu;
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
     const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};
+    const prompt_shape prompts[] = {
+        // Hq Hkv  d  window
+        {8, 2, 128, 0},   // GQA group 4 (two heads per flash block), LLaMA head_dim
+        {4, 4, 64, 0},    // group 1 (one head per block)
+        {4, 4, 128, 100}, // sliding window (Mistral) shorter than the prompts
+        {8, 2, 64, 37},   // window off the tile grid, group 4
+        {4, 2, 32, 0},    // a head_dim the flash kernel leaves to the older one
+    };
     for (int di = 0; di < 2; di++) {
         lz_error_clear();
         if (lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) != LZ_OK) {
@@ -381,18 +391,21 @@ int main(void) {
         };
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_attention_ops(&cpu, &gpu, &shapes[i]);
-        const prompt_shape prompts[] = {
-            // Hq Hkv  d  window
-            {8, 2, 128, 0},   // GQA group 4, LLaMA head_dim
-            {4, 4, 64, 0},    // group 1
-            {4, 4, 128, 100}, // sliding window (Mistral) shorter than the prompts
-            {8, 2, 64, 37},   // window off the tile grid, group 4
-            {4, 2, 32, 0},    // a head_dim the flash kernel leaves to the older one
-        };
         for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
             test_softmax_prompt(&cpu, &gpu, &prompts[i]);
         gpu.ops->destroy(gpu.be);
     }
+    // the bf16 prompt attention again with one query head per flash block, then on the older WMMA kernel
+    const char *flash_modes[2] = {"1", "0"};
+    for (int mi = 0; mi < 2; mi++) {
+        setenv("LIZARD_FLASH", flash_modes[mi], 1);
+        CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
+        dtype_name = mi == 0 ? "bf16 LIZARD_FLASH=1" : "bf16 LIZARD_FLASH=0";
+        for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
+            test_softmax_prompt(&cpu, &gpu, &prompts[i]);
+        gpu.ops->destroy(gpu.be);
+    }
+    unsetenv("LIZARD_FLASH");
     cpu.ops->destroy(cpu.be);
     return lz_test_finish("test_gpu_ops");
 }
