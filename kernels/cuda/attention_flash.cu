@@ -1,7 +1,8 @@
 // attention_flash.cu - the prompt path of retained softmax layers, FlashAttention-2
 // style on warp-level tensor-core instructions (mma.sync m16n8k16, bf16 in, fp32
 // accumulation). A block owns one chunk (up to 64 consecutive rows of one
-// sequence) and one query head; each of its 4 warps owns 16 query rows. Q
+// sequence) and one query head, or two heads of one GQA group that then share
+// each K/V tile; 4 warps per head, each owning 16 query rows. Q
 // fragments, the scores S and the output O stay in registers; the online softmax
 // runs on the S accumulators (row max and sum over the 4 lanes of a quad), and P
 // goes from the S accumulators straight into the A operand of O += P V. K and V
@@ -23,7 +24,9 @@ constexpr int WARPS_PER_HEAD = FB / 16; // a warp per 16 query rows
 // HPB query heads of one GQA group per block share each K/V tile (half the K/V
 // traffic from L2 when HPB = 2): warps 4 hh .. 4 hh + 3 take head hh.
 template <int HPB> __host__ __device__ constexpr int flash_threads() { return 32 * WARPS_PER_HEAD * HPB; }
-template <int D, int HPB> constexpr size_t flash_smem() { return sizeof(bf16) * (HPB + 4) * FB * (size_t)D; } // Q[HPB], K[2], V[2]
+template <int D, int HPB> constexpr size_t flash_smem() { // Q[HPB], K[2], V[2]
+    return sizeof(bf16) * (HPB + 4) * FB * (size_t)D;
+}
 
 // Byte offset of 16-byte unit u of row r in a [FB][D] bf16 tile. The unit index is
 // XOR-ed with the row's low 3 bits: the 8 rows an ldmatrix reads at one column
@@ -140,8 +143,8 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
         if (j == 0) {
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
-                ldsm_x4(sQ + hh * TILE + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)), qf[kk][0],
-                        qf[kk][1], qf[kk][2], qf[kk][3]);
+                ldsm_x4(sQ + hh * TILE + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4)),
+                        qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
         }
         const uint32_t sK = sK0 + buf * TILE, sV = sV0 + buf * TILE;
 
@@ -274,7 +277,9 @@ lz_status lz_attention_flash_init(lz_cuda_ctx *c) {
 }
 
 // Two heads per block where the GQA group pairs them (LIZARD_FLASH=1: one, for comparison).
-static int flash_heads(const lz_cuda_ctx *c, int Hq, int Hkv) { return (Hq / Hkv) % 2 == 0 && !c->flash_one_head ? 2 : 1; }
+static int flash_heads(const lz_cuda_ctx *c, int Hq, int Hkv) {
+    return (Hq / Hkv) % 2 == 0 && !c->flash_one_head ? 2 : 1;
+}
 
 bool lz_attention_flash_fits(const lz_cuda_ctx *c, int d, int Hq, int Hkv, int n_chunks) {
     const bool two = flash_heads(c, Hq, Hkv) == 2;

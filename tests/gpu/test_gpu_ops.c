@@ -342,9 +342,9 @@ static void test_softmax_prompt(backend *c, backend *g, const prompt_shape *sh) 
         const size_t nq = (size_t)T * sh->Hq * sh->d;
         float *hq = rand_host(nq, -2.5f, 2.5f), *hk = rand_host((size_t)T * row, -1.5f, 1.5f);
         float *hv = rand_host((size_t)T * row, -1, 1);
-        void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ck = act(c, hk, (size_t)T * row), *gk = act(g, hk, (size_t)T * row);
+        void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ca = act(c, NULL, nq), *ga = act(g, NULL, nq);
+        void *ck = act(c, hk, (size_t)T * row), *gk = act(g, hk, (size_t)T * row);
         void *cv = act(c, hv, (size_t)T * row), *gv = act(g, hv, (size_t)T * row);
-        void *ca = act(c, NULL, nq), *ga = act(g, NULL, nq);
         BOTH(c->ops->softmax_attention(c->be, ca, cq, ck, cv, &cst, &bb.b, &dims),
              g->ops->softmax_attention(g->be, ga, gq, gk, gv, &gst, &bb.b, &dims));
         char what[160];
@@ -352,8 +352,9 @@ static void test_softmax_prompt(backend *c, backend *g, const prompt_shape *sh) 
                  sh->d, sh->window, ci, T);
         compare(what, c, ca, g, ga, nq, tol_attn);
         CHECK(g->ops->sync(g->be) == LZ_OK);
-        void *bufs_c[7] = {cst.k_cache, cst.v_cache, cq, ck, cv, ca, NULL}, *bufs_g[7] = {gst.k_cache, gst.v_cache, gq, gk, gv, ga, NULL};
-        for (int i = 0; bufs_c[i]; i++)
+        void *bufs_c[6] = {cst.k_cache, cst.v_cache, cq, ck, cv, ca};
+        void *bufs_g[6] = {gst.k_cache, gst.v_cache, gq, gk, gv, ga};
+        for (int i = 0; i < 6; i++)
             c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
         free(hkc), free(hvc), free(hq), free(hk), free(hv);
     }
