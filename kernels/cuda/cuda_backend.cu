@@ -715,6 +715,7 @@ static lz_status init_device(lz_backend *be) {
         LZ_TRY(lz_gla_tc_init(&be->ctx));
         LZ_TRY(lz_attention_tc_init(&be->ctx));
         LZ_TRY(lz_feature_map_tc_init(&be->ctx));
+        LZ_TRY(lz_attention_flash_init(&be->ctx));
     } else {
         LZ_TRY(gla_init<float>(&be->ctx));
         LZ_TRY(attention_init<float>(&be->ctx));
@@ -736,6 +737,9 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->ctx.gemv_off = gemv && strcmp(gemv, "0") == 0;
     const char *tc = getenv("LIZARD_TC");
     be->ctx.tc_off = tc && strcmp(tc, "0") == 0;
+    const char *flash = getenv("LIZARD_FLASH");
+    be->ctx.flash_off = flash && strcmp(flash, "0") == 0;
+    be->ctx.flash_one_head = flash && strcmp(flash, "1") == 0;
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
     be->graphs.off = be->prof.on || (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
     lz_status s = init_device(be);

@@ -16,6 +16,8 @@ struct lz_cuda_ctx {
     bool buffers_moved;    // scratch or step arrays reallocated: recorded graphs are stale
     bool gemv_off;         // LIZARD_GEMV=0: every linear layer through cuBLAS (for comparison)
     bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
+    bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)
+    bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).
@@ -104,6 +106,13 @@ lz_status lz_attention_tc(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat1
                           const __nv_bfloat16 *vc, const int32_t *chunk_row0, const int32_t *chunk_len,
                           const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int n_chunks,
                           int Hq, int Hkv, int d, int capacity, int sliding_window);
+// The same, FlashAttention-2 style (bf16, head_dim 64 or 128; attention_flash.cu).
+bool lz_attention_flash_fits(const lz_cuda_ctx *c, int d, int Hq, int Hkv, int n_chunks);
+lz_status lz_attention_flash_init(lz_cuda_ctx *c);
+lz_status lz_attention_flash(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *kc,
+                             const __nv_bfloat16 *vc, const int32_t *chunk_row0, const int32_t *chunk_len,
+                             const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int n_chunks,
+                             int Hq, int Hkv, int d, int capacity, int sliding_window);
 
 // NCCL point-to-point between the ranks of a pipeline (nccl_p2p.cu).
 lz_status lz_nccl_id(void *id, size_t *len);

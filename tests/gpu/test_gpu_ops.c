@@ -2,11 +2,13 @@
  * through the two op tables, on random shapes (odd lengths, T not a multiple
  * of the GLA chunk, T < w, batches of mixed lengths, state carried across
  * steps, gates near 0 and 1), with poisoned outputs so that an unwritten
- * element fails. fp32: rel err <= 1e-4 (1e-3 for the GLA/attention ops);
- * bf16: <= 2e-2. Exit 77 (skip) when no GPU is visible. */
+ * element fails; the prompt softmax attention alone on its own shapes, bf16
+ * also with LIZARD_FLASH=1 and =0 (each kernel of that path). fp32: rel err
+ * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
+ * when no GPU is visible. */
 #include <math.h>   // sqrt, NAN
 #include <stdio.h>  // fprintf
-#include <stdlib.h> // malloc, free
+#include <stdlib.h> // malloc, free, setenv
 #include <string.h> // memcpy
 
 #include <cuda_runtime_api.h> // cudaMemcpy (the GLA state is fp32 on every backend)
@@ -417,6 +419,69 @@ static void test_window_prompts(backend *c, backend *g) {
         }
         c->ops->free_weight(c->be, &cm), g->ops->free_weight(g->be, &gm);
         free(hmeta);
+/* The prompt path of a retained softmax layer alone (bf16, head_dim 64 or 128:
+ * attention_flash.cu; fp32 and other shapes: the older kernels), through
+ * softmax_attention on both op tables: lengths around the 64-row chunk and key
+ * tile, a long prompt, a prompt continuing a cached prefix, several sequences of
+ * mixed lengths and starts in one step (a one-token row beside prompts too).
+ * Cache positions that no row may see are NaN, and so is the output, so a kernel
+ * that reads a key it must not see, or leaves a row unwritten, fails. */
+typedef struct {
+    int Hq, Hkv, d, window;
+} prompt_shape;
+
+static void test_softmax_prompt(backend *c, backend *g, const prompt_shape *sh) {
+    enum { SLOTS = 3, CAP = 1300 };
+    static const struct {
+        int n, len[3], pos[3];
+    } cases[] = {
+        {1, {63}, {0}},
+        {1, {64}, {0}},
+        {1, {65}, {0}},
+        {1, {200}, {0}},
+        {1, {1100}, {0}},
+        {1, {130}, {300}},              // continues a cached prefix of 300 keys (off the tile grid)
+        {1, {1}, {700}},                // one token: the decode path
+        {2, {2, 1000}, {64, 129}},      // short and long, both after a prefix
+        {3, {1, 200, 77}, {500, 37, 0}}, // a one-token row in a prompt step
+    };
+    const int row = sh->Hkv * sh->d;
+    const lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, CAP, sh->window, sh->Hkv, 0, 0, 0, false};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        batch_buf bb;
+        make_batch(&bb, cases[ci].n, cases[ci].len, cases[ci].pos);
+        const int T = bb.b.n_tokens;
+        begin(c, &bb), begin(g, &bb);
+        // the cache: the prefix a row may see is random, everything else NaN
+        const size_t nkv = (size_t)SLOTS * CAP * row;
+        float *hkc = malloc(sizeof(float) * nkv), *hvc = malloc(sizeof(float) * nkv);
+        for (size_t i = 0; i < nkv; i++)
+            hkc[i] = hvc[i] = NAN;
+        for (int s = 0; s < bb.n; s++) {
+            const int p0 = bb.pos[s], lo = sh->window > 0 && p0 - sh->window + 1 > 0 ? p0 - sh->window + 1 : 0;
+            for (size_t i = ((size_t)bb.slot[s] * CAP + lo) * row; i < ((size_t)bb.slot[s] * CAP + p0) * row; i++)
+                hkc[i] = frand(-1.5f, 1.5f), hvc[i] = frand(-1, 1);
+        }
+        lz_layer_state cst = {act(c, hkc, nkv), act(c, hvc, nkv), NULL, NULL, NULL, NULL};
+        lz_layer_state gst = {act(g, hkc, nkv), act(g, hvc, nkv), NULL, NULL, NULL, NULL};
+        const size_t nq = (size_t)T * sh->Hq * sh->d;
+        float *hq = rand_host(nq, -2.5f, 2.5f), *hk = rand_host((size_t)T * row, -1.5f, 1.5f);
+        float *hv = rand_host((size_t)T * row, -1, 1);
+        void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ca = act(c, NULL, nq), *ga = act(g, NULL, nq);
+        void *ck = act(c, hk, (size_t)T * row), *gk = act(g, hk, (size_t)T * row);
+        void *cv = act(c, hv, (size_t)T * row), *gv = act(g, hv, (size_t)T * row);
+        BOTH(c->ops->softmax_attention(c->be, ca, cq, ck, cv, &cst, &bb.b, &dims),
+             g->ops->softmax_attention(g->be, ga, gq, gk, gv, &gst, &bb.b, &dims));
+        char what[160];
+        snprintf(what, sizeof what, "softmax prompt Hq %d Hkv %d d %d window %d, case %zu (T %d)", sh->Hq, sh->Hkv,
+                 sh->d, sh->window, ci, T);
+        compare(what, c, ca, g, ga, nq, tol_attn);
+        CHECK(g->ops->sync(g->be) == LZ_OK);
+        void *bufs_c[6] = {cst.k_cache, cst.v_cache, cq, ck, cv, ca};
+        void *bufs_g[6] = {gst.k_cache, gst.v_cache, gq, gk, gv, ga};
+        for (int i = 0; i < 6; i++)
+            c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
+        free(hkc), free(hvc), free(hq), free(hk), free(hv);
     }
 }
 
@@ -424,6 +489,14 @@ int main(void) {
     backend cpu, gpu;
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
     const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};
+    const prompt_shape prompts[] = {
+        // Hq Hkv  d  window
+        {8, 2, 128, 0},   // GQA group 4 (two heads per flash block), LLaMA head_dim
+        {4, 4, 64, 0},    // group 1 (one head per block)
+        {4, 4, 128, 100}, // sliding window (Mistral) shorter than the prompts
+        {8, 2, 64, 37},   // window off the tile grid, group 4
+        {4, 2, 32, 0},    // a head_dim the flash kernel leaves to the older one
+    };
     for (int di = 0; di < 2; di++) {
         lz_error_clear();
         if (lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) != LZ_OK) {
@@ -446,8 +519,21 @@ int main(void) {
             test_attention_ops(&cpu, &gpu, &shapes[i]);
         test_feature_maps(&cpu, &gpu);
         test_window_prompts(&cpu, &gpu);
+        for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
+            test_softmax_prompt(&cpu, &gpu, &prompts[i]);
         gpu.ops->destroy(gpu.be);
     }
+    // the bf16 prompt attention again with one query head per flash block, then on the older WMMA kernel
+    const char *flash_modes[2] = {"1", "0"};
+    for (int mi = 0; mi < 2; mi++) {
+        setenv("LIZARD_FLASH", flash_modes[mi], 1);
+        CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
+        dtype_name = mi == 0 ? "bf16 LIZARD_FLASH=1" : "bf16 LIZARD_FLASH=0";
+        for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
+            test_softmax_prompt(&cpu, &gpu, &prompts[i]);
+        gpu.ops->destroy(gpu.be);
+    }
+    unsetenv("LIZARD_FLASH");
     cpu.ops->destroy(cpu.be);
     return lz_test_finish("test_gpu_ops");
 }
