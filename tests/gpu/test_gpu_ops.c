@@ -419,6 +419,9 @@ static void test_window_prompts(backend *c, backend *g) {
         }
         c->ops->free_weight(c->be, &cm), g->ops->free_weight(g->be, &gm);
         free(hmeta);
+    }
+}
+
 /* The prompt path of a retained softmax layer alone (bf16, head_dim 64 or 128:
  * attention_flash.cu; fp32 and other shapes: the older kernels), through
  * softmax_attention on both op tables: lengths around the 64-row chunk and key
