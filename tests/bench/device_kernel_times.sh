@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # device_kernel_times.sh - on the GPU machine: the time of every kernel of one
-# batch-1 decode step (Nsight Compute, gpu__time_duration, clocks left alone),
+# decode step at batch BATCH (default 1) (Nsight Compute, gpu__time_duration, clocks left alone),
 # summed by kernel, for the 8B-shaped teacher and pure Lizard at 2K context,
 # beside the step time the benchmark measures with CUDA graphs. The difference
 # is launch and dependency gaps; the sum against weight bytes / copy rate shows
@@ -12,15 +12,15 @@ L=$PWD/.devout/lizard
 TMP_NCU=$(mktemp -d)
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 for v in ${VARIANTS:-teacher lizard}; do
-  timeout 60 $L bench --shape "llama3-8b-$v" --prompt 0 --batch 1 --context 2048 --steps 32 2>&1 | grep decode
+  timeout 60 $L bench --shape "llama3-8b-$v" --prompt 0 --batch ${BATCH:-1} --context 2048 --steps 32 2>&1 | grep decode
   [ -n "$NCU" ] || { echo "no ncu"; continue; }
   # skip the first (eager, warm-up) step's kernels; random weight fills are filtered out by name
   LIZARD_NO_GRAPHS=1 timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
     -k 'regex:^(?!random_kernel).*' --launch-skip ${SKIP:-800} --launch-count ${COUNT:-800} \
-    $L bench --shape "llama3-8b-$v" --prompt 0 --batch 1 --context 2048 --steps 2 --no-ceilings \
+    $L bench --shape "llama3-8b-$v" --prompt 0 --batch ${BATCH:-1} --context 2048 --steps 2 --no-ceilings \
     >"$TMP_NCU/ncu-$v.csv" 2>"$TMP_NCU/ncu-$v.err"
   echo "ncu exit $? ($v)"; tail -2 "$TMP_NCU/ncu-$v.err"
-  python3 - "$TMP_NCU/ncu-$v.csv" <<'PY' | tee "$OUT/kernels-$v.txt"
+  python3 - "$TMP_NCU/ncu-$v.csv" <<'PY' | tee "$OUT/kernels-$v-b${BATCH:-1}.txt"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 if not rows:
