@@ -849,6 +849,8 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->ctx.tc_off = tc && strcmp(tc, "0") == 0;
     const char *fuse = getenv("LIZARD_FUSE");
     be->ctx.fuse_off = fuse && strcmp(fuse, "0") == 0;
+    const char *pdl = getenv("LIZARD_PDL");
+    be->ctx.pdl = pdl && *pdl && strcmp(pdl, "0") != 0;
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
     be->graphs.off = be->prof.on || (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
     lz_status s = init_device(be);

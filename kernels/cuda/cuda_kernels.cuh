@@ -17,6 +17,7 @@ struct lz_cuda_ctx {
     bool gemv_off;         // LIZARD_GEMV=0: every linear layer through cuBLAS (for comparison)
     bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
     bool fuse_off;         // LIZARD_FUSE=0: no fused ops, the unsplit GLA decode, the plain GEMV loop
+    bool pdl;              // LIZARD_PDL=1: fused GEMVs launched as programmatic dependents (gemv_fused.cu)
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).

@@ -8,6 +8,11 @@
 //     (the gate and up outputs never reach memory, and the SwiGLU launch goes).
 // Each lane keeps U 16-byte weight loads in flight per row (the loop over k unrolled by hand), so
 // that layers with few rows (o_proj, down_proj: 4096 warps) still have enough bytes in flight.
+// LIZARD_PDL=1 (an experiment): launched as programmatic dependents, so that a GEMV's blocks start
+// while the previous kernel drains; each warp issues its first weight loads (weights depend on no
+// kernel), then waits for the previous kernel (griddepcontrol.wait: its completion and its memory)
+// before it reads x, the norm input or the residual. Without the launch attribute both
+// griddepcontrol instructions do nothing.
 #include "cuda_kernels.cuh"
 
 enum { GF_UNROLL = 4 };
@@ -41,10 +46,10 @@ __global__ void gemv_fused_kernel(lz_gemv_segments<T> seg, const T *x, const T *
         for (int j = 0; j < NW; j++)
             acc[j][t] = 0.0f;
     }
-    for (int c0 = lane * V; c0 < k; c0 += 32 * V * U) {
-        float wv[U][NW][V];
+    float wv[U][NW][V];
+    auto load_weights = [&](int c0) { // the weight loads first, all in flight
 #pragma unroll
-        for (int u = 0; u < U; u++) { // the weight loads first, all in flight
+        for (int u = 0; u < U; u++) {
             const int c = c0 + u * 32 * V;
             if (c < k) {
                 vec16<T>::load(wv[u][0], wr0 + c);
@@ -52,6 +57,13 @@ __global__ void gemv_fused_kernel(lz_gemv_segments<T> seg, const T *x, const T *
                     vec16<T>::load(wv[u][NW - 1], wr1 + c);
             }
         }
+    };
+    load_weights(lane * V);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    for (int c0 = lane * V; c0 < k; c0 += 32 * V * U) {
+        if (c0 != lane * V) // the first pass's weights were loaded before the wait
+            load_weights(c0);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + u * 32 * V;
@@ -112,7 +124,16 @@ static lz_status launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T 
                         int k) {
     const int groups = (n + NT - 1) / NT, block = 256;
     const int grid = (int)(((size_t)seg.total_rows * groups * 32 + block - 1) / block);
-    gemv_fused_kernel<T, NT, NORM, EPI><<<grid, block, 0, c->stream>>>(seg, x, norm, eps, n, k, groups);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid, 1, 1);
+    cfg.blockDim = dim3(block, 1, 1);
+    cfg.stream = c->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    LZ_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemv_fused_kernel<T, NT, NORM, EPI>, seg, x, norm, eps, n, k, groups));
     LZ_LAUNCH_CHECK("gemv (fused)");
     return LZ_OK;
 }
