@@ -66,8 +66,8 @@ lz_status lz_cmd_distill(int argc, char **argv) {
         {"--stop-at-step", LZ_OPT_INT, "N", "checkpoint after step N and stop (--resume continues)", &a->stop_at,
          false, 0, 1e12},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "where the layers' training steps run (default cpu)", &a->device, false, 0, 0},
-        {"--teacher-device", LZ_OPT_STRING, "cpu|cuda", "where the teacher runs (default: cuda with --device cuda "
-         "in one process, else cpu)", &a->teacher_device, false, 0, 0},
+        {"--teacher-device", LZ_OPT_STRING, "cpu|cuda", "where the teacher runs (default: as --device)",
+         &a->teacher_device, false, 0, 0},
         {"--teacher-dtype", LZ_OPT_STRING, "fp32|bf16", "with the teacher on the GPU: its activations (default fp32; "
          "bf16 is faster, its targets rounded to bf16)", &a->teacher_dtype, false, 0, 0},
         {"--gla-precision", LZ_OPT_STRING, "fp32|bf16", "with --device cuda: the GLA's in-chunk products in fp32 "

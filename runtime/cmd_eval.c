@@ -19,6 +19,7 @@
 #include "engine.h"        // lz_engine
 #include "id_list.h"       // lz_parse_id_list
 #include "mpi_world.h"     // lz_world_get
+#include "text_file.h"     // lz_read_text_file
 #include "tokenizer.h"     // lz_tokenizer
 
 typedef struct {
@@ -28,21 +29,6 @@ typedef struct {
 } eval_args;
 
 /* ---- perplexity ------------------------------------------------------------------------- */
-
-static lz_status read_file(const char *path, char **text, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return lz_fail(LZ_ERR_IO, "--text %s: cannot open", path);
-    long n = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
-    *text = n >= 0 && fseek(fp, 0, SEEK_SET) == 0 ? malloc((size_t)n + 1) : NULL;
-    const bool read = *text && fread(*text, 1, (size_t)n, fp) == (size_t)n;
-    lz_status s = read ? LZ_OK : lz_fail(LZ_ERR_IO, "--text %s: read failed", path);
-    fclose(fp);
-    *len = (size_t)(n > 0 ? n : 0);
-    if (s != LZ_OK)
-        free(*text), *text = NULL;
-    return s;
-}
 
 // log-softmax of logits[V] at `id`
 static double log_prob(const float *logits, int V, int id) {
@@ -57,7 +43,7 @@ static double log_prob(const float *logits, int V, int id) {
 static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a) {
     char *text = NULL;
     size_t len = 0;
-    LZ_TRY(read_file(a->text, &text, &len));
+    LZ_TRY(lz_read_text_file("--text", a->text, &text, &len));
     int32_t *ids = NULL;
     int n = 0;
     lz_status s = lz_tokenizer_encode(tok, text, len, true, &ids, &n);

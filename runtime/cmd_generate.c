@@ -17,10 +17,11 @@
 #include "id_list.h"           // lz_parse_id_list
 #include "sampler.h"           // lz_sampler
 #include "session_file.h"      // lz_session_load_file
+#include "text_file.h"         // lz_read_text_file
 #include "tokenizer.h"         // lz_tokenizer, lz_detok
 
 typedef struct {
-    const char *model, *ids, *prompt, *prompts_file, *device, *dtype, *softmax, *format, *placement, *plan, *session;
+    const char *model, *ids, *prompt, *prompt_file, *prompts_file, *device, *dtype, *softmax, *format, *placement, *plan, *session;
     const char *move_placement, *move_plan, *session_dtype;
     long max_tokens, top_k, seed, chunk, batch, move_after;
     double temperature, top_p;
@@ -340,6 +341,8 @@ static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **p
     return s;
 }
 
+static lz_status generate_checked(const generate_args *ap, bool continuing);
+
 lz_status lz_cmd_generate(int argc, char **argv) {
     generate_args a = {.device = "cpu", .dtype = "bf16", .format = "text", .max_tokens = 16, .top_k = -1, .seed = 0,
                        .chunk = 512, .temperature = -1.0, .top_p = -1.0};
@@ -348,6 +351,8 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &a.ids, false, 0, 0},
         {"--prompt", LZ_OPT_STRING, "TEXT", "prompt text (tokenized with the model's tokenizer.json)", &a.prompt,
          false, 0, 0},
+        {"--prompt-file", LZ_OPT_STRING, "FILE", "prompt text read from FILE (for prompts longer than a command line)",
+         &a.prompt_file, false, 0, 0},
         {"--prompts-file", LZ_OPT_STRING, "FILE", "many prompts, one per line, generated together as a batch",
          &a.prompts_file, false, 0, 0},
         {"--batch", LZ_OPT_INT, "N", "generate N sequences from the prompt at once (seeds S, S+1, ...)", &a.batch,
@@ -392,9 +397,24 @@ lz_status lz_cmd_generate(int argc, char **argv) {
     if (strcmp(a.format, "text") != 0 && strcmp(a.format, "json") != 0)
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --format: expected text or json, got '%s'", a.format);
     const bool continuing = a.session && access(a.session, F_OK) == 0;
-    const int inputs = (a.ids != NULL) + (a.prompt != NULL) + (a.prompts_file != NULL);
+    const int inputs = (a.ids != NULL) + (a.prompt != NULL) + (a.prompt_file != NULL) + (a.prompts_file != NULL);
     if (inputs > 1 || (inputs == 0 && !continuing))
-        return lz_fail(LZ_ERR_INPUT, "lizard generate: give exactly one of --ids 1,2,3, --prompt TEXT or --prompts-file FILE");
+        return lz_fail(LZ_ERR_INPUT, "lizard generate: give exactly one of --ids 1,2,3, --prompt TEXT, --prompt-file FILE "
+                       "or --prompts-file FILE");
+    char *file_text = NULL; // --prompt-file: the text, then used as --prompt
+    size_t file_len = 0;
+    if (a.prompt_file) {
+        LZ_TRY(lz_read_text_file("--prompt-file", a.prompt_file, &file_text, &file_len));
+        a.prompt = file_text;
+    }
+    const lz_status s = generate_checked(&a, continuing);
+    free(file_text);
+    return s;
+}
+
+/* generate, once its input is known: one prompt or many. */
+static lz_status generate_checked(const generate_args *ap, bool continuing) {
+    const generate_args a = *ap;
     if (a.session && (a.prompts_file || a.batch))
         return lz_fail(LZ_ERR_INPUT, "lizard generate: --session keeps one sequence (not --batch or --prompts-file)");
     if (a.prompts_file && a.batch)

@@ -8,42 +8,8 @@
 #include "cli_options.h" // lz_parse_options
 #include "commands.h"    // lz_cmd_tokenize
 #include "id_list.h"     // lz_parse_id_list
+#include "text_file.h"   // lz_read_text_file
 #include "tokenizer.h"   // lz_tokenizer
-
-static lz_status read_all(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return lz_fail(LZ_ERR_IO, "--file: cannot open %s", path);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    lz_status st = buf ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "--file: out of memory");
-    while (st == LZ_OK) {
-        if (n == cap) {
-            char *p = realloc(buf, cap * 2);
-            if (!p) {
-                st = lz_fail(LZ_ERR_NOMEM, "--file: out of memory");
-                break;
-            }
-            buf = p;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f))
-                st = lz_fail(LZ_ERR_IO, "--file: cannot read %s", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (st != LZ_OK) {
-        free(buf);
-        return st;
-    }
-    *out = buf;
-    *len = n;
-    return LZ_OK;
-}
 
 /* A JSON string of bytes that may not be UTF-8: invalid bytes become U+FFFD. */
 static char *json_text(const char *s, size_t n) {
@@ -155,7 +121,7 @@ lz_status lz_cmd_tokenize(int argc, char **argv) {
         char *buf = NULL;
         size_t len = text ? strlen(text) : 0;
         if (file)
-            st = read_all(file, &buf, &len);
+            st = lz_read_text_file("--file", file, &buf, &len);
         int32_t *ids = NULL;
         int n = 0;
         if (st == LZ_OK)

@@ -10,6 +10,7 @@
 #include <string.h>   // strcmp, strlen, strstr, strerror, memcpy
 #include <sys/stat.h> // stat, S_ISDIR, S_ISREG
 
+#include "text_file.h" // lz_read_text_file
 #include "tokenizer.h" // lz_tokenizer_load, lz_tokenizer_encode
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -17,38 +18,11 @@ static bool ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static lz_status read_text(const char *path, char **text, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return lz_fail(LZ_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16;
-    *len = 0;
-    *text = malloc(cap);
-    for (size_t got; *text && (got = fread(*text + *len, 1, cap - *len, fp)) > 0;) {
-        *len += got;
-        if (*len == cap) {
-            char *bigger = realloc(*text, cap *= 2);
-            if (!bigger)
-                free(*text);
-            *text = bigger;
-        }
-    }
-    const bool failed = ferror(fp);
-    fclose(fp);
-    if (!*text)
-        return lz_fail(LZ_ERR_NOMEM, "%s: out of memory", path);
-    if (failed) {
-        free(*text);
-        return lz_fail(LZ_ERR_IO, "%s: read error", path);
-    }
-    return LZ_OK;
-}
-
 /* Appends the tokens of one text file to the stream. */
 static lz_status append_text(lz_distill_data *d, const char *path, lz_tokenizer *tok) {
     char *text = NULL;
     size_t len = 0;
-    LZ_TRY(read_text(path, &text, &len));
+    LZ_TRY(lz_read_text_file("--data", path, &text, &len));
     int32_t *ids = NULL;
     int n = 0;
     lz_status s = len ? lz_tokenizer_encode(tok, text, len, true, &ids, &n) : LZ_OK;

@@ -78,12 +78,10 @@ lz_status lz_distill_setup(lz_distill_run *r) {
     lz_distill_args *a = &r->a;
     LZ_TRY(check_args(a));
     LZ_TRY(make_plan(r));
-    // the teacher follows --device in one process; under mpirun the hidden states travel through host memory
-    const char *teacher_device = a->teacher_device ? a->teacher_device
-                                 : strcmp(a->device, "cuda") == 0 && !r->planned ? "cuda"
-                                                                                  : "cpu";
+    // the teacher follows --device (under mpirun each rank's teacher layers on its own GPU)
+    const char *teacher_device = a->teacher_device ? a->teacher_device : a->device;
     if (strcmp(a->teacher_dtype, "bf16") == 0 && strcmp(teacher_device, "cuda") != 0)
-        return lz_fail(LZ_ERR_INPUT, "--teacher-dtype bf16 needs the teacher on the GPU (--device cuda, one process)");
+        return lz_fail(LZ_ERR_INPUT, "--teacher-dtype bf16 needs the teacher on the GPU (--device cuda)");
     LZ_TRY(lz_teacher_open_on(&r->teacher, a->teacher, (int)a->batch, (int)a->seq_len, r->planned ? &r->plan : NULL,
                               r->rank, teacher_device, a->teacher_dtype));
     lz_config cfg = r->teacher.model.cfg;

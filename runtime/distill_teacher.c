@@ -45,8 +45,6 @@ lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_
         return lz_fail(LZ_ERR_INPUT, "--seq-len %d exceeds the teacher's max_position_embeddings %d", seq_len,
                        cfg.max_position_embeddings);
     t->on_device = strcmp(device, "cuda") == 0;
-    if (t->on_device && plan)
-        return lz_fail(LZ_ERR_INPUT, "a teacher on the GPU runs in one process (under mpirun it stays on the CPU)");
     t->bf16 = t->on_device && strcmp(dtype, "bf16") == 0;
     LZ_TRY(lz_open_backend(device, dtype, &t->be, &t->ops));
     lz_stage_parts parts;
@@ -73,7 +71,10 @@ lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_
     t->len = calloc((size_t)batch, sizeof(int32_t));
     t->pos = calloc((size_t)batch, sizeof(int32_t));
     t->token_pos = calloc(T, sizeof(int32_t));
-    if (s == LZ_OK && !(t->x && t->q && t->k && t->slot && t->start && t->len && t->pos && t->token_pos))
+    if (t->on_device && plan) // a GPU teacher's hidden states cross ranks through host memory
+        t->hidden_host = calloc(T * H, sizeof(float));
+    if (s == LZ_OK && !(t->x && t->q && t->k && t->slot && t->start && t->len && t->pos && t->token_pos &&
+                        (t->hidden_host || !(t->on_device && plan))))
         s = lz_fail(LZ_ERR_NOMEM, "teacher activations for %d x %d tokens: out of memory", batch, seq_len);
     if (s != LZ_OK) {
         lz_teacher_close(t);
@@ -102,6 +103,7 @@ void lz_teacher_close(lz_teacher *t) {
         free(t->x), free(t->q), free(t->k);
     free(t->slot), free(t->start), free(t->len), free(t->pos);
     free(t->token_pos);
+    free(t->hidden_host);
     memset(t, 0, sizeof *t);
 }
 
@@ -126,6 +128,24 @@ static lz_status run_layers(lz_teacher *t, const lz_batch *b, int first, int las
     return LZ_OK;
 }
 
+/* The hidden states [T, hidden] to rank `to` (on the device: through host
+ * memory in fp32, which holds bf16 values exactly). */
+static lz_status send_hidden(lz_teacher *t, int count, int to, int tag) {
+    if (!t->on_device) {
+        LZ_MPI_TRY(MPI_Send(t->ws.x, count, MPI_FLOAT, to, tag, MPI_COMM_WORLD));
+        return LZ_OK;
+    }
+    LZ_TRY(t->ops->act_to_host(t->be, t->hidden_host, t->ws.x, (size_t)count));
+    LZ_MPI_TRY(MPI_Send(t->hidden_host, count, MPI_FLOAT, to, tag, MPI_COMM_WORLD));
+    return LZ_OK;
+}
+
+static lz_status recv_hidden(lz_teacher *t, int count, int from, int tag) {
+    float *dst = t->on_device ? t->hidden_host : t->ws.x;
+    LZ_MPI_TRY(MPI_Recv(dst, count, MPI_FLOAT, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    return t->on_device ? t->ops->act_from_host(t->be, t->ws.x, t->hidden_host, (size_t)count) : LZ_OK;
+}
+
 /* The plan's visits in order; the hidden states [T, hidden] move over MPI
  * whenever the next visit belongs to another rank. */
 static lz_status run_planned(lz_teacher *t, const lz_batch *b, int n_layers, lz_teacher_layer_fn fn, void *ctx) {
@@ -141,9 +161,9 @@ static lz_status run_planned(lz_teacher *t, const lz_batch *b, int n_layers, lz_
             continue; // embedding or head alone, or layers past the last one wanted
         if (visits[v].rank != holder) {
             if (t->rank == holder)
-                LZ_MPI_TRY(MPI_Send(t->ws.x, count, MPI_FLOAT, visits[v].rank, TAG, MPI_COMM_WORLD));
+                LZ_TRY(send_hidden(t, count, visits[v].rank, TAG));
             else if (t->rank == visits[v].rank)
-                LZ_MPI_TRY(MPI_Recv(t->ws.x, count, MPI_FLOAT, holder, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+                LZ_TRY(recv_hidden(t, count, holder, TAG));
             holder = visits[v].rank;
         }
         if (t->rank == visits[v].rank)

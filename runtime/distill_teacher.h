@@ -11,8 +11,8 @@
  *
  * Under mpirun the teacher is split by a placement plan (plan.h): each rank
  * loads and runs only its layers, and the hidden states travel between the
- * ranks over MPI in the plan's visit order, so each rank sees the
- * activations of exactly the layers it owns. */
+ * ranks over MPI in the plan's visit order (from a GPU teacher through a host
+ * buffer), so each rank sees the activations of exactly the layers it owns. */
 #ifndef LZ_DISTILL_TEACHER_H
 #define LZ_DISTILL_TEACHER_H
 
@@ -51,6 +51,7 @@ typedef struct {
     int rank;
     bool on_device;              /* the CUDA backend: x, q, k and the workspace are device memory */
     bool bf16;                   /* ... with bf16 activations */
+    float *hidden_host;          /* [T, hidden]: a GPU teacher's hidden states on their way between ranks */
 } lz_teacher;
 
 /* Loads DIR as a teacher (every layer softmax) for batches of `batch`
@@ -59,8 +60,7 @@ typedef struct {
  * embedding if it owns it); the plan must outlive the teacher. */
 lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank);
 /* The same on `device` "cpu" or "cuda" with activations of `dtype` "fp32" or
- * "bf16" (cuda only; not with a plan: the hidden states travel between ranks
- * through host memory). */
+ * "bf16" (cuda only). */
 lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank,
                              const char *device, const char *dtype);
 void lz_teacher_close(lz_teacher *t);

@@ -7,28 +7,6 @@
 #include "session_chunks.h" // lz_session_write_chunked
 #include "state_io.h"       // lz_state_io_save
 
-/* MPI counts are int: a pipeline moves a sequence's records as one message of
- * under 2 GiB (a chunked transfer between ranks is not written yet). */
-static const uint64_t PIPE_LIMIT = (uint64_t)INT32_MAX - (1u << 20);
-
-/* Every layer's record bytes at `pos` (all stages), as state_io.c writes them. */
-static uint64_t record_bytes(const lz_model *m, uint64_t pos, bool state_bf16) {
-    uint64_t n = 0;
-    for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
-        const lz_layer *ly = &m->layers[i];
-        const uint64_t row = lz_layer_kv_row_elems(ly) * m->ops->act_size, w = (uint64_t)ly->dims.window;
-        n += ly->run_softmax ? 2 * pos * row
-                             : 2 * (pos < w ? pos : w) * row +
-                                   (state_bf16 ? 2 : 4) * (lz_layer_s_elems(ly) + lz_layer_z_elems(ly));
-    }
-    return n;
-}
-
-static lz_status pipe_refusal(uint64_t bytes) {
-    return lz_fail(LZ_ERR_INPUT, "session: this sequence's state is %.2f GB; a pipeline moves at most 2 GiB of it "
-                   "between ranks: save or continue it in one process", (double)bytes / 1e9);
-}
-
 /* This process's layers of `slot` as msg's one stage, without packing them
  * and parsing them back: the records are malloc'd as protobuf-c's default
  * allocator would, so lz_engine_free_stages frees them like parsed ones. */
@@ -45,33 +23,17 @@ static lz_status save_local(lz_engine *e, int slot, Lizard__SequenceState *msg) 
     return s;
 }
 
-/* Every rank's StageState, gathered packed and parsed here. */
+/* Every rank's StageState, gathered here with their payloads. */
 static lz_status save_pipelined(lz_engine *e, int slot, Lizard__SequenceState *msg) {
-    uint8_t **parts = NULL;
-    size_t *lens = NULL;
-    const size_t n = (size_t)e->pipe.n_ranks;
-    lz_status s = lz_pipeline_save(&e->pipe, &e->model, &e->state, slot, e->opt.session_state_bf16, &parts, &lens);
-    msg->stages = s == LZ_OK ? calloc(n, sizeof(Lizard__StageState *)) : NULL;
-    if (s == LZ_OK && !msg->stages)
-        s = lz_fail(LZ_ERR_NOMEM, "session: out of memory");
-    for (size_t r = 0; s == LZ_OK && r < n; r++) {
-        msg->stages[r] = lizard__stage_state__unpack(NULL, lens[r], parts[r]);
-        if (!msg->stages[r])
-            s = lz_fail(LZ_ERR_INTERNAL, "session: stage %zu sent a malformed state", r);
-        else
-            msg->n_stages++;
-    }
-    for (size_t r = 0; parts && r < n; r++)
-        free(parts[r]);
-    free(parts), free(lens);
-    return s;
+    Lizard__StageState **stages = NULL;
+    LZ_TRY(lz_pipeline_save(&e->pipe, &e->model, &e->state, slot, e->opt.session_state_bf16, &stages));
+    msg->stages = stages;
+    msg->n_stages = (size_t)e->pipe.n_ranks;
+    return LZ_OK;
 }
 
 lz_status lz_engine_save_stages(lz_engine *e, int slot, Lizard__SequenceState *msg) {
-    if (!e->pipelined)
-        return save_local(e, slot, msg);
-    const uint64_t bytes = record_bytes(&e->model, (uint64_t)e->state.slot_pos[slot], e->opt.session_state_bf16);
-    return bytes > PIPE_LIMIT ? pipe_refusal(bytes) : save_pipelined(e, slot, msg); // before any rank is asked
+    return e->pipelined ? save_pipelined(e, slot, msg) : save_local(e, slot, msg);
 }
 
 /* One process: packed straight from the backend into a host buffer of its own (session_buf.c). */
@@ -126,19 +88,9 @@ lz_status lz_engine_restore_stages(lz_engine *e, int slot, const Lizard__Sequenc
     for (size_t r = 0; r < msg->n_stages; r++)
         for (size_t j = 0; j < msg->stages[r]->n_layers; j++)
             all.layers[all.n_layers++] = msg->stages[r]->layers[j];
-    lz_status s;
-    if (!e->pipelined) {
-        s = lz_state_io_restore(&e->model, &e->state, slot, msg->position, all.layers, all.n_layers);
-    } else {
-        size_t len = lizard__stage_state__get_packed_size(&all);
-        uint8_t *buf = len <= PIPE_LIMIT ? malloc(len ? len : 1) : NULL;
-        s = len > PIPE_LIMIT ? pipe_refusal(len) : buf ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "session: out of memory");
-        if (s == LZ_OK) {
-            lizard__stage_state__pack(&all, buf);
-            s = lz_pipeline_restore(&e->pipe, &e->model, &e->state, slot, msg->position, buf, len);
-        }
-        free(buf);
-    }
+    const lz_status s = e->pipelined
+                            ? lz_pipeline_restore(&e->pipe, &e->model, &e->state, slot, msg->position, &all)
+                            : lz_state_io_restore(&e->model, &e->state, slot, msg->position, all.layers, all.n_layers);
     free(all.layers); // the records belong to msg
     return s;
 }

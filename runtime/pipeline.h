@@ -13,6 +13,7 @@
 #include <mpi.h>    // MPI_Request
 #include <stdint.h> // int32_t, uint64_t
 
+#include "lizard.pb-c.h" // Lizard__StageState
 #include "model.h" // lz_model, lz_stage_parts, lz_ops
 #include "plan.h"  // lz_plan
 #include "sampler.h" // lz_sample_draw
@@ -97,13 +98,15 @@ lz_status lz_pipeline_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *all);
 
 /* Other ranks: run the steps rank 0 sends until it closes the pipeline. */
 lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws);
-/* Rank 0: every rank's StageState of `slot`, packed, one per rank
- * (*parts[r], *lens[r]; the caller frees them). */
-lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16, uint8_t ***parts,
-                           size_t **lens);
-/* Rank 0: a StageState with every layer (packed) to all ranks; each restores its own layers. */
+/* Rank 0: every rank's StageState of `slot` with its payloads, one per rank
+ * (*stages[r]; free each with lizard__stage_state__free_unpacked, then the
+ * array). No message between ranks nears 2 GiB (stage_transfer.h). */
+lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16,
+                           Lizard__StageState ***stages);
+/* Rank 0: `all` (records of every layer, with payloads) to the ranks, each
+ * rank only its own layers' bytes; each restores its own layers. */
 lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
-                              uint8_t *stage_bytes, size_t len);
+                              const Lizard__StageState *all);
 /* Rank 0: tells the other ranks to leave their serve loop with p->replan
  * set: every rank then plans again (lz_pipeline_plan) and loads its new stage. */
 lz_status lz_pipeline_request_replan(lz_pipeline *p);

@@ -3,26 +3,26 @@
  * a position (benchmarks), every rank's counters. */
 #include <mpi.h>    // MPI_Gather, MPI_Gatherv
 #include <stdlib.h> // malloc, calloc, free
-#include <string.h> // memcpy
 
-#include "mpi_world.h" // LZ_MPI_TRY
+#include "mpi_world.h"      // LZ_MPI_TRY
 #include "pipeline_internal.h"
-#include "state_io.h" // lz_state_io_save, lz_state_io_restore
+#include "stage_transfer.h" // lz_stage_pack_header, lz_stage_send_payloads
+#include "state_io.h"       // lz_state_io_save, lz_state_io_restore
 
-/* Every rank's StageState of `slot`, gathered on rank 0 as packed bytes per rank. */
+/* Every rank's StageState of `slot` on rank 0 (*out: one per rank): the
+ * headers gathered, then each rank's payloads in pieces (stage_transfer.h). */
 static lz_status save_collective(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16,
-                                 uint8_t ***parts, size_t **lens) {
-    Lizard__StageState stage;
-    lz_status s = lz_state_io_save(m, st, slot, state_bf16, &stage);
-    size_t len = s == LZ_OK ? lizard__stage_state__get_packed_size(&stage) : 0;
-    uint8_t *mine = malloc(len ? len : 1);
-    if (s == LZ_OK && !mine)
-        s = lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", p->rank);
+                                 Lizard__StageState ***out) {
+    Lizard__StageState *mine = malloc(sizeof *mine); // freed by free_unpacked, as state_io's records are
+    lz_status s = mine ? lz_state_io_save(m, st, slot, state_bf16, mine)
+                       : lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", p->rank);
+    uint8_t *head = NULL;
+    size_t len = 0;
     if (s == LZ_OK)
-        lizard__stage_state__pack(&stage, mine);
-    lz_state_io_free(&stage);
+        s = lz_stage_pack_header(mine, &head, &len);
     if (s != LZ_OK) {
-        free(mine);
+        if (mine)
+            lizard__stage_state__free_unpacked(mine, NULL);
         return s;
     }
     int n = (int)len, *counts = NULL, *displs = NULL;
@@ -40,55 +40,91 @@ static lz_status save_collective(lz_pipeline *p, lz_model *m, lz_state *st, int 
     if (rc == MPI_SUCCESS && p->rank == 0)
         all = malloc(total ? total : 1);
     if (rc == MPI_SUCCESS)
-        rc = MPI_Gatherv(mine, n, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
-    free(mine);
-    if (rc != MPI_SUCCESS) {
-        free(counts), free(displs), free(all);
-        return lz_world_mpi_error(rc, "MPI_Gatherv(stage state)", __FILE__, __LINE__);
-    }
-    if (p->rank == 0) { // split the gathered bytes per rank
-        *parts = calloc((size_t)p->n_ranks, sizeof(uint8_t *));
-        *lens = calloc((size_t)p->n_ranks, sizeof(size_t));
-        for (int r = 0; *parts && *lens && r < p->n_ranks; r++) {
-            (*parts)[r] = malloc(counts[r] ? (size_t)counts[r] : 1);
-            if ((*parts)[r])
-                memcpy((*parts)[r], all + displs[r], (size_t)counts[r]);
-            (*lens)[r] = (size_t)counts[r];
+        rc = MPI_Gatherv(head, n, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    free(head);
+    if (rc != MPI_SUCCESS)
+        s = lz_world_mpi_error(rc, "MPI_Gatherv(stage state headers)", __FILE__, __LINE__);
+    if (s == LZ_OK && p->rank != 0)
+        s = lz_stage_send_payloads(mine->layers, mine->n_layers, NULL, 0, TAG_STATE);
+    if (s == LZ_OK && p->rank == 0) {
+        Lizard__StageState **stages = calloc((size_t)p->n_ranks, sizeof *stages);
+        s = stages ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "session: out of memory");
+        if (s == LZ_OK)
+            stages[0] = mine, mine = NULL;
+        for (int r = 1; s == LZ_OK && r < p->n_ranks; r++) {
+            s = lz_stage_unpack_header(all + displs[r], (size_t)counts[r], r, &stages[r]);
+            if (s == LZ_OK)
+                s = lz_stage_recv_payloads(stages[r]->layers, stages[r]->n_layers, NULL, r, TAG_STATE);
         }
+        if (s == LZ_OK)
+            *out = stages;
+        for (int r = 0; s != LZ_OK && stages && r < p->n_ranks; r++)
+            if (stages[r])
+                lizard__stage_state__free_unpacked(stages[r], NULL);
+        if (s != LZ_OK)
+            free(stages);
     }
+    if (mine)
+        lizard__stage_state__free_unpacked(mine, NULL);
     free(counts), free(displs), free(all);
-    return LZ_OK;
-}
-
-/* Rank 0's StageState bytes (every layer) to all; each rank restores the layers it owns. */
-static lz_status restore_collective(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
-                                    uint8_t *bytes, size_t len) {
-    lz_status s = lz_pipeline_broadcast_bytes(&bytes, &len, p->rank);
-    Lizard__StageState *stage = s == LZ_OK ? lizard__stage_state__unpack(NULL, len, bytes) : NULL;
-    if (p->rank != 0)
-        free(bytes);
-    if (s != LZ_OK)
-        return s;
-    if (!stage)
-        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed StageState came from rank 0", p->rank);
-    s = lz_state_io_restore(m, st, slot, position, stage->layers, stage->n_layers);
-    lizard__stage_state__free_unpacked(stage, NULL);
     return s;
 }
 
-lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16, uint8_t ***parts,
-                           size_t **lens) {
+/* The plan's rank for each record of `s` (-1: no such layer). */
+static void owned_by(const lz_pipeline *p, const Lizard__StageState *s, int rank, bool *wanted) {
+    for (size_t i = 0; i < s->n_layers; i++) {
+        const int layer = s->layers[i]->layer;
+        wanted[i] = layer >= 0 && layer < LZ_MAX_LAYERS && p->plan.layer_rank[layer] == rank;
+    }
+}
+
+/* Rank 0's records of every layer (header broadcast, then each rank's own
+ * layers' payloads to it); each rank restores its own layers. */
+static lz_status restore_collective(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
+                                    const Lizard__StageState *all) {
+    uint8_t *head = NULL;
+    size_t len = 0;
+    if (p->rank == 0)
+        LZ_TRY(lz_stage_pack_header(all, &head, &len));
+    lz_status s = lz_pipeline_broadcast_bytes(&head, &len, p->rank);
+    Lizard__StageState *mine = NULL;
+    if (s == LZ_OK && p->rank != 0)
+        s = lz_stage_unpack_header(head, len, 0, &mine);
+    free(head);
+    if (s != LZ_OK)
+        return s;
+    const Lizard__StageState *records = p->rank == 0 ? all : mine;
+    bool *wanted = calloc(records->n_layers ? records->n_layers : 1, sizeof(bool));
+    s = wanted ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", p->rank);
+    for (int r = 1; s == LZ_OK && p->rank == 0 && r < p->n_ranks; r++) {
+        owned_by(p, all, r, wanted);
+        s = lz_stage_send_payloads(all->layers, all->n_layers, wanted, r, TAG_STATE);
+    }
+    if (s == LZ_OK && p->rank != 0) {
+        owned_by(p, mine, p->rank, wanted);
+        s = lz_stage_recv_payloads(mine->layers, mine->n_layers, wanted, 0, TAG_STATE);
+    }
+    if (s == LZ_OK)
+        s = lz_state_io_restore(m, st, slot, position, records->layers, records->n_layers);
+    free(wanted);
+    if (mine)
+        lizard__stage_state__free_unpacked(mine, NULL);
+    return s;
+}
+
+lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16,
+                           Lizard__StageState ***stages) {
     Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
     int32_t s32 = slot;
     h.flags = STEP_FLAG_SAVE | (state_bf16 ? STEP_FLAG_STATE_BF16 : 0);
     h.n_seq_ids = 1;
     h.seq_ids = &s32;
     LZ_TRY(lz_pipeline_send_header(p, &h));
-    return save_collective(p, m, st, slot, state_bf16, parts, lens);
+    return save_collective(p, m, st, slot, state_bf16, stages);
 }
 
 lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
-                              uint8_t *stage_bytes, size_t len) {
+                              const Lizard__StageState *all) {
     Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
     int32_t s32 = slot, pos32 = (int32_t)position;
     h.flags = STEP_FLAG_RESTORE;
@@ -96,7 +132,7 @@ lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slo
     h.seq_ids = &s32;
     h.positions = &pos32;
     LZ_TRY(lz_pipeline_send_header(p, &h));
-    return restore_collective(p, m, st, slot, position, stage_bytes, len);
+    return restore_collective(p, m, st, slot, position, all);
 }
 
 /* A save or restore asked for by rank 0 (the slot and position are in the header). */
@@ -104,8 +140,8 @@ lz_status lz_pipeline_serve_state(lz_pipeline *p, lz_model *m, lz_state *st, con
     if (h->n_seq_ids != 1 || ((h->flags & STEP_FLAG_RESTORE) && h->n_positions != 1))
         return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed state request", p->rank);
     if (h->flags & STEP_FLAG_SAVE)
-        return save_collective(p, m, st, h->seq_ids[0], (h->flags & STEP_FLAG_STATE_BF16) != 0, NULL, NULL);
-    return restore_collective(p, m, st, h->seq_ids[0], (uint64_t)h->positions[0], NULL, 0);
+        return save_collective(p, m, st, h->seq_ids[0], (h->flags & STEP_FLAG_STATE_BF16) != 0, NULL);
+    return restore_collective(p, m, st, h->seq_ids[0], (uint64_t)h->positions[0], NULL);
 }
 
 /* The slots and positions of a SEEK header, on this rank. */

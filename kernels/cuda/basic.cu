@@ -1,5 +1,7 @@
 // basic.cu - the small ops: embedding, RMSNorm, residual add, SwiGLU, row
 // gather, log-sigmoid, and linear layers through cuBLAS (fp32 accumulation).
+#include <stdint.h> // uintptr_t
+
 #include "cuda_kernels.cuh"
 
 // Kernels ---------------------------------------------------------------------
@@ -27,6 +29,55 @@ __global__ void rmsnorm_kernel(T *out, const T *x, const T *w, int C, float eps)
         orow[c] = lz_from_float<T>(lz_to_float(w[c]) * (lz_to_float(xr[c]) * inv));
 }
 
+// 16 bytes of floats back to T (the destination 16-byte aligned)
+__device__ __forceinline__ void store16(float *dst, const float *v) { *(float4 *)dst = make_float4(v[0], v[1], v[2], v[3]); }
+__device__ __forceinline__ void store16(__nv_bfloat16 *dst, const float *v) {
+    uint4 raw;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    *(uint4 *)dst = raw;
+}
+
+// The same for rows of 16-byte vectors (C % V == 0, rows aligned): a row of
+// 4096 bf16 is 512 vectors, held in registers between the sum and the scaling
+// (at most RMS_VECS per thread), so x is read once.
+enum { RMS_VECS = 4 };
+template <typename T>
+__global__ void rmsnorm_vec_kernel(T *out, const T *x, const T *w, int C, float eps) {
+    __shared__ float red[32];
+    constexpr int V = vec16<T>::N;
+    const int n_vec = C / V;
+    const T *xr = x + (size_t)blockIdx.x * C;
+    T *orow = out + (size_t)blockIdx.x * C;
+    float xv[RMS_VECS][V];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < RMS_VECS; k++) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < n_vec) {
+            vec16<T>::load(xv[k], xr + (size_t)c * V);
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                ss += xv[k][i] * xv[k][i];
+        }
+    }
+    const float inv = rsqrtf(lz_block_sum(ss, red) / (float)C + eps);
+#pragma unroll
+    for (int k = 0; k < RMS_VECS; k++) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < n_vec) {
+            float wv[V], o[V];
+            vec16<T>::load(wv, w + (size_t)c * V);
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                o[i] = wv[i] * (xv[k][i] * inv);
+            store16(orow + (size_t)c * V, o);
+        }
+    }
+}
+
 template <typename T> __global__ void add_kernel(T *y, const T *x, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = lz_from_float<T>(lz_to_float(y[i]) + lz_to_float(x[i]));
@@ -36,6 +87,62 @@ template <typename T> __global__ void swiglu_kernel(T *out, const T *gate, const
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float g = lz_to_float(gate[i]);
         out[i] = lz_from_float<T>(g / (1.0f + expf(-g)) * lz_to_float(up[i]));
+    }
+}
+
+// The elementwise ops over 16-byte vectors (n_vec of them; pointers aligned),
+// each thread's EW_UNROLL vectors loaded before any is used so that several
+// loads are in flight; the caller does the n % V tail with the scalar kernels.
+enum { EW_UNROLL = 2 };
+template <typename T> __global__ void add_vec_kernel(T *y, const T *x, size_t n_vec) {
+    constexpr int V = vec16<T>::N;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i0 < n_vec; i0 += stride * EW_UNROLL) {
+        float a[EW_UNROLL][V], b[EW_UNROLL][V];
+#pragma unroll
+        for (int u = 0; u < EW_UNROLL; u++) {
+            const size_t i = i0 + u * stride;
+            if (i < n_vec) {
+                vec16<T>::load(a[u], y + i * V);
+                vec16<T>::load(b[u], x + i * V);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < EW_UNROLL; u++) {
+            const size_t i = i0 + u * stride;
+            if (i < n_vec) {
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    a[u][e] += b[u][e];
+                store16(y + i * V, a[u]);
+            }
+        }
+    }
+}
+
+template <typename T> __global__ void swiglu_vec_kernel(T *out, const T *gate, const T *up, size_t n_vec) {
+    constexpr int V = vec16<T>::N;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i0 < n_vec; i0 += stride * EW_UNROLL) {
+        float g[EW_UNROLL][V], u_[EW_UNROLL][V];
+#pragma unroll
+        for (int u = 0; u < EW_UNROLL; u++) {
+            const size_t i = i0 + u * stride;
+            if (i < n_vec) {
+                vec16<T>::load(g[u], gate + i * V);
+                vec16<T>::load(u_[u], up + i * V);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < EW_UNROLL; u++) {
+            const size_t i = i0 + u * stride;
+            if (i < n_vec) {
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    g[u][e] = g[u][e] / (1.0f + expf(-g[u][e])) * u_[u][e];
+                store16(out + i * V, g[u]);
+            }
+        }
     }
 }
 
@@ -130,21 +237,60 @@ lz_status embedding_forward(lz_cuda_ctx *c, T *out, const T *table, const int32_
     return LZ_OK;
 }
 
+static bool aligned16(const void *a, const void *b, const void *c) {
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
+}
+
+// Blocks for n_vec vectors at 256 threads and EW_UNROLL vectors each, at most
+// 64 resident-sized waves (a grid-stride loop takes the rest).
+static int vec_grid(const lz_cuda_ctx *c, size_t n_vec) {
+    const size_t per_block = 256 * EW_UNROLL, cap = (size_t)c->n_sms * 8 * 64;
+    size_t g = (n_vec + per_block - 1) / per_block;
+    return (int)(g < 1 ? 1 : g > cap ? cap : g);
+}
+
 template <typename T> lz_status rmsnorm_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, int n, int C, float eps) {
+    constexpr int V = vec16<T>::N;
+    const int n_vec = C / V;
+    if (C % V == 0 && aligned16(out, x, w) && n_vec <= 1024 * RMS_VECS) {
+        // about 2 vectors per thread (256 threads for a 4096-wide bf16 row); n_vec <= 1024 * RMS_VECS
+        // means threads * RMS_VECS >= n_vec after the clamp
+        int threads = (n_vec + 1) / 2;
+        threads = threads < 32 ? 32 : threads > 1024 ? 1024 : (threads + 31) / 32 * 32;
+        rmsnorm_vec_kernel<T><<<n, threads, 0, c->stream>>>(out, x, w, C, eps);
+        LZ_LAUNCH_CHECK("rmsnorm");
+        return LZ_OK;
+    }
     rmsnorm_kernel<T><<<n, C >= 1024 ? 1024 : ((C + 31) / 32) * 32, 0, c->stream>>>(out, x, w, C, eps);
     LZ_LAUNCH_CHECK("rmsnorm");
     return LZ_OK;
 }
 
 template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, size_t n) {
-    add_kernel<T><<<grid_for(n, 256), 256, 0, c->stream>>>(y, x, n);
-    LZ_LAUNCH_CHECK("add");
+    constexpr int V = vec16<T>::N;
+    const size_t n_vec = aligned16(y, x, y) ? n / V : 0, done = n_vec * V;
+    if (n_vec > 0) {
+        add_vec_kernel<T><<<vec_grid(c, n_vec), 256, 0, c->stream>>>(y, x, n_vec);
+        LZ_LAUNCH_CHECK("add");
+    }
+    if (done < n) { // the tail (or everything, unaligned)
+        add_kernel<T><<<grid_for(n - done, 256), 256, 0, c->stream>>>(y + done, x + done, n - done);
+        LZ_LAUNCH_CHECK("add");
+    }
     return LZ_OK;
 }
 
 template <typename T> lz_status swiglu_forward(lz_cuda_ctx *c, T *out, const T *gate, const T *up, size_t n) {
-    swiglu_kernel<T><<<grid_for(n, 256), 256, 0, c->stream>>>(out, gate, up, n);
-    LZ_LAUNCH_CHECK("swiglu");
+    constexpr int V = vec16<T>::N;
+    const size_t n_vec = aligned16(out, gate, up) ? n / V : 0, done = n_vec * V;
+    if (n_vec > 0) {
+        swiglu_vec_kernel<T><<<vec_grid(c, n_vec), 256, 0, c->stream>>>(out, gate, up, n_vec);
+        LZ_LAUNCH_CHECK("swiglu");
+    }
+    if (done < n) {
+        swiglu_kernel<T><<<grid_for(n - done, 256), 256, 0, c->stream>>>(out + done, gate + done, up + done, n - done);
+        LZ_LAUNCH_CHECK("swiglu");
+    }
     return LZ_OK;
 }
 

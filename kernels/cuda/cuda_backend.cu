@@ -825,6 +825,8 @@ static lz_status init_device(lz_backend *be) {
         LZ_TRY(window_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(lz_gla_tc_init(&be->ctx));
         LZ_TRY(lz_attention_tc_init(&be->ctx));
+        LZ_TRY(lz_feature_map_tc_init(&be->ctx));
+        LZ_TRY(lz_attention_flash_init(&be->ctx));
     } else {
         LZ_TRY(gla_init<float>(&be->ctx));
         LZ_TRY(gla_decode_init<float>(&be->ctx));
@@ -847,6 +849,9 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->ctx.gemv_off = gemv && strcmp(gemv, "0") == 0;
     const char *tc = getenv("LIZARD_TC");
     be->ctx.tc_off = tc && strcmp(tc, "0") == 0;
+    const char *flash = getenv("LIZARD_FLASH");
+    be->ctx.flash_off = flash && strcmp(flash, "0") == 0;
+    be->ctx.flash_one_head = flash && strcmp(flash, "1") == 0;
     const char *fuse = getenv("LIZARD_FUSE");
     be->ctx.fuse_off = fuse && strcmp(fuse, "0") == 0;
     const char *pdl = getenv("LIZARD_PDL");

@@ -16,6 +16,8 @@ struct lz_cuda_ctx {
     bool buffers_moved;    // scratch or step arrays reallocated: recorded graphs are stale
     bool gemv_off;         // LIZARD_GEMV=0: every linear layer through cuBLAS (for comparison)
     bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
+    bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)
+    bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
     bool fuse_off;         // LIZARD_FUSE=0: no fused ops, the unsplit GLA decode, the plain GEMV loop
     bool pdl;              // LIZARD_PDL=1: fused GEMVs launched as programmatic dependents (gemv_fused.cu)
 };
@@ -97,6 +99,18 @@ template <typename T>
 lz_status gemv_fused_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, const T *norm, float eps,
                              lz_gemv_epilogue epilogue, int n, int k);
 
+// The prompt path of the feature maps on tensor cores (bf16; feature_map.cu).
+lz_status lz_feature_map_tc_init(lz_cuda_ctx *c);
+
+// The prompt path of the Lizard window branch on tensor cores (bf16; window_tc.cu):
+// out += alpha * WIN for every row of the step's chunks (the ring store stays the caller's).
+lz_status lz_window_tc_init(lz_cuda_ctx *c);
+bool lz_window_tc_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims, const void *out, const void *q, const void *k,
+                       const void *v, const void *ring_k, const void *ring_v);
+lz_status lz_window_tc(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                       const __nv_bfloat16 *v, const __nv_bfloat16 *meta, float alpha, const lz_layer_state *st,
+                       const lz_cuda_batch *b, const lz_attn_dims *dims);
+
 // The GLA chunk output on tensor cores (bf16; gla_tc.cu).
 size_t lz_gla_tc_smem(int F, int d);
 bool lz_gla_tc_fits(const lz_cuda_ctx *c, int F, int d);
@@ -113,6 +127,13 @@ lz_status lz_attention_tc(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat1
                           const __nv_bfloat16 *vc, const int32_t *chunk_row0, const int32_t *chunk_len,
                           const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int n_chunks,
                           int Hq, int Hkv, int d, int capacity, int sliding_window);
+// The same, FlashAttention-2 style (bf16, head_dim 64 or 128; attention_flash.cu).
+bool lz_attention_flash_fits(const lz_cuda_ctx *c, int d, int Hq, int Hkv, int n_chunks);
+lz_status lz_attention_flash_init(lz_cuda_ctx *c);
+lz_status lz_attention_flash(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *kc,
+                             const __nv_bfloat16 *vc, const int32_t *chunk_row0, const int32_t *chunk_len,
+                             const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int n_chunks,
+                             int Hq, int Hkv, int d, int capacity, int sliding_window);
 
 // NCCL point-to-point between the ranks of a pipeline (nccl_p2p.cu).
 lz_status lz_nccl_id(void *id, size_t *len);

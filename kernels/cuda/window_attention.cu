@@ -2,7 +2,8 @@
 // last w positions with the meta-memory logits in the denominator (no RoPE),
 // added as alpha * WIN to the GLA output; then this step's keys and values go
 // into each sequence's ring (a second launch, so no block reads a ring row
-// that another block of the same step has already overwritten).
+// that another block of the same step has already overwritten). Prompts in
+// bf16 take the tensor-core kernel of window_tc.cu.
 #include "attention_common.cuh"
 #include "attention_tile.cuh"
 
@@ -144,13 +145,21 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     const int group = Hq / Hkv;
     if (group > 32)
         return lz_fail(LZ_ERR_INPUT, "window attention supports at most 32 query heads per kv head, got %d", group);
-    if (lz_tile_fits<T>(group, d)) {
+    // prompts in bf16: 64 rows of a sequence per block on tensor cores (chunks mostly full;
+    // a step of many one-token sequences keeps the per-token kernels)
+    bool tc = false;
+    if constexpr (sizeof(T) == 2) {
+        tc = n >= 8 * b->n_chunks && lz_window_tc_fits(c, dims, out, q, k, v, st->ring_k, st->ring_v);
+        if (tc)
+            LZ_TRY(lz_window_tc(c, out, q, k, v, meta, alpha, st, b, dims));
+    }
+    if (!tc && lz_tile_fits<T>(group, d)) {
         const int kt = lz_tile_keys<T>(group, d);
         window_tile_kernel<T><<<dim3(n, Hkv), LZ_TILE_THREADS, lz_tile_smem<T>(group, d, kt), c->stream>>>(
             out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq,
             b->slot, b->start, b->pos, b->token_pos, Hq, Hkv, d, w, kt);
         LZ_LAUNCH_CHECK("window");
-    } else { // shapes the tiles do not take: one warp per 32 keys and query head
+    } else if (!tc) { // shapes the tiles do not take: one warp per 32 keys and query head
         int parts = (w + 31) / 32;
         parts = parts * group > 32 ? 32 / group : parts;
         const size_t smem = sizeof(float) * (size_t)group * parts * (2 * d + 2);
@@ -165,9 +174,12 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     return LZ_OK;
 }
 
-// Once per backend: the merge buffers may pass 48 KB (32 warps x head_dim 256).
+// Once per backend: the merge buffers may pass 48 KB (32 warps x head_dim 256);
+// the tensor-core kernel takes 87 KB at head_dim 128.
 template <typename T> lz_status window_init(lz_cuda_ctx *c) {
     LZ_CUDA_TRY(cudaFuncSetAttribute(window_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->max_smem));
+    if (sizeof(T) == 2)
+        LZ_TRY(lz_window_tc_init(c));
     return LZ_OK;
 }
 

@@ -110,4 +110,20 @@ if r:
           f"= {best / 8:.0f} tok/s for 32 layers (best of steps 2-{len(r)})")
 PY
 done | tee -a "$LOG"
+# the same under mpirun on two GPUs: each rank runs 2 of the 4 teacher layers and trains them on its GPU
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  rm -rf $M/out
+  timeout 200 mpirun --allow-run-as-root -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE=0 \
+    $L distill --teacher $M/4 --data $M/ids.npy --out $M/out --seq-len 2048 --batch 4 --tokens 40960 \
+    --eval-batches 1 --log-every 1 --device cuda --gla-precision bf16 --teacher-dtype bf16 2>&1 \
+    | tee "$TMPL/e2e_mpi.log" | grep -E "step|error" | tail -2
+  python3 - "$TMPL/e2e_mpi.log" <<'PY'
+import re, sys
+r = [float(m.group(1)) for m in re.finditer(r"step \d+/\d+ .*?(\d+) tok/s", open(sys.argv[1]).read())]
+if r:
+    best = max(r[1:] or r)
+    print(f"end to end, mpirun -np 2 (bf16 GLA, bf16 teacher, 2 layers per GPU): {best:.0f} tok/s for 4 layers "
+          f"= {best / 8:.0f} tok/s for 32 layers on 2 GPUs (best of steps 2-{len(r)})")
+PY
+fi | tee -a "$LOG"
 rm -rf "$TMPL"

@@ -40,6 +40,12 @@ ids=$("$LIZARD" tokenize --model "$M" --text "The lizard basks" 2>/dev/null)
 "$LIZARD" generate --model "$M" --ids "$ids" --max-tokens 6 --format json --ignore-eos >"$TMP/p2" 2>/dev/null
 cmp -s "$TMP/p1" "$TMP/p2" && ok || bad "--prompt and --ids of its tokens differ: $(cat "$TMP/p1") vs $(cat "$TMP/p2")"
 expect_error "exactly one of --ids" "$LIZARD" generate --model "$M" --ids 1 --prompt x
+# --prompt-file: the file's text is the prompt (same ids as --prompt with that text)
+printf 'The lizard basks' >"$TMP/prompt.txt"
+"$LIZARD" generate --model "$M" --prompt-file "$TMP/prompt.txt" --max-tokens 6 --format json --ignore-eos >"$TMP/pf" 2>/dev/null
+cmp -s "$TMP/p1" "$TMP/pf" && ok || bad "--prompt-file differs from --prompt: $(head -c 200 "$TMP/pf")"
+expect_error "--prompt-file $TMP/none.txt: No such file" "$LIZARD" generate --model "$M" --prompt-file "$TMP/none.txt"
+expect_error "exactly one of" "$LIZARD" generate --model "$M" --prompt x --prompt-file "$TMP/prompt.txt"
 
 # many sequences at once: each line of a prompts file, or --batch copies of one prompt
 printf 'The lizard\n\nA warm rock\n' >"$TMP/prompts.txt"

@@ -12,7 +12,8 @@
 #   tb16:  --teacher-dtype bf16: the teacher's activations in bf16 (bound 5e-2: the bf16
 #          inference path is held to 3e-2 of fp32 per forward, test_parity);
 #   mpi2:  mpirun -np 2 --device cuda: layers split over 2 ranks, one GPU each
-#          (both on GPU 0 when only one is visible);
+#          (both on GPU 0 when only one is visible), each rank's teacher layers on its GPU;
+#   mpib:  the same with --teacher-dtype bf16 (bound 5e-2);
 # and gput again: byte-identical weights.
 # Exit 0 when all agree, 1 otherwise, 77 when no GPU is visible.
 set -u
@@ -34,13 +35,14 @@ settings=(
 )
 MPI="mpirun --allow-run-as-root -np 2 -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
 for run in "0 cuda 1e-3 --teacher-device cpu" "1 cuda 1e-3 --teacher-device cpu" "0 gput 1e-3" \
-           "0 bf16 3e-2 --gla-precision bf16" "0 tb16 5e-2 --teacher-dtype bf16" "0 mpi2 1e-3"; do
+           "0 bf16 3e-2 --gla-precision bf16" "0 tb16 5e-2 --teacher-dtype bf16" "0 mpi2 1e-3" \
+           "0 mpib 5e-2 --teacher-dtype bf16"; do
   read -r i name bound extra <<<"$run"
   for dev in cpu cuda; do
     out=$([ $dev = cpu ] && echo cpu$i || echo $name$i)
     [ -e "$TMP/$out.jsonl" ] && continue # the cpu run of a setting is shared
     launch=""
-    [ "$name" = mpi2 ] && [ $dev = cuda ] && launch=$MPI
+    [ "${name#mpi}" != "$name" ] && [ $dev = cuda ] && launch=$MPI
     # shellcheck disable=SC2086
     $launch "$LIZARD" distill --teacher "$TMP/teacher" --data "$TMP/data.txt" --out "$TMP/$out" ${settings[$i]} \
       --lr 1e-2 --eval-batches 1 --log "$TMP/$out.jsonl" --log-every 1000 --device $dev \

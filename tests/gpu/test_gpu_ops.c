@@ -2,13 +2,15 @@
  * through the two op tables, on random shapes (odd lengths, T not a multiple
  * of the GLA chunk, T < w, batches of mixed lengths, state carried across
  * steps, gates near 0 and 1), with poisoned outputs so that an unwritten
- * element fails; the fused decode ops (GEMV prologues/epilogues, the split and fused GLA decode for
- * 1, 3 and 8 sequences, LLaMA-3-8B's Lizard shape among others) against the CPU's compositions.
- * fp32: rel err <= 1e-4 (1e-3 for the GLA/attention ops);
- * bf16: <= 2e-2. Exit 77 (skip) when no GPU is visible. */
+ * element fails; the prompt softmax attention alone on its own shapes, bf16
+ * also with LIZARD_FLASH=1 and =0 (each kernel of that path); the fused decode ops (GEMV
+ * prologues/epilogues, the split and fused GLA decode for 1, 3 and 8 sequences, LLaMA-3-8B's
+ * Lizard shape among others) against the CPU's compositions. fp32: rel err
+ * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
+ * when no GPU is visible. */
 #include <math.h>   // sqrt, NAN
 #include <stdio.h>  // fprintf
-#include <stdlib.h> // malloc, free
+#include <stdlib.h> // malloc, free, setenv
 #include <string.h> // memcpy
 
 #include <cuda_runtime_api.h> // cudaMemcpy (the GLA state is fp32 on every backend)
@@ -182,6 +184,34 @@ static void test_dense_ops(backend *c, backend *g) {
     compare("add", c, cy, g, gy, (size_t)T * C, tol);
     BOTH(c->ops->swiglu(c->be, cy, cx, cy, (size_t)T * C), g->ops->swiglu(g->be, gy, gx, gy, (size_t)T * C));
     compare("swiglu", c, cy, g, gy, (size_t)T * C, tol);
+    { // the 16-byte paths: a count that leaves a tail, pointers one element off 16 bytes (scalar kernels)
+        const size_t n = (size_t)T * C - 3;
+        BOTH(c->ops->add(c->be, cy, cx, n), g->ops->add(g->be, gy, gx, n));
+        compare("add (tail)", c, cy, g, gy, (size_t)T * C, tol);
+        BOTH(c->ops->swiglu(c->be, cy, cx, cy, n), g->ops->swiglu(g->be, gy, gx, gy, n));
+        compare("swiglu (tail)", c, cy, g, gy, (size_t)T * C, tol);
+        void *cy1 = (char *)cy + c->ops->act_size, *gy1 = (char *)gy + g->ops->act_size;
+        void *cx1 = (char *)cx + c->ops->act_size, *gx1 = (char *)gx + g->ops->act_size;
+        BOTH(c->ops->add(c->be, cy1, cx1, n), g->ops->add(g->be, gy1, gx1, n));
+        compare("add (unaligned)", c, cy, g, gy, (size_t)T * C, tol);
+        BOTH(c->ops->swiglu(c->be, cy1, cx1, cy, n), g->ops->swiglu(g->be, gy1, gx1, gy, n));
+        compare("swiglu (unaligned)", c, cy, g, gy, (size_t)T * C, tol);
+    }
+    { // RMSNorm rows as wide as LLaMA's (4096: vectors held in registers) and not a multiple of 8 (4100)
+        const int widths[2] = {4096, 4100}, R = 5;
+        for (int i = 0; i < 2; i++) {
+            const int W = widths[i];
+            float *hwx = rand_host((size_t)R * W, -3, 3), *hwn = rand_host(W, 0.5f, 1.5f);
+            lz_weight cwn = weight(c, hwn, 1, W), gwn = weight(g, hwn, 1, W);
+            void *cwx = act(c, hwx, (size_t)R * W), *gwx = act(g, hwx, (size_t)R * W);
+            void *cwy = act(c, NULL, (size_t)R * W), *gwy = act(g, NULL, (size_t)R * W);
+            BOTH(c->ops->rmsnorm(c->be, cwy, cwx, &cwn, R, 1e-5f), g->ops->rmsnorm(g->be, gwy, gwx, &gwn, R, 1e-5f));
+            compare(i == 0 ? "rmsnorm (4096)" : "rmsnorm (4100)", c, cwy, g, gwy, (size_t)R * W, tol);
+            c->ops->free_weight(c->be, &cwn), g->ops->free_weight(g->be, &gwn);
+            c->ops->free(c->be, cwx), g->ops->free(g->be, gwx), c->ops->free(c->be, cwy), g->ops->free(g->be, gwy);
+            free(hwx), free(hwn);
+        }
+    }
     BOTH(c->ops->embedding(c->be, cy, &ct, ids_buf, T), g->ops->embedding(g->be, gy, &gt, ids_buf, T));
     compare("embedding", c, cy, g, gy, (size_t)T * C, tol);
     void *cr = act(c, NULL, (size_t)T * C), *gr = act(g, NULL, (size_t)T * C);
@@ -439,10 +469,184 @@ static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool
     free(hS), free(hz), free(hwq), free(hwk);
 }
 
+/* Feature maps on their own: token counts on both sides of the prompt path's
+ * tile (1, 15, 37, 64, 65, 300), one map shared by all heads or one per head
+ * (read through a kv head), f and d not multiples of 16, odd f. */
+static void test_feature_maps(backend *c, backend *g) {
+    typedef struct {
+        int Hx, Hout, n_w, d, f;
+        bool exp_map;
+    } fm_shape;
+    const fm_shape shapes[] = {
+        {4, 4, 1, 128, 128, false}, // LLaMA's phi_q: one map for every head
+        {2, 2, 2, 128, 128, true},  // phi_k per kv head, exp map
+        {2, 6, 6, 64, 24, false},   // per query head reading kv head o / 3; f not a multiple of 16
+        {3, 3, 1, 40, 13, false},   // d not a multiple of 16, odd f (element loads and stores)
+        {1, 2, 2, 16, 8, true},
+    };
+    const int counts[] = {1, 15, 37, 64, 65, 300};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const fm_shape *sh = &shapes[si];
+        float *hw = rand_host((size_t)sh->n_w * sh->d * sh->f, -0.3f, 0.3f);
+        lz_weight cw = weight(c, hw, sh->n_w, (int64_t)sh->d * sh->f), gw = weight(g, hw, sh->n_w, (int64_t)sh->d * sh->f);
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+            const int T = counts[ci];
+            const size_t nx = (size_t)T * sh->Hx * sh->d, no = (size_t)T * sh->Hout * 2 * sh->f;
+            float *hx = rand_host(nx, -1.5f, 1.5f);
+            void *cx = act(c, hx, nx), *gx = act(g, hx, nx), *co = act(c, NULL, no), *go = act(g, NULL, no);
+            BOTH(c->ops->feature_map(c->be, co, cx, &cw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map),
+                 g->ops->feature_map(g->be, go, gx, &gw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map));
+            char what[96];
+            snprintf(what, sizeof what, "feature_map shape %zu T=%d", si, T);
+            compare(what, c, co, g, go, no, tol);
+            c->ops->free(c->be, cx), g->ops->free(g->be, gx), c->ops->free(c->be, co), g->ops->free(g->be, go);
+            free(hx);
+        }
+        c->ops->free_weight(c->be, &cw), g->ops->free_weight(g->be, &gw);
+        free(hw);
+    }
+}
+
+/* The window branch on prompts (the tensor-core path in bf16) and decode
+ * steps: one sequence of 1, 37, 64, 65 or 300 tokens continuing a sequence
+ * whose ring already holds keys (T < w and T > w), sequences of mixed lengths
+ * and positions in one step; then the ring as the next step sees it. */
+static void test_window_prompts(backend *c, backend *g) {
+    typedef struct {
+        int Hq, Hkv, d, w, m;
+    } win_shape;
+    typedef struct {
+        int n, lens[3], pos[3];
+    } win_step;
+    const win_shape shapes[] = {
+        {8, 2, 128, 128, 4}, // LLaMA-like: group of 4, window 128, meta logits
+        {4, 4, 64, 48, 0},   // window shorter than a tile, no meta logits
+        {6, 2, 32, 200, 2},  // window longer than the prompts
+    };
+    const win_step steps[] = {
+        {1, {1}, {50}},   {1, {37}, {0}},   {1, {37}, {90}},          {1, {64}, {200}},
+        {1, {65}, {5}},   {1, {300}, {0}},  {1, {300}, {1000}},       {2, {300, 37}, {77, 0}},
+        {3, {1, 100, 7}, {10, 130, 3}},     {2, {65, 129}, {300, 20}},
+    };
+    const int n_slots = 3;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const win_shape *sh = &shapes[si];
+        const int row = sh->Hkv * sh->d;
+        lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, 0, 0, sh->Hkv, 16, sh->w, sh->m, true};
+        float *hmeta = rand_host(sh->m + 1, -1, 1);
+        lz_weight cm = weight(c, hmeta, 1, sh->m ? sh->m : 1), gm = weight(g, hmeta, 1, sh->m ? sh->m : 1);
+        for (size_t ti = 0; ti < sizeof steps / sizeof steps[0]; ti++) {
+            const win_step *st = &steps[ti];
+            batch_buf bb;
+            make_batch(&bb, st->n, st->lens, st->pos);
+            const int T = bb.b.n_tokens;
+            begin(c, &bb), begin(g, &bb);
+            const size_t nring = (size_t)n_slots * sh->w * row, nq = (size_t)T * sh->Hq * sh->d;
+            float *hring_k = rand_host(nring, -1, 1), *hring_v = rand_host(nring, -1, 1);
+            float *hq = rand_host(nq, -1.5f, 1.5f), *hk = rand_host((size_t)T * row, -1.5f, 1.5f);
+            float *hv = rand_host((size_t)T * row, -1, 1), *ho = rand_host(nq, -0.05f, 0.05f);
+            lz_layer_state cst = {0}, gst = {0};
+            cst.ring_k = act(c, hring_k, nring), cst.ring_v = act(c, hring_v, nring);
+            gst.ring_k = act(g, hring_k, nring), gst.ring_v = act(g, hring_v, nring);
+            void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ck = act(c, hk, (size_t)T * row), *gk = act(g, hk, (size_t)T * row);
+            void *cv = act(c, hv, (size_t)T * row), *gv = act(g, hv, (size_t)T * row), *co = act(c, ho, nq), *go = act(g, ho, nq);
+            BOTH(c->ops->window_attention(c->be, co, cq, ck, cv, &cm, 0.7f, &cst, &bb.b, &dims),
+                 g->ops->window_attention(g->be, go, gq, gk, gv, &gm, 0.7f, &gst, &bb.b, &dims));
+            char what[96];
+            snprintf(what, sizeof what, "window shape %zu step %zu (T=%d)", si, ti, T);
+            compare(what, c, co, g, go, nq, tol_attn);
+            snprintf(what, sizeof what, "window ring k shape %zu step %zu", si, ti);
+            compare(what, c, cst.ring_k, g, gst.ring_k, nring, tol);
+            snprintf(what, sizeof what, "window ring v shape %zu step %zu", si, ti);
+            compare(what, c, cst.ring_v, g, gst.ring_v, nring, tol);
+            void *bufs_c[7] = {cst.ring_k, cst.ring_v, cq, ck, cv, co, NULL}, *bufs_g[7] = {gst.ring_k, gst.ring_v, gq, gk, gv, go, NULL};
+            for (int i = 0; bufs_c[i]; i++)
+                c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
+            free(hring_k), free(hring_v), free(hq), free(hk), free(hv), free(ho);
+        }
+        c->ops->free_weight(c->be, &cm), g->ops->free_weight(g->be, &gm);
+        free(hmeta);
+    }
+}
+
+/* The prompt path of a retained softmax layer alone (bf16, head_dim 64 or 128:
+ * attention_flash.cu; fp32 and other shapes: the older kernels), through
+ * softmax_attention on both op tables: lengths around the 64-row chunk and key
+ * tile, a long prompt, a prompt continuing a cached prefix, several sequences of
+ * mixed lengths and starts in one step (a one-token row beside prompts too).
+ * Cache positions that no row may see are NaN, and so is the output, so a kernel
+ * that reads a key it must not see, or leaves a row unwritten, fails. */
+typedef struct {
+    int Hq, Hkv, d, window;
+} prompt_shape;
+
+static void test_softmax_prompt(backend *c, backend *g, const prompt_shape *sh) {
+    enum { SLOTS = 3, CAP = 1300 };
+    static const struct {
+        int n, len[3], pos[3];
+    } cases[] = {
+        {1, {63}, {0}},
+        {1, {64}, {0}},
+        {1, {65}, {0}},
+        {1, {200}, {0}},
+        {1, {1100}, {0}},
+        {1, {130}, {300}},              // continues a cached prefix of 300 keys (off the tile grid)
+        {1, {1}, {700}},                // one token: the decode path
+        {2, {2, 1000}, {64, 129}},      // short and long, both after a prefix
+        {3, {1, 200, 77}, {500, 37, 0}}, // a one-token row in a prompt step
+    };
+    const int row = sh->Hkv * sh->d;
+    const lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, CAP, sh->window, sh->Hkv, 0, 0, 0, false};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        batch_buf bb;
+        make_batch(&bb, cases[ci].n, cases[ci].len, cases[ci].pos);
+        const int T = bb.b.n_tokens;
+        begin(c, &bb), begin(g, &bb);
+        // the cache: the prefix a row may see is random, everything else NaN
+        const size_t nkv = (size_t)SLOTS * CAP * row;
+        float *hkc = malloc(sizeof(float) * nkv), *hvc = malloc(sizeof(float) * nkv);
+        for (size_t i = 0; i < nkv; i++)
+            hkc[i] = hvc[i] = NAN;
+        for (int s = 0; s < bb.n; s++) {
+            const int p0 = bb.pos[s], lo = sh->window > 0 && p0 - sh->window + 1 > 0 ? p0 - sh->window + 1 : 0;
+            for (size_t i = ((size_t)bb.slot[s] * CAP + lo) * row; i < ((size_t)bb.slot[s] * CAP + p0) * row; i++)
+                hkc[i] = frand(-1.5f, 1.5f), hvc[i] = frand(-1, 1);
+        }
+        lz_layer_state cst = {act(c, hkc, nkv), act(c, hvc, nkv), NULL, NULL, NULL, NULL};
+        lz_layer_state gst = {act(g, hkc, nkv), act(g, hvc, nkv), NULL, NULL, NULL, NULL};
+        const size_t nq = (size_t)T * sh->Hq * sh->d;
+        float *hq = rand_host(nq, -2.5f, 2.5f), *hk = rand_host((size_t)T * row, -1.5f, 1.5f);
+        float *hv = rand_host((size_t)T * row, -1, 1);
+        void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ca = act(c, NULL, nq), *ga = act(g, NULL, nq);
+        void *ck = act(c, hk, (size_t)T * row), *gk = act(g, hk, (size_t)T * row);
+        void *cv = act(c, hv, (size_t)T * row), *gv = act(g, hv, (size_t)T * row);
+        BOTH(c->ops->softmax_attention(c->be, ca, cq, ck, cv, &cst, &bb.b, &dims),
+             g->ops->softmax_attention(g->be, ga, gq, gk, gv, &gst, &bb.b, &dims));
+        char what[160];
+        snprintf(what, sizeof what, "softmax prompt Hq %d Hkv %d d %d window %d, case %zu (T %d)", sh->Hq, sh->Hkv,
+                 sh->d, sh->window, ci, T);
+        compare(what, c, ca, g, ga, nq, tol_attn);
+        CHECK(g->ops->sync(g->be) == LZ_OK);
+        void *bufs_c[6] = {cst.k_cache, cst.v_cache, cq, ck, cv, ca};
+        void *bufs_g[6] = {gst.k_cache, gst.v_cache, gq, gk, gv, ga};
+        for (int i = 0; i < 6; i++)
+            c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
+        free(hkc), free(hvc), free(hq), free(hk), free(hv);
+    }
+}
+
 int main(void) {
     backend cpu, gpu;
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
     const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};
+    const prompt_shape prompts[] = {
+        // Hq Hkv  d  window
+        {8, 2, 128, 0},   // GQA group 4 (two heads per flash block), LLaMA head_dim
+        {4, 4, 64, 0},    // group 1 (one head per block)
+        {4, 4, 128, 100}, // sliding window (Mistral) shorter than the prompts
+        {8, 2, 64, 37},   // window off the tile grid, group 4
+        {4, 2, 32, 0},    // a head_dim the flash kernel leaves to the older one
+    };
     for (int di = 0; di < 2; di++) {
         lz_error_clear();
         if (lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) != LZ_OK) {
@@ -475,8 +679,23 @@ int main(void) {
         };
         for (size_t i = 0; i < sizeof decode_shapes / sizeof decode_shapes[0]; i++)
             test_gla_decode(&cpu, &gpu, &decode_shapes[i], i % 2 == 0);
+        test_feature_maps(&cpu, &gpu);
+        test_window_prompts(&cpu, &gpu);
+        for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
+            test_softmax_prompt(&cpu, &gpu, &prompts[i]);
         gpu.ops->destroy(gpu.be);
     }
+    // the bf16 prompt attention again with one query head per flash block, then on the older WMMA kernel
+    const char *flash_modes[2] = {"1", "0"};
+    for (int mi = 0; mi < 2; mi++) {
+        setenv("LIZARD_FLASH", flash_modes[mi], 1);
+        CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
+        dtype_name = mi == 0 ? "bf16 LIZARD_FLASH=1" : "bf16 LIZARD_FLASH=0";
+        for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
+            test_softmax_prompt(&cpu, &gpu, &prompts[i]);
+        gpu.ops->destroy(gpu.be);
+    }
+    unsetenv("LIZARD_FLASH");
     cpu.ops->destroy(cpu.be);
     return lz_test_finish("test_gpu_ops");
 }

@@ -88,7 +88,8 @@ run 3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 
 joined=$(python3 -c "import json,sys; print(sum((json.load(open(f))['ids'] for f in sys.argv[1:]), []))" "$TMP/s1" "$TMP/s2" "$TMP/s3")
 whole=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ids'])" "$TMP/s0")
 [ "$joined" = "$whole" ] && ok || bad "session across plans: $joined vs $whole"
-# the same in version 3 (chunked, forced by LIZARD_SESSION_CHUNK_BYTES): 2 ranks write it, 3 ranks continue it
+# the same in version 3 (chunked, forced by LIZARD_SESSION_CHUNK_BYTES, which also makes the stage records
+# cross ranks in pieces of 512 bytes): 2 ranks write it, 3 ranks continue it
 # (writing it chunked again), one process finishes it
 rm -f "$TMP/q.lzs"
 LIZARD_SESSION_CHUNK_BYTES=512 run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 3 --temperature 0.9 --seed 5 \
