@@ -150,6 +150,22 @@ typedef struct lz_ops {
      * one. biases may be NULL, as may any biases[i]. */
     lz_status (*linear_many)(lz_backend *be, int count, void *const *outs, const void *x, const lz_weight *const *ws,
                              const lz_weight *const *biases, int T);
+    /* Fused forms of the decoder layer's dense ops, each optional (NULL: the stage runs the composition named).
+     * The buffers named "the composition's" are scratch that a backend may use to compose (e.g. for prompts);
+     * a backend that fuses leaves them as they are.
+     * norm_linear_many: outs[i][T, ws[i]->rows] = rmsnorm(x; norm, eps) . ws[i]^T (+ biases[i]), count <= 4;
+     *   xn [T, C] is the composition's (rmsnorm into xn, then linear_many). */
+    lz_status (*norm_linear_many)(lz_backend *be, int count, void *const *outs, void *xn, const void *x,
+                                  const lz_weight *norm, float eps, const lz_weight *const *ws,
+                                  const lz_weight *const *biases, int T);
+    /* norm_swiglu: the MLP's input, out[T, I] = silu(n . w_gate^T + b_gate) * (n . w_up^T + b_up),
+     *   n = rmsnorm(x; norm, eps); xn [T, C] and up [T, I] are the composition's (rmsnorm, linear_many, swiglu). */
+    lz_status (*norm_swiglu)(lz_backend *be, void *out, void *xn, void *up, const void *x, const lz_weight *norm,
+                             float eps, const lz_weight *w_gate, const lz_weight *b_gate, const lz_weight *w_up,
+                             const lz_weight *b_up, int T);
+    /* linear_residual: y[T, w->rows] += x . W^T (+ bias); tmp [T, w->rows] is the composition's (linear, add). */
+    lz_status (*linear_residual)(lz_backend *be, void *y, void *tmp, const void *x, const lz_weight *w,
+                                 const lz_weight *bias, int T);
     /* y[T, C] += x[T, C] */
     lz_status (*add)(lz_backend *be, void *y, const void *x, size_t n);
     /* out[T, n] = silu(gate) * up, gate/up [T, n] */
@@ -185,6 +201,13 @@ typedef struct lz_ops {
      * recurrent form (update S, z; read them out). */
     lz_status (*gla_recurrent)(lz_backend *be, void *out, const void *phi_q, const void *phi_k, const void *v,
                           const void *log_gamma, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
+    /* Optional (NULL: log_sigmoid, feature_map of q and of k, then gla_recurrent): the GLA branch of a step
+     * where every sequence has exactly one token, in one: out[T, Hq, d] from q [T, Hq, d], k, v [T, Hkv, d],
+     * the gate's logit [T] and the feature maps' weights (fmap_q [Hq or 1, d * f], fmap_k [Hs or 1, d * f], as
+     * feature_map reads them), updating S, z. */
+    lz_status (*gla_decode)(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+                            const void *gate_logit, const lz_weight *fmap_q, const lz_weight *fmap_k, bool exp_map,
+                            lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
     /* Window branch: out[T, Hq, d] += alpha * WIN over the last w positions
      * (ring + this step's k, v; raw q and k, no RoPE), meta logits [m] in the
      * denominator; then stores this step's k, v in the ring. */
@@ -199,7 +222,9 @@ lz_status lz_cpu_backend_create(lz_backend **be, const lz_ops **ops);
 /* The CUDA backend (kernels/cuda), when built with LIZARD_CUDA: activations
  * and weights in `dtype` (LZ_DTYPE_BF16 or LZ_DTYPE_F32), GLA state in fp32.
  * The GPU is picked by the local rank (OMPI_COMM_WORLD_LOCAL_RANK,
- * SLURM_LOCALID or LOCAL_RANK; 0 without) modulo the visible GPUs. */
+ * SLURM_LOCALID or LOCAL_RANK; 0 without) modulo the visible GPUs.
+ * LIZARD_FUSE=0: the table without the fused ops (gla_decode, norm_linear_many, norm_swiglu, linear_residual),
+ * and the unsplit GLA decode kernel, for comparison. */
 lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **be, const lz_ops **ops);
 
 #endif

@@ -16,13 +16,18 @@ static lz_status lizard_attention(lz_model *m, lz_layer *ly, lz_layer_state *ls,
     const lz_ops *ops = m->ops;
     const int T = b->n_tokens, f = dims->feature_dim, d = dims->head_dim;
     const bool exp_map = m->cfg.lizard.feature_map == LZ_FMAP_EXP;
+    bool one_token_each = true;
+    for (int s = 0; s < b->n_seqs; s++)
+        one_token_each &= b->len[s] == 1;
+    if (one_token_each && ops->gla_decode) { /* gates, feature maps and the recurrent update in one op */
+        LZ_TRY(ops->gla_decode(m->be, ws->att, ws->q, ws->k, ws->v, ws->gate_logit, &ly->fmap_q, &ly->fmap_k, exp_map,
+                               ls, b, dims));
+        return ops->window_attention(m->be, ws->att, ws->q, ws->k, ws->v, &ly->meta, ly->alpha, ls, b, dims);
+    }
     LZ_TRY(ops->log_sigmoid(m->be, ws->log_gamma, ws->gate_logit, T));
     LZ_TRY(ops->feature_map(m->be, ws->phi_q, ws->q, &ly->fmap_q, T, dims->n_heads, dims->n_heads, d, f, exp_map));
     LZ_TRY(ops->feature_map(m->be, ws->phi_k, ws->k, &ly->fmap_k, T, dims->n_kv_heads, dims->n_state_heads, d, f,
                             exp_map));
-    bool one_token_each = true;
-    for (int s = 0; s < b->n_seqs; s++)
-        one_token_each &= b->len[s] == 1;
     if (one_token_each)
         LZ_TRY(ops->gla_recurrent(m->be, ws->att, ws->phi_q, ws->phi_k, ws->v, ws->log_gamma, ls, b, dims));
     else
@@ -30,36 +35,56 @@ static lz_status lizard_attention(lz_model *m, lz_layer *ly, lz_layer_state *ls,
     return ops->window_attention(m->be, ws->att, ws->q, ws->k, ws->v, &ly->meta, ly->alpha, ls, b, dims);
 }
 
+/* outs[i] = rmsnorm(x) . w[i]^T: fused where the backend can, else through ws->xn. */
+static lz_status norm_linear_many(lz_model *m, lz_workspace *ws, int count, void *const *outs, const lz_weight *norm,
+                                  const lz_weight *const *w, const lz_weight *const *bias, int T) {
+    const lz_ops *ops = m->ops;
+    const float eps = (float)m->cfg.rms_norm_eps;
+    if (ops->norm_linear_many)
+        return ops->norm_linear_many(m->be, count, outs, ws->xn, ws->x, norm, eps, w, bias, T);
+    LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, norm, T, eps));
+    return ops->linear_many(m->be, count, outs, ws->xn, w, bias, T);
+}
+
+/* ws->x += x . W^T (+ bias) */
+static lz_status linear_residual(lz_model *m, lz_workspace *ws, const void *x, const lz_weight *w,
+                                 const lz_weight *bias, int T) {
+    const lz_ops *ops = m->ops;
+    if (ops->linear_residual)
+        return ops->linear_residual(m->be, ws->x, ws->proj, x, w, bias, T);
+    LZ_TRY(ops->linear(m->be, ws->proj, x, w, bias, T));
+    return ops->add(m->be, ws->x, ws->proj, (size_t)T * (size_t)w->rows);
+}
+
 lz_status lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws,
                                    const lz_batch *b, int kv_capacity) {
     const lz_ops *ops = m->ops;
     const int T = b->n_tokens;
-    const size_t H = (size_t)m->cfg.hidden_size, I = (size_t)m->cfg.intermediate_size;
+    const size_t I = (size_t)m->cfg.intermediate_size;
     const float eps = (float)m->cfg.rms_norm_eps;
     lz_attn_dims dims = ly->dims;
     dims.kv_capacity = kv_capacity;
 
-    LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, &ly->input_norm, T, eps));
     { /* q, k, v (and a Lizard layer's gate) read the same input: one launch where the backend can */
         void *outs[4] = {ws->q, ws->k, ws->v, ws->gate_logit};
         const lz_weight *w[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->gate};
         const lz_weight *bias[4] = {&ly->bq, &ly->bk, &ly->bv, NULL};
-        LZ_TRY(ops->linear_many(m->be, ly->run_softmax ? 3 : 4, outs, ws->xn, w, bias, T));
+        LZ_TRY(norm_linear_many(m, ws, ly->run_softmax ? 3 : 4, outs, &ly->input_norm, w, bias, T));
     }
     if (ly->run_softmax)
         LZ_TRY(softmax_attention(m, ls, ws, b, &dims));
     else
         LZ_TRY(lizard_attention(m, ly, ls, ws, b, &dims));
-    LZ_TRY(ops->linear(m->be, ws->proj, ws->att, &ly->wo, &ly->bo, T));
-    LZ_TRY(ops->add(m->be, ws->x, ws->proj, (size_t)T * H));
+    LZ_TRY(linear_residual(m, ws, ws->att, &ly->wo, &ly->bo, T));
 
-    LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, &ly->post_norm, T, eps));
-    {
+    if (ops->norm_swiglu) {
+        LZ_TRY(ops->norm_swiglu(m->be, ws->mlp_gate, ws->xn, ws->mlp_up, ws->x, &ly->post_norm, eps, &ly->w_gate,
+                                &ly->b_gate, &ly->w_up, &ly->b_up, T));
+    } else {
         void *outs[2] = {ws->mlp_gate, ws->mlp_up};
         const lz_weight *w[2] = {&ly->w_gate, &ly->w_up}, *bias[2] = {&ly->b_gate, &ly->b_up};
-        LZ_TRY(ops->linear_many(m->be, 2, outs, ws->xn, w, bias, T));
+        LZ_TRY(norm_linear_many(m, ws, 2, outs, &ly->post_norm, w, bias, T));
+        LZ_TRY(ops->swiglu(m->be, ws->mlp_gate, ws->mlp_gate, ws->mlp_up, (size_t)T * I));
     }
-    LZ_TRY(ops->swiglu(m->be, ws->mlp_gate, ws->mlp_gate, ws->mlp_up, (size_t)T * I));
-    LZ_TRY(ops->linear(m->be, ws->proj, ws->mlp_gate, &ly->w_down, &ly->b_down, T));
-    return ops->add(m->be, ws->x, ws->proj, (size_t)T * H);
+    return linear_residual(m, ws, ws->mlp_gate, &ly->w_down, &ly->b_down, T);
 }

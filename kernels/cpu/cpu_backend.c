@@ -166,6 +166,50 @@ static lz_status op_window(lz_backend *be, void *out, const void *q, const void 
     return LZ_OK;
 }
 
+/* The fused ops as the compositions they stand for (the reference the GPU's fused kernels are checked against). */
+static lz_status op_norm_linear_many(lz_backend *be, int count, void *const *outs, void *xn, const void *x,
+                                     const lz_weight *norm, float eps, const lz_weight *const *ws,
+                                     const lz_weight *const *biases, int T) {
+    LZ_TRY(op_rmsnorm(be, xn, x, norm, T, eps));
+    return op_linear_many(be, count, outs, xn, ws, biases, T);
+}
+static lz_status op_norm_swiglu(lz_backend *be, void *out, void *xn, void *up, const void *x, const lz_weight *norm,
+                                float eps, const lz_weight *w_gate, const lz_weight *b_gate, const lz_weight *w_up,
+                                const lz_weight *b_up, int T) {
+    void *outs[2] = {out, up};
+    const lz_weight *w[2] = {w_gate, w_up}, *b[2] = {b_gate, b_up};
+    LZ_TRY(op_norm_linear_many(be, 2, outs, xn, x, norm, eps, w, b, T));
+    return op_swiglu(be, out, out, up, (size_t)T * (size_t)w_gate->rows);
+}
+static lz_status op_linear_residual(lz_backend *be, void *y, void *tmp, const void *x, const lz_weight *w,
+                                    const lz_weight *bias, int T) {
+    LZ_TRY(op_linear(be, tmp, x, w, bias, T));
+    return op_add(be, y, tmp, (size_t)T * (size_t)w->rows);
+}
+/* log_sigmoid, the two feature maps, gla_recurrent; the intermediates in host memory of their own. */
+static lz_status op_gla_decode(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+                               const void *gate_logit, const lz_weight *fmap_q, const lz_weight *fmap_k, bool exp_map,
+                               lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
+    const int T = b->n_tokens, F = 2 * d->feature_dim;
+    float *phi_q = malloc(sizeof(float) * (size_t)T * d->n_heads * F);
+    float *phi_k = malloc(sizeof(float) * (size_t)T * d->n_state_heads * F), *lg = malloc(sizeof(float) * (size_t)T);
+    lz_status s = LZ_OK;
+    if (!phi_q || !phi_k || !lg) {
+        s = lz_fail(LZ_ERR_NOMEM, "cpu backend: out of memory in gla_decode");
+    } else {
+        log_sigmoid_forward(lg, gate_logit, T);
+        feature_map_forward(phi_q, q, fmap_q->data, (int)fmap_q->rows, T, d->n_heads, d->n_heads, d->head_dim,
+                            d->feature_dim, exp_map);
+        feature_map_forward(phi_k, k, fmap_k->data, (int)fmap_k->rows, T, d->n_kv_heads, d->n_state_heads,
+                            d->head_dim, d->feature_dim, exp_map);
+        gla_recurrent_forward(out, phi_q, phi_k, v, lg, st, b, d);
+    }
+    free(phi_q);
+    free(phi_k);
+    free(lg);
+    return s;
+}
+
 static const lz_ops cpu_ops = {
     .name = "cpu",
     .act_size = sizeof(float),
@@ -200,6 +244,9 @@ static const lz_ops cpu_ops = {
     .rmsnorm = op_rmsnorm,
     .linear = op_linear,
     .linear_many = op_linear_many,
+    .norm_linear_many = op_norm_linear_many,
+    .norm_swiglu = op_norm_swiglu,
+    .linear_residual = op_linear_residual,
     .add = op_add,
     .swiglu = op_swiglu,
     .gather_rows = op_gather,
@@ -211,6 +258,7 @@ static const lz_ops cpu_ops = {
     .log_sigmoid = op_log_sigmoid,
     .gla_chunked = op_gla_chunked,
     .gla_recurrent = op_gla_recurrent,
+    .gla_decode = op_gla_decode,
     .window_attention = op_window,
 };
 

@@ -15,7 +15,7 @@ extern "C" {
 
 // LIZARD_PROFILE=1: every op is bracketed by stream syncs and its wall time
 // added to a per-op total, printed when the backend is destroyed.
-enum { LZ_PROFILE_OPS = 24 };
+enum { LZ_PROFILE_OPS = 32 };
 struct lz_profile {
     bool on;
     const char *name[LZ_PROFILE_OPS];
@@ -530,6 +530,87 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
     return gemv_segments_forward<T>(c, seg, x, n, (int)ws[0]->cols);
 }
 
+// The fused ops (ops.h): one fused launch for decode-sized steps, the composition otherwise.
+template <typename T> static bool gemv_takes(const lz_cuda_ctx *c, const lz_weight *w, int n) {
+    return !c->gemv_off && n >= 1 && n <= LZ_GEMV_MAX_TOKENS && w->cols % (16 / (int64_t)sizeof(T)) == 0;
+}
+
+template <typename T>
+static lz_status norm_linear_many_forward(lz_cuda_ctx *c, int count, void *const *outs, T *xn, const T *x,
+                                          const lz_weight *norm, float eps, const lz_weight *const *ws,
+                                          const lz_weight *const *biases, int n) {
+    bool fused = count >= 1 && count <= LZ_GEMV_MAX_SEGMENTS && norm->cols == ws[0]->cols;
+    for (int i = 0; i < count && fused; i++)
+        fused = gemv_takes<T>(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
+    if (!fused) {
+        LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
+        return linear_many_forward<T>(c, count, outs, xn, ws, biases, n);
+    }
+    lz_gemv_segments<T> seg = {};
+    seg.count = count;
+    for (int i = 0; i < count; i++) {
+        const lz_weight *b = biases ? biases[i] : NULL;
+        seg.out[i] = (T *)outs[i], seg.w[i] = (const T *)ws[i]->data, seg.m[i] = (int)ws[i]->rows;
+        seg.bias[i] = b && b->data ? (const T *)b->data : NULL;
+    }
+    return gemv_fused_forward<T>(c, seg, x, (const T *)norm->data, eps, LZ_GEMV_STORE, n, (int)ws[0]->cols);
+}
+
+template <typename T>
+static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const T *x, const lz_weight *norm, float eps,
+                                     const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
+                                     const lz_weight *bu, int n) {
+    if (!(gemv_takes<T>(c, wg, n) && wg->rows == wu->rows && wg->cols == wu->cols && norm->cols == wg->cols)) {
+        void *outs[2] = {out, up};
+        const lz_weight *w[2] = {wg, wu}, *b[2] = {bg, bu};
+        LZ_TRY(norm_linear_many_forward<T>(c, 2, outs, xn, x, norm, eps, w, b, n));
+        return swiglu_forward<T>(c, out, out, up, (size_t)n * (size_t)wg->rows);
+    }
+    lz_gemv_segments<T> seg = {};
+    seg.count = 2;
+    seg.out[0] = seg.out[1] = out;
+    seg.w[0] = (const T *)wg->data, seg.w[1] = (const T *)wu->data;
+    seg.m[0] = seg.m[1] = (int)wg->rows;
+    seg.bias[0] = bg && bg->data ? (const T *)bg->data : NULL;
+    seg.bias[1] = bu && bu->data ? (const T *)bu->data : NULL;
+    return gemv_fused_forward<T>(c, seg, x, (const T *)norm->data, eps, LZ_GEMV_SWIGLU, n, (int)wg->cols);
+}
+
+template <typename T>
+static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *x, const lz_weight *w,
+                                         const lz_weight *bias, int n) {
+    const T *b = bias && bias->data ? (const T *)bias->data : NULL;
+    if (!gemv_takes<T>(c, w, n)) {
+        LZ_TRY(linear_forward<T>(c, tmp, x, (const T *)w->data, b, n, (int)w->cols, (int)w->rows));
+        return add_forward<T>(c, y, tmp, (size_t)n * (size_t)w->rows);
+    }
+    lz_gemv_segments<T> seg = {};
+    seg.count = 1;
+    seg.out[0] = y, seg.w[0] = (const T *)w->data, seg.bias[0] = b, seg.m[0] = (int)w->rows;
+    return gemv_fused_forward<T>(c, seg, x, NULL, 0.0f, LZ_GEMV_RESIDUAL, n, (int)w->cols);
+}
+
+// Gates, feature maps and the recurrent update in one launch where the shape allows; else the
+// four ops with the intermediates in scratch.
+template <typename T>
+static lz_status gla_decode_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *gate_logit,
+                                    const lz_weight *fq, const lz_weight *fk, bool exp_map, lz_layer_state *st,
+                                    const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *d) {
+    if (gla_decode_split_fits<T>(c, d, true))
+        return gla_decode_fused_forward<T>(c, out, q, k, v, gate_logit, (const T *)fq->data, (int)fq->rows,
+                                           (const T *)fk->data, (int)fk->rows, exp_map, st, b, hb, d);
+    const int n = hb->n_tokens, F = 2 * d->feature_dim;
+    const size_t nq = (size_t)n * d->n_heads * F, nk = (size_t)n * d->n_state_heads * F;
+    LZ_TRY(lz_cuda_scratch(c, sizeof(T) * (nq + nk + (size_t)n)));
+    T *phi_q = (T *)c->scratch, *phi_k = phi_q + nq, *lg = phi_k + nk;
+    LZ_TRY(log_sigmoid_forward<T>(c, lg, gate_logit, n));
+    LZ_TRY(feature_map_forward<T>(c, phi_q, q, (const T *)fq->data, (int)fq->rows, n, d->n_heads, d->n_heads,
+                                  d->head_dim, d->feature_dim, exp_map));
+    LZ_TRY(feature_map_forward<T>(c, phi_k, k, (const T *)fk->data, (int)fk->rows, n, d->n_kv_heads,
+                                  d->n_state_heads, d->head_dim, d->feature_dim, exp_map));
+    return gla_recurrent_forward<T>(c, out, phi_q, phi_k, v, lg, st, b, hb, d);
+}
+
 // Op adapters -------------------------------------------------------------------
 
 template <typename T> struct cuda_ops {
@@ -546,6 +627,26 @@ template <typename T> struct cuda_ops {
     static lz_status linear_many(lz_backend *be, int count, void *const *outs, const void *x,
                                  const lz_weight *const *ws, const lz_weight *const *biases, int n) {
         return profiled(be, "linear", [&] { return linear_many_forward<T>(&be->ctx, count, outs, (const T *)x, ws, biases, n); });
+    }
+    static lz_status norm_linear_many(lz_backend *be, int count, void *const *outs, void *xn, const void *x,
+                                      const lz_weight *norm, float eps, const lz_weight *const *ws,
+                                      const lz_weight *const *biases, int n) {
+        return profiled(be, "norm_linear", [&] { return norm_linear_many_forward<T>(&be->ctx, count, outs, (T *)xn, (const T *)x, norm, eps, ws, biases, n); });
+    }
+    static lz_status norm_swiglu(lz_backend *be, void *out, void *xn, void *up, const void *x, const lz_weight *norm,
+                                 float eps, const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
+                                 const lz_weight *bu, int n) {
+        return profiled(be, "norm_swiglu", [&] { return norm_swiglu_forward<T>(&be->ctx, (T *)out, (T *)xn, (T *)up, (const T *)x, norm, eps, wg, bg, wu, bu, n); });
+    }
+    static lz_status linear_residual(lz_backend *be, void *y, void *tmp, const void *x, const lz_weight *w,
+                                     const lz_weight *bias, int n) {
+        return profiled(be, "linear_residual", [&] { return linear_residual_forward<T>(&be->ctx, (T *)y, (T *)tmp, (const T *)x, w, bias, n); });
+    }
+    static lz_status gla_decode(lz_backend *be, void *out, const void *q, const void *k, const void *v,
+                                const void *gate_logit, const lz_weight *fq, const lz_weight *fk, bool exp_map,
+                                lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
+        return profiled(be, "gla_decode", [&] { return gla_decode_forward<T>(&be->ctx, (T *)out, (const T *)q, (const T *)k, (const T *)v, (const T *)gate_logit,
+                                     fq, fk, exp_map, st, &be->batch, b, d); });
     }
     static lz_status add(lz_backend *be, void *y, const void *x, size_t n) {
         return profiled(be, "add", [&] { return add_forward<T>(&be->ctx, (T *)y, (const T *)x, n); });
@@ -593,7 +694,8 @@ template <typename T> struct cuda_ops {
 
 static void cuda_destroy(lz_backend *be);
 
-template <typename T> static lz_ops make_ops(const char *name) {
+// fused = false: the table of LIZARD_FUSE=0 (the stages compose the fused ops from the plain ones).
+template <typename T> static lz_ops make_ops(const char *name, bool fused) {
     lz_ops o = {};
     o.name = name;
     o.act_size = sizeof(T);
@@ -640,11 +742,19 @@ template <typename T> static lz_ops make_ops(const char *name) {
     o.gla_chunked = cuda_ops<T>::gla_chunked;
     o.gla_recurrent = cuda_ops<T>::gla_recurrent;
     o.window_attention = cuda_ops<T>::window;
+    if (fused) {
+        o.norm_linear_many = cuda_ops<T>::norm_linear_many;
+        o.norm_swiglu = cuda_ops<T>::norm_swiglu;
+        o.linear_residual = cuda_ops<T>::linear_residual;
+        o.gla_decode = cuda_ops<T>::gla_decode;
+    }
     return o;
 }
 
-static const lz_ops cuda_bf16_ops = make_ops<__nv_bfloat16>("cuda-bf16");
-static const lz_ops cuda_f32_ops = make_ops<float>("cuda-fp32");
+static const lz_ops cuda_bf16_ops = make_ops<__nv_bfloat16>("cuda-bf16", true);
+static const lz_ops cuda_f32_ops = make_ops<float>("cuda-fp32", true);
+static const lz_ops cuda_bf16_unfused_ops = make_ops<__nv_bfloat16>("cuda-bf16", false);
+static const lz_ops cuda_f32_unfused_ops = make_ops<float>("cuda-fp32", false);
 
 // Creation ------------------------------------------------------------------------
 
@@ -710,6 +820,7 @@ static lz_status init_device(lz_backend *be) {
     LZ_CUBLAS_TRY(cublasSetMathMode(be->ctx.cublas, be->dtype == LZ_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
     if (be->dtype == LZ_DTYPE_BF16) {
         LZ_TRY(gla_init<__nv_bfloat16>(&be->ctx));
+        LZ_TRY(gla_decode_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(attention_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(window_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(lz_gla_tc_init(&be->ctx));
@@ -718,6 +829,7 @@ static lz_status init_device(lz_backend *be) {
         LZ_TRY(lz_attention_flash_init(&be->ctx));
     } else {
         LZ_TRY(gla_init<float>(&be->ctx));
+        LZ_TRY(gla_decode_init<float>(&be->ctx));
         LZ_TRY(attention_init<float>(&be->ctx));
         LZ_TRY(window_init<float>(&be->ctx));
     }
@@ -740,6 +852,10 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     const char *flash = getenv("LIZARD_FLASH");
     be->ctx.flash_off = flash && strcmp(flash, "0") == 0;
     be->ctx.flash_one_head = flash && strcmp(flash, "1") == 0;
+    const char *fuse = getenv("LIZARD_FUSE");
+    be->ctx.fuse_off = fuse && strcmp(fuse, "0") == 0;
+    const char *pdl = getenv("LIZARD_PDL");
+    be->ctx.pdl = pdl && *pdl && strcmp(pdl, "0") != 0;
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
     be->graphs.off = be->prof.on || (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
     lz_status s = init_device(be);
@@ -748,6 +864,9 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
         return s;
     }
     *out = be;
-    *ops = dtype == LZ_DTYPE_BF16 ? &cuda_bf16_ops : &cuda_f32_ops;
+    if (be->ctx.fuse_off)
+        *ops = dtype == LZ_DTYPE_BF16 ? &cuda_bf16_unfused_ops : &cuda_f32_unfused_ops;
+    else
+        *ops = dtype == LZ_DTYPE_BF16 ? &cuda_bf16_ops : &cuda_f32_ops;
     return LZ_OK;
 }

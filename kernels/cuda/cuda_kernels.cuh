@@ -18,6 +18,8 @@ struct lz_cuda_ctx {
     bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
     bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)
     bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
+    bool fuse_off;         // LIZARD_FUSE=0: no fused ops, the unsplit GLA decode, the plain GEMV loop
+    bool pdl;              // LIZARD_PDL=1: fused GEMVs launched as programmatic dependents (gemv_fused.cu)
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).
@@ -60,6 +62,17 @@ template <typename T>
 lz_status gla_recurrent_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *phi_k, const T *v,
                                 const T *log_gamma, lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
                                 const lz_attn_dims *dims);
+// The GLA decode step split over a thread-block cluster per state head (gla_decode.cu): from the
+// feature maps (gla_recurrent), or fused with the gate and the feature maps (gla_decode op).
+template <typename T> bool gla_decode_split_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims, bool fused);
+template <typename T>
+lz_status gla_decode_split_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *phi_k, const T *v,
+                                   const T *log_gamma, lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
+                                   const lz_attn_dims *dims);
+template <typename T>
+lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *gate_logit,
+                                   const T *wq, int n_wq, const T *wk, int n_wk, bool exp_map, lz_layer_state *st,
+                                   const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims);
 template <typename T>
 lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *meta, float alpha,
                                    lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
@@ -77,6 +90,14 @@ template <typename T> struct lz_gemv_segments {
 template <typename T> lz_status gemv_segments_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, int n, int k);
 template <typename T>
 lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m);
+// The same with a prologue and an epilogue (gemv_fused.cu), n <= LZ_GEMV_MAX_TOKENS:
+//   norm (NULL: none): x is RMS-normalised per token with weight norm [k] and eps on the way in;
+//   LZ_GEMV_STORE: out = x . W^T (+ bias); LZ_GEMV_RESIDUAL: out += x . W^T (+ bias);
+//   LZ_GEMV_SWIGLU: two segments of equal rows (gate, up), out[0] = silu(gate) * up.
+enum lz_gemv_epilogue { LZ_GEMV_STORE, LZ_GEMV_RESIDUAL, LZ_GEMV_SWIGLU };
+template <typename T>
+lz_status gemv_fused_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, const T *norm, float eps,
+                             lz_gemv_epilogue epilogue, int n, int k);
 
 // The prompt path of the feature maps on tensor cores (bf16; feature_map.cu).
 lz_status lz_feature_map_tc_init(lz_cuda_ctx *c);
@@ -123,6 +144,7 @@ void lz_nccl_free(void *comm);
 
 // Kernel attributes (shared-memory limits), set once when the backend starts.
 template <typename T> lz_status gla_init(lz_cuda_ctx *c);
+template <typename T> lz_status gla_decode_init(lz_cuda_ctx *c);
 template <typename T> lz_status attention_init(lz_cuda_ctx *c);
 template <typename T> lz_status window_init(lz_cuda_ctx *c);
 template <typename T> lz_status random_fill(lz_cuda_ctx *c, T *w, size_t n, float mean, float std, uint64_t seed);

@@ -3,7 +3,9 @@
  * of the GLA chunk, T < w, batches of mixed lengths, state carried across
  * steps, gates near 0 and 1), with poisoned outputs so that an unwritten
  * element fails; the prompt softmax attention alone on its own shapes, bf16
- * also with LIZARD_FLASH=1 and =0 (each kernel of that path). fp32: rel err
+ * also with LIZARD_FLASH=1 and =0 (each kernel of that path); the fused decode ops (GEMV
+ * prologues/epilogues, the split and fused GLA decode for 1, 3 and 8 sequences, LLaMA-3-8B's
+ * Lizard shape among others) against the CPU's compositions. fp32: rel err
  * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
  * when no GPU is visible. */
 #include <math.h>   // sqrt, NAN
@@ -237,6 +239,74 @@ static void test_dense_ops(backend *c, backend *g) {
     free(hv);
 }
 
+/* The fused dense ops (norm_linear_many, norm_swiglu, linear_residual) against the CPU's compositions:
+ * decode-sized steps (1..8 tokens: the fused GEMV) and a prompt-sized one (the composition), input widths
+ * that leave the GEMV's unrolled loop partly empty. */
+static void test_fused_dense(backend *c, backend *g) {
+    const int widths[2] = {96, 1000}, O = 130, O2 = 33, I = 72;
+    const int steps[6] = {1, 2, 3, 5, 8, 37};
+    for (int wi = 0; wi < 2; wi++) {
+        const int C = widths[wi], Tmax = 37;
+        if (!c->ops->norm_linear_many || !g->ops->norm_linear_many || !g->ops->norm_swiglu || !g->ops->linear_residual) {
+            fprintf(stderr, "test_gpu_ops: %s: no fused dense ops (LIZARD_FUSE=0?)\n", dtype_name);
+            return;
+        }
+        float *hx = rand_host((size_t)Tmax * C, -2, 2), *hn = rand_host(C, 0.5f, 1.5f);
+        float *hw = rand_host((size_t)O * C, -0.5f, 0.5f), *hw2 = rand_host((size_t)O2 * C, -0.5f, 0.5f);
+        float *hw3 = rand_host(C, -0.5f, 0.5f), *hb = rand_host(O, -1, 1);
+        float *hg = rand_host((size_t)I * C, -0.1f, 0.1f), *hu = rand_host((size_t)I * C, -0.1f, 0.1f);
+        float *hbu = rand_host(I, -0.5f, 0.5f), *hd = rand_host((size_t)O * I, -0.3f, 0.3f);
+        float *hy = rand_host((size_t)Tmax * O, -1, 1), *hh = rand_host((size_t)Tmax * I, -1, 1);
+        lz_weight cn = weight(c, hn, 1, C), gn = weight(g, hn, 1, C);
+        lz_weight cw = weight(c, hw, O, C), gw = weight(g, hw, O, C), cw2 = weight(c, hw2, O2, C);
+        lz_weight gw2 = weight(g, hw2, O2, C), cw3 = weight(c, hw3, 1, C), gw3 = weight(g, hw3, 1, C);
+        lz_weight cb = weight(c, hb, 1, O), gb = weight(g, hb, 1, O);
+        lz_weight cg = weight(c, hg, I, C), gg = weight(g, hg, I, C), cu = weight(c, hu, I, C), gu = weight(g, hu, I, C);
+        lz_weight cbu = weight(c, hbu, 1, I), gbu = weight(g, hbu, 1, I), cd = weight(c, hd, O, I), gd = weight(g, hd, O, I);
+        void *cx = act(c, hx, (size_t)Tmax * C), *gx = act(g, hx, (size_t)Tmax * C);
+        for (int si = 0; si < 6; si++) {
+            const int T = steps[si];
+            void *cxn = act(c, NULL, (size_t)T * C), *gxn = act(g, NULL, (size_t)T * C);
+            void *co = act(c, NULL, (size_t)T * O), *go = act(g, NULL, (size_t)T * O);
+            void *co2 = act(c, NULL, (size_t)T * O2), *go2 = act(g, NULL, (size_t)T * O2);
+            void *co3 = act(c, NULL, T), *go3 = act(g, NULL, T);
+            void *couts[3] = {co, co2, co3}, *gouts[3] = {go, go2, go3};
+            const lz_weight *cws[3] = {&cw, &cw2, &cw3}, *gws[3] = {&gw, &gw2, &gw3};
+            const lz_weight *cbs[3] = {&cb, NULL, NULL}, *gbs[3] = {&gb, NULL, NULL};
+            BOTH(c->ops->norm_linear_many(c->be, 3, couts, cxn, cx, &cn, 1e-5f, cws, cbs, T),
+                 g->ops->norm_linear_many(g->be, 3, gouts, gxn, gx, &gn, 1e-5f, gws, gbs, T));
+            compare("norm_linear_many (bias)", c, co, g, go, (size_t)T * O, tol);
+            compare("norm_linear_many (33 rows)", c, co2, g, go2, (size_t)T * O2, tol);
+            compare("norm_linear_many (1 row)", c, co3, g, go3, (size_t)T, tol);
+            // MLP input: silu(gate) * up, the up projection with a bias
+            void *cm = act(c, NULL, (size_t)T * I), *gm = act(g, NULL, (size_t)T * I);
+            void *cup = act(c, NULL, (size_t)T * I), *gup = act(g, NULL, (size_t)T * I);
+            BOTH(c->ops->norm_swiglu(c->be, cm, cxn, cup, cx, &cn, 1e-5f, &cg, NULL, &cu, &cbu, T),
+                 g->ops->norm_swiglu(g->be, gm, gxn, gup, gx, &gn, 1e-5f, &gg, NULL, &gu, &gbu, T));
+            compare("norm_swiglu", c, cm, g, gm, (size_t)T * I, tol);
+            // residual: y += h . W^T + b (down_proj shape: I inputs, O outputs), and o_proj's (C inputs)
+            void *cy = act(c, hy, (size_t)T * O), *gy = act(g, hy, (size_t)T * O);
+            void *ch = act(c, hh, (size_t)T * I), *gh = act(g, hh, (size_t)T * I);
+            void *ctmp = act(c, NULL, (size_t)T * O), *gtmp = act(g, NULL, (size_t)T * O);
+            BOTH(c->ops->linear_residual(c->be, cy, ctmp, ch, &cd, &cb, T),
+                 g->ops->linear_residual(g->be, gy, gtmp, gh, &gd, &gb, T));
+            compare("linear_residual (bias)", c, cy, g, gy, (size_t)T * O, tol);
+            BOTH(c->ops->linear_residual(c->be, cy, ctmp, cx, &cw, NULL, T),
+                 g->ops->linear_residual(g->be, gy, gtmp, gx, &gw, NULL, T));
+            compare("linear_residual", c, cy, g, gy, (size_t)T * O, tol);
+            void *bufs_c[] = {cxn, co, co2, co3, cm, cup, cy, ch, ctmp}, *bufs_g[] = {gxn, go, go2, go3, gm, gup, gy, gh, gtmp};
+            for (size_t i = 0; i < sizeof bufs_c / sizeof bufs_c[0]; i++)
+                c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
+        }
+        lz_weight *all_c[] = {&cn, &cw, &cw2, &cw3, &cb, &cg, &cu, &cbu, &cd}, *all_g[] = {&gn, &gw, &gw2, &gw3, &gb, &gg, &gu, &gbu, &gd};
+        for (size_t i = 0; i < sizeof all_c / sizeof all_c[0]; i++)
+            c->ops->free_weight(c->be, all_c[i]), g->ops->free_weight(g->be, all_g[i]);
+        c->ops->free(c->be, cx), g->ops->free(g->be, gx);
+        free(hx), free(hn), free(hw), free(hw2), free(hw3), free(hb), free(hg), free(hu), free(hbu), free(hd), free(hy),
+            free(hh);
+    }
+}
+
 typedef struct {
     int Hq, Hkv, Hs, d, f, w, m;
     bool normalize, exp_map;
@@ -321,6 +391,83 @@ static void test_attention_ops(backend *c, backend *g, const lizard_shape *sh) {
         free(hq), free(hk), free(hv), free(hgate), free(hwq), free(hwk), free(hmeta);
     }
     free(hS), free(hz), free(hring), free(hkv);
+}
+
+/* The GLA decode step: the fused op (gates, feature maps, update; gla_decode) and the split
+ * gla_recurrent, each on its own copy of the state, against the CPU, for 1, 3 and 8 sequences (one
+ * token each) over two steps (the state carried), with shared (1 row) or per-head feature-map weights. */
+static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool shared_wq) {
+    if (!c->ops->gla_decode || !g->ops->gla_decode) {
+        fprintf(stderr, "test_gpu_ops: %s: no gla_decode op (LIZARD_FUSE=0?)\n", dtype_name);
+        return;
+    }
+    const int n_slots = 8, F = 2 * sh->f, row = sh->Hkv * sh->d, nwq = shared_wq ? 1 : sh->Hq;
+    lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, 16, 0, sh->Hs, sh->f, sh->w, sh->m, sh->normalize};
+    const size_t nS = (size_t)n_slots * sh->Hs * F * sh->d, nz = (size_t)n_slots * sh->Hs * F;
+    float *hS = rand_host(nS, 0, 0.2f), *hz = rand_host(nz, 0.5f, 1.5f);
+    float *hwq = rand_host((size_t)nwq * sh->d * sh->f, -0.5f, 0.5f);
+    float *hwk = rand_host((size_t)sh->Hs * sh->d * sh->f, -0.5f, 0.5f);
+    lz_weight cwq = weight(c, hwq, nwq, (int64_t)sh->d * sh->f), gwq = weight(g, hwq, nwq, (int64_t)sh->d * sh->f);
+    lz_weight cwk = weight(c, hwk, sh->Hs, (int64_t)sh->d * sh->f), gwk = weight(g, hwk, sh->Hs, (int64_t)sh->d * sh->f);
+    // [0]: the fused op's state, [1]: gla_recurrent's
+    lz_layer_state cst[2], gst[2];
+    for (int i = 0; i < 2; i++) {
+        cst[i] = (lz_layer_state){NULL, NULL, f32buf(c, hS, nS), f32buf(c, hz, nz), NULL, NULL};
+        gst[i] = (lz_layer_state){NULL, NULL, f32buf(g, hS, nS), f32buf(g, hz, nz), NULL, NULL};
+    }
+    const int counts[3] = {1, 3, 8};
+    for (int ci = 0; ci < 3; ci++) {
+        for (int step = 0; step < 2; step++) {
+            const int n = counts[ci];
+            int lens[8], pos[8];
+            for (int s = 0; s < n; s++)
+                lens[s] = 1, pos[s] = 0;
+            batch_buf bb;
+            make_batch(&bb, n, lens, pos);
+            begin(c, &bb), begin(g, &bb);
+            const size_t nq = (size_t)n * sh->Hq * sh->d;
+            float *hq = rand_host(nq, -1.5f, 1.5f), *hk = rand_host((size_t)n * row, -1.5f, 1.5f);
+            float *hv = rand_host((size_t)n * row, -1, 1), *hgate = rand_host(n, sh->gate_lo, sh->gate_hi);
+            void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ck = act(c, hk, (size_t)n * row), *gk = act(g, hk, (size_t)n * row);
+            void *cv = act(c, hv, (size_t)n * row), *gv = act(g, hv, (size_t)n * row), *cgl = act(c, hgate, n), *ggl = act(g, hgate, n);
+            void *co = act(c, NULL, nq), *go = act(g, NULL, nq);
+            BOTH(c->ops->gla_decode(c->be, co, cq, ck, cv, cgl, &cwq, &cwk, sh->exp_map, &cst[0], &bb.b, &dims),
+                 g->ops->gla_decode(g->be, go, gq, gk, gv, ggl, &gwq, &gwk, sh->exp_map, &gst[0], &bb.b, &dims));
+            compare("gla_decode", c, co, g, go, nq, tol_attn);
+            // the unfused path: feature maps and gates as separate ops, then gla_recurrent
+            void *cpq = act(c, NULL, (size_t)n * sh->Hq * F), *gpq = act(g, NULL, (size_t)n * sh->Hq * F);
+            void *cpk = act(c, NULL, (size_t)n * sh->Hs * F), *gpk = act(g, NULL, (size_t)n * sh->Hs * F);
+            void *clg = act(c, NULL, n), *glg = act(g, NULL, n), *co2 = act(c, NULL, nq), *go2 = act(g, NULL, nq);
+            BOTH(c->ops->feature_map(c->be, cpq, cq, &cwq, n, sh->Hq, sh->Hq, sh->d, sh->f, sh->exp_map),
+                 g->ops->feature_map(g->be, gpq, gq, &gwq, n, sh->Hq, sh->Hq, sh->d, sh->f, sh->exp_map));
+            BOTH(c->ops->feature_map(c->be, cpk, ck, &cwk, n, sh->Hkv, sh->Hs, sh->d, sh->f, sh->exp_map),
+                 g->ops->feature_map(g->be, gpk, gk, &gwk, n, sh->Hkv, sh->Hs, sh->d, sh->f, sh->exp_map));
+            BOTH(c->ops->log_sigmoid(c->be, clg, cgl, n), g->ops->log_sigmoid(g->be, glg, ggl, n));
+            BOTH(c->ops->gla_recurrent(c->be, co2, cpq, cpk, cv, clg, &cst[1], &bb.b, &dims),
+                 g->ops->gla_recurrent(g->be, go2, gpq, gpk, gv, glg, &gst[1], &bb.b, &dims));
+            compare("gla_recurrent (split)", c, co2, g, go2, nq, tol_attn);
+            for (int i = 0; i < 2; i++) {
+                float *cS = download_f32(c, cst[i].S, nS), *gS = download_f32(g, gst[i].S, nS);
+                float *cz = download_f32(c, cst[i].z, nz), *gz = download_f32(g, gst[i].z, nz);
+                const double eS = rel_err(gS, cS, nS), ez = rel_err(gz, cz, nz);
+                CHECK_MSG(eS <= tol_attn && ez <= tol_attn,
+                          "%s %s state (Hq %d Hs %d d %d f %d, %d seqs, step %d): S rel err %.3g, z %.3g", dtype_name,
+                          i == 0 ? "gla_decode" : "gla_recurrent", sh->Hq, sh->Hs, sh->d, sh->f, n, step, eS, ez);
+                free(cS), free(gS), free(cz), free(gz);
+            }
+            void *bufs_c[] = {cq, ck, cv, cgl, co, cpq, cpk, clg, co2}, *bufs_g[] = {gq, gk, gv, ggl, go, gpq, gpk, glg, go2};
+            for (size_t i = 0; i < sizeof bufs_c / sizeof bufs_c[0]; i++)
+                c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
+            free(hq), free(hk), free(hv), free(hgate);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        c->ops->free(c->be, cst[i].S), c->ops->free(c->be, cst[i].z);
+        g->ops->free(g->be, gst[i].S), g->ops->free(g->be, gst[i].z);
+    }
+    c->ops->free_weight(c->be, &cwq), g->ops->free_weight(g->be, &gwq);
+    c->ops->free_weight(c->be, &cwk), g->ops->free_weight(g->be, &gwk);
+    free(hS), free(hz), free(hwq), free(hwk);
 }
 
 /* Feature maps on their own: token counts on both sides of the prompt path's
@@ -521,6 +668,18 @@ int main(void) {
         };
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_attention_ops(&cpu, &gpu, &shapes[i]);
+        test_fused_dense(&cpu, &gpu);
+        const lizard_shape decode_shapes[] = {
+            // Hq Hkv Hs  d    f   w  m  norm   exp    gate logits
+            {32, 8, 8, 128, 128, 8, 4, true, false, -3, 3},  // LLaMA-3-8B's Lizard layer
+            {16, 2, 2, 64, 32, 8, 4, true, false, 8, 12},    // 8 query heads a state head, gates near 1
+            {16, 1, 1, 32, 16, 8, 4, false, false, -3, 3},   // 16 a state head, no normaliser
+            {8, 2, 8, 32, 12, 8, 2, true, true, -3, 3},      // per-query-head state, exp map, f not of whole vectors
+            {2, 2, 2, 16, 8, 4, 1, true, false, -14, -9},    // gates near 0, 2 blocks a cluster
+            {6, 3, 3, 24, 20, 4, 1, true, false, -3, 3},     // d = 24: clusters of 2, odd head counts
+        };
+        for (size_t i = 0; i < sizeof decode_shapes / sizeof decode_shapes[0]; i++)
+            test_gla_decode(&cpu, &gpu, &decode_shapes[i], i % 2 == 0);
         test_feature_maps(&cpu, &gpu);
         test_window_prompts(&cpu, &gpu);
         for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)

@@ -1,0 +1,390 @@
+// gla_decode.cu - the GLA decode step (one token per sequence) with each state head's value
+// columns split over a thread-block cluster, so that a batch-1 step streams the state through
+// n_seqs x Hs x C blocks (C <= 8; 64 at LLaMA-3-8B's shape) instead of n_seqs x Hs.
+//
+// Block r of the cluster of (sequence q, state head s) owns columns [r cpb, (r + 1) cpb) of S:
+//   S[:, cols] = g S[:, cols] + phi_k v[cols]^T,  num_h[cols] = phi_q_h^T S[:, cols]  (h of the group)
+// Its first loads are its slice of S (all rows in flight at once for F <= 4 x rows per pass), so
+// the rest of the block's work hides under that one round trip. The normaliser z (F values) is
+// shared by the cluster: every block reads z_old and computes z_new . phi_q_h itself (the
+// denominators); block 0 writes z_new, after a cluster barrier that every block passes only once
+// its copy of z_old is in shared memory.
+//
+// Fused form (gla_decode op): the block also computes the gate (log-sigmoid of the logit) and the
+// Hedgehog feature maps of q (the group's heads) and k: each block of the cluster computes u = x . W
+// for its share of the f features of every head, the cluster exchanges them through distributed
+// shared memory, and every block then takes the two softmaxes (or exps) of the full u itself.
+// So a decode step's GLA branch is one launch instead of four (log_sigmoid, two feature maps, GLA).
+#include <cooperative_groups.h> // this_cluster: map_shared_rank, cluster barriers
+
+#include "cuda_kernels.cuh"
+
+namespace cg = cooperative_groups;
+
+enum { GD_THREADS = 256, GD_ROUND = 4, GD_MAX_CLUSTER = 8 };
+
+template <typename T> struct gd_params {
+    T *out;
+    const T *phi_q, *phi_k;  // unfused: the feature maps, [n, Hq, F] and [n, Hs, F]
+    const T *q, *k;          // fused: the raw q [n, Hq, d] and k [n, Hkv, d]
+    const T *wq, *wk;        // fused: the feature maps' weights [n_wq, d, f], [n_wk, d, f]
+    const T *v, *gate;       // gate: the logit (fused) or log gamma (unfused), [n]
+    float *S, *z;
+    const int32_t *start, *slot;
+    int Hq, Hkv, Hs, d, f, n_wq, n_wk;
+    bool normalize, exp_map;
+};
+
+// Shared-memory layout (floats), the same on host and device.
+struct gd_layout {
+    int nh, group, cpb, qpr, rp, nred, fpb, vw, nv, parts;
+    bool shfl; // column quads tile a warp: numerators reduced by warp shuffles first
+    int phis, zs, vs, dens, red, xs, upart, uloc, uall, total;
+    __host__ __device__ gd_layout(int Hq, int Hs, int d, int f, int C, int tvec, bool fused) {
+        const int F = 2 * f;
+        group = Hq / Hs;
+        nh = group + 1;
+        cpb = d / C;
+        qpr = cpb / 4;
+        rp = GD_THREADS / qpr;
+        shfl = (qpr & (qpr - 1)) == 0 && qpr <= 32;
+        nred = shfl ? GD_THREADS / 32 : rp; // partial rows: one per warp, or one per row lane
+        // features of the fused maps: contiguous shares of whole 16-byte vectors where f allows
+        vw = f % tvec == 0 ? tvec : 1;
+        fpb = vw * ((f / vw + C - 1) / C);
+        nv = fpb / vw;
+        const int items = nh * nv;
+        parts = items >= GD_THREADS ? 1 : GD_THREADS / items;
+        parts = parts > d ? d : parts;
+        int o = 0;
+        phis = o, o += nh * F;
+        zs = o, o += F;
+        vs = o, o += cpb;
+        dens = o, o += group;
+        red = o, o += nred * group * cpb;
+        xs = uloc = uall = upart = o;
+        if (fused) {
+            xs = o, o += nh * d;
+            upart = o, o += parts * nh * fpb;
+            uloc = o, o += nh * fpb;
+            uall = o, o += nh * f;
+        }
+        total = o;
+    }
+};
+
+static __device__ __forceinline__ float log_sigmoid(float v) { return v >= 0.0f ? -log1pf(expf(-v)) : v - log1pf(expf(v)); }
+
+// grid (C, Hs, n_seqs), cluster (C, 1, 1), block GD_THREADS. G >= the group size (query heads per state head).
+template <typename T, bool FUSED, int G>
+__global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<T> p) {
+    extern __shared__ float sm[];
+    cg::cluster_group cluster = cg::this_cluster();
+    const int C = gridDim.x, r = (int)cluster.block_rank(), s = blockIdx.y, q = blockIdx.z, tid = threadIdx.x;
+    const gd_layout L(p.Hq, p.Hs, p.d, p.f, C, vec16<T>::N, FUSED);
+    const int d = p.d, f = p.f, F = 2 * f, group = L.group, cpb = L.cpb, c0 = r * cpb;
+    const int row = p.start[q], slot = p.slot[q], vh = p.Hs == p.Hkv ? s : s / (p.Hq / p.Hkv);
+    const int cq = tid % L.qpr, rl = tid / L.qpr, rp = L.rp;
+    const bool in_state = rl < rp;
+    float *Sh = p.S + ((size_t)slot * p.Hs + s) * F * d, *zh = p.z + ((size_t)slot * p.Hs + s) * F;
+    float *phis = sm + L.phis, *zs = sm + L.zs, *vs = sm + L.vs, *dens = sm + L.dens, *red = sm + L.red;
+
+    // 1. This block's slice of S (the first GD_ROUND passes), then everything small: all in flight together.
+    float4 st[GD_ROUND];
+#pragma unroll
+    for (int k = 0; k < GD_ROUND; k++) {
+        const int a = rl + k * rp;
+        st[k] = in_state && a < F ? *(const float4 *)(Sh + (size_t)a * d + c0 + cq * 4) : make_float4(0, 0, 0, 0);
+    }
+    for (int e = tid; e < F; e += GD_THREADS)
+        zs[e] = zh[e];
+    for (int e = tid; e < cpb; e += GD_THREADS)
+        vs[e] = lz_to_float(p.v[((size_t)row * p.Hkv + vh) * d + c0 + e]);
+    const float lg = lz_to_float(p.gate[row]);
+    const float gamma = expf(FUSED ? log_sigmoid(lg) : lg);
+    if constexpr (!FUSED) {
+        for (int e = tid; e < group * F; e += GD_THREADS)
+            phis[e] = lz_to_float(p.phi_q[((size_t)row * p.Hq + s * group + e / F) * F + e % F]);
+        for (int e = tid; e < F; e += GD_THREADS)
+            phis[group * F + e] = lz_to_float(p.phi_k[((size_t)row * p.Hs + s) * F + e]);
+    } else {
+        float *xs = sm + L.xs, *upart = sm + L.upart, *uloc = sm + L.uloc, *uall = sm + L.uall;
+        const int kh = s / (p.Hs / p.Hkv); // the k head that phi_k of state head s reads
+        for (int e = tid; e < group * d; e += GD_THREADS)
+            xs[e] = lz_to_float(p.q[((size_t)row * p.Hq + s * group + e / d) * d + e % d]);
+        for (int e = tid; e < d; e += GD_THREADS)
+            xs[group * d + e] = lz_to_float(p.k[((size_t)row * p.Hkv + kh) * d + e]);
+        __syncthreads();
+        // 2. u for features [j0, j0 + nf) of every head: item (head, vector of vw features), parts over d
+        const int j0 = r * L.fpb, nf = max(0, min(f, j0 + L.fpb) - j0), nv = nf / L.vw, items = L.nh * nv;
+        for (int it = tid; it < items * L.parts; it += GD_THREADS) {
+            const int part = it / items, e = it % items, hh = e / nv, jv = (e % nv) * L.vw;
+            const T *W = hh < group ? p.wq + (size_t)(p.n_wq == 1 ? 0 : s * group + hh) * d * f
+                                    : p.wk + (size_t)(p.n_wk == 1 ? 0 : s) * d * f;
+            const float *x = xs + hh * d;
+            constexpr int VW = vec16<T>::N;
+            float acc[VW];
+#pragma unroll
+            for (int k = 0; k < VW; k++)
+                acc[k] = 0.0f;
+            if (L.vw == VW) {
+#pragma unroll 4
+                for (int i = part; i < d; i += L.parts) {
+                    float wv[VW];
+                    vec16<T>::load(wv, W + (size_t)i * f + j0 + jv);
+                    const float xv = x[i];
+#pragma unroll
+                    for (int k = 0; k < VW; k++)
+                        acc[k] += xv * wv[k];
+                }
+            } else {
+#pragma unroll 4
+                for (int i = part; i < d; i += L.parts)
+                    acc[0] += x[i] * lz_to_float(W[(size_t)i * f + j0 + jv]);
+            }
+#pragma unroll
+            for (int k = 0; k < VW; k++)
+                if (k < L.vw)
+                    upart[(part * L.nh + hh) * L.fpb + jv + k] = acc[k];
+        }
+        __syncthreads();
+        for (int e = tid; e < L.nh * nf; e += GD_THREADS) {
+            const int hh = e / nf, j = e % nf;
+            float u = 0.0f;
+            for (int pt = 0; pt < L.parts; pt++)
+                u += upart[(pt * L.nh + hh) * L.fpb + j];
+            uloc[hh * L.fpb + j] = u;
+        }
+        // 3. every block's u (and z_old in every block) complete: exchange u through the cluster
+        cluster.sync();
+        for (int e = tid; e < L.nh * f; e += GD_THREADS) {
+            const int hh = e / f, j = e % f;
+            const float *peer = cluster.map_shared_rank(uloc, j / L.fpb);
+            uall[e] = peer[hh * L.fpb + j % L.fpb];
+        }
+        __cluster_barrier_arrive(); // done reading the peers' shared memory; waited for before exit
+        __syncthreads();
+        // 4. phi of every head: one warp per head, [softmax(u) ++ softmax(-u)] or [exp(u) ++ exp(-u)]
+        const int warp = tid >> 5, lane = tid & 31;
+        for (int hh = warp; hh < L.nh; hh += GD_THREADS / 32) {
+            const float *u = uall + hh * f;
+            float *ph = phis + hh * F;
+            if (p.exp_map) {
+                for (int j = lane; j < f; j += 32) {
+                    ph[j] = expf(u[j]);
+                    ph[f + j] = expf(-u[j]);
+                }
+                continue;
+            }
+            float mx = -INFINITY, mn = INFINITY;
+            for (int j = lane; j < f; j += 32)
+                mx = fmaxf(mx, u[j]), mn = fminf(mn, u[j]);
+            mx = lz_warp_max(mx);
+            mn = -lz_warp_max(-mn);
+            float sp = 0.0f, sn = 0.0f;
+            for (int j = lane; j < f; j += 32) {
+                const float ep = expf(u[j] - mx), en = expf(mn - u[j]);
+                ph[j] = ep, ph[f + j] = en;
+                sp += ep, sn += en;
+            }
+            sp = lz_warp_sum(sp), sn = lz_warp_sum(sn);
+            __syncwarp();
+            for (int j = lane; j < f; j += 32)
+                ph[j] /= sp, ph[f + j] /= sn;
+        }
+    }
+    if constexpr (!FUSED)
+        cluster.sync(); // every block's z_old is in its shared memory: block 0 may overwrite z
+    __syncthreads();    // phis, zs, vs complete
+    const float *pk = phis + group * F;
+
+    // 5. z (block 0) and the denominators (every block, from its own z_old): one warp per query head
+    if (r == 0)
+        for (int e = tid; e < F; e += GD_THREADS)
+            zh[e] = gamma * zs[e] + pk[e];
+    {
+        const int warp = tid >> 5, lane = tid & 31;
+        for (int g = warp; g < group; g += GD_THREADS / 32) {
+            float acc = 0.0f;
+            for (int a = lane; a < F; a += 32)
+                acc += phis[g * F + a] * (gamma * zs[a] + pk[a]);
+            acc = lz_warp_sum(acc);
+            if (lane == 0)
+                dens[g] = acc;
+        }
+    }
+
+    // 6. S: update, store, and the numerators of the group's query heads
+    float acc[G][4];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+        acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.0f;
+    const float v0 = vs[cq * 4], v1 = vs[cq * 4 + 1], v2 = vs[cq * 4 + 2], v3 = vs[cq * 4 + 3];
+    for (int a0 = 0; a0 < F; a0 += GD_ROUND * rp) {
+        if (a0 > 0) { // F beyond GD_ROUND passes: the next rows
+#pragma unroll
+            for (int k = 0; k < GD_ROUND; k++) {
+                const int a = a0 + rl + k * rp;
+                st[k] = in_state && a < F ? *(const float4 *)(Sh + (size_t)a * d + c0 + cq * 4)
+                                          : make_float4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < GD_ROUND; k++) {
+            const int a = a0 + rl + k * rp;
+            if (in_state && a < F) {
+                const float pa = pk[a];
+                float4 sv;
+                sv.x = gamma * st[k].x + pa * v0;
+                sv.y = gamma * st[k].y + pa * v1;
+                sv.z = gamma * st[k].z + pa * v2;
+                sv.w = gamma * st[k].w + pa * v3;
+                *(float4 *)(Sh + (size_t)a * d + c0 + cq * 4) = sv;
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    if (g < group) {
+                        const float w = phis[g * F + a];
+                        acc[g][0] += w * sv.x, acc[g][1] += w * sv.y, acc[g][2] += w * sv.z, acc[g][3] += w * sv.w;
+                    }
+                }
+            }
+        }
+    }
+
+    // 7. numerators summed over the row lanes: warp shuffles (lanes of one column quad) where the
+    // quads tile the warp, then one partial row per warp (or per row lane) in shared memory
+    int red_row = rl;
+    if (L.shfl) { // every thread is a row lane here (GD_THREADS is a multiple of qpr)
+        for (int off = L.qpr; off < 32; off <<= 1) {
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                acc[g][0] += __shfl_xor_sync(0xffffffffu, acc[g][0], off);
+                acc[g][1] += __shfl_xor_sync(0xffffffffu, acc[g][1], off);
+                acc[g][2] += __shfl_xor_sync(0xffffffffu, acc[g][2], off);
+                acc[g][3] += __shfl_xor_sync(0xffffffffu, acc[g][3], off);
+            }
+        }
+        red_row = (tid & 31) < L.qpr ? tid >> 5 : -1;
+    }
+    if (in_state && red_row >= 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            if (g < group) {
+                float *dst = red + ((size_t)red_row * group + g) * cpb + cq * 4;
+                dst[0] = acc[g][0], dst[1] = acc[g][1], dst[2] = acc[g][2], dst[3] = acc[g][3];
+            }
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < group * cpb; e += GD_THREADS) {
+        const int g = e / cpb, c = e % cpb;
+        float num = 0.0f;
+        for (int i = 0; i < L.nred; i++)
+            num += red[((size_t)i * group + g) * cpb + c];
+        p.out[((size_t)row * p.Hq + s * group + g) * d + c0 + c] = lz_from_float<T>(p.normalize ? num / dens[g] : num);
+    }
+    if constexpr (FUSED)
+        __cluster_barrier_wait(); // no block leaves while a peer may still read its u
+}
+
+// Cluster size: the most blocks (<= 8) that split d into whole float4 columns.
+static int cluster_size(int d) {
+    for (int C = GD_MAX_CLUSTER; C > 1; C /= 2)
+        if (d % (4 * C) == 0)
+            return C;
+    return 1;
+}
+
+template <typename T, bool FUSED> static const void *pick(int group) {
+    if (group <= 2)
+        return (const void *)gla_decode_split_kernel<T, FUSED, 2>;
+    if (group <= 4)
+        return (const void *)gla_decode_split_kernel<T, FUSED, 4>;
+    if (group <= 8)
+        return (const void *)gla_decode_split_kernel<T, FUSED, 8>;
+    return (const void *)gla_decode_split_kernel<T, FUSED, 16>;
+}
+
+// Whether the split kernel takes this shape (else the caller uses the unsplit path).
+template <typename T> bool gla_decode_split_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims, bool fused) {
+    const int d = dims->head_dim, f = dims->feature_dim, Hq = dims->n_heads, Hs = dims->n_state_heads;
+    if (c->fuse_off || d % 4 != 0 || Hs <= 0 || Hq % Hs != 0 || Hq / Hs > 16 || dims->n_kv_heads <= 0 ||
+        (Hs % dims->n_kv_heads != 0 && Hs != Hq) || f < 1)
+        return false;
+    const int C = cluster_size(d);
+    if (d / C / 4 > GD_THREADS)
+        return false;
+    const gd_layout L(Hq, Hs, d, f, C, vec16<T>::N, fused);
+    return sizeof(float) * (size_t)L.total <= c->max_smem;
+}
+
+template <typename T, bool FUSED>
+static lz_status launch(lz_cuda_ctx *c, const gd_params<T> &p, int n_seqs) {
+    const int C = cluster_size(p.d);
+    const gd_layout L(p.Hq, p.Hs, p.d, p.f, C, vec16<T>::N, FUSED);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)C, (unsigned)p.Hs, (unsigned)n_seqs);
+    cfg.blockDim = dim3(GD_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = sizeof(float) * (size_t)L.total;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)C;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    void *args[] = {(void *)&p};
+    LZ_CUDA_TRY(cudaLaunchKernelExC(&cfg, pick<T, FUSED>(L.group), args));
+    LZ_LAUNCH_CHECK("gla decode (split)");
+    return LZ_OK;
+}
+
+template <typename T>
+lz_status gla_decode_split_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *phi_k, const T *v,
+                                   const T *log_gamma, lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
+                                   const lz_attn_dims *dims) {
+    gd_params<T> p = {};
+    p.out = out, p.phi_q = phi_q, p.phi_k = phi_k, p.v = v, p.gate = log_gamma, p.S = st->S, p.z = st->z;
+    p.start = b->start, p.slot = b->slot;
+    p.Hq = dims->n_heads, p.Hkv = dims->n_kv_heads, p.Hs = dims->n_state_heads, p.d = dims->head_dim;
+    p.f = dims->feature_dim, p.normalize = dims->gla_normalize;
+    return launch<T, false>(c, p, hb->n_seqs);
+}
+
+template <typename T>
+lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *gate_logit,
+                                   const T *wq, int n_wq, const T *wk, int n_wk, bool exp_map, lz_layer_state *st,
+                                   const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims) {
+    gd_params<T> p = {};
+    p.out = out, p.q = q, p.k = k, p.v = v, p.gate = gate_logit, p.wq = wq, p.wk = wk, p.n_wq = n_wq, p.n_wk = n_wk;
+    p.S = st->S, p.z = st->z, p.start = b->start, p.slot = b->slot;
+    p.Hq = dims->n_heads, p.Hkv = dims->n_kv_heads, p.Hs = dims->n_state_heads, p.d = dims->head_dim;
+    p.f = dims->feature_dim, p.normalize = dims->gla_normalize, p.exp_map = exp_map;
+    return launch<T, true>(c, p, hb->n_seqs);
+}
+
+template <typename T, bool FUSED> static lz_status set_smem(int max) {
+    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_split_kernel<T, FUSED, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_split_kernel<T, FUSED, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_split_kernel<T, FUSED, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_split_kernel<T, FUSED, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    return LZ_OK;
+}
+
+// Once per backend (not per launch, so that decode steps can be captured in graphs).
+template <typename T> lz_status gla_decode_init(lz_cuda_ctx *c) {
+    LZ_TRY((set_smem<T, false>((int)c->max_smem)));
+    return set_smem<T, true>((int)c->max_smem);
+}
+
+#define LZ_GLA_DECODE(T)                                                                                         \
+    template bool gla_decode_split_fits<T>(const lz_cuda_ctx *, const lz_attn_dims *, bool);                     \
+    template lz_status gla_decode_init<T>(lz_cuda_ctx *);                                                       \
+    template lz_status gla_decode_split_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *, const T *, \
+                                                   lz_layer_state *, const lz_cuda_batch *, const lz_batch *,     \
+                                                   const lz_attn_dims *);                                         \
+    template lz_status gla_decode_fused_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *, const T *, \
+                                                   const T *, int, const T *, int, bool, lz_layer_state *,        \
+                                                   const lz_cuda_batch *, const lz_batch *, const lz_attn_dims *);
+LZ_INSTANTIATE(LZ_GLA_DECODE)
