@@ -120,6 +120,16 @@ lz_status lz_gla_tc_output(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat
                            const float *z_prev, const int32_t *chunk_row0, const int32_t *chunk_len, int n_chunks,
                            int Hq, int Hkv, int Hs, int d, int F, bool normalize);
 
+// The whole chunked GLA prompt path on tensor cores (bf16; gla_prompt_tc.cu): state, scan and output.
+lz_status lz_gla_prompt_init(lz_cuda_ctx *c);
+bool lz_gla_prompt_fits(const lz_cuda_ctx *c, const __nv_bfloat16 *out, const __nv_bfloat16 *phi_q,
+                        const __nv_bfloat16 *phi_k, const __nv_bfloat16 *v, int Hq, int Hs, int d, int F);
+lz_status lz_gla_prompt(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat16 *phi_q, const __nv_bfloat16 *phi_k,
+                        const __nv_bfloat16 *v, const __nv_bfloat16 *log_gamma, float *S, float *z,
+                        const int32_t *chunk_row0, const int32_t *chunk_len, const int32_t *seq_chunk0,
+                        const int32_t *seq_chunks, const int32_t *slot, int n_chunks, int n_seqs, int Hq, int Hkv,
+                        int Hs, int d, int F, bool normalize);
+
 // The prompt path of softmax attention on tensor cores (bf16; attention_tc.cu).
 bool lz_attention_tc_fits(const lz_cuda_ctx *c, int d);
 lz_status lz_attention_tc_init(lz_cuda_ctx *c);

@@ -8,6 +8,8 @@
 //   3. chunk_output: per chunk and query head, out_i = [exp(G_i) phi_q_i^T S_prev + sum_{t<=i} a_it v_t]
 //      / [exp(G_i) phi_q_i . z_prev + sum_{t<=i} a_it], a_it = phi_q_i . phi_k_t exp(G_i - G_t).
 // Everything in fp32 arithmetic; S and z are fp32. No T x T matrix; memory linear in T.
+// bf16 prompts take gla_prompt_tc.cu (the same three steps on tensor cores) where the shape allows;
+// these kernels stay the fp32 path and the fallback (LIZARD_GLA_PROMPT=0).
 // Decode (recurrent, one launch): S = g S + phi_k v^T, z = g z + phi_k, read out for every
 // query head of the group while the state is in registers: the state is read and written once.
 #include "cuda_kernels.cuh"
@@ -200,6 +202,12 @@ lz_status gla_chunked_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *p
                               lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims) {
     const gla_shape sh = shape_of(dims);
     const int C = b->n_chunks;
+    if constexpr (sizeof(T) == 2) { // bf16: state, scan and output on tensor cores when the shape allows
+        if (lz_gla_prompt_fits(c, out, phi_q, phi_k, v, sh.Hq, sh.Hs, sh.d, sh.F))
+            return lz_gla_prompt(c, out, phi_q, phi_k, v, log_gamma, st->S, st->z, b->chunk_row0, b->chunk_len,
+                                 b->seq_chunk0, b->seq_chunks, b->slot, C, hb->n_seqs, sh.Hq, sh.Hkv, sh.Hs, sh.d,
+                                 sh.F, dims->gla_normalize);
+    }
     const size_t dS_elems = (size_t)C * sh.Hs * sh.F * sh.d, dz_elems = (size_t)C * sh.Hs * sh.F;
     LZ_TRY(lz_cuda_scratch(c, sizeof(float) * (dS_elems + dz_elems + C)));
     float *dS = (float *)c->scratch, *dz = dS + dS_elems, *decay = dz + dz_elems;

@@ -129,7 +129,7 @@ __global__ void chunk_output_tc_kernel(bf16 *out, const bf16 *phi_q, const bf16 
 lz_status lz_gla_tc_init(lz_cuda_ctx *c) {
     LZ_CUDA_TRY(cudaFuncSetAttribute(chunk_output_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)c->max_smem));
-    return LZ_OK;
+    return lz_gla_prompt_init(c);
 }
 
 bool lz_gla_tc_fits(const lz_cuda_ctx *c, int F, int d) {
