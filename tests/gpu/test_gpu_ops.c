@@ -636,6 +636,55 @@ static void test_softmax_prompt(backend *c, backend *g, const prompt_shape *sh) 
     }
 }
 
+/* The chunked GLA alone on the shapes that select the bf16 tensor-core prompt path (2f % 32 == 0,
+ * head_dim % 16 == 0) and on a few that do not: lengths around the chunk (1, 63, 64, 65), long prompts
+ * (300, 2000), batches of mixed lengths whose slots hold a state from earlier steps, gates near 0 and 1,
+ * query groups of 1 to 8, head_dim up to 256, poisoned outputs; the state S and z after the prompt too. */
+typedef struct {
+    int Hq, Hkv, Hs, d, f;
+    bool normalize;
+    float gate_lo, gate_hi; /* gate logits; log gates = log_sigmoid */
+    int n, lens[3];
+} gla_case;
+
+static void test_gla_chunked(backend *c, backend *g, const gla_case *k) {
+    const int n_slots = 3, F = 2 * k->f, pos[3] = {0, 7, 100};
+    lz_attn_dims dims = {k->Hq, k->Hkv, k->d, 1, 0, k->Hs, k->f, 1, 0, k->normalize};
+    const size_t nS = (size_t)n_slots * k->Hs * F * k->d, nz = (size_t)n_slots * k->Hs * F;
+    float *hS = rand_host(nS, 0, 0.2f), *hz = rand_host(nz, 0.5f, 1.5f);
+    lz_layer_state cst = {NULL, NULL, f32buf(c, hS, nS), f32buf(c, hz, nz), NULL, NULL};
+    lz_layer_state gst = {NULL, NULL, f32buf(g, hS, nS), f32buf(g, hz, nz), NULL, NULL};
+    batch_buf bb;
+    make_batch(&bb, k->n, k->lens, pos);
+    const int T = bb.b.n_tokens;
+    begin(c, &bb), begin(g, &bb);
+    const size_t nq = (size_t)T * k->Hq * F, nk = (size_t)T * k->Hs * F, nv = (size_t)T * k->Hkv * k->d;
+    const size_t no = (size_t)T * k->Hq * k->d;
+    float *hq = rand_host(nq, 0, 1), *hk = rand_host(nk, 0, 1), *hv = rand_host(nv, -1, 1);
+    float *hg = rand_host(T, k->gate_lo, k->gate_hi);
+    for (int i = 0; i < T; i++)
+        hg[i] = -log1pf(expf(-hg[i])); // log_sigmoid
+    void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ck = act(c, hk, nk), *gk = act(g, hk, nk);
+    void *cv = act(c, hv, nv), *gv = act(g, hv, nv), *cg = act(c, hg, T), *gg = act(g, hg, T);
+    void *co = act(c, NULL, no), *go = act(g, NULL, no);
+    BOTH(c->ops->gla_chunked(c->be, co, cq, ck, cv, cg, &cst, &bb.b, &dims),
+         g->ops->gla_chunked(g->be, go, gq, gk, gv, gg, &gst, &bb.b, &dims));
+    char what[160];
+    snprintf(what, sizeof what, "gla_chunked Hq %d Hkv %d Hs %d d %d f %d norm %d gates [%g, %g] lens %d %d %d", k->Hq,
+             k->Hkv, k->Hs, k->d, k->f, k->normalize, k->gate_lo, k->gate_hi, k->lens[0], k->n > 1 ? k->lens[1] : 0,
+             k->n > 2 ? k->lens[2] : 0);
+    compare(what, c, co, g, go, no, tol_attn);
+    float *cS = download_f32(c, cst.S, nS), *gS = download_f32(g, gst.S, nS);
+    float *cz = download_f32(c, cst.z, nz), *gz = download_f32(g, gst.z, nz);
+    const double eS = rel_err(gS, cS, nS), ez = rel_err(gz, cz, nz);
+    CHECK_MSG(eS <= tol_attn && ez <= tol_attn, "%s %s: state rel err S %.3g z %.3g", dtype_name, what, eS, ez);
+    free(cS), free(gS), free(cz), free(gz), free(hS), free(hz), free(hq), free(hk), free(hv), free(hg);
+    c->ops->free(c->be, cst.S), g->ops->free(g->be, gst.S), c->ops->free(c->be, cst.z), g->ops->free(g->be, gst.z);
+    void *bufs[2][5] = {{cq, ck, cv, cg, co}, {gq, gk, gv, gg, go}};
+    for (int i = 0; i < 5; i++)
+        c->ops->free(c->be, bufs[0][i]), g->ops->free(g->be, bufs[1][i]);
+}
+
 int main(void) {
     backend cpu, gpu;
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
@@ -684,6 +733,25 @@ int main(void) {
         test_window_prompts(&cpu, &gpu);
         for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
             test_softmax_prompt(&cpu, &gpu, &prompts[i]);
+        const gla_case gla_cases[] = {
+            // Hq Hkv Hs  d    f  norm  gate logits  n  lens
+            {8, 2, 2, 128, 128, true, -3, 3, 1, {1}},  // the LLaMA-3-8B shape (group 4, 2f = 256)
+            {8, 2, 2, 128, 128, true, -3, 3, 1, {63}},
+            {8, 2, 2, 128, 128, true, -3, 3, 1, {64}},
+            {8, 2, 2, 128, 128, true, -3, 3, 1, {65}},
+            {8, 2, 2, 128, 128, true, -3, 3, 1, {300}},
+            {8, 2, 2, 128, 128, true, -3, 3, 1, {2000}},
+            {8, 2, 2, 128, 128, true, -3, 3, 3, {65, 1, 300}},      // mixed lengths, states from before
+            {8, 2, 2, 128, 128, true, 8, 12, 3, {300, 64, 2000}},   // gates near 1
+            {8, 2, 2, 128, 128, true, -14, -9, 3, {129, 3, 200}},   // gates near 0
+            {4, 2, 4, 64, 32, true, -3, 3, 3, {100, 37, 64}},       // a state per query head (group 1)
+            {16, 2, 2, 64, 32, true, -2, 4, 2, {150, 17}},          // group 8: each warp takes four tasks
+            {2, 1, 1, 256, 16, true, -3, 3, 2, {130, 66}},          // head_dim 256, 2f = 32
+            {4, 2, 2, 32, 16, false, -3, 3, 2, {65, 200}},          // no normaliser
+            {4, 2, 2, 48, 24, true, -3, 3, 2, {70, 9}},             // 2f = 48: the older kernels
+        };
+        for (size_t i = 0; i < sizeof gla_cases / sizeof gla_cases[0]; i++)
+            test_gla_chunked(&cpu, &gpu, &gla_cases[i]);
         gpu.ops->destroy(gpu.be);
     }
     // the bf16 prompt attention again with one query head per flash block, then on the older WMMA kernel
