@@ -31,8 +31,9 @@ enum {
     PT_COLS = 64,         // output columns per pass of the output kernel (8 n-tiles of accumulators)
     PT_STATE_THREADS = 256,
     PT_SCAN_THREADS = 128,
-    PT_SCAN_UNROLL = 4,   // chunks whose loads are in flight at once in the scan
-    PT_MAX_WARPS = 16,    // output kernel: warps per block (tasks = 4 row blocks x group)
+    PT_SCAN_UNROLL = 8,   // chunks whose loads are in flight at once in the scan
+    PT_MAX_WARPS = 8,     // output kernel: warps per block (tasks = 4 row blocks x group); 2 blocks per SM
+                          // so that one block's tile loads overlap the other's tensor-core work
 };
 
 struct pt_shape {
@@ -267,9 +268,9 @@ __global__ void __launch_bounds__(PT_SCAN_THREADS)
     }
 }
 
-// grid (chunks, Hs), block 32 min(16, 4 group); smem: K [64][k16_stride(F)], V [64][d+8] (bf16), g [64], z_prev [F].
+// grid (chunks, Hs), block 32 min(8, 4 group); smem: K [64][k16_stride(F)], V [64][d+8] (bf16), g [64], z_prev [F].
 // Warp task (query head hh of the group, row block rb): rows 16 rb .. 16 rb + 15 of the chunk.
-__global__ void __launch_bounds__(32 * PT_MAX_WARPS, 1)
+__global__ void __launch_bounds__(32 * PT_MAX_WARPS, 2)
     chunk_output_mma_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ phi_q, const bf16 *__restrict__ phi_k,
                             const bf16 *__restrict__ v, const bf16 *__restrict__ log_gamma,
                             const uint4 *__restrict__ Sb, const float *__restrict__ z_prev, const int32_t *chunk_row0,
@@ -355,7 +356,6 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 1)
         const float ex_lo = expf(g_lo), ex_hi = expf(g_hi);
         const float inv_lo = normalize ? 1.0f / (ex_lo * qz_lo + rs_lo) : 1.0f;
         const float inv_hi = normalize ? 1.0f / (ex_hi * qz_hi + rs_hi) : 1.0f;
-        bf16 *o_lo = out + ((size_t)(row0 + r_lo) * sh.Hq + h) * d, *o_hi = out + ((size_t)(row0 + r_hi) * sh.Hq + h) * d;
 
         for (int col0 = 0; col0 < d; col0 += PT_COLS) {
             // X = Q S_prev (16 x 64 columns), S_prev fragments straight from global memory (L1/L2)
@@ -400,9 +400,11 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 1)
                 const int col = col0 + 8 * nt + 2 * tq;
                 if (col0 + 8 * nt < d) {
                     if (ok_lo)
-                        *reinterpret_cast<uint32_t *>(o_lo + col) = pack_bf16(acc[nt][0] * inv_lo, acc[nt][1] * inv_lo);
+                        *reinterpret_cast<uint32_t *>(out + ((size_t)(row0 + r_lo) * sh.Hq + h) * d + col) =
+                            pack_bf16(acc[nt][0] * inv_lo, acc[nt][1] * inv_lo);
                     if (ok_hi)
-                        *reinterpret_cast<uint32_t *>(o_hi + col) = pack_bf16(acc[nt][2] * inv_hi, acc[nt][3] * inv_hi);
+                        *reinterpret_cast<uint32_t *>(out + ((size_t)(row0 + r_hi) * sh.Hq + h) * d + col) =
+                            pack_bf16(acc[nt][2] * inv_hi, acc[nt][3] * inv_hi);
                 }
             }
         }
