@@ -685,6 +685,24 @@ static void test_gla_chunked(backend *c, backend *g, const gla_case *k) {
         c->ops->free(c->be, bufs[0][i]), g->ops->free(g->be, bufs[1][i]);
 }
 
+static const gla_case gla_cases[] = {
+    // Hq Hkv Hs  d    f  norm  gate logits  n  lens
+    {8, 2, 2, 128, 128, true, -3, 3, 1, {1}},  // the LLaMA-3-8B shape (group 4, 2f = 256)
+    {8, 2, 2, 128, 128, true, -3, 3, 1, {63}},
+    {8, 2, 2, 128, 128, true, -3, 3, 1, {64}},
+    {8, 2, 2, 128, 128, true, -3, 3, 1, {65}},
+    {8, 2, 2, 128, 128, true, -3, 3, 1, {300}},
+    {8, 2, 2, 128, 128, true, -3, 3, 1, {2000}},
+    {8, 2, 2, 128, 128, true, -3, 3, 3, {65, 1, 300}},      // mixed lengths, states from before
+    {8, 2, 2, 128, 128, true, 8, 12, 3, {300, 64, 2000}},   // gates near 1
+    {8, 2, 2, 128, 128, true, -14, -9, 3, {129, 3, 200}},   // gates near 0
+    {4, 2, 4, 64, 32, true, -3, 3, 3, {100, 37, 64}},       // a state per query head (group 1)
+    {16, 2, 2, 64, 32, true, -2, 4, 2, {150, 17}},          // group 8: each warp takes four tasks
+    {2, 1, 1, 256, 16, true, -3, 3, 2, {130, 66}},          // head_dim 256, 2f = 32
+    {4, 2, 2, 32, 16, false, -3, 3, 2, {65, 200}},          // no normaliser
+    {4, 2, 2, 48, 24, true, -3, 3, 2, {70, 9}},             // 2f = 48: the older kernels
+};
+
 int main(void) {
     backend cpu, gpu;
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
@@ -733,23 +751,6 @@ int main(void) {
         test_window_prompts(&cpu, &gpu);
         for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
             test_softmax_prompt(&cpu, &gpu, &prompts[i]);
-        const gla_case gla_cases[] = {
-            // Hq Hkv Hs  d    f  norm  gate logits  n  lens
-            {8, 2, 2, 128, 128, true, -3, 3, 1, {1}},  // the LLaMA-3-8B shape (group 4, 2f = 256)
-            {8, 2, 2, 128, 128, true, -3, 3, 1, {63}},
-            {8, 2, 2, 128, 128, true, -3, 3, 1, {64}},
-            {8, 2, 2, 128, 128, true, -3, 3, 1, {65}},
-            {8, 2, 2, 128, 128, true, -3, 3, 1, {300}},
-            {8, 2, 2, 128, 128, true, -3, 3, 1, {2000}},
-            {8, 2, 2, 128, 128, true, -3, 3, 3, {65, 1, 300}},      // mixed lengths, states from before
-            {8, 2, 2, 128, 128, true, 8, 12, 3, {300, 64, 2000}},   // gates near 1
-            {8, 2, 2, 128, 128, true, -14, -9, 3, {129, 3, 200}},   // gates near 0
-            {4, 2, 4, 64, 32, true, -3, 3, 3, {100, 37, 64}},       // a state per query head (group 1)
-            {16, 2, 2, 64, 32, true, -2, 4, 2, {150, 17}},          // group 8: each warp takes four tasks
-            {2, 1, 1, 256, 16, true, -3, 3, 2, {130, 66}},          // head_dim 256, 2f = 32
-            {4, 2, 2, 32, 16, false, -3, 3, 2, {65, 200}},          // no normaliser
-            {4, 2, 2, 48, 24, true, -3, 3, 2, {70, 9}},             // 2f = 48: the older kernels
-        };
         for (size_t i = 0; i < sizeof gla_cases / sizeof gla_cases[0]; i++)
             test_gla_chunked(&cpu, &gpu, &gla_cases[i]);
         gpu.ops->destroy(gpu.be);
@@ -765,6 +766,14 @@ int main(void) {
         gpu.ops->destroy(gpu.be);
     }
     unsetenv("LIZARD_FLASH");
+    // the bf16 GLA prompts again on the older kernels (the fallback of gla_prompt_tc.cu)
+    setenv("LIZARD_GLA_PROMPT", "0", 1);
+    CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
+    dtype_name = "bf16 LIZARD_GLA_PROMPT=0";
+    for (size_t i = 0; i < sizeof gla_cases / sizeof gla_cases[0]; i++)
+        test_gla_chunked(&cpu, &gpu, &gla_cases[i]);
+    gpu.ops->destroy(gpu.be);
+    unsetenv("LIZARD_GLA_PROMPT");
     cpu.ops->destroy(cpu.be);
     return lz_test_finish("test_gpu_ops");
 }
