@@ -596,7 +596,7 @@ template <typename T>
 static lz_status gla_decode_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *gate_logit,
                                     const lz_weight *fq, const lz_weight *fk, bool exp_map, lz_layer_state *st,
                                     const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *d) {
-    if (gla_decode_split_fits<T>(c, d, true))
+    if (gla_decode_split_fits<T>(c, d, true) && hb->n_seqs <= LZ_GLA_SPLIT_MAX_SEQS)
         return gla_decode_fused_forward<T>(c, out, q, k, v, gate_logit, (const T *)fq->data, (int)fq->rows,
                                            (const T *)fk->data, (int)fk->rows, exp_map, st, b, hb, d);
     const int n = hb->n_tokens, F = 2 * d->feature_dim;
@@ -694,8 +694,11 @@ template <typename T> struct cuda_ops {
 
 static void cuda_destroy(lz_backend *be);
 
-// fused = false: the table of LIZARD_FUSE=0 (the stages compose the fused ops from the plain ones).
-template <typename T> static lz_ops make_ops(const char *name, bool fused) {
+// Which fused decode ops a table has (the stages compose the missing ones from the plain ops). The
+// default is the GLA's alone: on the H200 the fused dense GEMVs made batch-1 decode slower (teacher
+// 188 -> 160 tok/s, docs/benchmarks.md), so they are opt-in (LIZARD_FUSE=all); LIZARD_FUSE=0: none.
+enum fuse_mode { FUSE_NONE, FUSE_GLA, FUSE_ALL };
+template <typename T> static lz_ops make_ops(const char *name, fuse_mode fused) {
     lz_ops o = {};
     o.name = name;
     o.act_size = sizeof(T);
@@ -742,19 +745,21 @@ template <typename T> static lz_ops make_ops(const char *name, bool fused) {
     o.gla_chunked = cuda_ops<T>::gla_chunked;
     o.gla_recurrent = cuda_ops<T>::gla_recurrent;
     o.window_attention = cuda_ops<T>::window;
-    if (fused) {
+    if (fused == FUSE_ALL) {
         o.norm_linear_many = cuda_ops<T>::norm_linear_many;
         o.norm_swiglu = cuda_ops<T>::norm_swiglu;
         o.linear_residual = cuda_ops<T>::linear_residual;
-        o.gla_decode = cuda_ops<T>::gla_decode;
     }
+    if (fused != FUSE_NONE)
+        o.gla_decode = cuda_ops<T>::gla_decode;
     return o;
 }
 
-static const lz_ops cuda_bf16_ops = make_ops<__nv_bfloat16>("cuda-bf16", true);
-static const lz_ops cuda_f32_ops = make_ops<float>("cuda-fp32", true);
-static const lz_ops cuda_bf16_unfused_ops = make_ops<__nv_bfloat16>("cuda-bf16", false);
-static const lz_ops cuda_f32_unfused_ops = make_ops<float>("cuda-fp32", false);
+static const lz_ops cuda_ops_table[3][2] = { // [fuse_mode][bf16?]
+    {make_ops<float>("cuda-fp32", FUSE_NONE), make_ops<__nv_bfloat16>("cuda-bf16", FUSE_NONE)},
+    {make_ops<float>("cuda-fp32", FUSE_GLA), make_ops<__nv_bfloat16>("cuda-bf16", FUSE_GLA)},
+    {make_ops<float>("cuda-fp32", FUSE_ALL), make_ops<__nv_bfloat16>("cuda-bf16", FUSE_ALL)},
+};
 
 // Creation ------------------------------------------------------------------------
 
@@ -854,6 +859,9 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->ctx.flash_one_head = flash && strcmp(flash, "1") == 0;
     const char *fuse = getenv("LIZARD_FUSE");
     be->ctx.fuse_off = fuse && strcmp(fuse, "0") == 0;
+    const fuse_mode mode = be->ctx.fuse_off                                               ? FUSE_NONE
+                           : fuse && (strcmp(fuse, "all") == 0 || strcmp(fuse, "1") == 0) ? FUSE_ALL
+                                                                                           : FUSE_GLA;
     const char *pdl = getenv("LIZARD_PDL");
     be->ctx.pdl = pdl && *pdl && strcmp(pdl, "0") != 0;
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
@@ -864,9 +872,6 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
         return s;
     }
     *out = be;
-    if (be->ctx.fuse_off)
-        *ops = dtype == LZ_DTYPE_BF16 ? &cuda_bf16_unfused_ops : &cuda_f32_unfused_ops;
-    else
-        *ops = dtype == LZ_DTYPE_BF16 ? &cuda_bf16_ops : &cuda_f32_ops;
+    *ops = &cuda_ops_table[mode][dtype == LZ_DTYPE_BF16];
     return LZ_OK;
 }

@@ -328,7 +328,8 @@ template <typename T>
 lz_status gla_recurrent_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *phi_k, const T *v,
                                 const T *log_gamma, lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
                                 const lz_attn_dims *dims) {
-    if (gla_decode_split_fits<T>(c, dims, false)) // each state head's columns over a cluster of blocks
+    // each state head's columns over a cluster of blocks, while there are few sequences to spread over the GPU
+    if (gla_decode_split_fits<T>(c, dims, false) && hb->n_seqs <= LZ_GLA_SPLIT_MAX_SEQS)
         return gla_decode_split_forward<T>(c, out, phi_q, phi_k, v, log_gamma, st, b, hb, dims);
     const gla_shape sh = shape_of(dims);
     // 1024 threads: d columns x (1024 / d) feature parts, so that the state streams through many warps

@@ -707,6 +707,11 @@ static const gla_case gla_cases[] = {
 
 int main(void) {
     backend cpu, gpu;
+    // every fused decode op in the table (the default leaves the dense ones out); LIZARD_FUSE=0 from outside
+    // checks the plain table instead
+    const char *fuse = getenv("LIZARD_FUSE");
+    if (!fuse || strcmp(fuse, "0") != 0)
+        setenv("LIZARD_FUSE", "all", 1);
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
     const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};
     const prompt_shape prompts[] = {
