@@ -223,8 +223,8 @@ lz_status lz_cpu_backend_create(lz_backend **be, const lz_ops **ops);
  * and weights in `dtype` (LZ_DTYPE_BF16 or LZ_DTYPE_F32), GLA state in fp32.
  * The GPU is picked by the local rank (OMPI_COMM_WORLD_LOCAL_RANK,
  * SLURM_LOCALID or LOCAL_RANK; 0 without) modulo the visible GPUs.
- * LIZARD_FUSE=0: the table without the fused ops (gla_decode, norm_linear_many, norm_swiglu, linear_residual),
- * and the unsplit GLA decode kernel, for comparison. */
+ * The table has the fused gla_decode op; LIZARD_FUSE=all adds the fused dense ops (norm_linear_many,
+ * norm_swiglu, linear_residual); LIZARD_FUSE=0 has none of them and the unsplit GLA decode kernel. */
 lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **be, const lz_ops **ops);
 
 #endif
