@@ -7,6 +7,7 @@
 
 #include "atomic_file.h" // lz_atomic_open
 #include "hash.h"        // lz_fnv1a, lz_hash_wide
+#include "layer_payloads.h" // lz_layer_payload, lz_layer_declared
 #include "session_chunks.h"
 
 enum { DEFAULT_CHUNK_BYTES = 256 << 20 };
@@ -23,7 +24,7 @@ bool lz_session_chunks_forced(void) {
     return v && *v;
 }
 
-static const char *const TENSOR_NAME[4] = {"k", "v", "s", "z"};
+static const char *const TENSOR_NAME[LZ_LAYER_PAYLOADS] = {"k", "v", "s", "z"};
 
 /* ---- walking the payloads in file order --------------------------------------- */
 
@@ -33,26 +34,15 @@ typedef struct {
     uint64_t offset;
 } cursor;
 
-/* Payload t's declared length in a header (k_bytes .. z_bytes). */
-static uint64_t declared(const Lizard__LayerState *l, int t) {
-    const uint64_t n[4] = {l->k_bytes, l->v_bytes, l->s_bytes, l->z_bytes};
-    return n[t];
-}
-
-static ProtobufCBinaryData *payload(Lizard__LayerState *l, int t) {
-    ProtobufCBinaryData *p[4] = {&l->k, &l->v, &l->s, &l->z};
-    return p[t];
-}
-
 static uint64_t size_at(const Lizard__SequenceState *h, const cursor *c) {
-    return declared(h->stages[c->stage]->layers[c->record], c->tensor);
+    return lz_layer_declared(h->stages[c->stage]->layers[c->record], c->tensor);
 }
 
 /* The cursor past finished and empty payloads; false when none is left. */
 static bool settle(const Lizard__SequenceState *h, cursor *c) {
     for (; c->stage < h->n_stages; c->stage++, c->record = 0)
         for (; c->record < h->stages[c->stage]->n_layers; c->record++, c->tensor = 0)
-            for (; c->tensor < 4; c->tensor++, c->offset = 0)
+            for (; c->tensor < LZ_LAYER_PAYLOADS; c->tensor++, c->offset = 0)
                 if (c->offset < size_at(h, c))
                     return true;
     return false;
@@ -109,8 +99,7 @@ static lz_status copy_header(const Lizard__SequenceState *msg, header_copy *hc) 
         for (size_t j = 0; j < msg->stages[i]->n_layers; j++, k++) {
             Lizard__LayerState *l = &hc->layers[k];
             *l = *msg->stages[i]->layers[j];
-            l->k_bytes = l->k.len, l->v_bytes = l->v.len, l->s_bytes = l->s.len, l->z_bytes = l->z.len;
-            l->k = l->v = l->s = l->z = (ProtobufCBinaryData){0, NULL};
+            lz_layer_to_header(l);
             hc->layer_ptrs[k] = l;
         }
     }
@@ -133,8 +122,8 @@ static bool next_chunk(const Lizard__SequenceState *h, Lizard__SequenceState *ms
     c->record = (uint32_t)cur->record;
     c->tensor = (Lizard__SessionChunk__Tensor)cur->tensor;
     c->offset = cur->offset;
-    c->data = (ProtobufCBinaryData){n, payload(msg->stages[cur->stage]->layers[cur->record], cur->tensor)->data +
-                                           cur->offset};
+    const ProtobufCBinaryData *p = lz_layer_payload(msg->stages[cur->stage]->layers[cur->record], cur->tensor);
+    c->data = (ProtobufCBinaryData){n, p->data + cur->offset};
     cur->offset += n;
     return true;
 }
@@ -269,14 +258,14 @@ static lz_status check_header(const Lizard__SequenceState *h, const char *what,
     for (size_t i = 0; i < h->n_stages; i++)
         for (size_t j = 0; j < h->stages[i]->n_layers; j++) {
             Lizard__LayerState *l = h->stages[i]->layers[j];
-            for (int t = 0; t < 4; t++) {
-                if (payload(l, t)->len)
+            for (int t = 0; t < LZ_LAYER_PAYLOADS; t++) {
+                if (lz_layer_payload(l, t)->len)
                     return lz_fail(LZ_ERR_INPUT, "%s: stage %zu record %zu carries %s bytes in the header", what, i, j,
                                    TENSOR_NAME[t]);
-                if (declared(l, t) > left - total) // more than the file holds
+                if (lz_layer_declared(l, t) > left - total) // more than the file holds
                     return lz_fail(LZ_ERR_INPUT, "%s: truncated: layer %d's %s bytes (%llu) are not in the file", what,
-                                   l->layer, TENSOR_NAME[t], (unsigned long long)declared(l, t));
-                total += declared(l, t);
+                                   l->layer, TENSOR_NAME[t], (unsigned long long)lz_layer_declared(l, t));
+                total += lz_layer_declared(l, t);
             }
         }
     if (h->n_chunks > left)
@@ -289,14 +278,14 @@ static lz_status check_header(const Lizard__SequenceState *h, const char *what,
 static lz_status alloc_payloads(Lizard__SequenceState *h) {
     for (size_t i = 0; i < h->n_stages; i++)
         for (size_t j = 0; j < h->stages[i]->n_layers; j++)
-            for (int t = 0; t < 4; t++) {
+            for (int t = 0; t < LZ_LAYER_PAYLOADS; t++) {
                 Lizard__LayerState *l = h->stages[i]->layers[j];
-                const uint64_t n = declared(l, t);
+                const uint64_t n = lz_layer_declared(l, t);
                 if (!n)
                     continue;
-                if (!(payload(l, t)->data = malloc((size_t)n)))
+                if (!(lz_layer_payload(l, t)->data = malloc((size_t)n)))
                     return lz_fail(LZ_ERR_NOMEM, "session: out of memory for %llu bytes", (unsigned long long)n);
-                payload(l, t)->len = (size_t)n;
+                lz_layer_payload(l, t)->len = (size_t)n;
             }
     return LZ_OK;
 }
@@ -318,7 +307,7 @@ static lz_status place_chunk(Lizard__SequenceState *h, cursor *cur, const Lizard
     if (c->data.len == 0 || c->data.len > room)
         return lz_fail(LZ_ERR_INPUT, "%s: chunk %llu has %zu bytes, its payload has %llu left", what,
                        (unsigned long long)i, c->data.len, (unsigned long long)room);
-    memcpy(payload(h->stages[cur->stage]->layers[cur->record], cur->tensor)->data + cur->offset, c->data.data,
+    memcpy(lz_layer_payload(h->stages[cur->stage]->layers[cur->record], cur->tensor)->data + cur->offset, c->data.data,
            c->data.len);
     cur->offset += c->data.len;
     return LZ_OK;

@@ -4,14 +4,9 @@
 #include <mpi.h> // MPI_Send, MPI_Recv
 
 #include "mpi_world.h"      // lz_world_mpi_error
+#include "layer_payloads.h" // lz_layer_payload, lz_layer_to_header
 #include "session_chunks.h" // lz_session_chunk_bytes
 #include "stage_transfer.h"
-
-/* A record's four payloads, in the order they travel. */
-static ProtobufCBinaryData *payload(Lizard__LayerState *l, int t) {
-    ProtobufCBinaryData *p[4] = {&l->k, &l->v, &l->s, &l->z};
-    return p[t];
-}
 
 lz_status lz_stage_pack_header(const Lizard__StageState *s, uint8_t **buf, size_t *len) {
     Lizard__LayerState *copies = calloc(s->n_layers ? s->n_layers : 1, sizeof *copies);
@@ -19,10 +14,7 @@ lz_status lz_stage_pack_header(const Lizard__StageState *s, uint8_t **buf, size_
     lz_status st = copies && ptrs ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "stage transfer: out of memory");
     for (size_t i = 0; st == LZ_OK && i < s->n_layers; i++) { // shallow copies: lengths instead of bytes
         copies[i] = *s->layers[i];
-        copies[i].k_bytes = s->layers[i]->k.len, copies[i].v_bytes = s->layers[i]->v.len;
-        copies[i].s_bytes = s->layers[i]->s.len, copies[i].z_bytes = s->layers[i]->z.len;
-        for (int t = 0; t < 4; t++)
-            *payload(&copies[i], t) = (ProtobufCBinaryData){0, NULL};
+        lz_layer_to_header(&copies[i]);
         ptrs[i] = &copies[i];
     }
     Lizard__StageState head = LIZARD__STAGE_STATE__INIT;
@@ -45,19 +37,13 @@ lz_status lz_stage_unpack_header(const uint8_t *buf, size_t len, int from, Lizar
     return LZ_OK;
 }
 
-/* The declared length of payload t of a received header. */
-static uint64_t *declared(Lizard__LayerState *l, int t) {
-    uint64_t *n[4] = {&l->k_bytes, &l->v_bytes, &l->s_bytes, &l->z_bytes};
-    return n[t];
-}
-
 lz_status lz_stage_send_payloads(Lizard__LayerState *const *layers, size_t n, const bool *wanted, int to, int tag) {
     const size_t piece = lz_session_chunk_bytes();
     for (size_t i = 0; i < n; i++) {
         if (wanted && !wanted[i])
             continue;
-        for (int t = 0; t < 4; t++) {
-            const ProtobufCBinaryData *p = payload(layers[i], t);
+        for (int t = 0; t < LZ_LAYER_PAYLOADS; t++) {
+            const ProtobufCBinaryData *p = lz_layer_payload(layers[i], t);
             for (size_t off = 0; off < p->len; off += piece) {
                 const size_t part = p->len - off < piece ? p->len - off : piece;
                 const int rc = MPI_Send(p->data + off, (int)part, MPI_BYTE, to, tag, MPI_COMM_WORLD);
@@ -76,10 +62,9 @@ lz_status lz_stage_recv_payloads(Lizard__LayerState *const *layers, size_t n, co
     for (size_t i = 0; i < n; i++) {
         if (wanted && !wanted[i])
             continue;
-        for (int t = 0; t < 4; t++) {
-            ProtobufCBinaryData *p = payload(layers[i], t);
-            const uint64_t total = *declared(layers[i], t);
-            *declared(layers[i], t) = 0; // in memory the record holds its bytes (a version-2 record)
+        for (int t = 0; t < LZ_LAYER_PAYLOADS; t++) {
+            ProtobufCBinaryData *p = lz_layer_payload(layers[i], t);
+            const uint64_t total = lz_layer_declared(layers[i], t);
             if (total == 0)
                 continue;
             uint8_t *dst = s == LZ_OK && total <= SIZE_MAX / 2 ? malloc((size_t)total) : NULL;
@@ -102,6 +87,8 @@ lz_status lz_stage_recv_payloads(Lizard__LayerState *const *layers, size_t n, co
                 }
             }
         }
+        Lizard__LayerState *l = layers[i]; // in memory the record holds its bytes (a version-2 record)
+        l->k_bytes = l->v_bytes = l->s_bytes = l->z_bytes = 0;
     }
     free(scratch);
     return s;

@@ -95,13 +95,15 @@ np.save(f"{dst}/../ids.npy", np.random.default_rng(0).integers(0, cfg["vocab_siz
 PY
   rm -rf $M/32
 fi
-for run in "fp32 fp32" "bf16 fp32" "bf16 bf16"; do
-  read -r path tdt <<<"$run"
+# e2e LOG LABEL FLAGS...: one 5-step distillation of the 4-layer teacher under $LAUNCH (empty: one
+# process) with the distill FLAGS, its best step rate
+# (of steps 2..5) printed for 4 layers and scaled to 32
+e2e() {
+  local log=$1 label=$2; shift 2
   rm -rf $M/out
-  timeout 200 $L distill --teacher $M/4 --data $M/ids.npy --out $M/out --seq-len 2048 --batch 4 --tokens 40960 \
-    --eval-batches 1 --log-every 1 --device cuda --gla-precision $path --teacher-dtype $tdt 2>&1 \
-    | tee "$TMPL/e2e_$path.log" | grep -E "step|error" | tail -2
-  python3 - "$TMPL/e2e_$path.log" "$path GLA, teacher on the GPU in $tdt" <<'PY'
+  timeout 200 $LAUNCH $L distill --teacher $M/4 --data $M/ids.npy --out $M/out --seq-len 2048 --batch 4 \
+    --tokens 40960 --eval-batches 1 --log-every 1 --device cuda "$@" 2>&1 | tee "$log" | grep -E "step|error" | tail -2
+  python3 - "$log" "$label" <<'PY'
 import re, sys
 r = [float(m.group(1)) for m in re.finditer(r"step \d+/\d+ .*?(\d+) tok/s", open(sys.argv[1]).read())]
 if r:
@@ -109,21 +111,16 @@ if r:
     print(f"end to end ({sys.argv[2]}): {best:.0f} tok/s for 4 8B-shaped layers "
           f"= {best / 8:.0f} tok/s for 32 layers (best of steps 2-{len(r)})")
 PY
+}
+LAUNCH=""
+for run in "fp32 fp32" "bf16 fp32" "bf16 bf16"; do
+  read -r path tdt <<<"$run"
+  e2e "$TMPL/e2e_$path.log" "$path GLA, teacher on the GPU in $tdt" --gla-precision $path --teacher-dtype $tdt
 done | tee -a "$LOG"
 # the same under mpirun on two GPUs: each rank runs 2 of the 4 teacher layers and trains them on its GPU
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-  rm -rf $M/out
-  timeout 200 mpirun --allow-run-as-root -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE=0 \
-    $L distill --teacher $M/4 --data $M/ids.npy --out $M/out --seq-len 2048 --batch 4 --tokens 40960 \
-    --eval-batches 1 --log-every 1 --device cuda --gla-precision bf16 --teacher-dtype bf16 2>&1 \
-    | tee "$TMPL/e2e_mpi.log" | grep -E "step|error" | tail -2
-  python3 - "$TMPL/e2e_mpi.log" <<'PY'
-import re, sys
-r = [float(m.group(1)) for m in re.finditer(r"step \d+/\d+ .*?(\d+) tok/s", open(sys.argv[1]).read())]
-if r:
-    best = max(r[1:] or r)
-    print(f"end to end, mpirun -np 2 (bf16 GLA, bf16 teacher, 2 layers per GPU): {best:.0f} tok/s for 4 layers "
-          f"= {best / 8:.0f} tok/s for 32 layers on 2 GPUs (best of steps 2-{len(r)})")
-PY
+  LAUNCH="mpirun --allow-run-as-root -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE=0"
+  e2e "$TMPL/e2e_mpi.log" "mpirun -np 2, bf16 GLA, bf16 teacher, 2 layers per GPU" --gla-precision bf16 \
+    --teacher-dtype bf16
 fi | tee -a "$LOG"
 rm -rf "$TMPL"
