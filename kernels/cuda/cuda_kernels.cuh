@@ -19,7 +19,7 @@ struct lz_cuda_ctx {
     bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)
     bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
     bool fuse_off;         // LIZARD_FUSE=0: no fused ops, the unsplit GLA decode, the plain GEMV loop
-    bool pdl;              // LIZARD_PDL=1: fused GEMVs launched as programmatic dependents (gemv_fused.cu)
+    bool pdl;              // LIZARD_PDL: kernels launched through lz_launch start as programmatic dependents (pdl.cuh)
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).

@@ -14,6 +14,7 @@
 // before it reads x, the norm input or the residual. Without the launch attribute both
 // griddepcontrol instructions do nothing.
 #include "cuda_kernels.cuh"
+#include "pdl.cuh" // lz_launch, lz_pdl_wait
 
 enum { GF_UNROLL = 4 };
 
@@ -59,8 +60,8 @@ __global__ void gemv_fused_kernel(lz_gemv_segments<T> seg, const T *x, const T *
         }
     };
     load_weights(lane * V);
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     for (int c0 = lane * V; c0 < k; c0 += 32 * V * U) {
         if (c0 != lane * V) // the first pass's weights were loaded before the wait
             load_weights(c0);
@@ -124,16 +125,8 @@ static lz_status launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T 
                         int k) {
     const int groups = (n + NT - 1) / NT, block = 256;
     const int grid = (int)(((size_t)seg.total_rows * groups * 32 + block - 1) / block);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)grid, 1, 1);
-    cfg.blockDim = dim3(block, 1, 1);
-    cfg.stream = c->stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = c->pdl ? 1 : 0;
-    LZ_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemv_fused_kernel<T, NT, NORM, EPI>, seg, x, norm, eps, n, k, groups));
+    LZ_TRY(lz_launch(c, "gemv (fused)", gemv_fused_kernel<T, NT, NORM, EPI>, dim3((unsigned)grid), dim3(block), 0, seg, x,
+                     norm, eps, n, k, groups));
     LZ_LAUNCH_CHECK("gemv (fused)");
     return LZ_OK;
 }

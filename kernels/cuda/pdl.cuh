@@ -1,0 +1,39 @@
+// pdl.cuh - programmatic dependent launch (Hopper): a decode step is hundreds of small
+// dependent kernels, and each one's launch and ramp-up would otherwise wait for the previous
+// kernel's last block. A kernel launched with lz_launch (when ctx->pdl) may start while its
+// predecessor drains; it must call lz_pdl_wait() before it reads anything a previous kernel wrote
+// or writes anything a previous kernel reads (loads of weights, which no kernel writes, may go
+// first). lz_pdl_launch_dependents() lets the next kernel start launching; without it that happens
+// when this kernel ends. Launched without the attribute, both instructions do nothing.
+// Only kernels that call lz_pdl_wait() may be launched through lz_launch.
+#ifndef LZ_PDL_CUH
+#define LZ_PDL_CUH
+
+#include <utility> // std::forward
+
+#include "cuda_kernels.cuh" // lz_cuda_ctx
+
+__device__ __forceinline__ void lz_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void lz_pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// kernel<<<grid, block, smem, c->stream>>>(args...), as a programmatic dependent when c->pdl.
+template <typename... KArgs, typename... Args>
+static inline lz_status lz_launch(const lz_cuda_ctx *c, const char *what, void (*kernel)(KArgs...), dim3 grid,
+                                  dim3 block, size_t smem, Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    if (e != cudaSuccess)
+        return lz_fail(LZ_ERR_INTERNAL, "cuda: launch of %s failed: %s", what, cudaGetErrorString(e));
+    return LZ_OK;
+}
+
+#endif
