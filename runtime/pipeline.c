@@ -7,6 +7,7 @@
 #include "mpi_world.h"         // LZ_MPI_TRY
 #include "pipeline_internal.h" // lz_pipeline_send_header, STEP_FLAG_*
 #include "step_header_check.h" // lz_step_header_check
+#include "watchdog.h"          // lz_watchdog_arm
 
 /* What every rank must agree on before they share a model: its shape, the
  * kind each layer runs as, and the Lizard block (field by field: no padding). */
@@ -30,6 +31,8 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
     memset(p, 0, sizeof *p);
     p->rank = w->rank;
     p->n_ranks = w->size;
+    if (w->size > 1)
+        LZ_TRY(lz_watchdog_start(w->rank, w->size));
     // every rank's free bytes and model identity (a rank that read another config.json is named, not trusted)
     uint64_t mine[2] = {free_bytes, config_identity(cfg)}, *gathered = malloc(sizeof(uint64_t) * 2 * (size_t)w->size);
     uint64_t *free_all = malloc(sizeof(uint64_t) * (size_t)w->size);
@@ -269,6 +272,7 @@ static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspac
     const int32_t *ids = h->token_ids, *rows = h->logit_rows;
     const int n_rows = (int)h->n_logit_rows;
     lz_pipeline_trace(p, "header", h->step_id);
+    lz_watchdog_arm("a step", h->step_id);
     if (s == LZ_OK)
         s = lz_step_begin(m, st, ws, ids, &a.b, rows, n_rows);
     lz_pipeline_trace(p, "begun", h->step_id);
@@ -278,6 +282,7 @@ static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspac
     lz_pipeline_trace(p, "visited", h->step_id);
     if (s == LZ_OK)
         lz_step_end(st, &a.b);
+    lz_watchdog_disarm();
     free(a.slot);
     free(sample);
     return s;
@@ -353,10 +358,12 @@ lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, in
     p->n_inflight--;
     // results of one head rank arrive in the order the steps started (MPI keeps order per sender and tag)
     lz_pipeline_trace(p, "finish", 0);
+    lz_watchdog_arm("the result of a started step", p->step_id);
     int rc = recv_result(p, m, f->n_rows, f->ids_back, logits, out_ids);
     lz_pipeline_trace(p, "finished", 0);
     if (rc == MPI_SUCCESS && f->send != MPI_REQUEST_NULL)
         rc = MPI_Wait(&f->send, MPI_STATUS_IGNORE);
+    lz_watchdog_disarm();
     free(f->buf);
     f->buf = NULL;
     if (rc != MPI_SUCCESS)

@@ -8,6 +8,7 @@
 #include "pipeline_internal.h"
 #include "stage_transfer.h" // lz_stage_pack_header, lz_stage_send_payloads
 #include "state_io.h"       // lz_state_io_save, lz_state_io_restore
+#include "watchdog.h"       // lz_watchdog_arm
 
 /* Every rank's StageState of `slot` on rank 0 (*out: one per rank): the
  * headers gathered, then each rank's payloads in pieces (stage_transfer.h). */
@@ -112,6 +113,12 @@ static lz_status restore_collective(lz_pipeline *p, lz_model *m, lz_state *st, i
     return s;
 }
 
+/* Ends the watchdog's arm around a collective save or restore (watchdog.h). */
+static lz_status disarmed(lz_status s) {
+    lz_watchdog_disarm();
+    return s;
+}
+
 lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, bool state_bf16,
                            Lizard__StageState ***stages) {
     Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
@@ -120,7 +127,8 @@ lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, 
     h.n_seq_ids = 1;
     h.seq_ids = &s32;
     LZ_TRY(lz_pipeline_send_header(p, &h));
-    return save_collective(p, m, st, slot, state_bf16, stages);
+    lz_watchdog_arm("a session save", 0);
+    return disarmed(save_collective(p, m, st, slot, state_bf16, stages));
 }
 
 lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
@@ -132,16 +140,18 @@ lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slo
     h.seq_ids = &s32;
     h.positions = &pos32;
     LZ_TRY(lz_pipeline_send_header(p, &h));
-    return restore_collective(p, m, st, slot, position, all);
+    lz_watchdog_arm("a session restore", 0);
+    return disarmed(restore_collective(p, m, st, slot, position, all));
 }
 
 /* A save or restore asked for by rank 0 (the slot and position are in the header). */
 lz_status lz_pipeline_serve_state(lz_pipeline *p, lz_model *m, lz_state *st, const Lizard__StepHeader *h) {
     if (h->n_seq_ids != 1 || ((h->flags & STEP_FLAG_RESTORE) && h->n_positions != 1))
         return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed state request", p->rank);
+    lz_watchdog_arm(h->flags & STEP_FLAG_SAVE ? "a session save" : "a session restore", 0);
     if (h->flags & STEP_FLAG_SAVE)
-        return save_collective(p, m, st, h->seq_ids[0], (h->flags & STEP_FLAG_STATE_BF16) != 0, NULL);
-    return restore_collective(p, m, st, h->seq_ids[0], (uint64_t)h->positions[0], NULL);
+        return disarmed(save_collective(p, m, st, h->seq_ids[0], (h->flags & STEP_FLAG_STATE_BF16) != 0, NULL));
+    return disarmed(restore_collective(p, m, st, h->seq_ids[0], (uint64_t)h->positions[0], NULL));
 }
 
 /* The slots and positions of a SEEK header, on this rank. */

@@ -3,7 +3,8 @@
 # forward logits byte-identical to one process for 1..4 ranks and both
 # planners; greedy and batched generation identical with a hand-written
 # interleaved plan; a bad plan, a rank that fails while loading, and a rank
-# killed mid-run all end the whole job with a non-zero exit within 10 s.
+# killed mid-run all end the whole job with a non-zero exit within 10 s; a stalled rank
+# (stopped) within the step watchdog's timeout.
 set -u
 LIZARD=$1
 FIX=$(cd "$(dirname "$0")/../fixtures" && pwd)
@@ -148,6 +149,26 @@ wait $job
 rc=$? took=$(( $(date +%s) - start ))
 [ -n "$victim" ] && [ $rc -ne 0 ] && [ $took -le 10 ] && ok || bad "killed rank: rc=$rc after ${took}s (victim '$victim')"
 pkill -9 -f "lizard generate --model $N" 2>/dev/null
+
+# a rank that stalls without exiting (SIGSTOP: like a hung kernel or a frozen host): the other rank's
+# step watchdog (LIZARD_STEP_TIMEOUT) names itself and the step and ends the job
+LIZARD_STEP_TIMEOUT=2 run 2 -x LIZARD_STEP_TIMEOUT "$LIZARD" generate --model "$N" --ids $IDS --max-tokens 1000000 \
+  --ignore-eos >/dev/null 2>"$TMP/err" &
+job=$!
+sleep 3
+victim=$(pgrep -f "lizard generate --model $N" | grep -v "^$job\$" | tail -1)
+[ -n "$victim" ] && kill -STOP "$victim"
+start=$(date +%s)
+for _ in $(seq 1 30); do kill -0 $job 2>/dev/null || break; sleep 0.5; done
+wait $job
+rc=$? took=$(( $(date +%s) - start ))
+[ -n "$victim" ] && [ $rc -ne 0 ] && [ $took -le 12 ] && grep -q "rank [01] of 2: .* did not finish in 2 s" "$TMP/err" && ok ||
+  bad "stalled rank: rc=$rc after ${took}s (victim '$victim'): $(grep lizard: "$TMP/err" | head -2)"
+[ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
+pkill -9 -f "lizard generate --model $N" 2>/dev/null
+LIZARD_STEP_TIMEOUT=soon run 2 -x LIZARD_STEP_TIMEOUT "$LIZARD" generate --model "$N" --ids $IDS --max-tokens 2 \
+  >/dev/null 2>"$TMP/err" && bad "LIZARD_STEP_TIMEOUT=soon accepted" ||
+  { grep -q "LIZARD_STEP_TIMEOUT=soon" "$TMP/err" && ok || bad "bad timeout: $(head -2 "$TMP/err")"; }
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
