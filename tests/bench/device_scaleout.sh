@@ -3,7 +3,9 @@
 # .devout/): GPU op tests; greedy generation through 2 and 4 GPU stages
 # against one GPU; then `lizard bench` for the LLaMA-3-8B shapes on 1 and 2
 # GPUs and the LLaMA-3-70B shapes on 4 GPUs. Logs and JSON lines to $OUT.
-#   PART=check|bench8b|bench70b|all (default all); RANKS70=8 on an 8-GPU machine (default 4)
+#   PART=check|bench8b|bench70b|all (default all); RANKS70=8 on an 8-GPU machine (default 4);
+#   BATCHES (8B decode batches, default 1,64,256; add 128,512 to hold 64 or 256 rows per stage on 2 GPUs),
+#   PROMPT (8B prompt length, default 32768; 0 skips it)
 set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0
@@ -46,11 +48,11 @@ fi
 if [ "$PART" = bench8b ] || [ "$PART" = all ]; then
   echo "== LLaMA-3-8B shapes: 1 GPU vs 2 GPUs" >>"$log"
   for v in teacher hybrid lizard; do
-    $L bench --shape llama3-8b-$v --prompt 32768 --batch 1,64,256 --context 2048 --steps 24 \
+    $L bench --shape llama3-8b-$v --prompt ${PROMPT:-32768} --batch ${BATCHES:-1,64,256} --context 2048 --steps 24 \
       --json /tmp/b8-$v-1.jsonl >>"$log" 2>&1
     for pl in balanced by-type; do
       [ $v != hybrid ] && [ $pl = by-type ] && continue
-      mpi 2 $L bench --shape llama3-8b-$v --prompt 32768 --batch 1,64,256 --context 2048 --steps 24 --no-ceilings \
+      mpi 2 $L bench --shape llama3-8b-$v --prompt ${PROMPT:-32768} --batch ${BATCHES:-1,64,256} --context 2048 --steps 24 --no-ceilings \
         --placement $pl --json /tmp/b8-$v-2-$pl.jsonl >>"$log" 2>&1
       echo "rc=$?" >>"$log"
     done
