@@ -15,6 +15,7 @@
 // for its share of the f features of every head, the cluster exchanges them through distributed
 // shared memory, and every block then takes the two softmaxes (or exps) of the full u itself.
 // So a decode step's GLA branch is one launch instead of four (log_sigmoid, two feature maps, GLA).
+// From LIZARD_GLA_STREAM_MIN sequences on, the backend takes gla_decode_stream.cu's two launches.
 #include <cooperative_groups.h> // this_cluster: map_shared_rank, cluster barriers
 
 #include "cuda_kernels.cuh"
@@ -375,7 +376,8 @@ template <typename T, bool FUSED> static lz_status set_smem(int max) {
 // Once per backend (not per launch, so that decode steps can be captured in graphs).
 template <typename T> lz_status gla_decode_init(lz_cuda_ctx *c) {
     LZ_TRY((set_smem<T, false>((int)c->max_smem)));
-    return set_smem<T, true>((int)c->max_smem);
+    LZ_TRY((set_smem<T, true>((int)c->max_smem)));
+    return gla_decode_stream_init<T>(c);
 }
 
 #define LZ_GLA_DECODE(T)                                                                                         \
