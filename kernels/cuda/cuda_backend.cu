@@ -590,12 +590,16 @@ static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *
     return gemv_fused_forward<T>(c, seg, x, NULL, 0.0f, LZ_GEMV_RESIDUAL, n, (int)w->cols);
 }
 
-// Gates, feature maps and the recurrent update in one launch where the shape allows; else the
-// four ops with the intermediates in scratch.
+// Many sequences: the feature maps then the state streamed (two launches); few: gates, feature maps
+// and the recurrent update in one cluster launch where the shape allows; else the four ops with the
+// intermediates in scratch.
 template <typename T>
 static lz_status gla_decode_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *gate_logit,
                                     const lz_weight *fq, const lz_weight *fk, bool exp_map, lz_layer_state *st,
                                     const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *d) {
+    if (hb->n_seqs >= c->gla_stream_min && hb->n_tokens == hb->n_seqs && gla_decode_stream_fits<T>(c, d))
+        return gla_decode_stream_forward<T>(c, out, q, k, v, gate_logit, (const T *)fq->data, (int)fq->rows,
+                                            (const T *)fk->data, (int)fk->rows, exp_map, st, b, hb, d);
     if (gla_decode_split_fits<T>(c, d, true) && hb->n_seqs <= LZ_GLA_SPLIT_MAX_SEQS)
         return gla_decode_fused_forward<T>(c, out, q, k, v, gate_logit, (const T *)fq->data, (int)fq->rows,
                                            (const T *)fk->data, (int)fk->rows, exp_map, st, b, hb, d);
@@ -862,6 +866,8 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     const fuse_mode mode = be->ctx.fuse_off                                               ? FUSE_NONE
                            : fuse && (strcmp(fuse, "all") == 0 || strcmp(fuse, "1") == 0) ? FUSE_ALL
                                                                                            : FUSE_GLA;
+    const char *stream_min = getenv("LIZARD_GLA_STREAM_MIN");
+    be->ctx.gla_stream_min = stream_min && *stream_min ? atoi(stream_min) : LZ_GLA_STREAM_MIN_DEFAULT;
     const char *pdl = getenv("LIZARD_PDL");
     be->ctx.pdl = pdl && *pdl && strcmp(pdl, "0") != 0;
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");

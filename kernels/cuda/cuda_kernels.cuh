@@ -19,6 +19,7 @@ struct lz_cuda_ctx {
     bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)
     bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
     bool fuse_off;         // LIZARD_FUSE=0: no fused ops, the unsplit GLA decode, the plain GEMV loop
+    int gla_stream_min;    // LIZARD_GLA_STREAM_MIN: decode steps of this many sequences on take gla_decode_stream.cu
     bool pdl;              // LIZARD_PDL: kernels launched through lz_launch start as programmatic dependents (pdl.cuh)
 };
 
@@ -76,6 +77,16 @@ template <typename T>
 lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *gate_logit,
                                    const T *wq, int n_wq, const T *wk, int n_wk, bool exp_map, lz_layer_state *st,
                                    const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims);
+// The GLA decode step for many sequences (gla_decode_stream.cu): a launch for the gates and feature
+// maps (fp32 into scratch, gla_decode_stream_scratch bytes; z updated), then one that streams S.
+enum { LZ_GLA_STREAM_MIN_DEFAULT = 16 };
+template <typename T> bool gla_decode_stream_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims);
+template <typename T> size_t gla_decode_stream_scratch(const lz_attn_dims *dims, int n_seqs);
+template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c);
+template <typename T>
+lz_status gla_decode_stream_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *gate_logit,
+                                    const T *wq, int n_wq, const T *wk, int n_wk, bool exp_map, lz_layer_state *st,
+                                    const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims);
 template <typename T>
 lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *meta, float alpha,
                                    lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,

@@ -15,9 +15,14 @@
 // for its share of the f features of every head, the cluster exchanges them through distributed
 // shared memory, and every block then takes the two softmaxes (or exps) of the full u itself.
 // So a decode step's GLA branch is one launch instead of four (log_sigmoid, two feature maps, GLA).
+// From LIZARD_GLA_STREAM_MIN sequences on, the backend takes gla_decode_stream.cu's two launches.
+//
+// With LIZARD_PDL the cluster launch is also a programmatic dependent: the kernel waits for the
+// previous one (griddepcontrol.wait) before its first load, then lets the next one launch.
 #include <cooperative_groups.h> // this_cluster: map_shared_rank, cluster barriers
 
 #include "cuda_kernels.cuh"
+#include "pdl.cuh" // lz_pdl_wait, lz_pdl_launch_dependents
 
 namespace cg = cooperative_groups;
 
@@ -88,6 +93,11 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
     const bool in_state = rl < rp;
     float *Sh = p.S + ((size_t)slot * p.Hs + s) * F * d, *zh = p.z + ((size_t)slot * p.Hs + s) * F;
     float *phis = sm + L.phis, *zs = sm + L.zs, *vs = sm + L.vs, *dens = sm + L.dens, *red = sm + L.red;
+
+    // S is written only by GLA kernels, but a kernel before the previous one may still run when the
+    // previous one launches its dependents early: wait before any load
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
 
     // 1. This block's slice of S (the first GD_ROUND passes), then everything small: all in flight together.
     float4 st[GD_ROUND];
@@ -327,13 +337,15 @@ static lz_status launch(lz_cuda_ctx *c, const gd_params<T> &p, int n_seqs) {
     cfg.blockDim = dim3(GD_THREADS, 1, 1);
     cfg.dynamicSmemBytes = sizeof(float) * (size_t)L.total;
     cfg.stream = c->stream;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = (unsigned)C;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization; // as lz_launch does (pdl.cuh)
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = c->pdl ? 2 : 1;
     void *args[] = {(void *)&p};
     LZ_CUDA_TRY(cudaLaunchKernelExC(&cfg, pick<T, FUSED>(L.group), args));
     LZ_LAUNCH_CHECK("gla decode (split)");
@@ -375,7 +387,8 @@ template <typename T, bool FUSED> static lz_status set_smem(int max) {
 // Once per backend (not per launch, so that decode steps can be captured in graphs).
 template <typename T> lz_status gla_decode_init(lz_cuda_ctx *c) {
     LZ_TRY((set_smem<T, false>((int)c->max_smem)));
-    return set_smem<T, true>((int)c->max_smem);
+    LZ_TRY((set_smem<T, true>((int)c->max_smem)));
+    return gla_decode_stream_init<T>(c);
 }
 
 #define LZ_GLA_DECODE(T)                                                                                         \

@@ -4,7 +4,7 @@
  * steps, gates near 0 and 1), with poisoned outputs so that an unwritten
  * element fails; the prompt softmax attention alone on its own shapes, bf16
  * also with LIZARD_FLASH=1 and =0 (each kernel of that path); the fused decode ops (GEMV
- * prologues/epilogues, the split and fused GLA decode for 1, 3 and 8 sequences, LLaMA-3-8B's
+ * prologues/epilogues, the split, fused and streamed GLA decode for 1 to 40 sequences, LLaMA-3-8B's
  * Lizard shape among others) against the CPU's compositions. fp32: rel err
  * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
  * when no GPU is visible. */
@@ -396,14 +396,17 @@ static void test_attention_ops(backend *c, backend *g, const lizard_shape *sh) {
 }
 
 /* The GLA decode step: the fused op (gates, feature maps, update; gla_decode) and the split
- * gla_recurrent, each on its own copy of the state, against the CPU, for 1, 3 and 8 sequences (one
- * token each) over two steps (the state carried), with shared (1 row) or per-head feature-map weights. */
+ * gla_recurrent, each on its own copy of the state, against the CPU, for 1, 3, 8 and 40 sequences
+ * (one token each; slots scattered over 48, not in row order) over two steps (the state carried),
+ * with shared (1 row) or per-head feature-map weights. main sets LIZARD_GLA_STREAM_MIN=8, so the
+ * fused op runs the split kernel for 1 and 3 sequences and gla_decode_stream.cu for 8 and 40. */
 static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool shared_wq) {
     if (!c->ops->gla_decode || !g->ops->gla_decode) {
         fprintf(stderr, "test_gpu_ops: %s: no gla_decode op (LIZARD_FUSE=0?)\n", dtype_name);
         return;
     }
-    const int n_slots = 8, F = 2 * sh->f, row = sh->Hkv * sh->d, nwq = shared_wq ? 1 : sh->Hq;
+    enum { MAX_SEQS = 40 };
+    const int n_slots = 48, F = 2 * sh->f, row = sh->Hkv * sh->d, nwq = shared_wq ? 1 : sh->Hq;
     lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, 16, 0, sh->Hs, sh->f, sh->w, sh->m, sh->normalize};
     const size_t nS = (size_t)n_slots * sh->Hs * F * sh->d, nz = (size_t)n_slots * sh->Hs * F;
     float *hS = rand_host(nS, 0, 0.2f), *hz = rand_host(nz, 0.5f, 1.5f);
@@ -417,16 +420,22 @@ static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool
         cst[i] = (lz_layer_state){NULL, NULL, f32buf(c, hS, nS), f32buf(c, hz, nz), NULL, NULL};
         gst[i] = (lz_layer_state){NULL, NULL, f32buf(g, hS, nS), f32buf(g, hz, nz), NULL, NULL};
     }
-    const int counts[3] = {1, 3, 8};
-    for (int ci = 0; ci < 3; ci++) {
+    const int counts[4] = {1, 3, 8, MAX_SEQS};
+    for (int ci = 0; ci < 4; ci++) {
         for (int step = 0; step < 2; step++) {
             const int n = counts[ci];
-            int lens[8], pos[8];
+            // one token a sequence; sequence s in slot (7 s + 3) mod 48 (distinct, gaps between)
+            struct {
+                int32_t slot[MAX_SEQS], start[MAX_SEQS], len[MAX_SEQS], pos[MAX_SEQS], token_pos[MAX_SEQS];
+                int32_t rows[MAX_SEQS];
+                lz_batch b;
+            } bb;
             for (int s = 0; s < n; s++)
-                lens[s] = 1, pos[s] = 0;
-            batch_buf bb;
-            make_batch(&bb, n, lens, pos);
-            begin(c, &bb), begin(g, &bb);
+                bb.slot[s] = (7 * s + 3) % n_slots, bb.start[s] = s, bb.len[s] = 1, bb.pos[s] = 0,
+                bb.token_pos[s] = 0, bb.rows[s] = s;
+            bb.b = (lz_batch){n, n, bb.slot, bb.start, bb.len, bb.pos, bb.token_pos};
+            CHECK_MSG(c->ops->begin_step(c->be, ids_buf, &bb.b, bb.rows, n) == LZ_OK, "%s", lz_error_message());
+            CHECK_MSG(g->ops->begin_step(g->be, ids_buf, &bb.b, bb.rows, n) == LZ_OK, "%s", lz_error_message());
             const size_t nq = (size_t)n * sh->Hq * sh->d;
             float *hq = rand_host(nq, -1.5f, 1.5f), *hk = rand_host((size_t)n * row, -1.5f, 1.5f);
             float *hv = rand_host((size_t)n * row, -1, 1), *hgate = rand_host(n, sh->gate_lo, sh->gate_hi);
@@ -712,6 +721,7 @@ int main(void) {
     const char *fuse = getenv("LIZARD_FUSE");
     if (!fuse || strcmp(fuse, "0") != 0)
         setenv("LIZARD_FUSE", "all", 1);
+    setenv("LIZARD_GLA_STREAM_MIN", "8", 1); // both GLA decode paths in test_gla_decode
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
     const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};
     const prompt_shape prompts[] = {
