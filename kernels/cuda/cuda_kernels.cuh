@@ -20,6 +20,8 @@ struct lz_cuda_ctx {
     bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
     bool fuse_off;         // LIZARD_FUSE=0: no fused ops, the unsplit GLA decode, the plain GEMV loop
     bool pdl;              // LIZARD_PDL: kernels launched through lz_launch start as programmatic dependents (pdl.cuh)
+    unsigned *attn_count;  // decode attention: per (sequence, kv head) arrival counters, zero between launches
+    int attn_count_n;
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).
