@@ -173,12 +173,14 @@ template <typename T> __global__ void combine_kernel(T *out, const float *partia
 //   arrive at its (sequence, kv head) counter merges them and sets the counter back to zero;
 // - the new key and value come from the k and v inputs (the block owning the last position also
 //   writes them into the cache), so no kv_append launch.
-enum { DEC_WARPS = 4, DEC_KT = 8, DEC_MIN_KEYS = 64 };
+// DEC_MAX_SPLITS: the merge's m and l [splits][group] must fit in the rings' shared memory.
+enum { DEC_WARPS = 4, DEC_KT = 8, DEC_MIN_KEYS = 64, DEC_MAX_SPLITS = 512 };
 
 // ring stages per warp: 4 for rows up to 256 bytes, else 2 (3 blocks of ~70 KB an SM either way)
 template <typename T, int DPL> __host__ __device__ constexpr int dec_stages() {
     return 32 * DPL * sizeof(T) <= 256 ? 4 : 2;
 }
+template <int G, int D> __host__ __device__ constexpr int dec_rec() { return (G * (D + 2) + 3) / 4 * 4; }
 template <typename T, int DPL> __host__ __device__ constexpr int dec_ld() { return 32 * DPL + 16 / (int)sizeof(T); }
 // shared memory: K/V rings [warps][stages][2][KT][ld] (T), q [G][d], p [warps][KT][G] (floats), flag
 template <typename T, int G, int DPL> __host__ __device__ constexpr size_t dec_smem() {
@@ -220,7 +222,8 @@ __device__ __forceinline__ int dec_range(int p, int sliding_window, int splits, 
 }
 
 // q, k, v: this step's rows [tokens, H, d] (rope applied); kc, vc: the cache. partial:
-// [tokens, Hkv, splits] x (m [G], l [G], acc [G][d]); count: [tokens * Hkv], zero on entry and exit.
+// [tokens, Hkv, splits] x dec_rec floats (acc [G][d], m [G], l [G]; 16-byte aligned records);
+// count: [tokens * Hkv], zero on entry and on exit.
 template <typename T, int G, int DPL>
 __global__ void __launch_bounds__(DEC_WARPS * 32, 3)
     attention_split_kernel(T *out, float *partial, unsigned *count, const T *q, const T *k, const T *v, T *kc, T *vc,
@@ -229,6 +232,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3)
     constexpr int D = 32 * DPL, V = 16 / sizeof(T), CH = D / V, LD = dec_ld<T, DPL>(), KT = DEC_KT;
     constexpr int S = dec_stages<T, DPL>(), NW = DEC_WARPS;
     static_assert(sizeof(T) * NW * S * 2 * KT * LD >= sizeof(float) * NW * G * (D + 2), "the warp merge reuses the rings");
+    static_assert(sizeof(T) * NW * S * 2 * KT * LD >= sizeof(float) * (2 * DEC_MAX_SPLITS + 1) * G, "so does the last one's");
     extern __shared__ __align__(16) unsigned char dec_sm[];
     T *ring = (T *)dec_sm;
     float *qs = (float *)(ring + (size_t)NW * S * 2 * KT * LD), *pbuf = qs + G * D;
@@ -374,7 +378,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3)
     }
     __syncthreads();
     const size_t pair = (size_t)t * Hkv + g;
-    float *part_out = partial + (pair * splits + split) * G * (D + 2);
+    constexpr int REC = dec_rec<G, D>();
+    float *part_out = partial + (pair * splits + split) * REC;
     for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
         const int h = e / D, x = e % D;
         float M = -INFINITY;
@@ -392,8 +397,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3)
             out[((size_t)t * Hq + (size_t)g * G + h) * D + x] = lz_from_float<T>(A / L);
         } else {
             if (x == 0)
-                part_out[h] = M, part_out[G + h] = L;
-            part_out[2 * G + h * D + x] = A;
+                part_out[G * D + h] = M, part_out[G * D + G + h] = L;
+            part_out[e] = A;
         }
     }
     if (active == 1)
@@ -410,21 +415,59 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3)
     if (!*flag)
         return;
     __threadfence();
-    // the last split merges all of them (L2 loads: other SMs wrote them)
-    const float *pp = partial + pair * splits * G * (D + 2);
-    for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
-        const int h = e / D, x = e % D;
-        float M = -INFINITY, L = 0.0f, A = 0.0f;
-#pragma unroll 4
-        for (int s = 0; s < active; s++) {
-            const float *o = pp + (size_t)s * G * (D + 2);
-            const float ms = __ldcg(o + h), ls = __ldcg(o + G + h), as = __ldcg(o + 2 * G + h * D + x);
-            const float Mn = fmaxf(M, ms), c0 = exp2f(M - Mn), c1 = exp2f(ms - Mn);
-            L = L * c0 + ls * c1;
-            A = A * c0 + as * c1;
-            M = Mn;
+    // The last split merges all of them, from L2 (other SMs wrote them). The splits' m and l first,
+    // into shared memory (the rings are free), turned into weights; then each thread sums 4-column
+    // groups over the splits, 8 splits' loads in flight.
+    const float *pp = partial + pair * splits * REC;
+    float *wt = (float *)dec_sm, *lt = wt + active * G, *Lsum = lt + active * G; // [active][G] x 2, [G]
+    for (int e = threadIdx.x; e < active * G; e += blockDim.x) {
+        const float *o = pp + (size_t)(e / G) * REC + G * D + e % G;
+        wt[e] = __ldcg(o);
+        lt[e] = __ldcg(o + G);
+    }
+    __syncthreads();
+    for (int h = warp; h < G; h += NW) {
+        float M = -INFINITY, L = 0.0f;
+        for (int s = lane; s < active; s += 32)
+            M = fmaxf(M, wt[s * G + h]);
+        M = lz_warp_max(M); // finite: every active split has keys
+        for (int s = lane; s < active; s += 32) {
+            const float c = exp2f(wt[s * G + h] - M);
+            wt[s * G + h] = c;
+            L += c * lt[s * G + h];
         }
-        out[((size_t)t * Hq + (size_t)g * G + h) * D + x] = lz_from_float<T>(A / L);
+        L = lz_warp_sum(L);
+        if (lane == 0)
+            Lsum[h] = L;
+    }
+    __syncthreads();
+    constexpr int U = (G * D / 4 + NW * 32 - 1) / (NW * 32); // 4-column groups a thread
+    float4 A[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        A[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (int s = 0; s < active; s++) {
+        const float4 *o = (const float4 *)(pp + (size_t)s * REC);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int e = threadIdx.x + u * NW * 32;
+            if (e < G * D / 4) {
+                const float c = wt[s * G + e * 4 / D];
+                const float4 a = __ldcg(o + e);
+                A[u].x += c * a.x, A[u].y += c * a.y, A[u].z += c * a.z, A[u].w += c * a.w;
+            }
+        }
+    }
+    T *o = out + ((size_t)t * Hq + (size_t)g * G) * D;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int e = threadIdx.x + u * NW * 32;
+        if (e < G * D / 4) {
+            const float inv = 1.0f / Lsum[e * 4 / D];
+            o[4 * e] = lz_from_float<T>(A[u].x * inv), o[4 * e + 1] = lz_from_float<T>(A[u].y * inv);
+            o[4 * e + 2] = lz_from_float<T>(A[u].z * inv), o[4 * e + 3] = lz_from_float<T>(A[u].w * inv);
+        }
     }
 }
 
@@ -582,10 +625,11 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
         splits = splits < want ? splits : want;
         const int cap = (int)(LZ_MAX_PARTIALS / ((size_t)n * Hq));
         splits = splits < cap ? splits : cap;
+        splits = splits < DEC_MAX_SPLITS ? splits : DEC_MAX_SPLITS;
         splits = splits > 1 ? splits : 1;
         float *partial = NULL;
         if (splits > 1) {
-            LZ_TRY(lz_cuda_scratch(c, sizeof(float) * (size_t)pairs * splits * group * (d + 2)));
+            LZ_TRY(lz_cuda_scratch(c, sizeof(float) * (size_t)pairs * splits * ((group * (d + 2) + 3) / 4 * 4)));
             partial = (float *)c->scratch;
         }
         LZ_TRY(attention_counters(c, pairs));
