@@ -214,8 +214,7 @@ template <int DPL, typename T> __device__ __forceinline__ void dec_load_dims(flo
 __device__ __forceinline__ int dec_range(int p, int sliding_window, int splits, int split, int *t0, int *t1) {
     const int first = sliding_window > 0 && p - sliding_window + 1 > 0 ? p - sliding_window + 1 : 0;
     const int len = p + 1 - first;
-    int kps = (len + splits - 1) / splits;
-    kps = max(DEC_MIN_KEYS, (kps + 31) & ~31);
+    const int kps = max(DEC_MIN_KEYS, (len + splits - 1) / splits); // unrounded: every split gets keys
     *t0 = first + split * kps;
     *t1 = min(p + 1, *t0 + kps);
     return (len + kps - 1) / kps;
