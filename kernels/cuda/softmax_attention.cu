@@ -7,6 +7,8 @@
 // gives the design and the measurements behind it). Prompts and other shapes:
 // kv_append, then the tiled or flash kernels, or the split kernels of older
 // design with a separate merge (combine) kernel.
+#include <stdlib.h> // getenv, atoi
+
 #include "attention_common.cuh"
 #include "attention_tile.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
@@ -589,6 +591,10 @@ __global__ void attention_tiled_kernel(T *out, const T *q, const T *kc, const T 
     }
 }
 
+// LIZARD_DECODE_ATTN: blocks an SM that the decode kernel's split count aims at (default 8); 0: the
+// older decode kernels with kv_append and a merge kernel (for comparison). Read by attention_init.
+static int dec_blocks_per_sm = 8;
+
 // The decode kernel's arrival counters: at least n zeros (grown outside graph recording: every
 // step shape runs once eagerly first).
 static lz_status attention_counters(lz_cuda_ctx *c, int n) {
@@ -615,11 +621,12 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
         return lz_fail(LZ_ERR_INPUT, "CUDA attention supports head_dim <= %d, got %d", 32 * LZ_ATTN_MAX_DPL,
                        dims->head_dim);
     const int row = Hkv * d, group = Hq / Hkv;
-    const dec_entry<T> *fast = b->max_len == 1 ? dec_find<T>(group, d) : NULL;
+    const dec_entry<T> *fast = b->max_len == 1 && dec_blocks_per_sm > 0 ? dec_find<T>(group, d) : NULL;
     if (fast && fast->smem <= c->max_smem) {
         // Decode: the grid follows the batch size and the cache capacity only (graphs stay valid);
-        // about 8 blocks an SM in all, each split at least DEC_MIN_KEYS keys of the capacity.
-        const int pairs = n * Hkv, want = (8 * c->n_sms + pairs - 1) / pairs;
+        // about dec_blocks_per_sm blocks an SM in all (~3 waves: 3 blocks fit an SM), each split at
+        // least DEC_MIN_KEYS keys of the capacity.
+        const int pairs = n * Hkv, want = (dec_blocks_per_sm * c->n_sms + pairs - 1) / pairs;
         int splits = (dims->kv_capacity + DEC_MIN_KEYS - 1) / DEC_MIN_KEYS;
         splits = splits < want ? splits : want;
         const int cap = (int)(LZ_MAX_PARTIALS / ((size_t)n * Hq));
@@ -709,6 +716,8 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
 
 // Once per backend (not per launch, so that decode steps can be captured in graphs).
 template <typename T> lz_status attention_init(lz_cuda_ctx *c) {
+    const char *env = getenv("LIZARD_DECODE_ATTN");
+    dec_blocks_per_sm = env && *env ? atoi(env) : 8;
     LZ_CUDA_TRY(cudaFuncSetAttribute(attention_tiled_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)c->max_smem));
     for (int group = 1; group <= 8; group *= 2)

@@ -4,7 +4,7 @@
  * steps, gates near 0 and 1), with poisoned outputs so that an unwritten
  * element fails; the prompt softmax attention alone on its own shapes, bf16
  * also with LIZARD_FLASH=1 and =0 (each kernel of that path); its decode steps alone (1, 5, 37
- * sequences, three steps a cache); the fused decode ops (GEMV
+ * sequences, three steps a cache; also with LIZARD_DECODE_ATTN=1 and =0); the fused decode ops (GEMV
  * prologues/epilogues, the split and fused GLA decode for 1, 3 and 8 sequences, LLaMA-3-8B's
  * Lizard shape among others) against the CPU's compositions. fp32: rel err
  * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
@@ -854,6 +854,23 @@ int main(void) {
         gpu.ops->destroy(gpu.be);
     }
     unsetenv("LIZARD_FLASH");
+    // the decode attention with one block an SM (one split for most shapes: whole sequences a block,
+    // output written directly), then on the older kernels (kv_append and a merge kernel)
+    const char *decode_modes[2] = {"1", "0"};
+    for (int di = 0; di < 2; di++)
+        for (int mi = 0; mi < 2; mi++) {
+            setenv("LIZARD_DECODE_ATTN", decode_modes[mi], 1);
+            CHECK_MSG(lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
+            static char name[64];
+            snprintf(name, sizeof name, "%s LIZARD_DECODE_ATTN=%s", di == 0 ? "fp32" : "bf16", decode_modes[mi]);
+            dtype_name = name;
+            tol = di == 0 ? 1e-5 : 1e-2;
+            tol_attn = di == 0 ? 1e-4 : 2e-2;
+            for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++)
+                test_softmax_decode(&cpu, &gpu, &decodes[i]);
+            gpu.ops->destroy(gpu.be);
+        }
+    unsetenv("LIZARD_DECODE_ATTN");
     // the bf16 GLA prompts again on the older kernels (the fallback of gla_prompt_tc.cu)
     setenv("LIZARD_GLA_PROMPT", "0", 1);
     CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
