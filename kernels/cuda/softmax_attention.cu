@@ -165,8 +165,8 @@ template <typename T> __global__ void combine_kernel(T *out, const float *partia
 // block, nothing in flight while it computed), and at one sequence the kernel (14 us), the merge
 // kernel (9 us) and kv_append (5 us) cost ~30 us for ~2 us of KV reads. So:
 // - each warp streams its own 8-key tiles (every DEC_WARPS-th of the block's range) through a
-//   DEC_STAGES-deep cp.async ring in shared memory: several tiles in flight per warp, no block
-//   barriers in the loop; all the query heads of the kv head share each K/V tile;
+//   cp.async ring of 4 (or 2) tiles in shared memory: up to 3 tiles in flight per warp, ~144 KB
+//   an SM, and no block barriers in the loop; all the query heads of the kv head share each tile;
 // - a warp keeps its own online softmax (log2 domain, exp2); the block merges its warps at the end;
 // - the key range of a split follows the sequence's current length (read on the device), so all
 //   splits of a sequence get work whatever the cache capacity, while the grid depends only on the
