@@ -791,6 +791,8 @@ static void cuda_destroy(lz_backend *be) {
         cublasDestroy(be->ctx.cublas);
     if (be->ctx.scratch)
         cudaFree(be->ctx.scratch);
+    if (be->ctx.attn_count)
+        cudaFree(be->ctx.attn_count);
     if (be->h_step)
         cudaFreeHost(be->h_step);
     if (be->d_step)

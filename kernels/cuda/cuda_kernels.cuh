@@ -21,6 +21,8 @@ struct lz_cuda_ctx {
     bool fuse_off;         // LIZARD_FUSE=0: no fused ops, the unsplit GLA decode, the plain GEMV loop
     int gla_stream_min;    // LIZARD_GLA_STREAM_MIN: decode steps of this many sequences on take gla_decode_stream.cu
     bool pdl;              // LIZARD_PDL: kernels launched through lz_launch start as programmatic dependents (pdl.cuh)
+    unsigned *attn_count;  // decode attention: per (sequence, kv head) arrival counters, zero between launches
+    int attn_count_n;
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).

@@ -3,7 +3,8 @@
  * of the GLA chunk, T < w, batches of mixed lengths, state carried across
  * steps, gates near 0 and 1), with poisoned outputs so that an unwritten
  * element fails; the prompt softmax attention alone on its own shapes, bf16
- * also with LIZARD_FLASH=1 and =0 (each kernel of that path); the fused decode ops (GEMV
+ * also with LIZARD_FLASH=1 and =0 (each kernel of that path); its decode steps alone (1, 5, 37
+ * sequences, three steps a cache; also with LIZARD_DECODE_ATTN=1 and =0); the fused decode ops (GEMV
  * prologues/epilogues, the split, fused and streamed GLA decode for 1 to 40 sequences, LLaMA-3-8B's
  * Lizard shape among others) against the CPU's compositions. fp32: rel err
  * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
@@ -647,6 +648,70 @@ static void test_softmax_prompt(backend *c, backend *g, const prompt_shape *sh) 
     }
 }
 
+/* Decode steps of a retained softmax layer alone (attention_split_kernel on the usual shapes, the
+ * older kernels on others): 1, 5 and 37 sequences, a new key with no cache before it, lengths below
+ * one tile, across split boundaries and up to ~3000 keys, a capacity far above the length, a sliding
+ * window, groups 1, 2, 4 and 8, head_dim 64 to 256; three steps in a row on each cache (the arrival
+ * counters must be back at zero, and the next step reads the keys the kernel appended), then the
+ * appended cache rows themselves. Positions no row may see are NaN, and so is the output. */
+typedef struct {
+    int Hq, Hkv, d, window, cap, n, pos[37];
+} decode_case;
+
+static void test_softmax_decode(backend *c, backend *g, const decode_case *k) {
+    enum { STEPS = 3 };
+    const int n = k->n, row = k->Hkv * k->d;
+    const lz_attn_dims dims = {k->Hq, k->Hkv, k->d, k->cap, k->window, k->Hkv, 0, 0, 0, false};
+    int32_t slot[37], start[37], len[37], pos[37], rows[37];
+    const size_t nkv = (size_t)n * k->cap * row;
+    float *hkc = malloc(sizeof(float) * nkv), *hvc = malloc(sizeof(float) * nkv);
+    for (size_t i = 0; i < nkv; i++)
+        hkc[i] = hvc[i] = NAN;
+    for (int s = 0; s < n; s++) {
+        slot[s] = n - 1 - s, start[s] = s, len[s] = 1, rows[s] = s;
+        const int p0 = k->pos[s], lo = k->window > 0 && p0 - k->window + 1 > 0 ? p0 - k->window + 1 : 0;
+        for (size_t i = ((size_t)slot[s] * k->cap + lo) * row; i < ((size_t)slot[s] * k->cap + p0) * row; i++)
+            hkc[i] = frand(-1.5f, 1.5f), hvc[i] = frand(-1, 1);
+    }
+    lz_layer_state cst = {act(c, hkc, nkv), act(c, hvc, nkv), NULL, NULL, NULL, NULL};
+    lz_layer_state gst = {act(g, hkc, nkv), act(g, hvc, nkv), NULL, NULL, NULL, NULL};
+    const size_t nq = (size_t)n * k->Hq * k->d, nk = (size_t)n * row;
+    for (int step = 0; step < STEPS; step++) {
+        for (int s = 0; s < n; s++)
+            pos[s] = k->pos[s] + step;
+        const lz_batch b = {n, n, slot, start, len, pos, pos};
+        CHECK(c->ops->begin_step(c->be, ids_buf, &b, rows, n) == LZ_OK);
+        CHECK_MSG(g->ops->begin_step(g->be, ids_buf, &b, rows, n) == LZ_OK, "%s", lz_error_message());
+        float *hq = rand_host(nq, -2.5f, 2.5f), *hk = rand_host(nk, -1.5f, 1.5f), *hv = rand_host(nk, -1, 1);
+        void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ca = act(c, NULL, nq), *ga = act(g, NULL, nq);
+        void *ck = act(c, hk, nk), *gk = act(g, hk, nk), *cv = act(c, hv, nk), *gv = act(g, hv, nk);
+        BOTH(c->ops->softmax_attention(c->be, ca, cq, ck, cv, &cst, &b, &dims),
+             g->ops->softmax_attention(g->be, ga, gq, gk, gv, &gst, &b, &dims));
+        char what[160];
+        snprintf(what, sizeof what, "softmax decode Hq %d Hkv %d d %d window %d cap %d, %d seqs, step %d", k->Hq,
+                 k->Hkv, k->d, k->window, k->cap, n, step);
+        compare(what, c, ca, g, ga, nq, tol_attn);
+        void *bufs_c[4] = {cq, ck, cv, ca}, *bufs_g[4] = {gq, gk, gv, ga};
+        for (int i = 0; i < 4; i++)
+            c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
+        free(hq), free(hk), free(hv);
+    }
+    for (int kv = 0; kv < 2; kv++) { // the rows the steps appended
+        float *cc = download(c, kv ? cst.v_cache : cst.k_cache, nkv), *gc = download(g, kv ? gst.v_cache : gst.k_cache, nkv);
+        for (int s = 0; s < n; s++) {
+            const size_t at = ((size_t)slot[s] * k->cap + k->pos[s]) * row;
+            const double e = rel_err(gc + at, cc + at, (size_t)STEPS * row);
+            CHECK_MSG(e <= tol, "%s softmax decode d %d, %d seqs: appended %s rows of sequence %d: rel err %.3g",
+                      dtype_name, k->d, n, kv ? "value" : "key", s, e);
+        }
+        free(cc), free(gc);
+    }
+    CHECK(g->ops->sync(g->be) == LZ_OK);
+    c->ops->free(c->be, cst.k_cache), c->ops->free(c->be, cst.v_cache);
+    g->ops->free(g->be, gst.k_cache), g->ops->free(g->be, gst.v_cache);
+    free(hkc), free(hvc);
+}
+
 /* The chunked GLA alone on the shapes that select the bf16 tensor-core prompt path (2f % 32 == 0,
  * head_dim % 16 == 0) and on a few that do not: lengths around the chunk (1, 63, 64, 65), long prompts
  * (300, 2000), batches of mixed lengths whose slots hold a state from earlier steps, gates near 0 and 1,
@@ -732,6 +797,20 @@ int main(void) {
         {8, 2, 64, 37},   // window off the tile grid, group 4
         {4, 2, 32, 0},    // a head_dim the flash kernel leaves to the older one
     };
+    static const decode_case decodes[] = {
+        // Hq Hkv  d  window cap  n  positions (the first step's)
+        {32, 8, 128, 0, 2048, 1, {2045}},                      // LLaMA-3-8B, one sequence filling the cache
+        {32, 8, 128, 0, 4096, 1, {100}},                       // capacity far above the length
+        {32, 8, 128, 0, 2100, 5, {0, 5, 63, 700, 2090}},       // an empty cache, mixed lengths
+        {4, 4, 64, 0, 3000, 37, {0,    1,    7,    31,   32,   33,   63,   64,   65,  127,  128, 200, 255,
+                                 256,  257,  511,  700,  750,  751,  1000, 1024, 1500, 1600, 2000, 2047, 2048,
+                                 2500, 2900, 2996, 3,    9,    15,   100,  300,  900,  1200, 2222}}, // group 1
+        {16, 2, 128, 300, 1500, 5, {10, 297, 299, 300, 1400}}, // group 8, sliding window
+        {8, 2, 256, 0, 1200, 3, {1100, 64, 5}},                // head_dim 256
+        {16, 8, 64, 0, 700, 3, {600, 1, 130}},                 // group 2
+        {12, 4, 96, 0, 500, 2, {400, 3}},                      // group 3, head_dim 96: the older kernels
+        {4, 2, 32, 0, 300, 2, {250, 40}},                      // head_dim 32: the older kernels
+    };
     for (int di = 0; di < 2; di++) {
         lz_error_clear();
         if (lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) != LZ_OK) {
@@ -768,6 +847,8 @@ int main(void) {
         test_window_prompts(&cpu, &gpu);
         for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
             test_softmax_prompt(&cpu, &gpu, &prompts[i]);
+        for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++)
+            test_softmax_decode(&cpu, &gpu, &decodes[i]);
         for (size_t i = 0; i < sizeof gla_cases / sizeof gla_cases[0]; i++)
             test_gla_chunked(&cpu, &gpu, &gla_cases[i]);
         gpu.ops->destroy(gpu.be);
@@ -783,6 +864,23 @@ int main(void) {
         gpu.ops->destroy(gpu.be);
     }
     unsetenv("LIZARD_FLASH");
+    // the decode attention with one block an SM (one split for most shapes: whole sequences a block,
+    // output written directly), then on the older kernels (kv_append and a merge kernel)
+    const char *decode_modes[2] = {"1", "0"};
+    for (int di = 0; di < 2; di++)
+        for (int mi = 0; mi < 2; mi++) {
+            setenv("LIZARD_DECODE_ATTN", decode_modes[mi], 1);
+            CHECK_MSG(lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
+            static char name[64];
+            snprintf(name, sizeof name, "%s LIZARD_DECODE_ATTN=%s", di == 0 ? "fp32" : "bf16", decode_modes[mi]);
+            dtype_name = name;
+            tol = di == 0 ? 1e-5 : 1e-2;
+            tol_attn = di == 0 ? 1e-4 : 2e-2;
+            for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++)
+                test_softmax_decode(&cpu, &gpu, &decodes[i]);
+            gpu.ops->destroy(gpu.be);
+        }
+    unsetenv("LIZARD_DECODE_ATTN");
     // the bf16 GLA prompts again on the older kernels (the fallback of gla_prompt_tc.cu)
     setenv("LIZARD_GLA_PROMPT", "0", 1);
     CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
