@@ -4,7 +4,8 @@
 // into each sequence's ring (a second launch, so no block reads a ring row
 // that another block of the same step has already overwritten). Prompts in
 // bf16 take the tensor-core kernel of window_tc.cu. Decode steps (one token
-// per sequence) take window_decode_kernel, which also does the ring store.
+// per sequence, up to two waves of blocks) take window_decode_kernel, which
+// also does the ring store.
 // Kernels here are launched through lz_launch and wait (lz_pdl_wait) before
 // they touch activations or rings; the step's index arrays (copied by the host
 // before the step's first kernel) and the meta logits (a weight) may go first.
@@ -321,16 +322,19 @@ __global__ void __launch_bounds__(32 * NW)
 
 enum { WD_WARPS = 8 };
 
-// Whether window_decode_kernel takes this step: one token per sequence, a key row of 1 to 32
-// lanes of 16 bytes (a power of two), at most 8 query heads per kv head, the merge buffers within
-// the default 48 KB, 16-byte aligned rows.
+// Whether window_decode_kernel takes this step: one token per sequence, at most two waves of blocks
+// (it holds ~255 registers a thread, one block an SM: built for latency; larger batches keep the
+// tile kernel, which overlaps several blocks an SM), a key row of 1 to 32 lanes of 16 bytes (a power
+// of two), at most 8 query heads per kv head, the merge buffers within the default 48 KB, 16-byte
+// aligned rows.
 template <typename T>
-static bool window_decode_fits(const lz_batch *hb, const lz_attn_dims *dims, const void *out, const void *q,
-                               const void *k, const void *v, const void *ring_k, const void *ring_v) {
+static bool window_decode_fits(const lz_cuda_ctx *c, const lz_batch *hb, const lz_attn_dims *dims, const void *out,
+                               const void *q, const void *k, const void *v, const void *ring_k, const void *ring_v) {
     const int V = 16 / (int)sizeof(T), d = dims->head_dim, group = dims->n_heads / dims->n_kv_heads, L = d / V;
     const uintptr_t align = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)ring_k |
                             (uintptr_t)ring_v;
-    return hb->n_tokens == hb->n_seqs && dims->window >= 1 && d % V == 0 && L >= 1 && L <= 32 && (L & (L - 1)) == 0 &&
+    return hb->n_tokens == hb->n_seqs && (size_t)hb->n_tokens * dims->n_kv_heads <= 2 * (size_t)c->n_sms &&
+           dims->window >= 1 && d % V == 0 && L >= 1 && L <= 32 && (L & (L - 1)) == 0 &&
            group >= 1 && group <= 8 && sizeof(float) * (size_t)WD_WARPS * group * (d + 2) <= 48 * 1024 &&
            (align & 15) == 0;
 }
@@ -362,7 +366,7 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     if (group > 32)
         return lz_fail(LZ_ERR_INPUT, "window attention supports at most 32 query heads per kv head, got %d", group);
     // decode steps: one kernel, the ring store included (LIZARD_FUSE=0: the tile kernel and the ring store)
-    if (!c->fuse_off && window_decode_fits<T>(hb, dims, out, q, k, v, st->ring_k, st->ring_v))
+    if (!c->fuse_off && window_decode_fits<T>(c, hb, dims, out, q, k, v, st->ring_k, st->ring_v))
         return group <= 4 ? window_decode<T, 4, 8>(c, out, q, k, v, meta, alpha, st, b, hb, dims)
                           : window_decode<T, 8, 4>(c, out, q, k, v, meta, alpha, st, b, hb, dims);
     // prompts in bf16: 64 rows of a sequence per block on tensor cores (chunks mostly full;
