@@ -575,7 +575,7 @@ static void test_window_prompts(backend *c, backend *g) {
 /* The window branch on decode steps (window_decode_kernel, which also stores the new keys into the
  * ring): 1, 3 and 8 sequences of one token each, four steps in a row on the same rings (what a step
  * stores is what the next reads), positions below w, crossing w and far past it; LLaMA-3-8B's shape,
- * group 8, an odd group, head_dim 256 (fp32: the tile kernel) and 24 (the tile kernel). */
+ * group 8, an odd group, a long window, head_dim 256 (fp32: the tile kernel) and 24 (the tile kernel). */
 static void test_window_decode(backend *c, backend *g) {
     typedef struct {
         int Hq, Hkv, d, w, m;
@@ -584,6 +584,7 @@ static void test_window_decode(backend *c, backend *g) {
         {32, 8, 128, 128, 4}, // LLaMA-3-8B's Lizard layer
         {16, 2, 64, 16, 2},   // group 8, a short window
         {6, 2, 32, 20, 0},    // group 3, no meta logits
+        {8, 2, 64, 300, 3},   // a window of two passes of the warps
         {4, 2, 256, 8, 1},    // head_dim 256
         {4, 2, 24, 8, 1},     // a key row not of 16-byte vectors
     };
