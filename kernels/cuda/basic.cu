@@ -212,8 +212,10 @@ __device__ __forceinline__ void argmax_merge(float &bv, int32_t &bi, float ov, i
 }
 
 // One block of 1024 threads per row: 16-byte loads (one vocabulary row of
-// 128256 bf16 is 16 loads per thread, all in flight), each thread keeps its
-// first best, then warp shuffles and one shared-memory round pick the row's.
+// 128256 bf16 is 16 loads per thread, issued ARGMAX_LOADS at a time), each
+// thread keeps its first best, then warp shuffles and one shared-memory round
+// pick the row's.
+enum { ARGMAX_LOADS = 8 };
 template <typename T> __global__ void argmax_rows_kernel(int32_t *ids, const T *x, int C) {
     __shared__ float warp_v[32];
     __shared__ int32_t warp_i[32];
@@ -223,15 +225,23 @@ template <typename T> __global__ void argmax_rows_kernel(int32_t *ids, const T *
     const T *row = x + (size_t)blockIdx.x * C;
     float bv = -INFINITY;
     int32_t bi = C;
-    if (C % V == 0) { // rows stay 16-byte aligned
-        for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
-            float vals[V];
-            vec16<T>::load(vals, row + c);
+    if (C % V == 0) { // rows stay 16-byte aligned; ARGMAX_LOADS loads in flight, then compared in order
+        const int stride = blockDim.x * V;
+        for (int c0 = threadIdx.x * V; c0 < C; c0 += ARGMAX_LOADS * stride) {
+            float vals[ARGMAX_LOADS][V];
 #pragma unroll
-            for (int i = 0; i < V; i++)
-                if (vals[i] > bv || bi == C) {
-                    bv = vals[i];
-                    bi = c + i;
+            for (int u = 0; u < ARGMAX_LOADS; u++)
+                if (c0 + u * stride < C)
+                    vec16<T>::load(vals[u], row + c0 + u * stride);
+#pragma unroll
+            for (int u = 0; u < ARGMAX_LOADS; u++)
+                if (c0 + u * stride < C) {
+#pragma unroll
+                    for (int i = 0; i < V; i++)
+                        if (vals[u][i] > bv || bi == C) {
+                            bv = vals[u][i];
+                            bi = c0 + u * stride + i;
+                        }
                 }
         }
     } else {
