@@ -5,13 +5,15 @@
 // Several layers reading the same x (q, k and v; gate and up) go in one launch:
 // their rows are one range of warps, so that small layers (k, v: 1024 rows)
 // share a wave with large ones instead of running alone below the bandwidth.
-// Launched through lz_launch: each warp issues its first GW_PRE weight loads
+// Launched through lz_launch: each lane issues its first GW_PRE weight loads
 // (weights depend on no kernel) before it waits for the previous kernel, so a
-// programmatic dependent's loads start while its predecessor drains.
+// programmatic dependent's loads start while its predecessor drains. One load:
+// 34 registers for one token in bf16, as before (4 took 56, fewer blocks an SM),
+// and a resident wave's first loads are already megabytes in flight.
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
 
-enum { GW_PRE = 4 };
+enum { GW_PRE = 1 };
 
 // One warp per (output row of any segment, group of NT tokens). k % vec16<T>::N == 0.
 template <typename T, int NT>
@@ -48,17 +50,21 @@ __global__ void gemv_kernel(lz_gemv_segments<T> seg, const T *x, int n, int k, i
             }
         }
     };
-    float pre[GW_PRE][V]; // the first weights, loaded before the wait
+    uint4 pre[GW_PRE]; // the first weights, loaded before the wait (raw: 4 registers, not 8)
 #pragma unroll
     for (int u = 0; u < GW_PRE; u++)
         if (lane * V + u * 32 * V < k)
-            vec16<T>::load(pre[u], wr + lane * V + u * 32 * V);
+            pre[u] = *(const uint4 *)(wr + lane * V + u * 32 * V);
     lz_pdl_wait();
     lz_pdl_launch_dependents();
 #pragma unroll
-    for (int u = 0; u < GW_PRE; u++)
-        if (lane * V + u * 32 * V < k)
-            fma_row(pre[u], lane * V + u * 32 * V);
+    for (int u = 0; u < GW_PRE; u++) {
+        if (lane * V + u * 32 * V < k) {
+            float wv[V];
+            vec16<T>::load(wv, (const T *)&pre[u]);
+            fma_row(wv, lane * V + u * 32 * V);
+        }
+    }
     for (int c = lane * V + GW_PRE * 32 * V; c < k; c += 32 * V) {
         float wv[V];
         vec16<T>::load(wv, wr + c);
