@@ -84,32 +84,40 @@ __device__ __forceinline__ void store16(__nv_bfloat16 *dst, const float *v) {
 // 4096 bf16 is 512 vectors, one a thread, held in registers between the sum and
 // the scaling (at most RMS_VECS per thread), so x is read once; the norm's
 // weights are loaded before the wait.
-enum { RMS_VECS = 4 };
+enum { RMS_VECS = 2 }; // (rows up to 2048 vectors; wider ones take rmsnorm_kernel)
 template <typename T>
-__global__ void rmsnorm_vec_kernel(T *out, const T *x, const T *w, int C, float eps) {
+__global__ void __launch_bounds__(1024) rmsnorm_vec_kernel(T *out, const T *x, const T *w, int C, float eps) {
     __shared__ float red[32];
     constexpr int V = vec16<T>::N;
     const int n_vec = C / V;
     const T *xr = x + (size_t)blockIdx.x * C;
     T *orow = out + (size_t)blockIdx.x * C;
-    float xv[RMS_VECS][V], wv[RMS_VECS][V];
+    uint4 wraw[RMS_VECS]; // w and x raw until used (4 registers a vector), so 1024 threads fit
 #pragma unroll
     for (int k = 0; k < RMS_VECS; k++) {
         const int c = threadIdx.x + k * blockDim.x;
         if (c < n_vec)
-            vec16<T>::load(wv[k], w + (size_t)c * V);
+            wraw[k] = *(const uint4 *)(w + (size_t)c * V);
     }
+    uint4 xraw[RMS_VECS];
     lz_pdl_wait();
     lz_pdl_launch_dependents();
+#pragma unroll
+    for (int k = 0; k < RMS_VECS; k++) { // all loads first
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < n_vec)
+            xraw[k] = *(const uint4 *)(xr + (size_t)c * V);
+    }
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < RMS_VECS; k++) {
         const int c = threadIdx.x + k * blockDim.x;
         if (c < n_vec) {
-            vec16<T>::load(xv[k], xr + (size_t)c * V);
+            float xv[V];
+            vec16<T>::load(xv, (const T *)&xraw[k]);
 #pragma unroll
             for (int i = 0; i < V; i++)
-                ss += xv[k][i] * xv[k][i];
+                ss += xv[i] * xv[i];
         }
     }
     const float inv = rsqrtf(lz_block_sum(ss, red) / (float)C + eps);
@@ -117,10 +125,12 @@ __global__ void rmsnorm_vec_kernel(T *out, const T *x, const T *w, int C, float 
     for (int k = 0; k < RMS_VECS; k++) {
         const int c = threadIdx.x + k * blockDim.x;
         if (c < n_vec) {
-            float o[V];
+            float xv[V], wv[V], o[V];
+            vec16<T>::load(xv, (const T *)&xraw[k]);
+            vec16<T>::load(wv, (const T *)&wraw[k]);
 #pragma unroll
             for (int i = 0; i < V; i++)
-                o[i] = wv[k][i] * (xv[k][i] * inv);
+                o[i] = wv[i] * (xv[i] * inv);
             store16(orow + (size_t)c * V, o);
         }
     }
@@ -216,7 +226,7 @@ __device__ __forceinline__ void argmax_merge(float &bv, int32_t &bi, float ov, i
 // thread keeps its first best, then warp shuffles and one shared-memory round
 // pick the row's.
 enum { ARGMAX_LOADS = 8 };
-template <typename T> __global__ void argmax_rows_kernel(int32_t *ids, const T *x, int C) {
+template <typename T> __global__ void __launch_bounds__(1024) argmax_rows_kernel(int32_t *ids, const T *x, int C) {
     __shared__ float warp_v[32];
     __shared__ int32_t warp_i[32];
     constexpr int V = vec16<T>::N;
@@ -228,18 +238,20 @@ template <typename T> __global__ void argmax_rows_kernel(int32_t *ids, const T *
     if (C % V == 0) { // rows stay 16-byte aligned; ARGMAX_LOADS loads in flight, then compared in order
         const int stride = blockDim.x * V;
         for (int c0 = threadIdx.x * V; c0 < C; c0 += ARGMAX_LOADS * stride) {
-            float vals[ARGMAX_LOADS][V];
+            uint4 raw[ARGMAX_LOADS]; // (raw: 4 registers a load, so 1024 threads fit)
 #pragma unroll
             for (int u = 0; u < ARGMAX_LOADS; u++)
                 if (c0 + u * stride < C)
-                    vec16<T>::load(vals[u], row + c0 + u * stride);
+                    raw[u] = *(const uint4 *)(row + c0 + u * stride);
 #pragma unroll
             for (int u = 0; u < ARGMAX_LOADS; u++)
                 if (c0 + u * stride < C) {
+                    float vals[V];
+                    vec16<T>::load(vals, (const T *)&raw[u]);
 #pragma unroll
                     for (int i = 0; i < V; i++)
-                        if (vals[u][i] > bv || bi == C) {
-                            bv = vals[u][i];
+                        if (vals[i] > bv || bi == C) {
+                            bv = vals[i];
                             bi = c0 + u * stride + i;
                         }
                 }
