@@ -1,22 +1,62 @@
 // basic.cu - the small ops: embedding, RMSNorm, residual add, SwiGLU, row
 // gather, log-sigmoid, and linear layers through cuBLAS (fp32 accumulation).
+// Every kernel is launched through lz_launch (a programmatic dependent when
+// ctx->pdl) and waits for the previous kernel before it touches activations;
+// only weights (and the step's index arrays, which the host copies before the
+// step's first kernel) may be read before the wait.
 #include <stdint.h> // uintptr_t
 
 #include "cuda_kernels.cuh"
+#include "pdl.cuh" // lz_launch, lz_pdl_wait
 
 // Kernels ---------------------------------------------------------------------
 
-template <typename T>
-__global__ void embedding_kernel(T *out, const T *table, const int32_t *ids, int C) {
-    const size_t row = (size_t)ids[blockIdx.x] * C, dst = (size_t)blockIdx.x * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        out[dst + c] = table[row + c];
+// out row r = src row idx[r], one block per row; vec: rows of whole 16-byte vectors (aligned), each
+// thread's first COPY_VECS loads issued at once. TABLE: src is a weight (the embedding), so its row
+// is read before the wait (idx is the step's ids, copied by the host), and only the stores wait.
+enum { COPY_VECS = 4 };
+template <typename T, bool TABLE>
+__global__ void copy_rows_kernel(T *out, const T *src, const int32_t *idx, int C, bool vec) {
+    if (!TABLE)
+        lz_pdl_wait();
+    const T *in = src + (size_t)idx[blockIdx.x] * C;
+    T *o = out + (size_t)blockIdx.x * C;
+    if (!vec) {
+        if (TABLE)
+            lz_pdl_wait();
+        lz_pdl_launch_dependents();
+        for (int c = threadIdx.x; c < C; c += blockDim.x)
+            o[c] = in[c];
+        return;
+    }
+    const int n_vec = C / (16 / (int)sizeof(T)), step = blockDim.x;
+    uint4 r[COPY_VECS];
+    auto load = [&](int c0) {
+#pragma unroll
+        for (int u = 0; u < COPY_VECS; u++)
+            if (c0 + u * step < n_vec)
+                r[u] = ((const uint4 *)in)[c0 + u * step];
+    };
+    load(threadIdx.x);
+    if (TABLE)
+        lz_pdl_wait();
+    lz_pdl_launch_dependents();
+    for (int c0 = threadIdx.x; c0 < n_vec; c0 += COPY_VECS * step) {
+        if (c0 != (int)threadIdx.x)
+            load(c0);
+#pragma unroll
+        for (int u = 0; u < COPY_VECS; u++)
+            if (c0 + u * step < n_vec)
+                ((uint4 *)o)[c0 + u * step] = r[u];
+    }
 }
 
 // One block per row; the variance in fp32 as HF does.
 template <typename T>
 __global__ void rmsnorm_kernel(T *out, const T *x, const T *w, int C, float eps) {
     __shared__ float red[32];
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     const T *xr = x + (size_t)blockIdx.x * C;
     T *orow = out + (size_t)blockIdx.x * C;
     float ss = 0.0f;
@@ -41,26 +81,43 @@ __device__ __forceinline__ void store16(__nv_bfloat16 *dst, const float *v) {
 }
 
 // The same for rows of 16-byte vectors (C % V == 0, rows aligned): a row of
-// 4096 bf16 is 512 vectors, held in registers between the sum and the scaling
-// (at most RMS_VECS per thread), so x is read once.
-enum { RMS_VECS = 4 };
+// 4096 bf16 is 512 vectors, one a thread, held in registers between the sum and
+// the scaling (at most RMS_VECS per thread), so x is read once; the norm's
+// weights are loaded before the wait.
+enum { RMS_VECS = 2 }; // (rows up to 2048 vectors; wider ones take rmsnorm_kernel)
 template <typename T>
-__global__ void rmsnorm_vec_kernel(T *out, const T *x, const T *w, int C, float eps) {
+__global__ void __launch_bounds__(1024) rmsnorm_vec_kernel(T *out, const T *x, const T *w, int C, float eps) {
     __shared__ float red[32];
     constexpr int V = vec16<T>::N;
     const int n_vec = C / V;
     const T *xr = x + (size_t)blockIdx.x * C;
     T *orow = out + (size_t)blockIdx.x * C;
-    float xv[RMS_VECS][V];
+    uint4 wraw[RMS_VECS]; // w and x raw until used (4 registers a vector), so 1024 threads fit
+#pragma unroll
+    for (int k = 0; k < RMS_VECS; k++) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < n_vec)
+            wraw[k] = *(const uint4 *)(w + (size_t)c * V);
+    }
+    uint4 xraw[RMS_VECS];
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
+#pragma unroll
+    for (int k = 0; k < RMS_VECS; k++) { // all loads first
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < n_vec)
+            xraw[k] = *(const uint4 *)(xr + (size_t)c * V);
+    }
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < RMS_VECS; k++) {
         const int c = threadIdx.x + k * blockDim.x;
         if (c < n_vec) {
-            vec16<T>::load(xv[k], xr + (size_t)c * V);
+            float xv[V];
+            vec16<T>::load(xv, (const T *)&xraw[k]);
 #pragma unroll
             for (int i = 0; i < V; i++)
-                ss += xv[k][i] * xv[k][i];
+                ss += xv[i] * xv[i];
         }
     }
     const float inv = rsqrtf(lz_block_sum(ss, red) / (float)C + eps);
@@ -68,22 +125,27 @@ __global__ void rmsnorm_vec_kernel(T *out, const T *x, const T *w, int C, float 
     for (int k = 0; k < RMS_VECS; k++) {
         const int c = threadIdx.x + k * blockDim.x;
         if (c < n_vec) {
-            float wv[V], o[V];
-            vec16<T>::load(wv, w + (size_t)c * V);
+            float xv[V], wv[V], o[V];
+            vec16<T>::load(xv, (const T *)&xraw[k]);
+            vec16<T>::load(wv, (const T *)&wraw[k]);
 #pragma unroll
             for (int i = 0; i < V; i++)
-                o[i] = wv[i] * (xv[k][i] * inv);
+                o[i] = wv[i] * (xv[i] * inv);
             store16(orow + (size_t)c * V, o);
         }
     }
 }
 
 template <typename T> __global__ void add_kernel(T *y, const T *x, size_t n) {
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = lz_from_float<T>(lz_to_float(y[i]) + lz_to_float(x[i]));
 }
 
 template <typename T> __global__ void swiglu_kernel(T *out, const T *gate, const T *up, size_t n) {
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float g = lz_to_float(gate[i]);
         out[i] = lz_from_float<T>(g / (1.0f + expf(-g)) * lz_to_float(up[i]));
@@ -96,6 +158,8 @@ template <typename T> __global__ void swiglu_kernel(T *out, const T *gate, const
 enum { EW_UNROLL = 2 };
 template <typename T> __global__ void add_vec_kernel(T *y, const T *x, size_t n_vec) {
     constexpr int V = vec16<T>::N;
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i0 < n_vec; i0 += stride * EW_UNROLL) {
         float a[EW_UNROLL][V], b[EW_UNROLL][V];
@@ -122,6 +186,8 @@ template <typename T> __global__ void add_vec_kernel(T *y, const T *x, size_t n_
 
 template <typename T> __global__ void swiglu_vec_kernel(T *out, const T *gate, const T *up, size_t n_vec) {
     constexpr int V = vec16<T>::N;
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i0 < n_vec; i0 += stride * EW_UNROLL) {
         float g[EW_UNROLL][V], u_[EW_UNROLL][V];
@@ -146,12 +212,6 @@ template <typename T> __global__ void swiglu_vec_kernel(T *out, const T *gate, c
     }
 }
 
-template <typename T> __global__ void gather_rows_kernel(T *out, const T *x, const int32_t *rows, int C) {
-    const size_t src = (size_t)rows[blockIdx.x] * C, dst = (size_t)blockIdx.x * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        out[dst + c] = x[src + c];
-}
-
 // The better of two (value, index) candidates: the larger value, the lower
 // index on ties (the host sampler's left-to-right scan); index C = "none yet".
 __device__ __forceinline__ void argmax_merge(float &bv, int32_t &bi, float ov, int32_t oi, int C) {
@@ -162,24 +222,38 @@ __device__ __forceinline__ void argmax_merge(float &bv, int32_t &bi, float ov, i
 }
 
 // One block of 1024 threads per row: 16-byte loads (one vocabulary row of
-// 128256 bf16 is 16 loads per thread, all in flight), each thread keeps its
-// first best, then warp shuffles and one shared-memory round pick the row's.
-template <typename T> __global__ void argmax_rows_kernel(int32_t *ids, const T *x, int C) {
+// 128256 bf16 is 16 loads per thread, issued ARGMAX_LOADS at a time), each
+// thread keeps its first best, then warp shuffles and one shared-memory round
+// pick the row's.
+enum { ARGMAX_LOADS = 8 };
+template <typename T> __global__ void __launch_bounds__(1024) argmax_rows_kernel(int32_t *ids, const T *x, int C) {
     __shared__ float warp_v[32];
     __shared__ int32_t warp_i[32];
     constexpr int V = vec16<T>::N;
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     const T *row = x + (size_t)blockIdx.x * C;
     float bv = -INFINITY;
     int32_t bi = C;
-    if (C % V == 0) { // rows stay 16-byte aligned
-        for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
-            float vals[V];
-            vec16<T>::load(vals, row + c);
+    if (C % V == 0) { // rows stay 16-byte aligned; ARGMAX_LOADS loads in flight, then compared in order
+        const int stride = blockDim.x * V;
+        for (int c0 = threadIdx.x * V; c0 < C; c0 += ARGMAX_LOADS * stride) {
+            uint4 raw[ARGMAX_LOADS]; // (raw: 4 registers a load, so 1024 threads fit)
 #pragma unroll
-            for (int i = 0; i < V; i++)
-                if (vals[i] > bv || bi == C) {
-                    bv = vals[i];
-                    bi = c + i;
+            for (int u = 0; u < ARGMAX_LOADS; u++)
+                if (c0 + u * stride < C)
+                    raw[u] = *(const uint4 *)(row + c0 + u * stride);
+#pragma unroll
+            for (int u = 0; u < ARGMAX_LOADS; u++)
+                if (c0 + u * stride < C) {
+                    float vals[V];
+                    vec16<T>::load(vals, (const T *)&raw[u]);
+#pragma unroll
+                    for (int i = 0; i < V; i++)
+                        if (vals[i] > bv || bi == C) {
+                            bv = vals[i];
+                            bi = c0 + u * stride + i;
+                        }
                 }
         }
     } else {
@@ -210,6 +284,8 @@ template <typename T> __global__ void argmax_rows_kernel(int32_t *ids, const T *
 }
 
 template <typename T> __global__ void log_sigmoid_kernel(T *out, const T *x, int n) {
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         const float v = lz_to_float(x[i]);
@@ -219,6 +295,8 @@ template <typename T> __global__ void log_sigmoid_kernel(T *out, const T *x, int
 
 // out[t, o] += bias[o]
 template <typename T> __global__ void bias_kernel(T *out, const T *bias, int n_out, size_t total) {
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
         out[i] = lz_from_float<T>(lz_to_float(out[i]) + lz_to_float(bias[i % n_out]));
 }
@@ -230,22 +308,39 @@ static int grid_for(size_t n, int block) {
     return (int)(g < 65535 * 8 ? (g > 0 ? g : 1) : 65535 * 8);
 }
 
-template <typename T>
-lz_status embedding_forward(lz_cuda_ctx *c, T *out, const T *table, const int32_t *ids, int n, int C) {
-    embedding_kernel<T><<<n, 256, 0, c->stream>>>(out, table, ids, C);
-    LZ_LAUNCH_CHECK("embedding");
-    return LZ_OK;
-}
-
 static bool aligned16(const void *a, const void *b, const void *c) {
     return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
 }
 
-// Blocks for n_vec vectors at 256 threads and EW_UNROLL vectors each, at most
-// 64 resident-sized waves (a grid-stride loop takes the rest).
+// n rows of C elements gathered by idx: one thread per 16-byte vector of a row (up to 1024), so that a
+// batch-1 step's row is one round of loads.
+template <typename T, bool TABLE>
+static lz_status copy_rows(lz_cuda_ctx *c, const char *what, T *out, const T *src, const int32_t *idx, int n, int C) {
+    if (n <= 0)
+        return LZ_OK;
+    const int V = 16 / (int)sizeof(T);
+    const bool vec = C % V == 0 && aligned16(out, src, src);
+    int threads = vec ? (C / V + 31) / 32 * 32 : 256;
+    threads = threads < 32 ? 32 : threads > 1024 ? 1024 : threads;
+    LZ_TRY(lz_launch(c, what, copy_rows_kernel<T, TABLE>, dim3((unsigned)n), dim3((unsigned)threads), 0, out, src, idx,
+                     C, vec));
+    LZ_LAUNCH_CHECK(what);
+    return LZ_OK;
+}
+
+template <typename T>
+lz_status embedding_forward(lz_cuda_ctx *c, T *out, const T *table, const int32_t *ids, int n, int C) {
+    return copy_rows<T, true>(c, "embedding", out, table, ids, n, C);
+}
+
+// Blocks of 256 threads for n_vec vectors: one vector a thread while that is at most a wave of
+// blocks (a batch-1 step's row spread over several SMs), else EW_UNROLL vectors each, at most 64
+// resident-sized waves (a grid-stride loop takes the rest).
 static int vec_grid(const lz_cuda_ctx *c, size_t n_vec) {
-    const size_t per_block = 256 * EW_UNROLL, cap = (size_t)c->n_sms * 8 * 64;
-    size_t g = (n_vec + per_block - 1) / per_block;
+    const size_t cap = (size_t)c->n_sms * 8 * 64;
+    size_t g = (n_vec + 255) / 256;
+    if (g > (size_t)c->n_sms * 8)
+        g = (n_vec + 256 * EW_UNROLL - 1) / (256 * EW_UNROLL);
     return (int)(g < 1 ? 1 : g > cap ? cap : g);
 }
 
@@ -253,15 +348,17 @@ template <typename T> lz_status rmsnorm_forward(lz_cuda_ctx *c, T *out, const T 
     constexpr int V = vec16<T>::N;
     const int n_vec = C / V;
     if (C % V == 0 && aligned16(out, x, w) && n_vec <= 1024 * RMS_VECS) {
-        // about 2 vectors per thread (256 threads for a 4096-wide bf16 row); n_vec <= 1024 * RMS_VECS
-        // means threads * RMS_VECS >= n_vec after the clamp
-        int threads = (n_vec + 1) / 2;
-        threads = threads < 32 ? 32 : threads > 1024 ? 1024 : (threads + 31) / 32 * 32;
-        rmsnorm_vec_kernel<T><<<n, threads, 0, c->stream>>>(out, x, w, C, eps);
+        // one vector per thread up to 1024 (512 threads for a 4096-wide bf16 row: one round of loads);
+        // n_vec <= 1024 * RMS_VECS means threads * RMS_VECS >= n_vec after the clamp
+        int threads = (n_vec + 31) / 32 * 32;
+        threads = threads < 32 ? 32 : threads > 1024 ? 1024 : threads;
+        LZ_TRY(lz_launch(c, "rmsnorm", rmsnorm_vec_kernel<T>, dim3((unsigned)n), dim3((unsigned)threads), 0, out, x, w,
+                         C, eps));
         LZ_LAUNCH_CHECK("rmsnorm");
         return LZ_OK;
     }
-    rmsnorm_kernel<T><<<n, C >= 1024 ? 1024 : ((C + 31) / 32) * 32, 0, c->stream>>>(out, x, w, C, eps);
+    LZ_TRY(lz_launch(c, "rmsnorm", rmsnorm_kernel<T>, dim3((unsigned)n), dim3(C >= 1024 ? 1024 : ((C + 31) / 32) * 32),
+                     0, out, x, w, C, eps));
     LZ_LAUNCH_CHECK("rmsnorm");
     return LZ_OK;
 }
@@ -270,11 +367,12 @@ template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, si
     constexpr int V = vec16<T>::N;
     const size_t n_vec = aligned16(y, x, y) ? n / V : 0, done = n_vec * V;
     if (n_vec > 0) {
-        add_vec_kernel<T><<<vec_grid(c, n_vec), 256, 0, c->stream>>>(y, x, n_vec);
+        LZ_TRY(lz_launch(c, "add", add_vec_kernel<T>, dim3((unsigned)vec_grid(c, n_vec)), dim3(256), 0, y, x, n_vec));
         LZ_LAUNCH_CHECK("add");
     }
     if (done < n) { // the tail (or everything, unaligned)
-        add_kernel<T><<<grid_for(n - done, 256), 256, 0, c->stream>>>(y + done, x + done, n - done);
+        LZ_TRY(lz_launch(c, "add", add_kernel<T>, dim3((unsigned)grid_for(n - done, 256)), dim3(256), 0, y + done,
+                         x + done, n - done));
         LZ_LAUNCH_CHECK("add");
     }
     return LZ_OK;
@@ -284,30 +382,31 @@ template <typename T> lz_status swiglu_forward(lz_cuda_ctx *c, T *out, const T *
     constexpr int V = vec16<T>::N;
     const size_t n_vec = aligned16(out, gate, up) ? n / V : 0, done = n_vec * V;
     if (n_vec > 0) {
-        swiglu_vec_kernel<T><<<vec_grid(c, n_vec), 256, 0, c->stream>>>(out, gate, up, n_vec);
+        LZ_TRY(lz_launch(c, "swiglu", swiglu_vec_kernel<T>, dim3((unsigned)vec_grid(c, n_vec)), dim3(256), 0, out, gate,
+                         up, n_vec));
         LZ_LAUNCH_CHECK("swiglu");
     }
     if (done < n) {
-        swiglu_kernel<T><<<grid_for(n - done, 256), 256, 0, c->stream>>>(out + done, gate + done, up + done, n - done);
+        LZ_TRY(lz_launch(c, "swiglu", swiglu_kernel<T>, dim3((unsigned)grid_for(n - done, 256)), dim3(256), 0,
+                         out + done, gate + done, up + done, n - done));
         LZ_LAUNCH_CHECK("swiglu");
     }
     return LZ_OK;
 }
 
 template <typename T> lz_status gather_rows_forward(lz_cuda_ctx *c, T *out, const T *x, const int32_t *rows, int n, int C) {
-    gather_rows_kernel<T><<<n, 256, 0, c->stream>>>(out, x, rows, C);
-    LZ_LAUNCH_CHECK("gather_rows");
-    return LZ_OK;
+    return copy_rows<T, false>(c, "gather_rows", out, x, rows, n, C);
 }
 
 template <typename T> lz_status argmax_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C) {
-    argmax_rows_kernel<T><<<n, 1024, 0, c->stream>>>(ids, x, C);
+    LZ_TRY(lz_launch(c, "argmax_rows", argmax_rows_kernel<T>, dim3((unsigned)n), dim3(1024), 0, ids, x, C));
     LZ_LAUNCH_CHECK("argmax_rows");
     return LZ_OK;
 }
 
 template <typename T> lz_status log_sigmoid_forward(lz_cuda_ctx *c, T *out, const T *x, int n) {
-    log_sigmoid_kernel<T><<<grid_for((size_t)n, 256), 256, 0, c->stream>>>(out, x, n);
+    LZ_TRY(lz_launch(c, "log_sigmoid", log_sigmoid_kernel<T>, dim3((unsigned)grid_for((size_t)n, 256)), dim3(256), 0,
+                     out, x, n));
     LZ_LAUNCH_CHECK("log_sigmoid");
     return LZ_OK;
 }
@@ -330,7 +429,8 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
                                CUBLAS_GEMM_DEFAULT));
     if (bias) {
         const size_t total = (size_t)n * out_features;
-        bias_kernel<T><<<grid_for(total, 256), 256, 0, c->stream>>>(out, bias, out_features, total);
+        LZ_TRY(lz_launch(c, "linear bias", bias_kernel<T>, dim3((unsigned)grid_for(total, 256)), dim3(256), 0, out, bias,
+                         out_features, total));
         LZ_LAUNCH_CHECK("linear bias");
     }
     return LZ_OK;

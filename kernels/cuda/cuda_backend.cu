@@ -870,8 +870,8 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
                                                                                            : FUSE_GLA;
     const char *stream_min = getenv("LIZARD_GLA_STREAM_MIN");
     be->ctx.gla_stream_min = stream_min && *stream_min ? atoi(stream_min) : LZ_GLA_STREAM_MIN_DEFAULT;
-    const char *pdl = getenv("LIZARD_PDL");
-    be->ctx.pdl = pdl && *pdl && strcmp(pdl, "0") != 0;
+    const char *pdl = getenv("LIZARD_PDL"); // on unless "0": kernels start while their predecessor drains
+    be->ctx.pdl = !(pdl && strcmp(pdl, "0") == 0);
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
     be->graphs.off = be->prof.on || (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
     lz_status s = init_device(be);

@@ -8,6 +8,7 @@
 #include <type_traits> // std::is_same
 
 #include "cuda_kernels.cuh"
+#include "pdl.cuh" // lz_launch, lz_pdl_wait
 
 // grid (n, Hout), block fb x parts (fb = f rounded up to a warp multiple):
 // thread (j, part) sums u_j over rows part, part + parts, ... of W, so that a
@@ -21,6 +22,8 @@ __global__ void feature_map_kernel(T *out, const T *x, const T *w, int n_w, int 
     float *part_u = xs + d;
     const int t = blockIdx.x, o = blockIdx.y, j = threadIdx.x % fb, part = threadIdx.x / fb, parts = blockDim.x / fb;
     const int rep = Hout / Hx;
+    lz_pdl_wait(); // (a decode step's kernel: launched through lz_launch)
+    lz_pdl_launch_dependents();
     const T *xh = x + ((size_t)t * Hx + o / rep) * d;
     const T *wh = w + (size_t)(n_w == 1 ? 0 : o) * d * f;
     for (int i = threadIdx.x; i < d; i += blockDim.x)
@@ -225,8 +228,8 @@ lz_status feature_map_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, in
     if (smem > 48 * 1024) // the default limit: no opt-in needed
         return lz_fail(LZ_ERR_INPUT, "CUDA feature map needs %zu bytes of shared memory for head_dim %d (at most 48 KB)",
                        smem, d);
-    feature_map_kernel<T><<<dim3(n, Hout), fb * parts, smem, c->stream>>>(out, x, w, n_w, Hx, Hout, d, f, fb,
-                                                                           exp_map);
+    LZ_TRY(lz_launch(c, "feature_map", feature_map_kernel<T>, dim3((unsigned)n, (unsigned)Hout), dim3((unsigned)(fb * parts)),
+                     smem, out, x, w, n_w, Hx, Hout, d, f, fb, exp_map));
     LZ_LAUNCH_CHECK("feature_map");
     return LZ_OK;
 }

@@ -5,7 +5,15 @@
 // Several layers reading the same x (q, k and v; gate and up) go in one launch:
 // their rows are one range of warps, so that small layers (k, v: 1024 rows)
 // share a wave with large ones instead of running alone below the bandwidth.
+// Launched through lz_launch: each lane issues its first GW_PRE weight loads
+// (weights depend on no kernel) before it waits for the previous kernel, so a
+// programmatic dependent's loads start while its predecessor drains. One load:
+// 34 registers for one token in bf16, as before (4 took 56, fewer blocks an SM),
+// and a resident wave's first loads are already megabytes in flight.
 #include "cuda_kernels.cuh"
+#include "pdl.cuh" // lz_launch, lz_pdl_wait
+
+enum { GW_PRE = 1 };
 
 // One warp per (output row of any segment, group of NT tokens). k % vec16<T>::N == 0.
 template <typename T, int NT>
@@ -13,7 +21,7 @@ __global__ void gemv_kernel(lz_gemv_segments<T> seg, const T *x, int n, int k, i
     constexpr int V = vec16<T>::N;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (warp >= seg.total_rows * n_groups)
-        return;
+        return; // (touches no memory; the block's other warps wait)
     // this row's segment; constant indices only, so that the segments stay in parameter space
     int row = warp % seg.total_rows, m = seg.m[0];
     const T *w = seg.w[0], *bias = seg.bias[0];
@@ -30,18 +38,37 @@ __global__ void gemv_kernel(lz_gemv_segments<T> seg, const T *x, int n, int k, i
 #pragma unroll
     for (int t = 0; t < NT; t++)
         acc[t] = 0.0f;
-    for (int c = lane * V; c < k; c += 32 * V) {
-        float wv[V], xv[V];
-        vec16<T>::load(wv, wr + c);
+    auto fma_row = [&](const float *wv, int c) {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t < nt) {
+                float xv[V];
                 vec16<T>::load(xv, x + (size_t)(t0 + t) * k + c);
 #pragma unroll
                 for (int i = 0; i < V; i++)
                     acc[t] += wv[i] * xv[i];
             }
         }
+    };
+    uint4 pre[GW_PRE]; // the first weights, loaded before the wait (raw: 4 registers, not 8)
+#pragma unroll
+    for (int u = 0; u < GW_PRE; u++)
+        if (lane * V + u * 32 * V < k)
+            pre[u] = *(const uint4 *)(wr + lane * V + u * 32 * V);
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
+#pragma unroll
+    for (int u = 0; u < GW_PRE; u++) {
+        if (lane * V + u * 32 * V < k) {
+            float wv[V];
+            vec16<T>::load(wv, (const T *)&pre[u]);
+            fma_row(wv, lane * V + u * 32 * V);
+        }
+    }
+    for (int c = lane * V + GW_PRE * 32 * V; c < k; c += 32 * V) {
+        float wv[V];
+        vec16<T>::load(wv, wr + c);
+        fma_row(wv, c);
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -55,7 +82,7 @@ template <typename T, int NT>
 static lz_status launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, int n, int k) {
     const int groups = (n + NT - 1) / NT, block = 256;
     const int grid = (int)(((size_t)seg.total_rows * groups * 32 + block - 1) / block);
-    gemv_kernel<T, NT><<<grid, block, 0, c->stream>>>(seg, x, n, k, groups);
+    LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT>, dim3((unsigned)grid), dim3(block), 0, seg, x, n, k, groups));
     LZ_LAUNCH_CHECK("gemv");
     return LZ_OK;
 }

@@ -8,7 +8,7 @@
 //     (the gate and up outputs never reach memory, and the SwiGLU launch goes).
 // Each lane keeps U 16-byte weight loads in flight per row (the loop over k unrolled by hand), so
 // that layers with few rows (o_proj, down_proj: 4096 warps) still have enough bytes in flight.
-// LIZARD_PDL=1 (an experiment): launched as programmatic dependents, so that a GEMV's blocks start
+// Launched as programmatic dependents (unless LIZARD_PDL=0), so that a GEMV's blocks start
 // while the previous kernel drains; each warp issues its first weight loads (weights depend on no
 // kernel), then waits for the previous kernel (griddepcontrol.wait: its completion and its memory)
 // before it reads x, the norm input or the residual. Without the launch attribute both

@@ -7,6 +7,7 @@
 // weights make every sum order-free: the id equals the CPU reference's
 // (kernels/cpu/sample_rows.c) for the same logits, bit for bit.
 #include "cuda_kernels.cuh"
+#include "pdl.cuh" // lz_launch, lz_pdl_wait
 
 extern "C" {
 #include "sample_rule.h" // lz_sample_key, lz_sample_mass, lz_sample_frac53
@@ -290,6 +291,8 @@ template <typename T>
 __global__ void __launch_bounds__(SR_THREADS) sample_rows_kernel(int32_t *ids, const T *x, int C,
                                                                  const lz_sample_dev *params) {
     __shared__ sr_shared sh;
+    lz_pdl_wait(); // the logits come from the previous kernel
+    lz_pdl_launch_dependents();
     const T *row = x + (size_t)blockIdx.x * C;
     const lz_sample_dev p = params[blockIdx.x];
     float m = -INFINITY;
@@ -315,7 +318,7 @@ __global__ void __launch_bounds__(SR_THREADS) sample_rows_kernel(int32_t *ids, c
 
 template <typename T>
 lz_status sample_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C, const lz_sample_dev *params) {
-    sample_rows_kernel<T><<<n, SR_THREADS, 0, c->stream>>>(ids, x, C, params);
+    LZ_TRY(lz_launch(c, "sample_rows", sample_rows_kernel<T>, dim3((unsigned)n), dim3(SR_THREADS), 0, ids, x, C, params));
     LZ_LAUNCH_CHECK("sample_rows");
     return LZ_OK;
 }

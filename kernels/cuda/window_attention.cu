@@ -3,9 +3,17 @@
 // added as alpha * WIN to the GLA output; then this step's keys and values go
 // into each sequence's ring (a second launch, so no block reads a ring row
 // that another block of the same step has already overwritten). Prompts in
-// bf16 take the tensor-core kernel of window_tc.cu.
+// bf16 take the tensor-core kernel of window_tc.cu. Decode steps (one token
+// per sequence, up to two waves of blocks) take window_decode_kernel, which
+// also does the ring store.
+// Kernels here are launched through lz_launch and wait (lz_pdl_wait) before
+// they touch activations or rings; the step's index arrays (copied by the host
+// before the step's first kernel) and the meta logits (a weight) may go first.
+#include <stdint.h> // uintptr_t
+
 #include "attention_common.cuh"
 #include "attention_tile.cuh"
+#include "pdl.cuh" // lz_launch, lz_pdl_wait
 
 // grid (tokens, Hkv), block: `parts` warps per query head of the group. Warp
 // (hq, r) takes the r-th slice of the window's keys; the slices' partial
@@ -21,6 +29,8 @@ __global__ void window_kernel(T *out, const T *q, const T *k, const T *v, const 
     const int group = Hq / Hkv, n_dims = lz_lane_dims(d), s = token_seq[t], p = token_pos[t];
     const int hq = warp / parts, part = warp % parts, h = g * group + hq;
     const int pos0 = pos[s], row0 = start[s], first = p - w + 1 > 0 ? p - w + 1 : 0;
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     const int span = ((p + 1 - first + parts - 1) / parts + 31) / 32 * 32; // whole rounds of 32 keys
     const int t0 = min(p + 1, first + part * span), t1 = min(p + 1, t0 + span);
     const size_t row = (size_t)Hkv * d, ring = (size_t)slot[s] * w * row + (size_t)g * d;
@@ -84,6 +94,8 @@ __global__ void window_tile_kernel(T *out, const T *q, const T *k, const T *v, c
     const int pos0 = pos[s_], row0 = start[s_], first = p - w + 1 > 0 ? p - w + 1 : 0;
     const size_t row = (size_t)Hkv * d, ring = (size_t)slot[s_] * w * row + (size_t)g * d;
     const lz_tile s = lz_tile_carve<T>(smem, group, d, kt);
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     const T *qg = q + ((size_t)t * Hq + (size_t)g * group) * d;
     for (int e = threadIdx.x; e < group * d; e += blockDim.x)
         s.q[e] = lz_to_float(qg[e]);
@@ -125,12 +137,220 @@ __global__ void ring_store_kernel(T *ring_k, T *ring_v, const T *k, const T *v, 
                                   const int32_t *token_pos, int row, int w) {
     const int t = blockIdx.x, s = token_seq[t];
     if (t - start[s] < len[s] - w)
-        return; // overwritten later in this same step
+        return; // overwritten later in this same step (touches no activation: no wait needed)
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     const size_t dst = ((size_t)slot[s] * w + token_pos[t] % w) * row, src = (size_t)t * row;
     for (int i = threadIdx.x; i < row; i += blockDim.x) {
         ring_k[dst + i] = k[src + i];
         ring_v[dst + i] = v[src + i];
     }
+}
+
+// Decode steps ------------------------------------------------------------------
+
+// 16 bytes as floats and back (the pointer argument picks the type)
+__device__ __forceinline__ void wd_unpack(float *f, uint4 raw, const __nv_bfloat16 *) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 x = __bfloat1622float2(h[i]);
+        f[2 * i] = x.x, f[2 * i + 1] = x.y;
+    }
+}
+__device__ __forceinline__ void wd_unpack(float *f, uint4 raw, const float *) {
+    f[0] = __uint_as_float(raw.x), f[1] = __uint_as_float(raw.y), f[2] = __uint_as_float(raw.z);
+    f[3] = __uint_as_float(raw.w);
+}
+__device__ __forceinline__ uint4 wd_pack(const float *f, const __nv_bfloat16 *) {
+    uint4 raw;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return raw;
+}
+__device__ __forceinline__ uint4 wd_pack(const float *f, const float *) {
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
+}
+
+// grid (tokens, Hkv), one token per sequence, block 32 * NW: the kv group's query heads (at most GM)
+// over the window. A key row is L = d / V lanes of 16 bytes, so a warp takes 32 / L keys per load;
+// each pass of NW * R * (32 / L) keys gives every warp R loads of K and of V per lane, all issued at
+// once (at batch 1 the LLaMA window is one pass: one round trip), then an online softmax per warp;
+// the warps meet in shared memory. The new key (position p) comes from k/v, the others from the
+// ring; the lanes that load it also store it into ring row p % w: that row held position p - w,
+// which no window of this step reads (one token per sequence; a block owns its sequence and kv head).
+// smem: acc [NW][group][d], m [NW][group], l [NW][group]
+template <typename T, int GM, int NW, int R>
+__global__ void __launch_bounds__(32 * NW)
+    window_decode_kernel(T *out, const T *q, const T *k, const T *v, T *ring_k, T *ring_v, const T *meta, int n_meta,
+                         float alpha, const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int Hq,
+                         int Hkv, int d, int w) {
+    constexpr int V = 16 / sizeof(T);
+    extern __shared__ float wd_smem[];
+    const int t = blockIdx.x, g = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int group = Hq / Hkv, L = d / V, KPW = 32 / L, sub = lane / L, li = lane % L;
+    const int p = token_pos[t], first = p - w + 1 > 0 ? p - w + 1 : 0, n_keys = p + 1 - first;
+    const size_t row = (size_t)Hkv * d, ring = (size_t)slot[token_seq[t]] * w * row + (size_t)g * d;
+    float mm = -INFINITY, lm = 0.0f; // the meta logits: mass in the denominator only
+    for (int j = 0; j < n_meta; j++)
+        mm = fmaxf(mm, lz_to_float(meta[j]));
+    for (int j = 0; j < n_meta; j++)
+        lm += expf(lz_to_float(meta[j]) - mm);
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
+    const T *kn = k + (size_t)t * row + (size_t)g * d, *vn = v + (size_t)t * row + (size_t)g * d;
+    float qr[GM][V], acc[GM][V], m[GM], l[GM];
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        if (h < group)
+            wd_unpack(qr[h], ((const uint4 *)(q + ((size_t)t * Hq + (size_t)g * group + h) * d))[li], q);
+        m[h] = -INFINITY, l[h] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            acc[h][i] = 0.0f;
+    }
+    const float scale = rsqrtf((float)d);
+    for (int base = warp * R * KPW; base < n_keys; base += NW * R * KPW) { // warp-uniform
+        uint4 kr[R], vr[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int j = base + r * KPW + sub;
+            kr[r] = vr[r] = make_uint4(0, 0, 0, 0);
+            if (j < n_keys) {
+                const int kp = first + j;
+                const size_t off = (size_t)(kp % w) * row;
+                kr[r] = ((const uint4 *)(kp == p ? kn : ring_k + ring + off))[li];
+                vr[r] = ((const uint4 *)(kp == p ? vn : ring_v + ring + off))[li];
+            }
+        }
+        float sc[GM][R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const bool valid = base + r * KPW + sub < n_keys;
+            float kf[V];
+            wd_unpack(kf, kr[r], q);
+#pragma unroll
+            for (int h = 0; h < GM; h++) {
+                float dot = 0.0f;
+                if (h < group) {
+#pragma unroll
+                    for (int i = 0; i < V; i++)
+                        dot += qr[h][i] * kf[i];
+                }
+                for (int o = L / 2; o > 0; o >>= 1) // over the key's lanes
+                    dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                sc[h][r] = valid ? dot * scale : -INFINITY;
+            }
+            if (valid && first + base + r * KPW + sub == p) { // the new key into the ring
+                ((uint4 *)(ring_k + ring + (size_t)(p % w) * row))[li] = kr[r];
+                ((uint4 *)(ring_v + ring + (size_t)(p % w) * row))[li] = vr[r];
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                mx = fmaxf(mx, sc[h][r]);
+            for (int o = L; o < 32; o <<= 1) // over the warp's keys
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float m_new = fmaxf(m[h], mx); // finite: key `base` is valid
+            const float corr = expf(m[h] - m_new);
+            m[h] = m_new;
+            l[h] *= corr;
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                acc[h][i] *= corr;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float pr = expf(sc[h][r] - m_new); // 0 for invalid keys
+                float vf[V];
+                wd_unpack(vf, vr[r], q);
+                l[h] += pr;
+#pragma unroll
+                for (int i = 0; i < V; i++)
+                    acc[h][i] += pr * vf[i];
+            }
+        }
+    }
+    float *part = wd_smem, *pm = part + (size_t)NW * group * d, *pl = pm + NW * group;
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        for (int o = L; o < 32; o <<= 1) { // the warp's keys together
+            l[h] += __shfl_xor_sync(0xffffffffu, l[h], o);
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                acc[h][i] += __shfl_xor_sync(0xffffffffu, acc[h][i], o);
+        }
+        if (h < group) {
+            if (lane < L)
+#pragma unroll
+                for (int i = 0; i < V; i++)
+                    part[((size_t)warp * group + h) * d + li * V + i] = acc[h][i];
+            if (lane == 0)
+                pm[warp * group + h] = m[h], pl[warp * group + h] = l[h];
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < group * L; e += blockDim.x) { // out += alpha * WIN, V dims a thread
+        const int h = e / L, x = e % L * V;
+        float mx = mm;
+        for (int r = 0; r < NW; r++)
+            mx = fmaxf(mx, pm[r * group + h]);
+        float den = n_meta > 0 ? lm * expf(mm - mx) : 0.0f, a[V] = {0};
+        for (int r = 0; r < NW; r++) {
+            const float mr = pm[r * group + h];
+            if (mr == -INFINITY) // a warp without keys
+                continue;
+            const float f = expf(mr - mx);
+            den += pl[r * group + h] * f;
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                a[i] += part[((size_t)r * group + h) * d + x + i] * f;
+        }
+        uint4 *o = (uint4 *)(out + ((size_t)t * Hq + (size_t)g * group + h) * d + x);
+        float of[V];
+        wd_unpack(of, *o, q);
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            of[i] += alpha * a[i] / den;
+        *o = wd_pack(of, q);
+    }
+}
+
+enum { WD_WARPS = 8 };
+
+// Whether window_decode_kernel takes this step: one token per sequence, at most two waves of blocks
+// (it holds ~255 registers a thread, one block an SM: built for latency; larger batches keep the
+// tile kernel, which overlaps several blocks an SM), a key row of 1 to 32 lanes of 16 bytes (a power
+// of two), at most 8 query heads per kv head, the merge buffers within the default 48 KB, 16-byte
+// aligned rows.
+template <typename T>
+static bool window_decode_fits(const lz_cuda_ctx *c, const lz_batch *hb, const lz_attn_dims *dims, const void *out,
+                               const void *q, const void *k, const void *v, const void *ring_k, const void *ring_v) {
+    const int V = 16 / (int)sizeof(T), d = dims->head_dim, group = dims->n_heads / dims->n_kv_heads, L = d / V;
+    const uintptr_t align = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)ring_k |
+                            (uintptr_t)ring_v;
+    return hb->n_tokens == hb->n_seqs && (size_t)hb->n_tokens * dims->n_kv_heads <= 2 * (size_t)c->n_sms &&
+           dims->window >= 1 && d % V == 0 && L >= 1 && L <= 32 && (L & (L - 1)) == 0 &&
+           group >= 1 && group <= 8 && sizeof(float) * (size_t)WD_WARPS * group * (d + 2) <= 48 * 1024 &&
+           (align & 15) == 0;
+}
+
+template <typename T, int GM, int R>
+static lz_status window_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *meta, float alpha,
+                               lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
+                               const lz_attn_dims *dims) {
+    const int Hq = dims->n_heads, Hkv = dims->n_kv_heads, d = dims->head_dim, group = Hq / Hkv;
+    const size_t smem = sizeof(float) * (size_t)WD_WARPS * group * (d + 2);
+    LZ_TRY(lz_launch(c, "window (decode)", window_decode_kernel<T, GM, WD_WARPS, R>,
+                     dim3((unsigned)hb->n_tokens, (unsigned)Hkv), dim3(32 * WD_WARPS), smem, out, q, k, v,
+                     (T *)st->ring_k, (T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq, b->slot, b->token_pos,
+                     Hq, Hkv, d, dims->window));
+    LZ_LAUNCH_CHECK("window (decode)");
+    return LZ_OK;
 }
 
 template <typename T>
@@ -145,6 +365,10 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     const int group = Hq / Hkv;
     if (group > 32)
         return lz_fail(LZ_ERR_INPUT, "window attention supports at most 32 query heads per kv head, got %d", group);
+    // decode steps: one kernel, the ring store included (LIZARD_FUSE=0: the tile kernel and the ring store)
+    if (!c->fuse_off && window_decode_fits<T>(c, hb, dims, out, q, k, v, st->ring_k, st->ring_v))
+        return group <= 4 ? window_decode<T, 4, 8>(c, out, q, k, v, meta, alpha, st, b, hb, dims)
+                          : window_decode<T, 8, 4>(c, out, q, k, v, meta, alpha, st, b, hb, dims);
     // prompts in bf16: 64 rows of a sequence per block on tensor cores (chunks mostly full;
     // a step of many one-token sequences keeps the per-token kernels)
     bool tc = false;
@@ -155,21 +379,21 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     }
     if (!tc && lz_tile_fits<T>(group, d)) {
         const int kt = lz_tile_keys<T>(group, d);
-        window_tile_kernel<T><<<dim3(n, Hkv), LZ_TILE_THREADS, lz_tile_smem<T>(group, d, kt), c->stream>>>(
-            out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq,
-            b->slot, b->start, b->pos, b->token_pos, Hq, Hkv, d, w, kt);
+        LZ_TRY(lz_launch(c, "window", window_tile_kernel<T>, dim3((unsigned)n, (unsigned)Hkv), dim3(LZ_TILE_THREADS),
+                         lz_tile_smem<T>(group, d, kt), out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta,
+                         dims->n_meta, alpha, b->token_seq, b->slot, b->start, b->pos, b->token_pos, Hq, Hkv, d, w, kt));
         LZ_LAUNCH_CHECK("window");
     } else if (!tc) { // shapes the tiles do not take: one warp per 32 keys and query head
         int parts = (w + 31) / 32;
         parts = parts * group > 32 ? 32 / group : parts;
         const size_t smem = sizeof(float) * (size_t)group * parts * (2 * d + 2);
-        window_kernel<T><<<dim3(n, Hkv), 32 * group * parts, smem, c->stream>>>(
-            out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq,
-            b->slot, b->start, b->pos, b->token_pos, Hq, Hkv, d, w, parts);
+        LZ_TRY(lz_launch(c, "window", window_kernel<T>, dim3((unsigned)n, (unsigned)Hkv), dim3(32 * group * parts), smem,
+                         out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta, dims->n_meta, alpha,
+                         b->token_seq, b->slot, b->start, b->pos, b->token_pos, Hq, Hkv, d, w, parts));
         LZ_LAUNCH_CHECK("window");
     }
-    ring_store_kernel<T><<<n, 256, 0, c->stream>>>((T *)st->ring_k, (T *)st->ring_v, k, v, b->token_seq, b->slot,
-                                                   b->start, b->len, b->token_pos, Hkv * d, w);
+    LZ_TRY(lz_launch(c, "ring_store", ring_store_kernel<T>, dim3((unsigned)n), dim3(256), 0, (T *)st->ring_k,
+                     (T *)st->ring_v, k, v, b->token_seq, b->slot, b->start, b->len, b->token_pos, Hkv * d, w));
     LZ_LAUNCH_CHECK("ring_store");
     return LZ_OK;
 }

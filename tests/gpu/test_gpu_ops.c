@@ -582,6 +582,73 @@ static void test_window_prompts(backend *c, backend *g) {
     }
 }
 
+/* The window branch on decode steps (window_decode_kernel, which also stores the new keys into the
+ * ring): 1, 3 and 8 sequences of one token each, four steps in a row on the same rings (what a step
+ * stores is what the next reads), positions below w, crossing w and far past it; LLaMA-3-8B's shape,
+ * group 8, an odd group, a long window, head_dim 256 (fp32: the tile kernel) and 24 (the tile kernel). */
+static void test_window_decode(backend *c, backend *g) {
+    typedef struct {
+        int Hq, Hkv, d, w, m;
+    } win_shape;
+    const win_shape shapes[] = {
+        {32, 8, 128, 128, 4}, // LLaMA-3-8B's Lizard layer
+        {16, 2, 64, 16, 2},   // group 8, a short window
+        {6, 2, 32, 20, 0},    // group 3, no meta logits
+        {8, 2, 64, 300, 3},   // a window of two passes of the warps
+        {4, 2, 256, 8, 1},    // head_dim 256
+        {4, 2, 24, 8, 1},     // a key row not of 16-byte vectors
+    };
+    const int n_slots = 8, n_steps = 4, batches[3] = {1, 3, 8};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const win_shape *sh = &shapes[si];
+        const int row = sh->Hkv * sh->d, w = sh->w;
+        lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, 0, 0, sh->Hkv, 16, w, sh->m, true};
+        float *hmeta = rand_host(sh->m + 1, -1, 1);
+        lz_weight cm = weight(c, hmeta, 1, sh->m ? sh->m : 1), gm = weight(g, hmeta, 1, sh->m ? sh->m : 1);
+        for (int bi = 0; bi < 3; bi++) {
+            const int n = batches[bi];
+            const size_t nring = (size_t)n_slots * w * row, nq = (size_t)n * sh->Hq * sh->d;
+            float *hring_k = rand_host(nring, -1, 1), *hring_v = rand_host(nring, -1, 1);
+            lz_layer_state cst = {0}, gst = {0};
+            cst.ring_k = act(c, hring_k, nring), cst.ring_v = act(c, hring_v, nring);
+            gst.ring_k = act(g, hring_k, nring), gst.ring_v = act(g, hring_v, nring);
+            // starts below w, just below w (the steps cross it), at w, far past it
+            const int starts[8] = {0, w - 2, 3 * w + 1, 5, w, 1, 7 * w - 1, w / 2};
+            for (int step = 0; step < n_steps; step++) {
+                int lens[8], pos[8];
+                for (int s = 0; s < n; s++)
+                    lens[s] = 1, pos[s] = starts[s] + step;
+                batch_buf bb;
+                make_batch(&bb, n, lens, pos);
+                begin(c, &bb), begin(g, &bb);
+                float *hq = rand_host(nq, -1.5f, 1.5f), *hk = rand_host((size_t)n * row, -1.5f, 1.5f);
+                float *hv = rand_host((size_t)n * row, -1, 1), *ho = rand_host(nq, -0.05f, 0.05f);
+                void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ck = act(c, hk, (size_t)n * row);
+                void *gk = act(g, hk, (size_t)n * row), *cv = act(c, hv, (size_t)n * row), *gv = act(g, hv, (size_t)n * row);
+                void *co = act(c, ho, nq), *go = act(g, ho, nq);
+                BOTH(c->ops->window_attention(c->be, co, cq, ck, cv, &cm, 0.7f, &cst, &bb.b, &dims),
+                     g->ops->window_attention(g->be, go, gq, gk, gv, &gm, 0.7f, &gst, &bb.b, &dims));
+                char what[112];
+                snprintf(what, sizeof what, "window decode shape %zu, %d seqs, step %d", si, n, step);
+                compare(what, c, co, g, go, nq, tol_attn);
+                snprintf(what, sizeof what, "window decode ring k shape %zu, %d seqs, step %d", si, n, step);
+                compare(what, c, cst.ring_k, g, gst.ring_k, nring, tol);
+                snprintf(what, sizeof what, "window decode ring v shape %zu, %d seqs, step %d", si, n, step);
+                compare(what, c, cst.ring_v, g, gst.ring_v, nring, tol);
+                void *bufs_c[5] = {cq, ck, cv, co, NULL}, *bufs_g[5] = {gq, gk, gv, go, NULL};
+                for (int i = 0; bufs_c[i]; i++)
+                    c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
+                free(hq), free(hk), free(hv), free(ho);
+            }
+            c->ops->free(c->be, cst.ring_k), c->ops->free(c->be, cst.ring_v);
+            g->ops->free(g->be, gst.ring_k), g->ops->free(g->be, gst.ring_v);
+            free(hring_k), free(hring_v);
+        }
+        c->ops->free_weight(c->be, &cm), g->ops->free_weight(g->be, &gm);
+        free(hmeta);
+    }
+}
+
 /* The prompt path of a retained softmax layer alone (bf16, head_dim 64 or 128:
  * attention_flash.cu; fp32 and other shapes: the older kernels), through
  * softmax_attention on both op tables: lengths around the 64-row chunk and key
@@ -845,6 +912,7 @@ int main(void) {
             test_gla_decode(&cpu, &gpu, &decode_shapes[i], i % 2 == 0);
         test_feature_maps(&cpu, &gpu);
         test_window_prompts(&cpu, &gpu);
+        test_window_decode(&cpu, &gpu);
         for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
             test_softmax_prompt(&cpu, &gpu, &prompts[i]);
         for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++)
