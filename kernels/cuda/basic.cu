@@ -436,6 +436,17 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
     return LZ_OK;
 }
 
+// y[n, o] += x[n, i] . W[o, i]^T in one GEMM (beta = 1): a prompt's o_proj and down_proj onto the
+// residual stream without writing the product and reading it back in a separate add.
+template <typename T>
+lz_status linear_accumulate_forward(lz_cuda_ctx *c, T *y, const T *x, const T *w, int n, int in, int out_features) {
+    const float one = 1.0f;
+    LZ_CUBLAS_TRY(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in, &one, w, cuda_type<T>(), in, x,
+                               cuda_type<T>(), in, &one, y, cuda_type<T>(), out_features, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+    return LZ_OK;
+}
+
 #define LZ_BASIC(T)                                                                                   \
     template lz_status embedding_forward<T>(lz_cuda_ctx *, T *, const T *, const int32_t *, int, int); \
     template lz_status rmsnorm_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, int, int, float);  \
@@ -444,5 +455,6 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
     template lz_status gather_rows_forward<T>(lz_cuda_ctx *, T *, const T *, const int32_t *, int, int); \
     template lz_status log_sigmoid_forward<T>(lz_cuda_ctx *, T *, const T *, int);                     \
     template lz_status argmax_rows_forward<T>(lz_cuda_ctx *, int32_t *, const T *, int, int);          \
-    template lz_status linear_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *, int, int, int);
+    template lz_status linear_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, const T *, int, int, int); \
+    template lz_status linear_accumulate_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, int, int, int);
 LZ_INSTANTIATE(LZ_BASIC)

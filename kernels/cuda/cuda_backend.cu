@@ -576,11 +576,16 @@ static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const
     return gemv_fused_forward<T>(c, seg, x, (const T *)norm->data, eps, LZ_GEMV_SWIGLU, n, (int)wg->cols);
 }
 
-template <typename T>
+// y += x . W^T (+ bias). Decode-sized: the fused GEMV epilogue (FUSED_GEMV, LIZARD_FUSE=all) or the
+// GEMV then the add (measured faster at batch 1); prompt-sized: one GEMM accumulating into y.
+template <typename T, bool FUSED_GEMV>
 static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *x, const lz_weight *w,
                                          const lz_weight *bias, int n) {
     const T *b = bias && bias->data ? (const T *)bias->data : NULL;
-    if (!gemv_takes<T>(c, w, n)) {
+    const bool gemv = gemv_takes<T>(c, w, n);
+    if (!gemv && !b && !c->gemv_off)
+        return linear_accumulate_forward<T>(c, y, x, (const T *)w->data, n, (int)w->cols, (int)w->rows);
+    if (!gemv || !FUSED_GEMV) {
         LZ_TRY(linear_forward<T>(c, tmp, x, (const T *)w->data, b, n, (int)w->cols, (int)w->rows));
         return add_forward<T>(c, y, tmp, (size_t)n * (size_t)w->rows);
     }
@@ -644,7 +649,11 @@ template <typename T> struct cuda_ops {
     }
     static lz_status linear_residual(lz_backend *be, void *y, void *tmp, const void *x, const lz_weight *w,
                                      const lz_weight *bias, int n) {
-        return profiled(be, "linear_residual", [&] { return linear_residual_forward<T>(&be->ctx, (T *)y, (T *)tmp, (const T *)x, w, bias, n); });
+        return profiled(be, "linear_residual", [&] { return linear_residual_forward<T, true>(&be->ctx, (T *)y, (T *)tmp, (const T *)x, w, bias, n); });
+    }
+    static lz_status linear_residual_gemm(lz_backend *be, void *y, void *tmp, const void *x, const lz_weight *w,
+                                          const lz_weight *bias, int n) {
+        return profiled(be, "linear_residual", [&] { return linear_residual_forward<T, false>(&be->ctx, (T *)y, (T *)tmp, (const T *)x, w, bias, n); });
     }
     static lz_status gla_decode(lz_backend *be, void *out, const void *q, const void *k, const void *v,
                                 const void *gate_logit, const lz_weight *fq, const lz_weight *fk, bool exp_map,
@@ -756,6 +765,8 @@ template <typename T> static lz_ops make_ops(const char *name, fuse_mode fused) 
     }
     if (fused != FUSE_NONE)
         o.gla_decode = cuda_ops<T>::gla_decode;
+    if (fused == FUSE_GLA) // a prompt's residual GEMMs accumulate in place (decode: the GEMV, then the add)
+        o.linear_residual = cuda_ops<T>::linear_residual_gemm;
     return o;
 }
 

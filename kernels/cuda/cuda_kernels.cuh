@@ -32,6 +32,8 @@ template <typename T> lz_status embedding_forward(lz_cuda_ctx *c, T *out, const 
 template <typename T> lz_status rmsnorm_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, int n, int C, float eps);
 template <typename T>
 lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int in, int out_features);
+template <typename T>
+lz_status linear_accumulate_forward(lz_cuda_ctx *c, T *y, const T *x, const T *w, int n, int in, int out_features);
 template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, size_t n);
 template <typename T> lz_status swiglu_forward(lz_cuda_ctx *c, T *out, const T *gate, const T *up, size_t n);
 template <typename T> lz_status argmax_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C);
@@ -81,7 +83,7 @@ lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
                                    const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims);
 // The GLA decode step for many sequences (gla_decode_stream.cu): a launch for the gates and feature
 // maps (fp32 into scratch, gla_decode_stream_scratch bytes; z updated), then one that streams S.
-enum { LZ_GLA_STREAM_MIN_DEFAULT = 16 };
+enum { LZ_GLA_STREAM_MIN_DEFAULT = 32 }; // H200, 8B shape: the split kernel is faster up to 16 sequences, the stream at 32
 template <typename T> bool gla_decode_stream_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims);
 template <typename T> size_t gla_decode_stream_scratch(const lz_attn_dims *dims, int n_seqs);
 template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c);
