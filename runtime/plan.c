@@ -166,11 +166,13 @@ lz_status lz_plan_validate(const lz_plan *p) {
 
 /* ---- planners ------------------------------------------------------------ */
 
-/* Splits items [0, n) into k contiguous non-empty groups, group g's sum at
- * most cap[g] (cap NULL: no limit), minimising the largest sum (dynamic
- * programming; the inner loop stops once a group alone is no better).
- * group[i] = the group of item i. Returns the largest sum, INF if none fits. */
-static uint64_t partition(const uint64_t *cost, int n, int k, const uint64_t *cap, int *group, lz_status *st) {
+/* Splits items [0, n) into k contiguous non-empty groups, group g's memory
+ * (sum of mem) at most cap[g] (cap NULL: no limit), minimising the largest
+ * sum of cost (dynamic programming; the inner loop stops once a group alone
+ * is no better). group[i] = the group of item i. Returns the largest cost
+ * sum, INF if none fits. */
+static uint64_t partition(const uint64_t *cost, const uint64_t *mem, int n, int k, const uint64_t *cap, int *group,
+                          lz_status *st) {
     *st = LZ_OK;
     uint64_t *dp = malloc(sizeof(uint64_t) * (size_t)k * (size_t)(n + 1));
     int *cut = malloc(sizeof(int) * (size_t)k * (size_t)(n + 1));
@@ -183,19 +185,19 @@ static uint64_t partition(const uint64_t *cost, int n, int k, const uint64_t *ca
 #define CUT(g, j) cut[(size_t)(g) * (size_t)(n + 1) + (size_t)(j)]
     for (size_t i = 0; i < (size_t)k * (size_t)(n + 1); i++)
         dp[i] = INF, cut[i] = -1;
-    uint64_t sum = 0;
+    uint64_t sum = 0, sum_mem = 0;
     for (int j = 1; j <= n; j++) {
-        sum += cost[j - 1];
-        DP(0, j) = (!cap || sum <= cap[0]) ? sum : INF;
+        sum += cost[j - 1], sum_mem += mem[j - 1];
+        DP(0, j) = (!cap || sum_mem <= cap[0]) ? sum : INF;
         CUT(0, j) = 0;
     }
     for (int g = 1; g < k; g++)
         for (int j = g + 1; j <= n; j++) {
-            uint64_t best = INF, s = 0;
+            uint64_t best = INF, s = 0, sm = 0;
             int best_i = -1;
             for (int i = j - 1; i >= g; i--) { // group g = items [i, j)
-                s += cost[i];
-                if ((cap && s > cap[g]) || s >= best)
+                s += cost[i], sm += mem[i];
+                if ((cap && sm > cap[g]) || s >= best)
                     break;
                 const uint64_t prev = DP(g - 1, i);
                 const uint64_t m = prev > s ? prev : s;
@@ -213,20 +215,20 @@ static uint64_t partition(const uint64_t *cost, int n, int k, const uint64_t *ca
 #define SQ(g, j) sq[(size_t)(g) * (size_t)(n + 1) + (size_t)(j)]
         for (size_t i = 0; i < (size_t)k * (size_t)(n + 1); i++)
             sq[i] = -1, cut[i] = -1; // -1: unreachable
-        sum = 0;
+        sum = 0, sum_mem = 0;
         for (int j = 1; j <= n; j++) {
-            sum += cost[j - 1];
-            if (sum > result || (cap && sum > cap[0]))
+            sum += cost[j - 1], sum_mem += mem[j - 1];
+            if (sum > result || (cap && sum_mem > cap[0]))
                 break;
             SQ(0, j) = (double)sum * (double)sum;
             CUT(0, j) = 0;
         }
         for (int g = 1; g < k; g++)
             for (int j = g + 1; j <= n; j++) {
-                uint64_t s = 0;
+                uint64_t s = 0, sm = 0;
                 for (int i = j - 1; i >= g; i--) {
-                    s += cost[i];
-                    if (s > result || (cap && s > cap[g]))
+                    s += cost[i], sm += mem[i];
+                    if (s > result || (cap && sm > cap[g]))
                         break;
                     if (SQ(g - 1, i) < 0)
                         continue;
@@ -249,15 +251,24 @@ static uint64_t partition(const uint64_t *cost, int n, int k, const uint64_t *ca
     return result;
 }
 
-/* Cost of item (layer) i as the planners see it: its bytes, plus the
- * embedding on layer 0's stage and the head on the last layer's. */
-static uint64_t item_cost(const lz_plan_costs *c, int i) {
+/* Memory of item (layer) i: its bytes, plus the embedding on layer 0's stage
+ * and the head on the last layer's. */
+static uint64_t item_memory(const lz_plan_costs *c, int i) {
     uint64_t b = c->layer_weight[i] + (uint64_t)c->batch * c->layer_state[i];
     if (i == 0)
         b += c->embed_weight;
     if (i == c->n_layers - 1)
         b += c->head_weight;
     return b;
+}
+
+/* What the planners balance: the bytes item i reads in a decode step (its
+ * weights and state, the LM head with the last layer). The embedding table
+ * costs memory but not time (a step reads one row of it per token): counted
+ * as memory, an 8B model's 1 GB table pushed a layer off rank 0 onto the rank
+ * that also runs the head (16 + 16 layers where 17 + 15 balance the steps). */
+static uint64_t item_step_cost(const lz_plan_costs *c, int i) {
+    return item_memory(c, i) - (i == 0 ? c->embed_weight : 0);
 }
 
 static void plan_init(lz_plan *p, const lz_plan_costs *c, int n_ranks, const char *placement) {
@@ -295,16 +306,16 @@ static lz_status explain_no_fit(lz_plan *p, const lz_plan_costs *c, const uint64
 lz_status lz_plan_balanced(const lz_plan_costs *c, int n_ranks, const uint64_t *free_bytes, lz_plan *out) {
     LZ_TRY(check_ranks(c, n_ranks));
     plan_init(out, c, n_ranks, "balanced");
-    uint64_t cost[LZ_MAX_LAYERS];
+    uint64_t cost[LZ_MAX_LAYERS], mem[LZ_MAX_LAYERS];
     for (int i = 0; i < c->n_layers; i++)
-        cost[i] = item_cost(c, i);
+        cost[i] = item_step_cost(c, i), mem[i] = item_memory(c, i);
     lz_status st;
-    uint64_t best = partition(cost, c->n_layers, n_ranks, free_bytes, out->layer_rank, &st);
+    uint64_t best = partition(cost, mem, c->n_layers, n_ranks, free_bytes, out->layer_rank, &st);
     LZ_TRY(st);
     out->embed_rank = 0;
     out->head_rank = n_ranks - 1;
     if (best == INF) {
-        partition(cost, c->n_layers, n_ranks, NULL, out->layer_rank, &st);
+        partition(cost, mem, c->n_layers, n_ranks, NULL, out->layer_rank, &st);
         LZ_TRY(st);
         return explain_no_fit(out, c, free_bytes);
     }
@@ -315,14 +326,15 @@ lz_status lz_plan_balanced(const lz_plan_costs *c, int n_ranks, const uint64_t *
 /* Layers of one kind, in order, over ranks [r0, r0 + k). */
 static uint64_t place_group(const lz_plan_costs *c, bool softmax, int r0, int k, const uint64_t *cap, lz_plan *p,
                             lz_status *st) {
-    uint64_t cost[LZ_MAX_LAYERS];
+    uint64_t cost[LZ_MAX_LAYERS], mem[LZ_MAX_LAYERS];
     int idx[LZ_MAX_LAYERS], group[LZ_MAX_LAYERS], n = 0;
     for (int i = 0; i < c->n_layers; i++)
         if (c->softmax[i] == softmax) {
             idx[n] = i;
-            cost[n++] = item_cost(c, i);
+            mem[n] = item_memory(c, i);
+            cost[n++] = item_step_cost(c, i);
         }
-    const uint64_t m = partition(cost, n, k, cap ? cap + r0 : NULL, group, st);
+    const uint64_t m = partition(cost, mem, n, k, cap ? cap + r0 : NULL, group, st);
     if (m != INF)
         for (int t = 0; t < n; t++)
             p->layer_rank[idx[t]] = r0 + group[t];
@@ -335,8 +347,8 @@ lz_status lz_plan_by_type(const lz_plan_costs *c, int n_ranks, const uint64_t *f
     uint64_t cost_soft = 0, cost_all = 0;
     for (int i = 0; i < c->n_layers; i++) {
         n_soft += c->softmax[i];
-        cost_soft += c->softmax[i] ? item_cost(c, i) : 0;
-        cost_all += item_cost(c, i);
+        cost_soft += c->softmax[i] ? item_step_cost(c, i) : 0;
+        cost_all += item_step_cost(c, i);
     }
     const int n_liz = c->n_layers - n_soft;
     if (n_soft == 0 || n_liz == 0 || n_ranks == 1) { // one kind (or one rank): nothing to separate
