@@ -5,7 +5,7 @@
  * element fails; the prompt softmax attention alone on its own shapes, bf16
  * also with LIZARD_FLASH=1 and =0 (each kernel of that path); its decode steps alone (1, 5, 37
  * sequences, three steps a cache; also with LIZARD_DECODE_ATTN=1 and =0); the fused decode ops (GEMV
- * prologues/epilogues, the split, fused and streamed GLA decode for 1 to 40 sequences, LLaMA-3-8B's
+ * prologues/epilogues, the split, fused and streamed GLA decode for 1 to 70 sequences, LLaMA-3-8B's
  * Lizard shape among others) against the CPU's compositions. fp32: rel err
  * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
  * when no GPU is visible. */
@@ -406,8 +406,8 @@ static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool
         fprintf(stderr, "test_gpu_ops: %s: no gla_decode op (LIZARD_FUSE=0?)\n", dtype_name);
         return;
     }
-    enum { MAX_SEQS = 40 };
-    const int n_slots = 48, F = 2 * sh->f, row = sh->Hkv * sh->d, nwq = shared_wq ? 1 : sh->Hq;
+    enum { MAX_SEQS = 70 };
+    const int n_slots = 72, F = 2 * sh->f, row = sh->Hkv * sh->d, nwq = shared_wq ? 1 : sh->Hq;
     lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, 16, 0, sh->Hs, sh->f, sh->w, sh->m, sh->normalize};
     const size_t nS = (size_t)n_slots * sh->Hs * F * sh->d, nz = (size_t)n_slots * sh->Hs * F;
     float *hS = rand_host(nS, 0, 0.2f), *hz = rand_host(nz, 0.5f, 1.5f);
@@ -421,11 +421,11 @@ static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool
         cst[i] = (lz_layer_state){NULL, NULL, f32buf(c, hS, nS), f32buf(c, hz, nz), NULL, NULL};
         gst[i] = (lz_layer_state){NULL, NULL, f32buf(g, hS, nS), f32buf(g, hz, nz), NULL, NULL};
     }
-    const int counts[4] = {1, 3, 8, MAX_SEQS};
-    for (int ci = 0; ci < 4; ci++) {
+    const int counts[5] = {1, 3, 8, 40, MAX_SEQS}; // from 8 on the streamed path; 70: a partial prep tile
+    for (int ci = 0; ci < 5; ci++) {
         for (int step = 0; step < 2; step++) {
             const int n = counts[ci];
-            // one token a sequence; sequence s in slot (7 s + 3) mod 48 (distinct, gaps between)
+            // one token a sequence; sequence s in slot (7 s + 3) mod 72 (distinct, gaps between)
             struct {
                 int32_t slot[MAX_SEQS], start[MAX_SEQS], len[MAX_SEQS], pos[MAX_SEQS], token_pos[MAX_SEQS];
                 int32_t rows[MAX_SEQS];
