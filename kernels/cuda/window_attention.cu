@@ -195,22 +195,24 @@ enum {
     WD_MAX_CLUSTER = 8,     // portable cluster size
     WD_STAGE_BYTES = 32768, // K and V rows staged per pass
 };
+#define WD_LOG2E 1.4426950408889634f // softmax in base 2: exp2f
 
-// Shared memory of window_decode_kernel in floats: staged K, V rows (reused for the warps'
-// partials), then the block's merged partial acc [group][d], m [group], l [group].
+// Shared memory of window_decode_kernel in bytes: staged K, V rows (reused for the warps' partial
+// acc), then the block's merged partial acc [group][d], m [group], l [group], the warps' m and l
+// [WD_WARPS][group] each, the cluster's merge weights [WD_MAX_CLUSTER][group] and denominators [group].
 static size_t wd_smem(int group, int d, int chunk, size_t tsize) {
     const size_t stage = 2 * (size_t)chunk * d * tsize, parts = sizeof(float) * (size_t)WD_WARPS * group * d;
-    return (stage > parts ? stage : parts) + sizeof(float) * (size_t)group * (d + 2);
+    return (stage > parts ? stage : parts) + sizeof(float) * (size_t)group * (d + 3 + 2 * WD_WARPS + WD_MAX_CLUSTER);
 }
 
 // grid (CS tokens, Hkv), cluster (CS, 1, 1), block 32 WD_WARPS; one token per sequence. The cluster
 // of (token t, kv head g) splits the window's keys: block r takes keys [r kb, (r + 1) kb), staged in
 // passes of `chunk` rows of K and V into shared memory with 16-byte async copies (all of a pass in
 // flight at once: one round trip), then a warp takes KPW = 32 / L keys at a time (a key row is
-// L = d / V lanes of 16 bytes) for the group's query heads (at most GM), online softmax. The warps
-// merge in shared memory; the blocks of the cluster through distributed shared memory, each block
-// finishing a 1 / CS share of the group's outputs (out += alpha * WIN, the meta logits in the
-// denominator). The new key (position p) comes from k/v; the thread that stages it also stores it
+// L = d / V lanes of 16 bytes) for the group's query heads (at most GM), online softmax in base 2
+// that rescales only when a warp's maximum grows. The warps merge in shared memory; the blocks of
+// the cluster through distributed shared memory, each block finishing a 1 / CS share of the
+// group's outputs (out += alpha * WIN, the meta logits in the denominator). The new key (position p) comes from k/v; the thread that stages it also stores it
 // into ring row p % w, which held position p - w: no window of this step reads it (one token per
 // sequence, a cluster owns its sequence and kv head).
 template <typename T, int GM>
@@ -227,30 +229,35 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
     const int p = token_pos[t], first = p - w + 1 > 0 ? p - w + 1 : 0, n_keys = p + 1 - first;
     const int kb = (n_keys + CS - 1) / CS, j0 = min(n_keys, rank * kb), j1 = min(n_keys, j0 + kb);
     const size_t row = (size_t)Hkv * d, ring = (size_t)slot[token_seq[t]] * w * row + (size_t)g * d;
-    float mm = -INFINITY, lm = 0.0f; // the meta logits (a weight): mass in the denominator only
+    // the meta logits (a weight): mass in the denominator only; logits from here on in log2 units
+    float mm = -INFINITY, lm = 0.0f;
     for (int j = 0; j < n_meta; j++)
         mm = fmaxf(mm, lz_to_float(meta[j]));
     for (int j = 0; j < n_meta; j++)
         lm += expf(lz_to_float(meta[j]) - mm);
+    mm *= WD_LOG2E;
     lz_pdl_wait();
     lz_pdl_launch_dependents();
     T *ks = (T *)wd_smem4, *vs = ks + (size_t)chunk * d;
     float *part = (float *)wd_smem4;
     const size_t stage = 2 * (size_t)chunk * d * sizeof(T), parts = sizeof(float) * (size_t)WD_WARPS * group * d;
     float *bacc = (float *)((char *)wd_smem4 + (stage > parts ? stage : parts)), *bm = bacc + group * d,
-          *bl = bm + group;
+          *bl = bm + group, *pm = bl + group, *pl = pm + WD_WARPS * group, *cf = pl + WD_WARPS * group,
+          *cden = cf + WD_MAX_CLUSTER * group;
     const T *kn = k + (size_t)t * row + (size_t)g * d, *vn = v + (size_t)t * row + (size_t)g * d;
+    // this block's share of the group's outputs; the first one read now, used at the end
+    T *og = out + ((size_t)t * Hq + (size_t)g * group) * d;
+    const int share = (group * d + CS - 1) / CS, e0 = rank * share, e1 = min(group * d, e0 + share);
+    const T o_first = e0 + tid < e1 ? og[e0 + tid] : lz_from_float<T>(0.0f);
     float qr[GM][V], acc[GM][V], m[GM], l[GM];
 #pragma unroll
     for (int h = 0; h < GM; h++) {
-        if (h < group)
-            wd_unpack(qr[h], ((const uint4 *)(q + ((size_t)t * Hq + (size_t)g * group + h) * d))[li], q);
         m[h] = -INFINITY, l[h] = 0.0f;
 #pragma unroll
         for (int i = 0; i < V; i++)
             acc[h][i] = 0.0f;
     }
-    const float scale = rsqrtf((float)d);
+    const float scale = rsqrtf((float)d) * WD_LOG2E;
     for (int c0 = j0; c0 < j1; c0 += chunk) { // block-uniform
         const int nk = min(chunk, j1 - c0);
         if (c0 > j0)
@@ -267,6 +274,11 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
                 wd_cp_async16(vs + (size_t)j * d + x, ring_v + ring + (size_t)(kp % w) * row + x);
             }
         }
+        if (c0 == j0) // q while the copies fly
+#pragma unroll
+            for (int h = 0; h < GM; h++)
+                if (h < group)
+                    wd_unpack(qr[h], ((const uint4 *)(q + ((size_t)t * Hq + (size_t)g * group + h) * d))[li], q);
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
         __syncthreads();
         for (int base = warp * KPW; base < nk; base += WD_WARPS * KPW) { // warp-uniform; key `base` valid
@@ -289,17 +301,23 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
                 float mx = sc;
                 for (int o = L; o < 32; o <<= 1) // over the warp's keys
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-                const float m_new = fmaxf(m[h], mx), corr = expf(m[h] - m_new), pr = expf(sc - m_new);
-                m[h] = m_new;
-                l[h] = l[h] * corr + pr;
+                if (mx > m[h]) { // warp-uniform; rescaling only when the maximum grows
+                    const float corr = exp2f(m[h] - mx);
+                    m[h] = mx;
+                    l[h] *= corr;
+#pragma unroll
+                    for (int i = 0; i < V; i++)
+                        acc[h][i] *= corr;
+                }
+                const float pr = exp2f(sc - m[h]); // 0 for invalid keys
+                l[h] += pr;
 #pragma unroll
                 for (int i = 0; i < V; i++)
-                    acc[h][i] = acc[h][i] * corr + pr * vf[i];
+                    acc[h][i] += pr * vf[i];
             }
         }
     }
     __syncthreads(); // the staged rows are read: the warps' partials go there
-    float *pm = bl + group, *pl = pm + WD_WARPS * group; // [WD_WARPS][group] each, after the block's l
 #pragma unroll
     for (int h = 0; h < GM; h++) {
         if (h >= group)
@@ -327,7 +345,7 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
         float a = 0.0f, den = 0.0f;
 #pragma unroll
         for (int r = 0; r < WD_WARPS; r++) {
-            const float mr = pm[r * group + h], f = mr == -INFINITY ? 0.0f : expf(mr - mx);
+            const float mr = pm[r * group + h], f = mr == -INFINITY ? 0.0f : exp2f(mr - mx);
             a += part[(size_t)r * group * d + e] * f;
             den += pl[r * group + h] * f;
         }
@@ -336,23 +354,34 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
             bm[h] = mx, bl[h] = den;
     }
     cluster.sync(); // every block's partial is complete
-    const int share = (group * d + CS - 1) / CS;
-    for (int e = rank * share + tid; e < min(group * d, (rank + 1) * share); e += blockDim.x) {
+    if (tid < group) { // per query head: the blocks' weights and the denominator (peers' m, l read at once)
+        const int h = tid;
+        float bmr[WD_MAX_CLUSTER], blr[WD_MAX_CLUSTER], mx = mm;
+#pragma unroll
+        for (int r = 0; r < WD_MAX_CLUSTER; r++)
+            if (r < CS) {
+                bmr[r] = cluster.map_shared_rank(bm, r)[h], blr[r] = cluster.map_shared_rank(bl, r)[h];
+                mx = fmaxf(mx, bmr[r]);
+            }
+        float den = n_meta > 0 ? lm * exp2f(mm - mx) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < WD_MAX_CLUSTER; r++)
+            if (r < CS) {
+                const float f = bmr[r] == -INFINITY ? 0.0f : exp2f(bmr[r] - mx); // -inf: a block without keys
+                cf[r * group + h] = f;
+                den += blr[r] * f;
+            }
+        cden[h] = den;
+    }
+    __syncthreads();
+    for (int e = e0 + tid; e < e1; e += blockDim.x) {
         const int h = e / d;
-        float mx = mm;
-        for (int r = 0; r < CS; r++)
-            mx = fmaxf(mx, cluster.map_shared_rank(bm, r)[h]);
-        float den = n_meta > 0 ? lm * expf(mm - mx) : 0.0f, a = 0.0f;
-        for (int r = 0; r < CS; r++) {
-            const float mr = cluster.map_shared_rank(bm, r)[h];
-            if (mr == -INFINITY) // a block without keys
-                continue;
-            const float f = expf(mr - mx);
-            den += cluster.map_shared_rank(bl, r)[h] * f;
-            a += cluster.map_shared_rank(bacc, r)[e] * f;
-        }
-        T *o = out + ((size_t)t * Hq + (size_t)g * group) * d + e;
-        *o = lz_from_float<T>(lz_to_float(*o) + alpha * a / den);
+        float a = 0.0f;
+#pragma unroll
+        for (int r = 0; r < WD_MAX_CLUSTER; r++)
+            if (r < CS)
+                a += cluster.map_shared_rank(bacc, r)[e] * cf[r * group + h];
+        og[e] = lz_from_float<T>(lz_to_float(e == e0 + tid ? o_first : og[e]) + alpha * a / cden[h]);
     }
     cluster.sync(); // no block leaves while a peer may still read its partial
 }
@@ -372,7 +401,7 @@ static bool window_decode_fits(const lz_cuda_ctx *c, const lz_batch *hb, const l
                             (uintptr_t)ring_v;
     return !c->fuse_off && !c->window_decode_off && hb->n_tokens == hb->n_seqs && dims->window >= 1 && d % V == 0 &&
            L >= 1 && L <= 32 && (L & (L - 1)) == 0 && group >= 1 && group <= 8 && wd_chunk<T>(d) >= 1 &&
-           wd_smem(group, d, wd_chunk<T>(d), sizeof(T)) + sizeof(float) * 2 * WD_WARPS * group <= 48 * 1024 &&
+           wd_smem(group, d, wd_chunk<T>(d), sizeof(T)) <= 48 * 1024 &&
            (align & 15) == 0;
 }
 
@@ -394,7 +423,7 @@ static lz_status window_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, c
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(cs * hb->n_tokens), (unsigned)Hkv);
     cfg.blockDim = dim3(32 * WD_WARPS);
-    cfg.dynamicSmemBytes = wd_smem(group, d, chunk, sizeof(T)) + sizeof(float) * 2 * WD_WARPS * group;
+    cfg.dynamicSmemBytes = wd_smem(group, d, chunk, sizeof(T));
     cfg.stream = c->stream;
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
