@@ -74,6 +74,7 @@ static __host__ __device__ size_t gs_prep_smem(int d, int f, int vf) {
 // rows a pass, the first pass loaded before the PDL wait: all in flight at once, no staging),
 // accumulates u for the tile's sequences against x in shared memory; the row groups are summed in
 // shared memory; then warp r finishes sequence r (phi, z from an async copy issued at the start).
+static_assert(GP_SEQS % 4 == 0 && GP_SEQS <= GP_THREADS / 32, "prep: float4s of x, a warp a sequence");
 template <typename T, int VF> __global__ void __launch_bounds__(GP_THREADS) gla_decode_prep_kernel(gs_params<T> p) {
     struct alignas(sizeof(T) * VF) wvec {
         T e[VF];
