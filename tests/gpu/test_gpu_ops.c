@@ -583,13 +583,11 @@ static void test_window_prompts(backend *c, backend *g) {
 }
 
 /* The window branch on decode steps (window_decode_kernel, which also stores the new keys into the
- * ring): 1, 3 and 8 sequences of one token each, four steps in a row on the same rings (what a step
- * stores is what the next reads), positions below w, crossing w and far past it; LLaMA-3-8B's shape,
- * group 8, an odd group, a long window, head_dim 256 (fp32: the tile kernel) and 24 (the tile kernel). */
-/* Decode steps of the window branch (window_decode_kernel: clusters of 8 blocks down to 1 as the
- * batch grows, several staging passes for long windows; head_dim 24 and fp32 at 256 fall back to
- * the tile kernel): 1, 3, 8 and 70 sequences, positions below w, crossing it, at it and far past
- * it, four steps on the same rings (each step's ring store read by the next). */
+ * ring: clusters of 8 blocks down to 1 as the batch grows, several staging passes for long windows):
+ * 1, 3, 8 and 70 sequences of one token each, four steps in a row on the same rings (what a step
+ * stores is what the next reads), positions below w, crossing w, at it and far past it; LLaMA-3-8B's
+ * shape, group 8, an odd group, a long window, head_dim 256 (fp32: the tile kernel) and 24 (the tile
+ * kernel). */
 static void test_window_decode(backend *c, backend *g) {
     typedef struct {
         int Hq, Hkv, d, w, m;
