@@ -18,8 +18,9 @@
 // state's own arithmetic. The backend takes this path from LIZARD_GLA_STREAM_MIN sequences on.
 // The prep kernel took 22.8 us a layer at 64 sequences when it staged the weight through shared
 // memory after a wait, one thread a feature over 128 serial rows, a warp two sequences' phi and z
-// one after the other, in 160 blocks; now 320 blocks of 8 sequences, the weight loaded into
-// registers while the previous kernel drains, z copied while u is computed, a tile's phi at once.
+// one after the other, in 160 blocks; now 320 blocks of 8 sequences (3 an SM: one wave; 2 with the
+// weight's 128 rows all held at once would take two), the weight's first rows loaded into registers
+// while the previous kernel drains, z copied while u is computed, a tile's phi at once.
 //
 // Programmatic dependent launch (pdl.cuh): prep loads its weights before griddepcontrol.wait and
 // lets the stream kernel launch only after the wait; so when a stream block starts, every kernel
@@ -33,7 +34,7 @@
 enum {
     GP_THREADS = 256,
     GP_SEQS = 8,             // sequences per prep block (a multiple of 4), one warp each for phi
-    GP_WR = 16,              // weight rows a prep thread holds per pass
+    GP_WR = 8,               // weight rows a prep thread holds per pass
     GS_THREADS = 256,
     GS_COLS = 32,            // value columns per stream block (fewer where d asks)
     GS_ROWS = 8,             // float4 rows in flight per thread
@@ -75,7 +76,7 @@ static __host__ __device__ size_t gs_prep_smem(int d, int f, int vf) {
 // accumulates u for the tile's sequences against x in shared memory; the row groups are summed in
 // shared memory; then warp r finishes sequence r (phi, z from an async copy issued at the start).
 static_assert(GP_SEQS % 4 == 0 && GP_SEQS <= GP_THREADS / 32, "prep: float4s of x, a warp a sequence");
-template <typename T, int VF> __global__ void __launch_bounds__(GP_THREADS) gla_decode_prep_kernel(gs_params<T> p) {
+template <typename T, int VF> __global__ void __launch_bounds__(GP_THREADS, 3) gla_decode_prep_kernel(gs_params<T> p) {
     struct alignas(sizeof(T) * VF) wvec {
         T e[VF];
     };
