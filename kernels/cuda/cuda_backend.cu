@@ -879,6 +879,8 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     const fuse_mode mode = be->ctx.fuse_off                                               ? FUSE_NONE
                            : fuse && (strcmp(fuse, "all") == 0 || strcmp(fuse, "1") == 0) ? FUSE_ALL
                                                                                            : FUSE_GLA;
+    const char *wdec = getenv("LIZARD_WINDOW_DECODE"); // "0": the older window decode path (a fallback)
+    be->ctx.window_decode_off = wdec && strcmp(wdec, "0") == 0;
     const char *stream_min = getenv("LIZARD_GLA_STREAM_MIN");
     be->ctx.gla_stream_min = stream_min && *stream_min ? atoi(stream_min) : LZ_GLA_STREAM_MIN_DEFAULT;
     const char *pdl = getenv("LIZARD_PDL"); // on unless "0": kernels start while their predecessor drains

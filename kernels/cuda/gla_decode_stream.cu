@@ -1,9 +1,10 @@
 // gla_decode_stream.cu - the GLA decode step (op gla_decode) for many sequences, in two launches
 // shaped so that the state streams near the copy rate:
 //   prep:   per (feature-map head, tile of GP_SEQS sequences): u = x . W with the head's weight
-//           read once into shared memory for the whole tile, then phi = [softmax(u) ++ softmax(-u)]
-//           (or [exp(u) ++ exp(-u)]) as fp32 into scratch; the blocks of a state head's phi_k also
-//           write z = gamma z + phi_k (z is read by no other block of this launch);
+//           read once for the tile straight into registers (loaded before the PDL wait), then
+//           phi = [softmax(u) ++ softmax(-u)] (or [exp(u) ++ exp(-u)]) as fp32 into scratch, a warp
+//           a sequence; the blocks of a state head's phi_k also write z = gamma z + phi_k (z is
+//           read by no other block of this launch);
 //   stream: per (slice of GS_COLS value columns, state head, sequence), no cluster, no atomics:
 //           every thread issues its GS_ROWS float4 loads of S (32 KiB per block at d = 128) before
 //           anything else, then S = gamma S + phi_k v^T over all 2f rows of its columns, stored,
@@ -15,19 +16,25 @@
 // (sequence, state head) re-reading the weights, cluster barriers, reductions). Here the feature
 // maps read each weight once per GP_SEQS sequences, and the stream kernel does nothing but the
 // state's own arithmetic. The backend takes this path from LIZARD_GLA_STREAM_MIN sequences on.
+// The prep kernel took 22.8 us a layer at 64 sequences when it staged the weight through shared
+// memory after a wait, one thread a feature over 128 serial rows, a warp two sequences' phi and z
+// one after the other, in 160 blocks; now 320 blocks of 8 sequences (3 an SM: one wave; 2 with the
+// weight's 128 rows all held at once would take two), the weight's first rows loaded into registers
+// while the previous kernel drains, z copied while u is computed, a tile's phi at once.
 //
 // Programmatic dependent launch (pdl.cuh): prep loads its weights before griddepcontrol.wait and
 // lets the stream kernel launch only after the wait; so when a stream block starts, every kernel
 // before prep has completed (each waited for its own predecessor), and nothing that writes S can
 // still be running: the stream kernel issues its S loads (L2-only, ld.global.cg) before its own wait.
+#include <stdint.h> // uintptr_t
+
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 
 enum {
     GP_THREADS = 256,
-    GP_SEQS = 16,            // sequences per prep block: the weight is read once for these
-    GP_SPT = 8,              // sequences per prep thread (float4 pairs of x from shared memory)
-    GP_WBYTES = 32768,       // weight rows staged in shared memory per pass
+    GP_SEQS = 8,             // sequences per prep block (a multiple of 4), one warp each for phi
+    GP_WR = 8,               // weight rows a prep thread holds per pass
     GS_THREADS = 256,
     GS_COLS = 32,            // value columns per stream block (fewer where d asks)
     GS_ROWS = 8,             // float4 rows in flight per thread
@@ -42,7 +49,7 @@ template <typename T> struct gs_params {
     float *S, *z;              // [slots, Hs, F, d], [slots, Hs, F]
     float *phi_q, *phi_k;      // scratch: [n_seqs, Hq, F], [n_seqs, Hs, F]
     const int32_t *start, *slot;
-    int n_seqs, Hq, Hkv, Hs, d, f, n_wq, n_wk, cols, wrows;
+    int n_seqs, Hq, Hkv, Hs, d, f, n_wq, n_wk, cols;
     bool normalize, exp_map;
 };
 
@@ -50,118 +57,138 @@ static __device__ __forceinline__ float gs_log_sigmoid(float v) {
     return v >= 0.0f ? -log1pf(expf(-v)) : v - log1pf(expf(v));
 }
 
-static __device__ __forceinline__ void gs_cp_async16(void *dst, const void *src) {
+static __device__ __forceinline__ void gs_cp_async4(void *dst, const void *src) {
     const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-static __device__ __forceinline__ void gs_cp_async_wait_all() {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
 }
 
-// Weight rows [i0, i0 + rows) of W [d, f] into Ws: 16-byte async copies where rows of W are whole
-// vectors, else plain loads.
-template <typename T>
-static __device__ void gs_stage_weights(T *Ws, const T *W, int i0, int rows, int f, bool vec) {
-    const T *src = W + (size_t)i0 * f;
-    const int n = rows * f;
-    if (vec) {
-        constexpr int V = 16 / sizeof(T);
-        for (int e = threadIdx.x * V; e < n; e += GP_THREADS * V)
-            gs_cp_async16(Ws + e, src + e);
-    } else {
-        for (int e = threadIdx.x; e < n; e += GP_THREADS)
-            Ws[e] = src[e];
-    }
-}
-
-// Shared memory of the prep kernel in floats: x tile [d][GP_SEQS], u [GP_SEQS][f], then the weight
-// rows as T [wrows][f].
-static __host__ __device__ size_t gs_prep_smem(int d, int f, int wrows, size_t tsize) {
-    return sizeof(float) * ((size_t)d * GP_SEQS + (size_t)GP_SEQS * f) + tsize * (size_t)wrows * f;
+// Shared memory of the prep kernel in floats: x [d][GP_SEQS], the row groups' partial sums
+// [RG][GP_SEQS][f] (RG = GP_THREADS / (f / VF)), u [GP_SEQS][f], z [GP_SEQS][2f].
+static __host__ __device__ size_t gs_prep_smem(int d, int f, int vf) {
+    const size_t rg = GP_THREADS / (f / vf);
+    return sizeof(float) * ((size_t)d * GP_SEQS + rg * GP_SEQS * f + (size_t)GP_SEQS * f + (size_t)GP_SEQS * 2 * f);
 }
 
 // grid (Hq + Hs map heads, ceil(n / GP_SEQS)), block GP_THREADS. Head h < Hq: phi_q of query head
 // h; else phi_k of state head s = h - Hq (reading k head s / (Hs / Hkv)) and that head's z.
-template <typename T> __global__ void __launch_bounds__(GP_THREADS) gla_decode_prep_kernel(gs_params<T> p) {
+// Thread (row group rg, feature group jq) holds VF features of weight rows rg, rg + RG, ... (GP_WR
+// rows a pass, the first pass loaded before the PDL wait: all in flight at once, no staging),
+// accumulates u for the tile's sequences against x in shared memory; the row groups are summed in
+// shared memory; then warp r finishes sequence r (phi, z from an async copy issued at the start).
+static_assert(GP_SEQS % 4 == 0 && GP_SEQS <= GP_THREADS / 32, "prep: float4s of x, a warp a sequence");
+template <typename T, int VF> __global__ void __launch_bounds__(GP_THREADS, 3) gla_decode_prep_kernel(gs_params<T> p) {
+    struct alignas(sizeof(T) * VF) wvec {
+        T e[VF];
+    };
     extern __shared__ float4 gp_sm4[];
-    float *xs = (float *)gp_sm4, *us = xs + (size_t)p.d * GP_SEQS;
-    T *Ws = (T *)(us + (size_t)GP_SEQS * p.f);
     const int h = blockIdx.x, seq0 = blockIdx.y * GP_SEQS, d = p.d, f = p.f, F = 2 * f, tid = threadIdx.x;
+    const int FQ = f / VF, RG = GP_THREADS / FQ, jq = tid % FQ, rg = tid / FQ, warp = tid >> 5, lane = tid & 31;
+    float *xs = (float *)gp_sm4, *red = xs + (size_t)d * GP_SEQS, *us = red + (size_t)RG * GP_SEQS * f;
+    float *zs = us + (size_t)GP_SEQS * f;
     const bool is_k = h >= p.Hq;
-    const int s = h - p.Hq;
+    const int s = h - p.Hq, nseq = min(GP_SEQS, p.n_seqs - seq0);
     const T *W = is_k ? p.wk + (size_t)(p.n_wk == 1 ? 0 : s) * d * f : p.wq + (size_t)(p.n_wq == 1 ? 0 : h) * d * f;
-    const bool vec = (f * sizeof(T)) % 16 == 0;
-    // the first weight rows before the wait: no kernel writes weights
-    gs_stage_weights(Ws, W, 0, min(p.wrows, d), f, vec);
+    wvec wr[GP_WR];
+    auto load_rows = [&](int i0) {
+#pragma unroll
+        for (int k = 0; k < GP_WR; k++) {
+            const int i = i0 + rg + k * RG;
+            if (rg < RG && i < d)
+                wr[k] = *(const wvec *)(W + (size_t)i * f + jq * VF);
+            else
+                for (int c = 0; c < VF; c++)
+                    wr[k].e[c] = lz_from_float<T>(0.0f);
+        }
+    };
+    load_rows(0); // no kernel writes weights
+    // the step's arrays come from a copy before the step's first kernel
+    const int my_row = warp < nseq ? p.start[seq0 + warp] : 0;
     lz_pdl_wait();
     lz_pdl_launch_dependents();
-    const int nseq = min(GP_SEQS, p.n_seqs - seq0);
+    const float gate = is_k && warp < nseq ? lz_to_float(p.gate[my_row]) : 0.0f;
+    if (is_k) // z, needed last: its copy overlaps the GEMV (no other block of this launch touches it)
+        for (int e = tid; e < nseq * F; e += GP_THREADS)
+            gs_cp_async4(zs + e, p.z + ((size_t)p.slot[seq0 + e / F] * p.Hs + s) * F + e % F);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
     const T *x = is_k ? p.k : p.q;
     const int Hx = is_k ? p.Hkv : p.Hq, xh = is_k ? s / (p.Hs / p.Hkv) : h;
     for (int e = tid; e < GP_SEQS * d; e += GP_THREADS) {
         const int r = e / d, i = e % d;
         xs[i * GP_SEQS + r] = r < nseq ? lz_to_float(x[((size_t)p.start[seq0 + r] * Hx + xh) * d + i]) : 0.0f;
     }
-    // u[r][j] = sum_i x[r][i] W[i][j]: item (feature j, GP_SPT sequences), accumulated in us over weight passes
-    constexpr int PARTS = GP_SEQS / GP_SPT;
-    for (int i0 = 0; i0 < d; i0 += p.wrows) {
-        const int rows = min(p.wrows, d - i0);
-        if (i0 > 0) {
-            __syncthreads(); // the previous pass's weights are read
-            gs_stage_weights(Ws, W, i0, rows, f, vec);
-        }
-        if (vec)
-            gs_cp_async_wait_all();
-        __syncthreads();
-        for (int it = tid; it < f * PARTS; it += GP_THREADS) {
-            const int j = it % f, r0 = (it / f) * GP_SPT;
-            float acc[GP_SPT];
+    __syncthreads();
+    // u[r][j] = sum_i x[r][i] W[i][j]: GP_SEQS x VF independent accumulators a thread
+    float acc[GP_SEQS][VF];
 #pragma unroll
-            for (int r = 0; r < GP_SPT; r++)
-                acc[r] = 0.0f;
-#pragma unroll 4
-            for (int i = 0; i < rows; i++) {
-                const float w = lz_to_float(Ws[(size_t)i * f + j]);
-                const float4 *xv = (const float4 *)(xs + (size_t)(i0 + i) * GP_SEQS + r0);
+    for (int r = 0; r < GP_SEQS; r++)
 #pragma unroll
-                for (int v4 = 0; v4 < GP_SPT / 4; v4++) {
+        for (int c = 0; c < VF; c++)
+            acc[r][c] = 0.0f;
+    for (int i0 = 0; i0 < d; i0 += GP_WR * RG) {
+        if (i0 > 0)
+            load_rows(i0);
+#pragma unroll
+        for (int k = 0; k < GP_WR; k++) {
+            const int i = i0 + rg + k * RG;
+            if (rg < RG && i < d) {
+                float wf[VF];
+#pragma unroll
+                for (int c = 0; c < VF; c++)
+                    wf[c] = lz_to_float(wr[k].e[c]);
+                const float4 *xv = (const float4 *)(xs + (size_t)i * GP_SEQS);
+#pragma unroll
+                for (int v4 = 0; v4 < GP_SEQS / 4; v4++) {
                     const float4 xx = xv[v4];
-                    acc[4 * v4] += xx.x * w, acc[4 * v4 + 1] += xx.y * w;
-                    acc[4 * v4 + 2] += xx.z * w, acc[4 * v4 + 3] += xx.w * w;
+#pragma unroll
+                    for (int c = 0; c < VF; c++) {
+                        acc[4 * v4][c] += xx.x * wf[c], acc[4 * v4 + 1][c] += xx.y * wf[c];
+                        acc[4 * v4 + 2][c] += xx.z * wf[c], acc[4 * v4 + 3][c] += xx.w * wf[c];
+                    }
                 }
             }
-#pragma unroll
-            for (int r = 0; r < GP_SPT; r++)
-                us[(r0 + r) * f + j] = i0 == 0 ? acc[r] : us[(r0 + r) * f + j] + acc[r];
         }
     }
+    if (rg < RG)
+#pragma unroll
+        for (int r = 0; r < GP_SEQS; r++)
+#pragma unroll
+            for (int c = 0; c < VF; c++)
+                red[((size_t)rg * GP_SEQS + r) * f + jq * VF + c] = acc[r][c];
     __syncthreads();
-    // phi of each sequence: one warp per sequence
-    const int warp = tid >> 5, lane = tid & 31;
-    for (int r = warp; r < nseq; r += GP_THREADS / 32) {
-        const int qs = seq0 + r;
-        const float *u = us + r * f;
-        float *ph = is_k ? p.phi_k + ((size_t)qs * p.Hs + s) * F : p.phi_q + ((size_t)qs * p.Hq + h) * F;
-        float *zh = is_k ? p.z + ((size_t)p.slot[qs] * p.Hs + s) * F : NULL;
-        const float gamma = is_k ? expf(gs_log_sigmoid(lz_to_float(p.gate[p.start[qs]]))) : 0.0f;
-        float mx = 0.0f, mn = 0.0f, ip = 1.0f, in = 1.0f;
-        if (!p.exp_map) {
-            mx = -INFINITY, mn = INFINITY;
-            for (int j = lane; j < f; j += 32)
-                mx = fmaxf(mx, u[j]), mn = fminf(mn, u[j]);
-            mx = lz_warp_max(mx);
-            mn = -lz_warp_max(-mn);
-            float sp = 0.0f, sn = 0.0f;
-            for (int j = lane; j < f; j += 32)
-                sp += expf(u[j] - mx), sn += expf(mn - u[j]);
-            ip = lz_warp_sum(sp), in = lz_warp_sum(sn);
-        }
-        for (int j = lane; j < f; j += 32) {
-            const float a = expf(u[j] - mx) / ip, b = expf(mn - u[j]) / in;
-            ph[j] = a, ph[f + j] = b;
-            if (is_k)
-                zh[j] = gamma * zh[j] + a, zh[f + j] = gamma * zh[f + j] + b;
-        }
+    for (int e = tid; e < GP_SEQS * f; e += GP_THREADS) {
+        float u = 0.0f;
+        for (int g = 0; g < RG; g++)
+            u += red[(size_t)g * GP_SEQS * f + e];
+        us[e] = u;
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();
+    // phi of sequence `warp`
+    if (warp >= nseq)
+        return;
+    const int qs = seq0 + warp;
+    const float *u = us + warp * f;
+    float *ph = is_k ? p.phi_k + ((size_t)qs * p.Hs + s) * F : p.phi_q + ((size_t)qs * p.Hq + h) * F;
+    float *zh = is_k ? p.z + ((size_t)p.slot[qs] * p.Hs + s) * F : NULL;
+    const float *zo = zs + warp * F;
+    const float gamma = is_k ? expf(gs_log_sigmoid(gate)) : 0.0f;
+    float mx = 0.0f, mn = 0.0f, ip = 1.0f, in = 1.0f;
+    if (!p.exp_map) {
+        mx = -INFINITY, mn = INFINITY;
+        for (int j = lane; j < f; j += 32)
+            mx = fmaxf(mx, u[j]), mn = fminf(mn, u[j]);
+        mx = lz_warp_max(mx);
+        mn = -lz_warp_max(-mn);
+        float sp = 0.0f, sn = 0.0f;
+        for (int j = lane; j < f; j += 32)
+            sp += expf(u[j] - mx), sn += expf(mn - u[j]);
+        ip = lz_warp_sum(sp), in = lz_warp_sum(sn);
+    }
+    for (int j = lane; j < f; j += 32) {
+        const float a = expf(u[j] - mx) / ip, b = expf(mn - u[j]) / in;
+        ph[j] = a, ph[f + j] = b;
+        if (is_k)
+            zh[j] = gamma * zo[j] + a, zh[f + j] = gamma * zo[f + j] + b;
     }
 }
 
@@ -284,19 +311,18 @@ static int stream_cols(int d) {
     return 0;
 }
 
-// Weight rows per prep pass: as many as GP_WBYTES holds.
-template <typename T> static int prep_wrows(int d, int f) {
-    const int r = GP_WBYTES / (f * (int)sizeof(T));
-    return r < 1 ? 1 : r > d ? d : r;
+// Features a prep thread takes: 4 where rows of W are whole vectors of 4.
+template <typename T> static int prep_vf(int f, const T *wq, const T *wk) {
+    return f % 4 == 0 && (((uintptr_t)wq | (uintptr_t)wk) & (4 * sizeof(T) - 1)) == 0 ? 4 : 1;
 }
 
 template <typename T> bool gla_decode_stream_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims) {
     const int d = dims->head_dim, f = dims->feature_dim, Hq = dims->n_heads, Hkv = dims->n_kv_heads,
               Hs = dims->n_state_heads;
-    if (c->fuse_off || Hs <= 0 || Hkv <= 0 || f < 1 || Hq % Hs != 0 || Hq / Hs > GS_MAX_GROUP || Hq % Hkv != 0 ||
-        (Hs % Hkv != 0 && Hs != Hq) || stream_cols(d) == 0)
+    if (c->fuse_off || Hs <= 0 || Hkv <= 0 || f < 1 || f > GP_THREADS || Hq % Hs != 0 || Hq / Hs > GS_MAX_GROUP ||
+        Hq % Hkv != 0 || (Hs % Hkv != 0 && Hs != Hq) || stream_cols(d) == 0)
         return false;
-    return gs_prep_smem(d, f, prep_wrows<T>(d, f), sizeof(T)) <= c->max_smem &&
+    return gs_prep_smem(d, f, 1) <= c->max_smem && (f % 4 != 0 || gs_prep_smem(d, f, 4) <= c->max_smem) &&
            gs_stream_smem(Hq / Hs, 2 * f, stream_cols(d)) <= c->max_smem;
 }
 
@@ -323,12 +349,13 @@ lz_status gla_decode_stream_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
     p.S = st->S, p.z = st->z, p.start = b->start, p.slot = b->slot;
     p.n_seqs = n, p.Hq = dims->n_heads, p.Hkv = dims->n_kv_heads, p.Hs = dims->n_state_heads, p.d = dims->head_dim;
     p.f = dims->feature_dim, p.n_wq = n_wq, p.n_wk = n_wk, p.normalize = dims->gla_normalize, p.exp_map = exp_map;
-    p.cols = stream_cols(p.d), p.wrows = prep_wrows<T>(p.d, p.f);
+    p.cols = stream_cols(p.d);
     p.phi_q = (float *)c->scratch;
     p.phi_k = p.phi_q + (size_t)n * p.Hq * 2 * p.f;
     const dim3 prep_grid((unsigned)(p.Hq + p.Hs), (unsigned)((n + GP_SEQS - 1) / GP_SEQS));
-    LZ_TRY(lz_launch(c, "gla decode (prep)", gla_decode_prep_kernel<T>, prep_grid, dim3(GP_THREADS),
-                     gs_prep_smem(p.d, p.f, p.wrows, sizeof(T)), p));
+    const int vf = prep_vf<T>(p.f, wq, wk);
+    LZ_TRY(lz_launch(c, "gla decode (prep)", vf == 4 ? gla_decode_prep_kernel<T, 4> : gla_decode_prep_kernel<T, 1>,
+                     prep_grid, dim3(GP_THREADS), gs_prep_smem(p.d, p.f, vf), p));
     const int group = p.Hq / p.Hs;
     const size_t smem = gs_stream_smem(group, 2 * p.f, p.cols);
     if (group == 1)
@@ -345,7 +372,8 @@ lz_status gla_decode_stream_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
 // Once per backend (not per launch, so that decode steps can be captured in graphs).
 template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c) {
     const int max = (int)c->max_smem;
-    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_prep_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_prep_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_prep_kernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));

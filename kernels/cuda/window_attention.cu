@@ -4,16 +4,27 @@
 // into each sequence's ring (a second launch, so no block reads a ring row
 // that another block of the same step has already overwritten). Prompts in
 // bf16 take the tensor-core kernel of window_tc.cu. Decode steps (one token
-// per sequence, up to two waves of blocks) take window_decode_kernel, which
-// also does the ring store.
+// per sequence, any batch) take window_decode_kernel, which also does the ring
+// store: a cluster of up to 8 blocks per (sequence, kv head) splits the keys,
+// each block stages its share of the ring in shared memory with async copies,
+// and the partial softmaxes merge through distributed shared memory.
+// Why: its predecessor (one 8-warp block per (sequence, kv head), ~255
+// registers) took 24.3 us a layer at batch 1 on the H200 (LLaMA-3-8B shape:
+// only 8 SMs busy for 0.5 MB of ring) and, above two waves, the tile kernel +
+// ring store took 29.5 + 6.2 us at batch 64 for a 33.5 MB read (~8 us at the
+// copy rate). LIZARD_WINDOW_DECODE=0 restores that older path.
 // Kernels here are launched through lz_launch and wait (lz_pdl_wait) before
 // they touch activations or rings; the step's index arrays (copied by the host
 // before the step's first kernel) and the meta logits (a weight) may go first.
 #include <stdint.h> // uintptr_t
 
+#include <cooperative_groups.h> // this_cluster: map_shared_rank, cluster barriers
+
 #include "attention_common.cuh"
 #include "attention_tile.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
+
+namespace cg = cooperative_groups;
 
 // grid (tokens, Hkv), block: `parts` warps per query head of the group. Warp
 // (hq, r) takes the r-th slice of the window's keys; the slices' partial
@@ -174,100 +185,131 @@ __device__ __forceinline__ uint4 wd_pack(const float *f, const float *) {
     return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
 }
 
-// grid (tokens, Hkv), one token per sequence, block 32 * NW: the kv group's query heads (at most GM)
-// over the window. A key row is L = d / V lanes of 16 bytes, so a warp takes 32 / L keys per load;
-// each pass of NW * R * (32 / L) keys gives every warp R loads of K and of V per lane, all issued at
-// once (at batch 1 the LLaMA window is one pass: one round trip), then an online softmax per warp;
-// the warps meet in shared memory. The new key (position p) comes from k/v, the others from the
-// ring; the lanes that load it also store it into ring row p % w: that row held position p - w,
-// which no window of this step reads (one token per sequence; a block owns its sequence and kv head).
-// smem: acc [NW][group][d], m [NW][group], l [NW][group]
-template <typename T, int GM, int NW, int R>
-__global__ void __launch_bounds__(32 * NW)
+static __device__ __forceinline__ void wd_cp_async16(void *dst, const void *src) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+
+enum {
+    WD_WARPS = 4,
+    WD_MAX_CLUSTER = 8,     // portable cluster size
+    WD_STAGE_BYTES = 32768, // K and V rows staged per pass
+};
+#define WD_LOG2E 1.4426950408889634f // softmax in base 2: exp2f
+
+// Shared memory of window_decode_kernel in bytes: staged K, V rows (reused for the warps' partial
+// acc), then the block's merged partial acc [group][d], m [group], l [group], the warps' m and l
+// [WD_WARPS][group] each, the cluster's merge weights [WD_MAX_CLUSTER][group] and denominators [group].
+static size_t wd_smem(int group, int d, int chunk, size_t tsize) {
+    const size_t stage = 2 * (size_t)chunk * d * tsize, parts = sizeof(float) * (size_t)WD_WARPS * group * d;
+    return (stage > parts ? stage : parts) + sizeof(float) * (size_t)group * (d + 3 + 2 * WD_WARPS + WD_MAX_CLUSTER);
+}
+
+// grid (CS tokens, Hkv), cluster (CS, 1, 1), block 32 WD_WARPS; one token per sequence. The cluster
+// of (token t, kv head g) splits the window's keys: block r takes keys [r kb, (r + 1) kb), staged in
+// passes of `chunk` rows of K and V into shared memory with 16-byte async copies (all of a pass in
+// flight at once: one round trip), then a warp takes KPW = 32 / L keys at a time (a key row is
+// L = d / V lanes of 16 bytes) for the group's query heads (at most GM), online softmax in base 2
+// that rescales only when a warp's maximum grows. The warps merge in shared memory; the blocks of
+// the cluster through distributed shared memory, each block finishing a 1 / CS share of the
+// group's outputs (out += alpha * WIN, the meta logits in the denominator). The new key (position p) comes from k/v; the thread that stages it also stores it
+// into ring row p % w, which held position p - w: no window of this step reads it (one token per
+// sequence, a cluster owns its sequence and kv head).
+template <typename T, int GM>
+__global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
     window_decode_kernel(T *out, const T *q, const T *k, const T *v, T *ring_k, T *ring_v, const T *meta, int n_meta,
                          float alpha, const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int Hq,
-                         int Hkv, int d, int w) {
+                         int Hkv, int d, int w, int chunk) {
     constexpr int V = 16 / sizeof(T);
-    extern __shared__ float wd_smem[];
-    const int t = blockIdx.x, g = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    extern __shared__ float4 wd_smem4[];
+    cg::cluster_group cluster = cg::this_cluster();
+    const int CS = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    const int t = blockIdx.x / CS, g = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int group = Hq / Hkv, L = d / V, KPW = 32 / L, sub = lane / L, li = lane % L;
     const int p = token_pos[t], first = p - w + 1 > 0 ? p - w + 1 : 0, n_keys = p + 1 - first;
+    const int kb = (n_keys + CS - 1) / CS, j0 = min(n_keys, rank * kb), j1 = min(n_keys, j0 + kb);
     const size_t row = (size_t)Hkv * d, ring = (size_t)slot[token_seq[t]] * w * row + (size_t)g * d;
-    float mm = -INFINITY, lm = 0.0f; // the meta logits: mass in the denominator only
+    // the meta logits (a weight): mass in the denominator only; logits from here on in log2 units
+    float mm = -INFINITY, lm = 0.0f;
     for (int j = 0; j < n_meta; j++)
         mm = fmaxf(mm, lz_to_float(meta[j]));
     for (int j = 0; j < n_meta; j++)
         lm += expf(lz_to_float(meta[j]) - mm);
+    mm *= WD_LOG2E;
     lz_pdl_wait();
     lz_pdl_launch_dependents();
+    T *ks = (T *)wd_smem4, *vs = ks + (size_t)chunk * d;
+    float *part = (float *)wd_smem4;
+    const size_t stage = 2 * (size_t)chunk * d * sizeof(T), parts = sizeof(float) * (size_t)WD_WARPS * group * d;
+    float *bacc = (float *)((char *)wd_smem4 + (stage > parts ? stage : parts)), *bm = bacc + group * d,
+          *bl = bm + group, *pm = bl + group, *pl = pm + WD_WARPS * group, *cf = pl + WD_WARPS * group,
+          *cden = cf + WD_MAX_CLUSTER * group;
     const T *kn = k + (size_t)t * row + (size_t)g * d, *vn = v + (size_t)t * row + (size_t)g * d;
+    // this block's share of the group's outputs; the first one read now, used at the end
+    T *og = out + ((size_t)t * Hq + (size_t)g * group) * d;
+    const int share = (group * d + CS - 1) / CS, e0 = rank * share, e1 = min(group * d, e0 + share);
+    const T o_first = e0 + tid < e1 ? og[e0 + tid] : lz_from_float<T>(0.0f);
     float qr[GM][V], acc[GM][V], m[GM], l[GM];
 #pragma unroll
     for (int h = 0; h < GM; h++) {
-        if (h < group)
-            wd_unpack(qr[h], ((const uint4 *)(q + ((size_t)t * Hq + (size_t)g * group + h) * d))[li], q);
         m[h] = -INFINITY, l[h] = 0.0f;
 #pragma unroll
         for (int i = 0; i < V; i++)
             acc[h][i] = 0.0f;
     }
-    const float scale = rsqrtf((float)d);
-    for (int base = warp * R * KPW; base < n_keys; base += NW * R * KPW) { // warp-uniform
-        uint4 kr[R], vr[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int j = base + r * KPW + sub;
-            kr[r] = vr[r] = make_uint4(0, 0, 0, 0);
-            if (j < n_keys) {
-                const int kp = first + j;
-                const size_t off = (size_t)(kp % w) * row;
-                kr[r] = ((const uint4 *)(kp == p ? kn : ring_k + ring + off))[li];
-                vr[r] = ((const uint4 *)(kp == p ? vn : ring_v + ring + off))[li];
+    const float scale = rsqrtf((float)d) * WD_LOG2E;
+    for (int c0 = j0; c0 < j1; c0 += chunk) { // block-uniform
+        const int nk = min(chunk, j1 - c0);
+        if (c0 > j0)
+            __syncthreads(); // the previous pass's rows are read
+        for (int e = tid; e < nk * L; e += blockDim.x) {
+            const int j = e / L, x = e % L * V, kp = first + c0 + j;
+            if (kp == p) { // the new key: staged and stored into the ring
+                const uint4 kr = *(const uint4 *)(kn + x), vr = *(const uint4 *)(vn + x);
+                *(uint4 *)(ks + (size_t)j * d + x) = kr, *(uint4 *)(vs + (size_t)j * d + x) = vr;
+                *(uint4 *)(ring_k + ring + (size_t)(p % w) * row + x) = kr;
+                *(uint4 *)(ring_v + ring + (size_t)(p % w) * row + x) = vr;
+            } else {
+                wd_cp_async16(ks + (size_t)j * d + x, ring_k + ring + (size_t)(kp % w) * row + x);
+                wd_cp_async16(vs + (size_t)j * d + x, ring_v + ring + (size_t)(kp % w) * row + x);
             }
         }
-        float sc[GM][R];
+        if (c0 == j0) // q while the copies fly
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            const bool valid = base + r * KPW + sub < n_keys;
-            float kf[V];
-            wd_unpack(kf, kr[r], q);
+            for (int h = 0; h < GM; h++)
+                if (h < group)
+                    wd_unpack(qr[h], ((const uint4 *)(q + ((size_t)t * Hq + (size_t)g * group + h) * d))[li], q);
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads();
+        for (int base = warp * KPW; base < nk; base += WD_WARPS * KPW) { // warp-uniform; key `base` valid
+            const int j = base + sub;
+            const bool valid = j < nk;
+            float kf[V], vf[V];
+            wd_unpack(kf, valid ? ((const uint4 *)(ks + (size_t)j * d))[li] : make_uint4(0, 0, 0, 0), q);
+            wd_unpack(vf, valid ? ((const uint4 *)(vs + (size_t)j * d))[li] : make_uint4(0, 0, 0, 0), q);
 #pragma unroll
             for (int h = 0; h < GM; h++) {
+                if (h >= group)
+                    break;
                 float dot = 0.0f;
-                if (h < group) {
 #pragma unroll
-                    for (int i = 0; i < V; i++)
-                        dot += qr[h][i] * kf[i];
-                }
+                for (int i = 0; i < V; i++)
+                    dot += qr[h][i] * kf[i];
                 for (int o = L / 2; o > 0; o >>= 1) // over the key's lanes
                     dot += __shfl_xor_sync(0xffffffffu, dot, o);
-                sc[h][r] = valid ? dot * scale : -INFINITY;
-            }
-            if (valid && first + base + r * KPW + sub == p) { // the new key into the ring
-                ((uint4 *)(ring_k + ring + (size_t)(p % w) * row))[li] = kr[r];
-                ((uint4 *)(ring_v + ring + (size_t)(p % w) * row))[li] = vr[r];
-            }
-        }
+                const float sc = valid ? dot * scale : -INFINITY;
+                float mx = sc;
+                for (int o = L; o < 32; o <<= 1) // over the warp's keys
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                if (mx > m[h]) { // warp-uniform; rescaling only when the maximum grows
+                    const float corr = exp2f(m[h] - mx);
+                    m[h] = mx;
+                    l[h] *= corr;
 #pragma unroll
-        for (int h = 0; h < GM; h++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                mx = fmaxf(mx, sc[h][r]);
-            for (int o = L; o < 32; o <<= 1) // over the warp's keys
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            const float m_new = fmaxf(m[h], mx); // finite: key `base` is valid
-            const float corr = expf(m[h] - m_new);
-            m[h] = m_new;
-            l[h] *= corr;
-#pragma unroll
-            for (int i = 0; i < V; i++)
-                acc[h][i] *= corr;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const float pr = expf(sc[h][r] - m_new); // 0 for invalid keys
-                float vf[V];
-                wd_unpack(vf, vr[r], q);
+                    for (int i = 0; i < V; i++)
+                        acc[h][i] *= corr;
+                }
+                const float pr = exp2f(sc - m[h]); // 0 for invalid keys
                 l[h] += pr;
 #pragma unroll
                 for (int i = 0; i < V; i++)
@@ -275,80 +317,128 @@ __global__ void __launch_bounds__(32 * NW)
             }
         }
     }
-    float *part = wd_smem, *pm = part + (size_t)NW * group * d, *pl = pm + NW * group;
+    __syncthreads(); // the staged rows are read: the warps' partials go there
 #pragma unroll
     for (int h = 0; h < GM; h++) {
+        if (h >= group)
+            break;
         for (int o = L; o < 32; o <<= 1) { // the warp's keys together
             l[h] += __shfl_xor_sync(0xffffffffu, l[h], o);
 #pragma unroll
             for (int i = 0; i < V; i++)
                 acc[h][i] += __shfl_xor_sync(0xffffffffu, acc[h][i], o);
         }
-        if (h < group) {
-            if (lane < L)
-#pragma unroll
-                for (int i = 0; i < V; i++)
-                    part[((size_t)warp * group + h) * d + li * V + i] = acc[h][i];
-            if (lane == 0)
-                pm[warp * group + h] = m[h], pl[warp * group + h] = l[h];
-        }
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < group * L; e += blockDim.x) { // out += alpha * WIN, V dims a thread
-        const int h = e / L, x = e % L * V;
-        float mx = mm;
-        for (int r = 0; r < NW; r++)
-            mx = fmaxf(mx, pm[r * group + h]);
-        float den = n_meta > 0 ? lm * expf(mm - mx) : 0.0f, a[V] = {0};
-        for (int r = 0; r < NW; r++) {
-            const float mr = pm[r * group + h];
-            if (mr == -INFINITY) // a warp without keys
-                continue;
-            const float f = expf(mr - mx);
-            den += pl[r * group + h] * f;
+        if (lane < L)
 #pragma unroll
             for (int i = 0; i < V; i++)
-                a[i] += part[((size_t)r * group + h) * d + x + i] * f;
-        }
-        uint4 *o = (uint4 *)(out + ((size_t)t * Hq + (size_t)g * group + h) * d + x);
-        float of[V];
-        wd_unpack(of, *o, q);
-#pragma unroll
-        for (int i = 0; i < V; i++)
-            of[i] += alpha * a[i] / den;
-        *o = wd_pack(of, q);
+                part[((size_t)warp * group + h) * d + li * V + i] = acc[h][i];
+        if (lane == 0)
+            pm[warp * group + h] = m[h], pl[warp * group + h] = l[h];
     }
+    __syncthreads();
+    for (int e = tid; e < group * d; e += blockDim.x) { // the block's partial (m = -inf: no keys)
+        const int h = e / d;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int r = 0; r < WD_WARPS; r++)
+            mx = fmaxf(mx, pm[r * group + h]);
+        float a = 0.0f, den = 0.0f;
+#pragma unroll
+        for (int r = 0; r < WD_WARPS; r++) {
+            const float mr = pm[r * group + h], f = mr == -INFINITY ? 0.0f : exp2f(mr - mx);
+            a += part[(size_t)r * group * d + e] * f;
+            den += pl[r * group + h] * f;
+        }
+        bacc[e] = a;
+        if (e % d == 0)
+            bm[h] = mx, bl[h] = den;
+    }
+    cluster.sync(); // every block's partial is complete
+    if (tid < group) { // per query head: the blocks' weights and the denominator (peers' m, l read at once)
+        const int h = tid;
+        float bmr[WD_MAX_CLUSTER], blr[WD_MAX_CLUSTER], mx = mm;
+#pragma unroll
+        for (int r = 0; r < WD_MAX_CLUSTER; r++)
+            if (r < CS) {
+                bmr[r] = cluster.map_shared_rank(bm, r)[h], blr[r] = cluster.map_shared_rank(bl, r)[h];
+                mx = fmaxf(mx, bmr[r]);
+            }
+        float den = n_meta > 0 ? lm * exp2f(mm - mx) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < WD_MAX_CLUSTER; r++)
+            if (r < CS) {
+                const float f = bmr[r] == -INFINITY ? 0.0f : exp2f(bmr[r] - mx); // -inf: a block without keys
+                cf[r * group + h] = f;
+                den += blr[r] * f;
+            }
+        cden[h] = den;
+    }
+    __syncthreads();
+    for (int e = e0 + tid; e < e1; e += blockDim.x) {
+        const int h = e / d;
+        float a = 0.0f;
+#pragma unroll
+        for (int r = 0; r < WD_MAX_CLUSTER; r++)
+            if (r < CS)
+                a += cluster.map_shared_rank(bacc, r)[e] * cf[r * group + h];
+        og[e] = lz_from_float<T>(lz_to_float(e == e0 + tid ? o_first : og[e]) + alpha * a / cden[h]);
+    }
+    cluster.sync(); // no block leaves while a peer may still read its partial
 }
 
-enum { WD_WARPS = 8 };
+// Keys staged per pass: as many rows of K and V as WD_STAGE_BYTES holds.
+template <typename T> static int wd_chunk(int d) { return WD_STAGE_BYTES / (2 * d * (int)sizeof(T)); }
 
-// Whether window_decode_kernel takes this step: one token per sequence, at most two waves of blocks
-// (it holds ~255 registers a thread, one block an SM: built for latency; larger batches keep the
-// tile kernel, which overlaps several blocks an SM), a key row of 1 to 32 lanes of 16 bytes (a power
-// of two), at most 8 query heads per kv head, the merge buffers within the default 48 KB, 16-byte
-// aligned rows.
+// Whether window_decode_kernel takes this step: one token per sequence, a key row of 1 to 32 lanes of
+// 16 bytes (a power of two), at most 8 query heads per kv head, shared memory within the default
+// 48 KB, 16-byte aligned rows. LIZARD_WINDOW_DECODE=0 (or LIZARD_FUSE=0): the tile kernel and the
+// ring store instead.
 template <typename T>
 static bool window_decode_fits(const lz_cuda_ctx *c, const lz_batch *hb, const lz_attn_dims *dims, const void *out,
                                const void *q, const void *k, const void *v, const void *ring_k, const void *ring_v) {
     const int V = 16 / (int)sizeof(T), d = dims->head_dim, group = dims->n_heads / dims->n_kv_heads, L = d / V;
     const uintptr_t align = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)ring_k |
                             (uintptr_t)ring_v;
-    return hb->n_tokens == hb->n_seqs && (size_t)hb->n_tokens * dims->n_kv_heads <= 2 * (size_t)c->n_sms &&
-           dims->window >= 1 && d % V == 0 && L >= 1 && L <= 32 && (L & (L - 1)) == 0 &&
-           group >= 1 && group <= 8 && sizeof(float) * (size_t)WD_WARPS * group * (d + 2) <= 48 * 1024 &&
+    return !c->fuse_off && !c->window_decode_off && hb->n_tokens == hb->n_seqs && dims->window >= 1 && d % V == 0 &&
+           L >= 1 && L <= 32 && (L & (L - 1)) == 0 && group >= 1 && group <= 8 && wd_chunk<T>(d) >= 1 &&
+           wd_smem(group, d, wd_chunk<T>(d), sizeof(T)) <= 48 * 1024 &&
            (align & 15) == 0;
 }
 
-template <typename T, int GM, int R>
+// Cluster size: blocks split the keys until the grid has about 4 blocks an SM (batch 1 at LLaMA's
+// shape: 8 kv heads x 8 = 64 blocks of 16 keys; 64 sequences: clusters of 2, 64 keys a block).
+static int wd_cluster(const lz_cuda_ctx *c, int pairs, int w) {
+    int cs = 1;
+    while (cs < WD_MAX_CLUSTER && (size_t)pairs * cs < 4 * (size_t)c->n_sms && w / (2 * cs) >= 4)
+        cs *= 2;
+    return cs;
+}
+
+template <typename T, int GM>
 static lz_status window_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *meta, float alpha,
                                lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
                                const lz_attn_dims *dims) {
-    const int Hq = dims->n_heads, Hkv = dims->n_kv_heads, d = dims->head_dim, group = Hq / Hkv;
-    const size_t smem = sizeof(float) * (size_t)WD_WARPS * group * (d + 2);
-    LZ_TRY(lz_launch(c, "window (decode)", window_decode_kernel<T, GM, WD_WARPS, R>,
-                     dim3((unsigned)hb->n_tokens, (unsigned)Hkv), dim3(32 * WD_WARPS), smem, out, q, k, v,
-                     (T *)st->ring_k, (T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq, b->slot, b->token_pos,
-                     Hq, Hkv, d, dims->window));
+    const int Hq = dims->n_heads, Hkv = dims->n_kv_heads, d = dims->head_dim, group = Hq / Hkv, w = dims->window;
+    const int cs = wd_cluster(c, hb->n_tokens * Hkv, w), chunk = wd_chunk<T>(d);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(cs * hb->n_tokens), (unsigned)Hkv);
+    cfg.blockDim = dim3(32 * WD_WARPS);
+    cfg.dynamicSmemBytes = wd_smem(group, d, chunk, sizeof(T));
+    cfg.stream = c->stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)cs;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization; // as lz_launch does (pdl.cuh)
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = c->pdl ? 2 : 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, window_decode_kernel<T, GM>, out, q, k, v, (T *)st->ring_k,
+                                             (T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq, b->slot,
+                                             b->token_pos, Hq, Hkv, d, w, chunk);
+    if (e != cudaSuccess)
+        return lz_fail(LZ_ERR_INTERNAL, "cuda: launch of window (decode) failed: %s", cudaGetErrorString(e));
     LZ_LAUNCH_CHECK("window (decode)");
     return LZ_OK;
 }
@@ -366,9 +456,9 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     if (group > 32)
         return lz_fail(LZ_ERR_INPUT, "window attention supports at most 32 query heads per kv head, got %d", group);
     // decode steps: one kernel, the ring store included (LIZARD_FUSE=0: the tile kernel and the ring store)
-    if (!c->fuse_off && window_decode_fits<T>(c, hb, dims, out, q, k, v, st->ring_k, st->ring_v))
-        return group <= 4 ? window_decode<T, 4, 8>(c, out, q, k, v, meta, alpha, st, b, hb, dims)
-                          : window_decode<T, 8, 4>(c, out, q, k, v, meta, alpha, st, b, hb, dims);
+    if (window_decode_fits<T>(c, hb, dims, out, q, k, v, st->ring_k, st->ring_v))
+        return group <= 4 ? window_decode<T, 4>(c, out, q, k, v, meta, alpha, st, b, hb, dims)
+                          : window_decode<T, 8>(c, out, q, k, v, meta, alpha, st, b, hb, dims);
     // prompts in bf16: 64 rows of a sequence per block on tensor cores (chunks mostly full;
     // a step of many one-token sequences keeps the per-token kernels)
     bool tc = false;

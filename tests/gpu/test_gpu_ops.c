@@ -5,7 +5,7 @@
  * element fails; the prompt softmax attention alone on its own shapes, bf16
  * also with LIZARD_FLASH=1 and =0 (each kernel of that path); its decode steps alone (1, 5, 37
  * sequences, three steps a cache; also with LIZARD_DECODE_ATTN=1 and =0); the fused decode ops (GEMV
- * prologues/epilogues, the split, fused and streamed GLA decode for 1 to 40 sequences, LLaMA-3-8B's
+ * prologues/epilogues, the split, fused and streamed GLA decode for 1 to 70 sequences, LLaMA-3-8B's
  * Lizard shape among others) against the CPU's compositions. fp32: rel err
  * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
  * when no GPU is visible. */
@@ -406,8 +406,8 @@ static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool
         fprintf(stderr, "test_gpu_ops: %s: no gla_decode op (LIZARD_FUSE=0?)\n", dtype_name);
         return;
     }
-    enum { MAX_SEQS = 40 };
-    const int n_slots = 48, F = 2 * sh->f, row = sh->Hkv * sh->d, nwq = shared_wq ? 1 : sh->Hq;
+    enum { MAX_SEQS = 70 };
+    const int n_slots = 72, F = 2 * sh->f, row = sh->Hkv * sh->d, nwq = shared_wq ? 1 : sh->Hq;
     lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, 16, 0, sh->Hs, sh->f, sh->w, sh->m, sh->normalize};
     const size_t nS = (size_t)n_slots * sh->Hs * F * sh->d, nz = (size_t)n_slots * sh->Hs * F;
     float *hS = rand_host(nS, 0, 0.2f), *hz = rand_host(nz, 0.5f, 1.5f);
@@ -421,11 +421,11 @@ static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool
         cst[i] = (lz_layer_state){NULL, NULL, f32buf(c, hS, nS), f32buf(c, hz, nz), NULL, NULL};
         gst[i] = (lz_layer_state){NULL, NULL, f32buf(g, hS, nS), f32buf(g, hz, nz), NULL, NULL};
     }
-    const int counts[4] = {1, 3, 8, MAX_SEQS};
-    for (int ci = 0; ci < 4; ci++) {
+    const int counts[5] = {1, 3, 8, 40, MAX_SEQS}; // from 8 on the streamed path; 70: a partial prep tile
+    for (int ci = 0; ci < 5; ci++) {
         for (int step = 0; step < 2; step++) {
             const int n = counts[ci];
-            // one token a sequence; sequence s in slot (7 s + 3) mod 48 (distinct, gaps between)
+            // one token a sequence; sequence s in slot (7 s + 3) mod 72 (distinct, gaps between)
             struct {
                 int32_t slot[MAX_SEQS], start[MAX_SEQS], len[MAX_SEQS], pos[MAX_SEQS], token_pos[MAX_SEQS];
                 int32_t rows[MAX_SEQS];
@@ -583,9 +583,11 @@ static void test_window_prompts(backend *c, backend *g) {
 }
 
 /* The window branch on decode steps (window_decode_kernel, which also stores the new keys into the
- * ring): 1, 3 and 8 sequences of one token each, four steps in a row on the same rings (what a step
- * stores is what the next reads), positions below w, crossing w and far past it; LLaMA-3-8B's shape,
- * group 8, an odd group, a long window, head_dim 256 (fp32: the tile kernel) and 24 (the tile kernel). */
+ * ring: clusters of 8 blocks down to 1 as the batch grows, several staging passes for long windows):
+ * 1, 3, 8 and 70 sequences of one token each, four steps in a row on the same rings (what a step
+ * stores is what the next reads), positions below w, crossing w, at it and far past it; LLaMA-3-8B's
+ * shape, group 8, an odd group, a long window, head_dim 256 (fp32: the tile kernel) and 24 (the tile
+ * kernel). */
 static void test_window_decode(backend *c, backend *g) {
     typedef struct {
         int Hq, Hkv, d, w, m;
@@ -594,18 +596,19 @@ static void test_window_decode(backend *c, backend *g) {
         {32, 8, 128, 128, 4}, // LLaMA-3-8B's Lizard layer
         {16, 2, 64, 16, 2},   // group 8, a short window
         {6, 2, 32, 20, 0},    // group 3, no meta logits
-        {8, 2, 64, 300, 3},   // a window of two passes of the warps
+        {8, 2, 64, 300, 3},   // a window of several staging passes
         {4, 2, 256, 8, 1},    // head_dim 256
         {4, 2, 24, 8, 1},     // a key row not of 16-byte vectors
     };
-    const int n_slots = 8, n_steps = 4, batches[3] = {1, 3, 8};
+    enum { MAX_SEQS = 70 };
+    const int n_slots = MAX_SEQS + 2, n_steps = 4, batches[4] = {1, 3, 8, MAX_SEQS};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const win_shape *sh = &shapes[si];
         const int row = sh->Hkv * sh->d, w = sh->w;
         lz_attn_dims dims = {sh->Hq, sh->Hkv, sh->d, 0, 0, sh->Hkv, 16, w, sh->m, true};
         float *hmeta = rand_host(sh->m + 1, -1, 1);
         lz_weight cm = weight(c, hmeta, 1, sh->m ? sh->m : 1), gm = weight(g, hmeta, 1, sh->m ? sh->m : 1);
-        for (int bi = 0; bi < 3; bi++) {
+        for (int bi = 0; bi < 4; bi++) {
             const int n = batches[bi];
             const size_t nring = (size_t)n_slots * w * row, nq = (size_t)n * sh->Hq * sh->d;
             float *hring_k = rand_host(nring, -1, 1), *hring_v = rand_host(nring, -1, 1);
@@ -615,12 +618,20 @@ static void test_window_decode(backend *c, backend *g) {
             // starts below w, just below w (the steps cross it), at w, far past it
             const int starts[8] = {0, w - 2, 3 * w + 1, 5, w, 1, 7 * w - 1, w / 2};
             for (int step = 0; step < n_steps; step++) {
-                int lens[8], pos[8];
-                for (int s = 0; s < n; s++)
-                    lens[s] = 1, pos[s] = starts[s] + step;
-                batch_buf bb;
-                make_batch(&bb, n, lens, pos);
-                begin(c, &bb), begin(g, &bb);
+                // one token a sequence; sequence s in slot (5 s + 1) mod 72 (distinct, not in order)
+                struct {
+                    int32_t slot[MAX_SEQS], start[MAX_SEQS], len[MAX_SEQS], pos[MAX_SEQS], token_pos[MAX_SEQS];
+                    int32_t rows[MAX_SEQS];
+                    lz_batch b;
+                } bb;
+                for (int s = 0; s < n; s++) {
+                    const int p = starts[s % 8] + (s / 8) * 3 + step;
+                    bb.slot[s] = (5 * s + 1) % n_slots, bb.start[s] = s, bb.len[s] = 1, bb.pos[s] = p;
+                    bb.token_pos[s] = p, bb.rows[s] = s;
+                }
+                bb.b = (lz_batch){n, n, bb.slot, bb.start, bb.len, bb.pos, bb.token_pos};
+                CHECK_MSG(c->ops->begin_step(c->be, ids_buf, &bb.b, bb.rows, n) == LZ_OK, "%s", lz_error_message());
+                CHECK_MSG(g->ops->begin_step(g->be, ids_buf, &bb.b, bb.rows, n) == LZ_OK, "%s", lz_error_message());
                 float *hq = rand_host(nq, -1.5f, 1.5f), *hk = rand_host((size_t)n * row, -1.5f, 1.5f);
                 float *hv = rand_host((size_t)n * row, -1, 1), *ho = rand_host(nq, -0.05f, 0.05f);
                 void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ck = act(c, hk, (size_t)n * row);
@@ -949,6 +960,17 @@ int main(void) {
             gpu.ops->destroy(gpu.be);
         }
     unsetenv("LIZARD_DECODE_ATTN");
+    // the window's decode steps on the older path (the tile kernel and the ring store)
+    setenv("LIZARD_WINDOW_DECODE", "0", 1);
+    for (int di = 0; di < 2; di++) {
+        CHECK_MSG(lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
+        dtype_name = di == 0 ? "fp32 LIZARD_WINDOW_DECODE=0" : "bf16 LIZARD_WINDOW_DECODE=0";
+        tol = di == 0 ? 1e-5 : 1e-2;
+        tol_attn = di == 0 ? 1e-4 : 2e-2;
+        test_window_decode(&cpu, &gpu);
+        gpu.ops->destroy(gpu.be);
+    }
+    unsetenv("LIZARD_WINDOW_DECODE");
     // the bf16 GLA prompts again on the older kernels (the fallback of gla_prompt_tc.cu)
     setenv("LIZARD_GLA_PROMPT", "0", 1);
     CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
