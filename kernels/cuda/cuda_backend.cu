@@ -876,6 +876,7 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->ctx.flash_one_head = flash && strcmp(flash, "1") == 0;
     const char *fuse = getenv("LIZARD_FUSE");
     be->ctx.fuse_off = fuse && strcmp(fuse, "0") == 0;
+    be->ctx.fmap_prompt_off = getenv("LIZARD_FMAP_PROMPT") && strcmp(getenv("LIZARD_FMAP_PROMPT"), "0") == 0;
     const fuse_mode mode = be->ctx.fuse_off                                               ? FUSE_NONE
                            : fuse && (strcmp(fuse, "all") == 0 || strcmp(fuse, "1") == 0) ? FUSE_ALL
                                                                                            : FUSE_GLA;

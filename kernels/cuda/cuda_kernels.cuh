@@ -22,6 +22,7 @@ struct lz_cuda_ctx {
     bool window_decode_off; // LIZARD_WINDOW_DECODE=0: decode steps' window on the tile kernel + ring store
     int gla_stream_min;    // LIZARD_GLA_STREAM_MIN: decode steps of this many sequences on take gla_decode_stream.cu
     bool pdl;              // LIZARD_PDL: kernels launched through lz_launch start as programmatic dependents (pdl.cuh)
+    bool fmap_prompt_off;  // LIZARD_FMAP_PROMPT=0: the bf16 prompt feature maps on the WMMA kernel (feature_map.cu)
     unsigned *attn_count;  // decode attention: per (sequence, kv head) arrival counters, zero between launches
     int attn_count_n;
 };

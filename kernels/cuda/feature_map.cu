@@ -1,8 +1,13 @@
 // feature_map.cu - Hedgehog feature maps: u = x . W per head, then the two
 // softmaxes (or exps) over the f features. Decode steps: one block per (token,
-// output head). Prompts in bf16: one block per 64 tokens and output head, u on
-// tensor cores (WMMA, fp32 accumulation) with the head's W in shared memory
-// once per 64 tokens, the softmaxes as the epilogue (one warp per token).
+// output head). Prompts in bf16 with (d, f) in FMS_SHAPES (LLaMA's 128/128
+// among them): the streaming kernel, a copy with a small GEMM inside (one block
+// a SM, W staged once, warps on 16-token units: cp.async x, mma.sync, softmax
+// from registers, 16-byte row stores); its reason and design above the kernel.
+// Other bf16 prompts (or LIZARD_FMAP_PROMPT=0): one block per 64 tokens and
+// output head, u on WMMA with the head's W in shared memory per block, the
+// softmaxes as the epilogue (one warp per token); ~5x off the copy rate on an
+// H200 for LLaMA-3-8B's q map (0.25 ms at 8K tokens against 49 us).
 #include <mma.h>       // nvcuda::wmma
 #include <stdint.h>    // uintptr_t
 #include <type_traits> // std::is_same
@@ -188,10 +193,247 @@ __global__ void __launch_bounds__(32 * FM_WARPS) feature_map_tc_kernel(bf16 *out
     }
 }
 
+// Streaming prompt path (bf16, d in {64, 128}, f in {32, 64, 128}) ------------
+//
+// The map is a copy with a small GEMM inside: at 8K tokens the q map reads 67 MB
+// and writes 134 MB. The kernel above re-staged W (32 KB) for every 64 tokens
+// and head, went through shared memory for U, ran its epilogue one warp per
+// token with 4-byte stores, and held one block of 64 tokens at a time: ~5x off
+// the copy rate. Here one block a SM stages W once (again only when a per-head
+// W changes head); each warp owns 16 tokens of one head at a time, its x rows
+// prefetched FMS_NBUF - 1 units ahead by cp.async, u = x W on mma.sync into 64
+// fp32 registers, the two softmaxes from those registers (a row's 128 values
+// sit on the 4 lanes of a quad), the bf16 rows staged in shared memory and
+// written out 16 bytes a lane, a whole 512-byte row per warp store.
+enum {
+    FMS_WARPS = 8,  // one block a SM (shared memory): 8 warps, up to 255 registers each
+    FMS_ROWS = 16,  // tokens a warp unit (one mma row tile)
+    FMS_GROUP = FMS_WARPS * FMS_ROWS, // tokens a block step (one head)
+    FMS_NBUF = 3    // x buffers a warp: two units in flight while one is computed
+};
+
+template <int D, int F> struct fms_layout {
+    static constexpr int LDX = D + 8, LDW = F + 8, LDO = 2 * F + 8; // bf16 elements; +16 bytes: no bank conflicts
+    static constexpr size_t W_BYTES = sizeof(bf16) * D * LDW;
+    static constexpr size_t WARP_BYTES = sizeof(bf16) * (FMS_NBUF * FMS_ROWS * LDX + FMS_ROWS * LDO);
+    static constexpr size_t BYTES = W_BYTES + FMS_WARPS * WARP_BYTES;
+};
+
+__device__ __forceinline__ uint32_t fms_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void fms_cp16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void fms_ex2(float &y) { asm("ex2.approx.ftz.f32 %0, %0;" : "+f"(y)); }
+
+// the unit's (head, first token) for block step `gi`: token-major when W is shared
+// (neighbouring steps write neighbouring rows), head-major per head (W restaged rarely)
+__device__ __forceinline__ void fms_unit(long gi, int tiles, int Hout, int n_w, int &o, int &t0) {
+    if (n_w == 1)
+        o = (int)(gi % Hout), t0 = (int)(gi / Hout) * FMS_GROUP;
+    else
+        o = (int)(gi / tiles), t0 = (int)(gi % tiles) * FMS_GROUP;
+    t0 += (threadIdx.x >> 5) * FMS_ROWS;
+}
+
+// grid: min(steps, SMs) blocks, each a contiguous range of block steps (head, 128 tokens)
+template <int D, int F>
+__global__ void __launch_bounds__(32 * FMS_WARPS, 1)
+    feature_map_stream_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ x, const bf16 *__restrict__ w, int n_w,
+                              int n, int Hx, int Hout, bool exp_map) {
+    using L = fms_layout<D, F>;
+    extern __shared__ __align__(128) unsigned char fm_smem[];
+    bf16 *Ws = (bf16 *)fm_smem;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rep = Hout / Hx;
+    bf16 *Xs = (bf16 *)(fm_smem + L::W_BYTES + warp * L::WARP_BYTES), *Os = Xs + FMS_NBUF * FMS_ROWS * L::LDX;
+    const int tiles = (n + FMS_GROUP - 1) / FMS_GROUP;
+    const long steps = (long)tiles * Hout, g0 = steps * blockIdx.x / gridDim.x, g1 = steps * (blockIdx.x + 1) / gridDim.x;
+
+    // a unit's 16 x rows into buffer b (rows past n zero-filled), one commit group per unit
+    auto load_x = [&](long gi, int b) {
+        if (gi < g1) {
+            int o, t0;
+            fms_unit(gi, tiles, Hout, n_w, o, t0);
+            constexpr int CPR = D / 8; // 16-byte chunks a row
+#pragma unroll
+            for (int e = lane; e < FMS_ROWS * CPR; e += 32) {
+                const int r = e / CPR, ch = e % CPR, t = t0 + r;
+                const bf16 *src = t < n ? x + ((size_t)t * Hx + o / rep) * D + ch * 8 : x;
+                fms_cp16(fms_smem(Xs + (b * FMS_ROWS + r) * L::LDX + ch * 8), src, t < n);
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    // all of a thread's W loads in flight before its stores (a restage is on the block's critical path)
+    auto load_w = [&](int o) {
+        constexpr int PER = D * F / 8 / (32 * FMS_WARPS);
+        static_assert(D * F / 8 % (32 * FMS_WARPS) == 0, "W in whole 16-byte chunks a thread");
+        const bf16 *wh = w + (size_t)(n_w == 1 ? 0 : o) * D * F;
+        uint4 v[PER];
+#pragma unroll
+        for (int i = 0; i < PER; i++)
+            v[i] = *(const uint4 *)(wh + (size_t)(threadIdx.x + i * 32 * FMS_WARPS) * 8);
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            const int e = threadIdx.x + i * 32 * FMS_WARPS, r = e / (F / 8), c = (e % (F / 8)) * 8;
+            *(uint4 *)(Ws + r * L::LDW + c) = v[i];
+        }
+    };
+
+#pragma unroll
+    for (int b = 0; b < FMS_NBUF - 1; b++)
+        load_x(g0 + b, b);
+    int w_head = -1; // the head whose W is staged
+    for (long gi = g0; gi < g1; gi++) {
+        int o, t0;
+        fms_unit(gi, tiles, Hout, n_w, o, t0);
+        const int wo = n_w == 1 ? 0 : o; // block-uniform
+        if (wo != w_head) {
+            __syncthreads(); // every warp is done with the previous W
+            load_w(wo);
+            __syncthreads();
+            w_head = wo;
+        }
+        const int b = (int)((gi - g0) % FMS_NBUF);
+        load_x(gi + FMS_NBUF - 1, (int)((gi - g0 + FMS_NBUF - 1) % FMS_NBUF));
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(FMS_NBUF - 1) : "memory");
+        __syncwarp(); // the other lanes' chunks of this unit are visible
+        if (t0 >= n)
+            continue; // warp-uniform: the last step's warps past the prompt
+
+        // u = x W: a 16 x F tile, F / 8 mma n-tiles of 4 fp32 a lane
+        float acc[F / 8][4];
+#pragma unroll
+        for (int j = 0; j < F / 8; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        const bf16 *xb = Xs + b * FMS_ROWS * L::LDX;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t a[4];
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                         : "r"(fms_smem(xb + ((lane & 7) + ((lane >> 3) & 1) * 8) * L::LDX + ks * 16 +
+                                        (lane >> 4) * 8)));
+#pragma unroll
+            for (int np = 0; np < F / 16; np++) {
+                uint32_t bb[4]; // n-tiles 2np (bb[0..1]) and 2np + 1 (bb[2..3])
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(bb[0]), "=r"(bb[1]), "=r"(bb[2]), "=r"(bb[3])
+                             : "r"(fms_smem(Ws + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::LDW + np * 16 +
+                                            (lane >> 4) * 8)));
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float *c = acc[2 * np + h];
+                    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(bb[2 * h]), "r"(bb[2 * h + 1]));
+                }
+            }
+        }
+
+        // epilogue: lane holds rows g = lane / 4 (acc[j][0..1]) and g + 8 (acc[j][2..3]),
+        // columns 8j + 2q + {0, 1} (q = lane % 4); a row's values on the 4 lanes of its quad.
+        // exp(v) = 2^(v log2 e), on the SFU; max-subtracted in fp32 as the reference.
+        const float L2E = 1.4426950408889634f;
+        float mp[2] = {0.0f, 0.0f}, mq[2] = {0.0f, 0.0f}; // log2e * (max u, min u); 0 for the exp map
+        if (!exp_map) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float mx = -INFINITY, mn = INFINITY;
+#pragma unroll
+                for (int j = 0; j < F / 8; j++) {
+                    mx = fmaxf(mx, fmaxf(acc[j][2 * h], acc[j][2 * h + 1]));
+                    mn = fminf(mn, fminf(acc[j][2 * h], acc[j][2 * h + 1]));
+                }
+#pragma unroll
+                for (int s = 1; s < 4; s <<= 1) {
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, s));
+                    mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, s));
+                }
+                mp[h] = mx * L2E, mq[h] = mn * L2E;
+            }
+        }
+        float ep[F / 8][4], sp[2] = {0.0f, 0.0f}, sn[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < F / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float yp = fmaf(acc[j][i], L2E, -mp[i >> 1]), yn = fmaf(-acc[j][i], L2E, mq[i >> 1]);
+                fms_ex2(yp), fms_ex2(yn);
+                ep[j][i] = yp, acc[j][i] = yn; // u is no longer needed
+                sp[i >> 1] += yp, sn[i >> 1] += yn;
+            }
+        float ip[2] = {1.0f, 1.0f}, in[2] = {1.0f, 1.0f};
+        if (!exp_map) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+#pragma unroll
+                for (int s = 1; s < 4; s <<= 1) {
+                    sp[h] += __shfl_xor_sync(0xffffffffu, sp[h], s);
+                    sn[h] += __shfl_xor_sync(0xffffffffu, sn[h], s);
+                }
+                ip[h] = 1.0f / sp[h], in[h] = 1.0f / sn[h];
+            }
+        }
+        const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+        for (int j = 0; j < F / 8; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                bf16 *row = Os + (g + 8 * h) * L::LDO + 8 * j + 2 * q;
+                *(__nv_bfloat162 *)row = __floats2bfloat162_rn(ep[j][2 * h] * ip[h], ep[j][2 * h + 1] * ip[h]);
+                *(__nv_bfloat162 *)(row + F) =
+                    __floats2bfloat162_rn(acc[j][2 * h] * in[h], acc[j][2 * h + 1] * in[h]);
+            }
+        __syncwarp();
+        // rows out 16 bytes a lane: a token's 2F outputs are contiguous
+        constexpr int CPR = 2 * F / 8;
+#pragma unroll
+        for (int e = lane; e < FMS_ROWS * CPR; e += 32) {
+            const int r = e / CPR, ch = e % CPR, t = t0 + r;
+            if (t < n)
+                *(uint4 *)(out + ((size_t)t * Hout + o) * 2 * F + ch * 8) = *(const uint4 *)(Os + r * L::LDO + ch * 8);
+        }
+        __syncwarp(); // Os is read before the next unit overwrites it
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// the instantiations: (d, f) pairs the streaming path takes
+#define FMS_SHAPES(X) X(128, 128) X(128, 64) X(64, 64) X(64, 32)
+
 lz_status lz_feature_map_tc_init(lz_cuda_ctx *c) {
     LZ_CUDA_TRY(cudaFuncSetAttribute(feature_map_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)c->max_smem));
+#define FMS_INIT(D, F)                                                                                             \
+    if (fms_layout<D, F>::BYTES <= c->max_smem)                                                                    \
+        LZ_CUDA_TRY(cudaFuncSetAttribute(feature_map_stream_kernel<D, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                         (int)fms_layout<D, F>::BYTES));
+    FMS_SHAPES(FMS_INIT)
+#undef FMS_INIT
     return LZ_OK;
+}
+
+// The streaming path when (d, f) is one of FMS_SHAPES, its shared memory fits and
+// every row starts 16-byte aligned; false: the caller takes the WMMA kernel.
+static bool feature_map_stream(lz_cuda_ctx *c, bf16 *out, const bf16 *x, const bf16 *w, int n_w, int n, int Hx,
+                               int Hout, int d, int f, bool exp_map, lz_status *st) {
+    if (c->fmap_prompt_off || (((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) & 15) != 0)
+        return false;
+    const long steps = (long)((n + FMS_GROUP - 1) / FMS_GROUP) * Hout;
+    const unsigned grid = (unsigned)(steps < c->n_sms ? steps : c->n_sms); // one block a SM: its shared memory
+#define FMS_CASE(D, F)                                                                                             \
+    if (d == D && f == F && fms_layout<D, F>::BYTES <= c->max_smem) {                                              \
+        feature_map_stream_kernel<D, F><<<grid, 32 * FMS_WARPS, fms_layout<D, F>::BYTES, c->stream>>>(              \
+            out, x, w, n_w, n, Hx, Hout, exp_map);                                                                  \
+        cudaError_t e = cudaGetLastError();                                                                         \
+        *st = e == cudaSuccess ? LZ_OK                                                                              \
+                               : lz_fail(LZ_ERR_INTERNAL, "cuda: feature_map (stream): %s", cudaGetErrorString(e)); \
+        return true;                                                                                                \
+    }
+    FMS_SHAPES(FMS_CASE)
+#undef FMS_CASE
+    return false;
 }
 
 static bool feature_map_tc_fits(const lz_cuda_ctx *c, int n, int d, int f) {
@@ -201,6 +443,9 @@ static bool feature_map_tc_fits(const lz_cuda_ctx *c, int n, int d, int f) {
 
 static lz_status feature_map_tc(lz_cuda_ctx *c, bf16 *out, const bf16 *x, const bf16 *w, int n_w, int n, int Hx,
                                 int Hout, int d, int f, bool exp_map) {
+    lz_status st;
+    if (feature_map_stream(c, out, x, w, n_w, n, Hx, Hout, d, f, exp_map, &st))
+        return st;
     const fm_layout L = fm_layout_of(d, f);
     // 16-byte loads where every source row starts 16-byte aligned
     const bool vec_x = d % 8 == 0 && ((uintptr_t)x & 15) == 0, vec_w = f % 8 == 0 && ((uintptr_t)w & 15) == 0;

@@ -482,41 +482,66 @@ static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool
     free(hS), free(hz), free(hwq), free(hwk);
 }
 
-/* Feature maps on their own: token counts on both sides of the prompt path's
- * tile (1, 15, 37, 64, 65, 300), one map shared by all heads or one per head
- * (read through a kv head), f and d not multiples of 16, odd f. */
+/* Feature maps on their own: token counts on both sides of the prompt paths'
+ * tiles (1 and 15 take the per-token kernel; 16-token warp units, 128-token
+ * block steps), one map shared by all heads or one per head (read through a kv
+ * head), 1, 8 and 32 heads, the exp map, (d, f) the streaming kernel takes
+ * (128/128, 128/64, 64/64, 64/32) and ones that fall back to the WMMA kernel
+ * (f = 24, 20, 12, odd f, d = 40). bf16 runs twice: then with
+ * LIZARD_FMAP_PROMPT=0 (the WMMA kernel for every shape). */
 static void test_feature_maps(backend *c, backend *g) {
     typedef struct {
         int Hx, Hout, n_w, d, f;
         bool exp_map;
     } fm_shape;
     const fm_shape shapes[] = {
-        {4, 4, 1, 128, 128, false}, // LLaMA's phi_q: one map for every head
-        {2, 2, 2, 128, 128, true},  // phi_k per kv head, exp map
-        {2, 6, 6, 64, 24, false},   // per query head reading kv head o / 3; f not a multiple of 16
-        {3, 3, 1, 40, 13, false},   // d not a multiple of 16, odd f (element loads and stores)
+        {32, 32, 1, 128, 128, false}, // LLaMA-3-8B's phi_q: one map for every head
+        {8, 8, 8, 128, 128, false},   // its phi_k: a map per kv head
+        {8, 32, 32, 128, 128, false}, // a map per query head: a block's steps cross heads (W restaged)
+        {2, 2, 2, 128, 128, true},    // per head, exp map
+        {1, 1, 1, 128, 128, true},    // one head, exp map
+        {4, 8, 8, 128, 64, false},    // per query head reading kv head o / 2
+        {8, 8, 1, 64, 64, false},
+        {1, 4, 4, 64, 32, true},      // four output heads from one input head
+        {2, 6, 6, 64, 24, false},     // f not a multiple of 16: falls back
+        {4, 4, 1, 128, 20, false},    // falls back
+        {8, 8, 1, 64, 12, true},      // falls back
+        {3, 3, 1, 40, 13, false},     // d not a multiple of 16, odd f (element loads and stores)
         {1, 2, 2, 16, 8, true},
     };
-    const int counts[] = {1, 15, 37, 64, 65, 300};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const fm_shape *sh = &shapes[si];
-        float *hw = rand_host((size_t)sh->n_w * sh->d * sh->f, -0.3f, 0.3f);
-        lz_weight cw = weight(c, hw, sh->n_w, (int64_t)sh->d * sh->f), gw = weight(g, hw, sh->n_w, (int64_t)sh->d * sh->f);
-        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
-            const int T = counts[ci];
-            const size_t nx = (size_t)T * sh->Hx * sh->d, no = (size_t)T * sh->Hout * 2 * sh->f;
-            float *hx = rand_host(nx, -1.5f, 1.5f);
-            void *cx = act(c, hx, nx), *gx = act(g, hx, nx), *co = act(c, NULL, no), *go = act(g, NULL, no);
-            BOTH(c->ops->feature_map(c->be, co, cx, &cw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map),
-                 g->ops->feature_map(g->be, go, gx, &gw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map));
-            char what[96];
-            snprintf(what, sizeof what, "feature_map shape %zu T=%d", si, T);
-            compare(what, c, co, g, go, no, tol);
-            c->ops->free(c->be, cx), g->ops->free(g->be, gx), c->ops->free(c->be, co), g->ops->free(g->be, go);
-            free(hx);
+    const int counts[] = {1, 15, 17, 37, 64, 65, 128, 300, 1000, 1153};
+    const int modes = strcmp(dtype_name, "bf16") == 0 ? 2 : 1;
+    for (int mi = 0; mi < modes; mi++) {
+        backend old = *g, *gb = g;
+        if (mi == 1) {
+            setenv("LIZARD_FMAP_PROMPT", "0", 1);
+            CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &old.be, &old.ops) == LZ_OK, "%s", lz_error_message());
+            unsetenv("LIZARD_FMAP_PROMPT");
+            gb = &old;
         }
-        c->ops->free_weight(c->be, &cw), g->ops->free_weight(g->be, &gw);
-        free(hw);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const fm_shape *sh = &shapes[si];
+            float *hw = rand_host((size_t)sh->n_w * sh->d * sh->f, -0.3f, 0.3f);
+            lz_weight cw = weight(c, hw, sh->n_w, (int64_t)sh->d * sh->f),
+                      gw = weight(gb, hw, sh->n_w, (int64_t)sh->d * sh->f);
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+                const int T = counts[ci];
+                const size_t nx = (size_t)T * sh->Hx * sh->d, no = (size_t)T * sh->Hout * 2 * sh->f;
+                float *hx = rand_host(nx, -1.5f, 1.5f);
+                void *cx = act(c, hx, nx), *gx = act(gb, hx, nx), *co = act(c, NULL, no), *go = act(gb, NULL, no);
+                BOTH(c->ops->feature_map(c->be, co, cx, &cw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map),
+                     gb->ops->feature_map(gb->be, go, gx, &gw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map));
+                char what[96];
+                snprintf(what, sizeof what, "feature_map%s shape %zu T=%d", mi ? " LIZARD_FMAP_PROMPT=0" : "", si, T);
+                compare(what, c, co, gb, go, no, tol);
+                c->ops->free(c->be, cx), gb->ops->free(gb->be, gx), c->ops->free(c->be, co), gb->ops->free(gb->be, go);
+                free(hx);
+            }
+            c->ops->free_weight(c->be, &cw), gb->ops->free_weight(gb->be, &gw);
+            free(hw);
+        }
+        if (mi == 1)
+            gb->ops->destroy(gb->be);
     }
 }
 
