@@ -332,20 +332,10 @@ template <typename T, bool FUSED>
 static lz_status launch(lz_cuda_ctx *c, const gd_params<T> &p, int n_seqs) {
     const int C = cluster_size(p.d);
     const gd_layout L(p.Hq, p.Hs, p.d, p.f, C, vec16<T>::N, FUSED);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)C, (unsigned)p.Hs, (unsigned)n_seqs);
-    cfg.blockDim = dim3(GD_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = sizeof(float) * (size_t)L.total;
-    cfg.stream = c->stream;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)C;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization; // as lz_launch does (pdl.cuh)
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = c->pdl ? 2 : 1;
+    const cudaLaunchConfig_t cfg = lz_cluster_config(c, dim3((unsigned)C, (unsigned)p.Hs, (unsigned)n_seqs),
+                                                     dim3(GD_THREADS, 1, 1), sizeof(float) * (size_t)L.total,
+                                                     (unsigned)C, attr);
     void *args[] = {(void *)&p};
     LZ_CUDA_TRY(cudaLaunchKernelExC(&cfg, pick<T, FUSED>(L.group), args));
     LZ_LAUNCH_CHECK("gla decode (split)");

@@ -36,4 +36,24 @@ static inline lz_status lz_launch(const lz_cuda_ctx *c, const char *what, void (
     return LZ_OK;
 }
 
+// The launch configuration of a kernel in clusters of cluster_x blocks along x, as a programmatic
+// dependent when c->pdl (for cudaLaunchKernelEx / cudaLaunchKernelExC; attr must outlive the launch).
+static inline cudaLaunchConfig_t lz_cluster_config(const lz_cuda_ctx *c, dim3 grid, dim3 block, size_t smem,
+                                                   unsigned cluster_x, cudaLaunchAttribute attr[2]) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster_x;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = c->pdl ? 2 : 1;
+    return cfg;
+}
+
 #endif

@@ -423,20 +423,10 @@ static lz_status window_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, c
                                const lz_attn_dims *dims) {
     const int Hq = dims->n_heads, Hkv = dims->n_kv_heads, d = dims->head_dim, group = Hq / Hkv, w = dims->window;
     const int cs = wd_cluster(c, hb->n_tokens * Hkv, w), chunk = wd_chunk<T>(d);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(cs * hb->n_tokens), (unsigned)Hkv);
-    cfg.blockDim = dim3(32 * WD_WARPS);
-    cfg.dynamicSmemBytes = wd_smem(group, d, chunk, sizeof(T));
-    cfg.stream = c->stream;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)cs;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization; // as lz_launch does (pdl.cuh)
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = c->pdl ? 2 : 1;
+    const cudaLaunchConfig_t cfg = lz_cluster_config(c, dim3((unsigned)(cs * hb->n_tokens), (unsigned)Hkv),
+                                                     dim3(32 * WD_WARPS), wd_smem(group, d, chunk, sizeof(T)),
+                                                     (unsigned)cs, attr);
     const cudaError_t e = cudaLaunchKernelEx(&cfg, window_decode_kernel<T, GM>, out, q, k, v, (T *)st->ring_k,
                                              (T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq, b->slot,
                                              b->token_pos, Hq, Hkv, d, w, chunk);
