@@ -223,8 +223,10 @@ lz_status lz_cpu_backend_create(lz_backend **be, const lz_ops **ops);
  * and weights in `dtype` (LZ_DTYPE_BF16 or LZ_DTYPE_F32), GLA state in fp32.
  * The GPU is picked by the local rank (OMPI_COMM_WORLD_LOCAL_RANK,
  * SLURM_LOCALID or LOCAL_RANK; 0 without) modulo the visible GPUs.
- * The table has the fused gla_decode op; LIZARD_FUSE=all adds the fused dense ops (norm_linear_many,
- * norm_swiglu, linear_residual); LIZARD_FUSE=0 has none of them and the unsplit GLA decode kernel. */
+ * The table has the fused gla_decode op and linear_residual (a prompt's GEMM accumulating in place;
+ * decode: the GEMV, then the add); LIZARD_FUSE=all folds RMSNorm, SwiGLU and the residual add into the
+ * decode GEMVs (norm_linear_many, norm_swiglu, linear_residual); LIZARD_FUSE=0 has none of them and
+ * the unsplit GLA decode kernel. */
 lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **be, const lz_ops **ops);
 
 #endif

@@ -79,5 +79,3 @@ void lz_watchdog_arm(const char *what, uint64_t step_id) {
 }
 
 void lz_watchdog_disarm(void) { atomic_store(&armed_at_ms, 0); }
-
-double lz_watchdog_timeout(void) { return timeout_s; }

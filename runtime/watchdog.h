@@ -24,7 +24,4 @@ lz_status lz_watchdog_start(int rank, int n_ranks);
 void lz_watchdog_arm(const char *what, uint64_t step_id);
 void lz_watchdog_disarm(void);
 
-/* The timeout in seconds (0: off), after lz_watchdog_start. */
-double lz_watchdog_timeout(void);
-
 #endif

@@ -13,6 +13,7 @@
 // cut, need a mask. The same function as attention_tc_kernel (attention_tc.cu),
 // which stays as the fallback (LIZARD_FLASH=0, head_dim other than 64 or 128).
 #include "cuda_kernels.cuh" // lz_cuda_ctx, checks
+#include "ptx.cuh"          // lz_cp_async16, lz_ldsm_x4, lz_mma_bf16, lz_fast_exp2
 
 typedef __nv_bfloat16 bf16;
 
@@ -35,44 +36,16 @@ template <int D> __device__ __forceinline__ uint32_t swz(int r, int u) {
     return (uint32_t)(r * D * 2 + ((u ^ (r & 7)) << 4));
 }
 
-// 16 bytes global -> shared, bypassing L1; `valid` false writes zeros (reads nothing)
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
+// ldmatrix x4 into four named registers (this file's fragments are scalars)
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
+    uint32_t r[4];
+    lz_ldsm_x4(r, addr);
+    r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
 }
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-// c += a b: a 16x16 (row), b 16x8 (col), c 16x8 fp32. Lane l holds c rows l/4 (c[0..1])
-// and l/4 + 8 (c[2..3]), columns 2 (l % 4) + {0, 1}; a the same rows, columns
-// 2 (l % 4) + {0, 1} (a[0], a[1]) and + 8 (a[2], a[3]).
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 2^x in one MUFU instruction (exp2f adds a denormal-range fix-up); 2^-inf = 0
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // lo: the lower column, in the low half
-    return *(const uint32_t *)&v;
+    uint32_t r[4];
+    lz_ldsm_x4_trans(r, addr);
+    r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
 }
 
 // grid (Hq / HPB, chunks), block flash_threads<HPB>(). Chunks run last first: the latest
@@ -108,18 +81,18 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
             const bool ok = t >= k_first;
             const size_t off = ok ? (size_t)t * kv_row + u * 8 : 0;
             const uint32_t dst = buf * TILE + swz<D>(r, u);
-            cp_async16(sK0 + dst, kb + off, ok);
-            cp_async16(sV0 + dst, vb + off, ok);
+            lz_cp_async16(sK0 + dst, kb + off, ok);
+            lz_cp_async16(sV0 + dst, vb + off, ok);
         }
     };
 #pragma unroll
     for (int i = 0; i < HPB * FB * UPR / NT; i++) { // Q rows past the chunk become zeros
         const int e = tid + i * NT, qh = e / (FB * UPR), r = e / UPR % FB, u = e % UPR;
         const bool ok = r < L;
-        cp_async16(sQ + qh * TILE + swz<D>(r, u), q + (ok ? ((size_t)(row0 + r) * Hq + h0 + qh) * D + u * 8 : 0), ok);
+        lz_cp_async16(sQ + qh * TILE + swz<D>(r, u), q + (ok ? ((size_t)(row0 + r) * Hq + h0 + qh) * D + u * 8 : 0), ok);
     }
     load_kv(0, 0);
-    cp_async_commit();
+    lz_cp_async_commit();
 
     const int gr = lane >> 2, qd = lane & 3;            // the quad (row) and the lane in it (column pair)
     const int rA = warp * 16 + gr, pA = p0 + rA, pB = pA + 8; // this lane's rows rA, rA + 8 and their positions
@@ -134,10 +107,10 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
         const int buf = j & 1;
         if (j + 1 < n_tiles) { // the next tile streams in while this one is computed
             load_kv(j + 1, buf ^ 1);
-            cp_async_commit();
-            cp_async_wait<1>();
+            lz_cp_async_commit();
+            lz_cp_async_wait<1>();
         } else {
-            cp_async_wait<0>();
+            lz_cp_async_wait<0>();
         }
         __syncthreads();
         if (j == 0) {
@@ -160,8 +133,8 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4(sK + swz<D>(16 * np + (lane & 7) + (lane >> 4) * 8, 2 * kk + ((lane >> 3) & 1)), b0, b1, b2,
                         b3);
-                mma_bf16(s[2 * np], qf[kk], b0, b1);
-                mma_bf16(s[2 * np + 1], qf[kk], b2, b3);
+                lz_mma_bf16(s[2 * np], qf[kk], b0, b1);
+                lz_mma_bf16(s[2 * np + 1], qf[kk], b2, b3);
             }
         }
 
@@ -198,16 +171,16 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             base[r] = mx[r] == -INFINITY ? 0.0f : mx[r]; // a row with no visible key yet: every p is 0
-            alpha[r] = fast_exp2(m_r[r] - base[r]);
+            alpha[r] = lz_fast_exp2(m_r[r] - base[r]);
             m_r[r] = mx[r];
         }
         float sum[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int n = 0; n < FB / 8; n++) {
-            s[n][0] = fast_exp2(s[n][0] - base[0]);
-            s[n][1] = fast_exp2(s[n][1] - base[0]);
-            s[n][2] = fast_exp2(s[n][2] - base[1]);
-            s[n][3] = fast_exp2(s[n][3] - base[1]);
+            s[n][0] = lz_fast_exp2(s[n][0] - base[0]);
+            s[n][1] = lz_fast_exp2(s[n][1] - base[0]);
+            s[n][2] = lz_fast_exp2(s[n][2] - base[1]);
+            s[n][3] = lz_fast_exp2(s[n][3] - base[1]);
             sum[0] += s[n][0] + s[n][1];
             sum[1] += s[n][2] + s[n][3];
         }
@@ -224,16 +197,16 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
         // O += P V: P's A fragment for keys 16 kk .. 16 kk + 15 is n-tiles 2 kk and 2 kk + 1 of S
 #pragma unroll
         for (int kk = 0; kk < FB / 16; kk++) {
-            const uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                   pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                   pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            const uint32_t a[4] = {lz_pack_bf16(s[2 * kk][0], s[2 * kk][1]), lz_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                   lz_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                   lz_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) { // output columns 16 dp .. 16 dp + 15: two n-tiles
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4_trans(sV + swz<D>(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * dp + (lane >> 4)), b0, b1,
                               b2, b3);
-                mma_bf16(o[2 * dp], a, b0, b1);
-                mma_bf16(o[2 * dp + 1], a, b2, b3);
+                lz_mma_bf16(o[2 * dp], a, b0, b1);
+                lz_mma_bf16(o[2 * dp + 1], a, b2, b3);
             }
         }
         __syncthreads(); // every warp is done with this buffer before the next iteration refills it

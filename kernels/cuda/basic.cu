@@ -8,6 +8,7 @@
 
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
+#include "ptx.cuh" // lz_log_sigmoid
 
 // Kernels ---------------------------------------------------------------------
 
@@ -288,8 +289,7 @@ template <typename T> __global__ void log_sigmoid_kernel(T *out, const T *x, int
     lz_pdl_launch_dependents();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        const float v = lz_to_float(x[i]);
-        out[i] = lz_from_float<T>(v >= 0.0f ? -log1pf(expf(-v)) : v - log1pf(expf(v)));
+        out[i] = lz_from_float<T>(lz_log_sigmoid(lz_to_float(x[i])));
     }
 }
 
@@ -322,10 +322,8 @@ static lz_status copy_rows(lz_cuda_ctx *c, const char *what, T *out, const T *sr
     const bool vec = C % V == 0 && aligned16(out, src, src);
     int threads = vec ? (C / V + 31) / 32 * 32 : 256;
     threads = threads < 32 ? 32 : threads > 1024 ? 1024 : threads;
-    LZ_TRY(lz_launch(c, what, copy_rows_kernel<T, TABLE>, dim3((unsigned)n), dim3((unsigned)threads), 0, out, src, idx,
-                     C, vec));
-    LZ_LAUNCH_CHECK(what);
-    return LZ_OK;
+    return lz_launch(c, what, copy_rows_kernel<T, TABLE>, dim3((unsigned)n), dim3((unsigned)threads), 0, out, src, idx,
+                     C, vec);
 }
 
 template <typename T>
@@ -352,15 +350,11 @@ template <typename T> lz_status rmsnorm_forward(lz_cuda_ctx *c, T *out, const T 
         // n_vec <= 1024 * RMS_VECS means threads * RMS_VECS >= n_vec after the clamp
         int threads = (n_vec + 31) / 32 * 32;
         threads = threads < 32 ? 32 : threads > 1024 ? 1024 : threads;
-        LZ_TRY(lz_launch(c, "rmsnorm", rmsnorm_vec_kernel<T>, dim3((unsigned)n), dim3((unsigned)threads), 0, out, x, w,
-                         C, eps));
-        LZ_LAUNCH_CHECK("rmsnorm");
-        return LZ_OK;
+        return lz_launch(c, "rmsnorm", rmsnorm_vec_kernel<T>, dim3((unsigned)n), dim3((unsigned)threads), 0, out, x, w,
+                         C, eps);
     }
-    LZ_TRY(lz_launch(c, "rmsnorm", rmsnorm_kernel<T>, dim3((unsigned)n), dim3(C >= 1024 ? 1024 : ((C + 31) / 32) * 32),
-                     0, out, x, w, C, eps));
-    LZ_LAUNCH_CHECK("rmsnorm");
-    return LZ_OK;
+    return lz_launch(c, "rmsnorm", rmsnorm_kernel<T>, dim3((unsigned)n), dim3(C >= 1024 ? 1024 : ((C + 31) / 32) * 32),
+                     0, out, x, w, C, eps);
 }
 
 template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, size_t n) {
@@ -368,12 +362,10 @@ template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, si
     const size_t n_vec = aligned16(y, x, y) ? n / V : 0, done = n_vec * V;
     if (n_vec > 0) {
         LZ_TRY(lz_launch(c, "add", add_vec_kernel<T>, dim3((unsigned)vec_grid(c, n_vec)), dim3(256), 0, y, x, n_vec));
-        LZ_LAUNCH_CHECK("add");
     }
     if (done < n) { // the tail (or everything, unaligned)
         LZ_TRY(lz_launch(c, "add", add_kernel<T>, dim3((unsigned)grid_for(n - done, 256)), dim3(256), 0, y + done,
                          x + done, n - done));
-        LZ_LAUNCH_CHECK("add");
     }
     return LZ_OK;
 }
@@ -384,12 +376,10 @@ template <typename T> lz_status swiglu_forward(lz_cuda_ctx *c, T *out, const T *
     if (n_vec > 0) {
         LZ_TRY(lz_launch(c, "swiglu", swiglu_vec_kernel<T>, dim3((unsigned)vec_grid(c, n_vec)), dim3(256), 0, out, gate,
                          up, n_vec));
-        LZ_LAUNCH_CHECK("swiglu");
     }
     if (done < n) {
         LZ_TRY(lz_launch(c, "swiglu", swiglu_kernel<T>, dim3((unsigned)grid_for(n - done, 256)), dim3(256), 0,
                          out + done, gate + done, up + done, n - done));
-        LZ_LAUNCH_CHECK("swiglu");
     }
     return LZ_OK;
 }
@@ -399,16 +389,12 @@ template <typename T> lz_status gather_rows_forward(lz_cuda_ctx *c, T *out, cons
 }
 
 template <typename T> lz_status argmax_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C) {
-    LZ_TRY(lz_launch(c, "argmax_rows", argmax_rows_kernel<T>, dim3((unsigned)n), dim3(1024), 0, ids, x, C));
-    LZ_LAUNCH_CHECK("argmax_rows");
-    return LZ_OK;
+    return lz_launch(c, "argmax_rows", argmax_rows_kernel<T>, dim3((unsigned)n), dim3(1024), 0, ids, x, C);
 }
 
 template <typename T> lz_status log_sigmoid_forward(lz_cuda_ctx *c, T *out, const T *x, int n) {
-    LZ_TRY(lz_launch(c, "log_sigmoid", log_sigmoid_kernel<T>, dim3((unsigned)grid_for((size_t)n, 256)), dim3(256), 0,
-                     out, x, n));
-    LZ_LAUNCH_CHECK("log_sigmoid");
-    return LZ_OK;
+    return lz_launch(c, "log_sigmoid", log_sigmoid_kernel<T>, dim3((unsigned)grid_for((size_t)n, 256)), dim3(256), 0,
+                     out, x, n);
 }
 
 template <typename T> static cudaDataType_t cuda_type();
@@ -418,20 +404,25 @@ template <> cudaDataType_t cuda_type<__nv_bfloat16>() { return CUDA_R_16BF; }
 // Row-major out[n, o] = x[n, i] . W[o, i]^T is, column-major, out^T = W . x^T:
 // C (o x n) = op_T(A: i x o, lda i) * B (i x n, ldb i).
 template <typename T>
+static lz_status gemm_xwt(lz_cuda_ctx *c, T *out, const T *x, const T *w, int n, int in, int out_features, float beta) {
+    const float one = 1.0f;
+    LZ_CUBLAS_TRY(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in, &one, w, cuda_type<T>(), in, x,
+                               cuda_type<T>(), in, &beta, out, cuda_type<T>(), out_features, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+    return LZ_OK;
+}
+
+template <typename T>
 lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int in, int out_features) {
     // Decode-sized steps and single-row outputs (the Lizard gate) are memory-bound: our GEMV.
     const bool vec_ok = in % (16 / (int)sizeof(T)) == 0;
     if (!c->gemv_off && vec_ok && (n <= LZ_GEMV_MAX_TOKENS || out_features <= 4))
         return gemv_forward<T>(c, out, x, w, bias, n, in, out_features);
-    const float one = 1.0f, zero = 0.0f;
-    LZ_CUBLAS_TRY(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in, &one, w, cuda_type<T>(), in, x,
-                               cuda_type<T>(), in, &zero, out, cuda_type<T>(), out_features, CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+    LZ_TRY(gemm_xwt<T>(c, out, x, w, n, in, out_features, 0.0f));
     if (bias) {
         const size_t total = (size_t)n * out_features;
         LZ_TRY(lz_launch(c, "linear bias", bias_kernel<T>, dim3((unsigned)grid_for(total, 256)), dim3(256), 0, out, bias,
                          out_features, total));
-        LZ_LAUNCH_CHECK("linear bias");
     }
     return LZ_OK;
 }
@@ -440,11 +431,7 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
 // residual stream without writing the product and reading it back in a separate add.
 template <typename T>
 lz_status linear_accumulate_forward(lz_cuda_ctx *c, T *y, const T *x, const T *w, int n, int in, int out_features) {
-    const float one = 1.0f;
-    LZ_CUBLAS_TRY(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in, &one, w, cuda_type<T>(), in, x,
-                               cuda_type<T>(), in, &one, y, cuda_type<T>(), out_features, CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
-    return LZ_OK;
+    return gemm_xwt<T>(c, y, x, w, n, in, out_features, 1.0f);
 }
 
 #define LZ_BASIC(T)                                                                                   \

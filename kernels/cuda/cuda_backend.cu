@@ -858,6 +858,12 @@ static lz_status init_device(lz_backend *be) {
     return LZ_OK;
 }
 
+// Whether the environment variable is set to "0".
+static bool env_is_zero(const char *name) {
+    const char *v = getenv(name);
+    return v && strcmp(v, "0") == 0;
+}
+
 extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, const lz_ops **ops) {
     if (dtype != LZ_DTYPE_BF16 && dtype != LZ_DTYPE_F32)
         return lz_fail(LZ_ERR_INPUT, "--dtype: the CUDA backend runs bf16 or fp32");
@@ -867,25 +873,22 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->dtype = dtype;
     const char *prof = getenv("LIZARD_PROFILE");
     be->prof.on = prof && *prof && strcmp(prof, "0") != 0;
-    const char *gemv = getenv("LIZARD_GEMV");
-    be->ctx.gemv_off = gemv && strcmp(gemv, "0") == 0;
-    const char *tc = getenv("LIZARD_TC");
-    be->ctx.tc_off = tc && strcmp(tc, "0") == 0;
+    // the switches back to older paths (for comparison, or as a fallback): each "0" turns one off
+    be->ctx.gemv_off = env_is_zero("LIZARD_GEMV");
+    be->ctx.tc_off = env_is_zero("LIZARD_TC");
+    be->ctx.flash_off = env_is_zero("LIZARD_FLASH");
     const char *flash = getenv("LIZARD_FLASH");
-    be->ctx.flash_off = flash && strcmp(flash, "0") == 0;
     be->ctx.flash_one_head = flash && strcmp(flash, "1") == 0;
+    be->ctx.fuse_off = env_is_zero("LIZARD_FUSE");
     const char *fuse = getenv("LIZARD_FUSE");
-    be->ctx.fuse_off = fuse && strcmp(fuse, "0") == 0;
-    be->ctx.fmap_prompt_off = getenv("LIZARD_FMAP_PROMPT") && strcmp(getenv("LIZARD_FMAP_PROMPT"), "0") == 0;
     const fuse_mode mode = be->ctx.fuse_off                                               ? FUSE_NONE
                            : fuse && (strcmp(fuse, "all") == 0 || strcmp(fuse, "1") == 0) ? FUSE_ALL
                                                                                            : FUSE_GLA;
-    const char *wdec = getenv("LIZARD_WINDOW_DECODE"); // "0": the older window decode path (a fallback)
-    be->ctx.window_decode_off = wdec && strcmp(wdec, "0") == 0;
+    be->ctx.fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");
+    be->ctx.window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
+    be->ctx.pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains
     const char *stream_min = getenv("LIZARD_GLA_STREAM_MIN");
     be->ctx.gla_stream_min = stream_min && *stream_min ? atoi(stream_min) : LZ_GLA_STREAM_MIN_DEFAULT;
-    const char *pdl = getenv("LIZARD_PDL"); // on unless "0": kernels start while their predecessor drains
-    be->ctx.pdl = !(pdl && strcmp(pdl, "0") == 0);
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
     be->graphs.off = be->prof.on || (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
     lz_status s = init_device(be);

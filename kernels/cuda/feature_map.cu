@@ -13,6 +13,7 @@
 #include <type_traits> // std::is_same
 
 #include "cuda_kernels.cuh"
+#include "ptx.cuh" // lz_cp_async16, lz_ldsm_x4, lz_mma_bf16, lz_fast_exp2
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
 
 // grid (n, Hout), block fb x parts (fb = f rounded up to a warp multiple):
@@ -219,12 +220,6 @@ template <int D, int F> struct fms_layout {
     static constexpr size_t BYTES = W_BYTES + FMS_WARPS * WARP_BYTES;
 };
 
-__device__ __forceinline__ uint32_t fms_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void fms_cp16(uint32_t dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void fms_ex2(float &y) { asm("ex2.approx.ftz.f32 %0, %0;" : "+f"(y)); }
-
 // the unit's (head, first token) for block step `gi`: token-major when W is shared
 // (neighbouring steps write neighbouring rows), head-major per head (W restaged rarely)
 __device__ __forceinline__ void fms_unit(long gi, int tiles, int Hout, int n_w, int &o, int &t0) {
@@ -258,10 +253,10 @@ __global__ void __launch_bounds__(32 * FMS_WARPS, 1)
             for (int e = lane; e < FMS_ROWS * CPR; e += 32) {
                 const int r = e / CPR, ch = e % CPR, t = t0 + r;
                 const bf16 *src = t < n ? x + ((size_t)t * Hx + o / rep) * D + ch * 8 : x;
-                fms_cp16(fms_smem(Xs + (b * FMS_ROWS + r) * L::LDX + ch * 8), src, t < n);
+                lz_cp_async16(lz_smem_u32(Xs + (b * FMS_ROWS + r) * L::LDX + ch * 8), src, t < n);
             }
         }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        lz_cp_async_commit();
     };
     // all of a thread's W loads in flight before its stores (a restage is on the block's critical path)
     auto load_w = [&](int o) {
@@ -295,7 +290,7 @@ __global__ void __launch_bounds__(32 * FMS_WARPS, 1)
         }
         const int b = (int)((gi - g0) % FMS_NBUF);
         load_x(gi + FMS_NBUF - 1, (int)((gi - g0 + FMS_NBUF - 1) % FMS_NBUF));
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(FMS_NBUF - 1) : "memory");
+        lz_cp_async_wait<FMS_NBUF - 1>();
         __syncwarp(); // the other lanes' chunks of this unit are visible
         if (t0 >= n)
             continue; // warp-uniform: the last step's warps past the prompt
@@ -309,24 +304,15 @@ __global__ void __launch_bounds__(32 * FMS_WARPS, 1)
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks++) {
             uint32_t a[4];
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                         : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                         : "r"(fms_smem(xb + ((lane & 7) + ((lane >> 3) & 1) * 8) * L::LDX + ks * 16 +
-                                        (lane >> 4) * 8)));
+            lz_ldsm_x4(a, lz_smem_u32(xb + ((lane & 7) + ((lane >> 3) & 1) * 8) * L::LDX + ks * 16 + (lane >> 4) * 8));
 #pragma unroll
             for (int np = 0; np < F / 16; np++) {
                 uint32_t bb[4]; // n-tiles 2np (bb[0..1]) and 2np + 1 (bb[2..3])
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                             : "=r"(bb[0]), "=r"(bb[1]), "=r"(bb[2]), "=r"(bb[3])
-                             : "r"(fms_smem(Ws + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::LDW + np * 16 +
-                                            (lane >> 4) * 8)));
+                lz_ldsm_x4_trans(bb, lz_smem_u32(Ws + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::LDW + np * 16 + (lane >> 4) * 8));
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     float *c = acc[2 * np + h];
-                    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(bb[2 * h]), "r"(bb[2 * h + 1]));
+                    lz_mma_bf16(c, a, bb[2 * h], bb[2 * h + 1]);
                 }
             }
         }
@@ -359,7 +345,7 @@ __global__ void __launch_bounds__(32 * FMS_WARPS, 1)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 float yp = fmaf(acc[j][i], L2E, -mp[i >> 1]), yn = fmaf(-acc[j][i], L2E, mq[i >> 1]);
-                fms_ex2(yp), fms_ex2(yn);
+                yp = lz_fast_exp2(yp), yn = lz_fast_exp2(yn);
                 ep[j][i] = yp, acc[j][i] = yn; // u is no longer needed
                 sp[i >> 1] += yp, sn[i >> 1] += yn;
             }
@@ -396,7 +382,7 @@ __global__ void __launch_bounds__(32 * FMS_WARPS, 1)
         }
         __syncwarp(); // Os is read before the next unit overwrites it
     }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    lz_cp_async_wait<0>();
 }
 
 // the instantiations: (d, f) pairs the streaming path takes
@@ -473,10 +459,8 @@ lz_status feature_map_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, in
     if (smem > 48 * 1024) // the default limit: no opt-in needed
         return lz_fail(LZ_ERR_INPUT, "CUDA feature map needs %zu bytes of shared memory for head_dim %d (at most 48 KB)",
                        smem, d);
-    LZ_TRY(lz_launch(c, "feature_map", feature_map_kernel<T>, dim3((unsigned)n, (unsigned)Hout), dim3((unsigned)(fb * parts)),
-                     smem, out, x, w, n_w, Hx, Hout, d, f, fb, exp_map));
-    LZ_LAUNCH_CHECK("feature_map");
-    return LZ_OK;
+    return lz_launch(c, "feature_map", feature_map_kernel<T>, dim3((unsigned)n, (unsigned)Hout), dim3((unsigned)(fb * parts)),
+                     smem, out, x, w, n_w, Hx, Hout, d, f, fb, exp_map);
 }
 
 #define LZ_FMAP(T)                                                                                               \

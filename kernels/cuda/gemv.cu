@@ -82,9 +82,7 @@ template <typename T, int NT>
 static lz_status launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, int n, int k) {
     const int groups = (n + NT - 1) / NT, block = 256;
     const int grid = (int)(((size_t)seg.total_rows * groups * 32 + block - 1) / block);
-    LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT>, dim3((unsigned)grid), dim3(block), 0, seg, x, n, k, groups));
-    LZ_LAUNCH_CHECK("gemv");
-    return LZ_OK;
+    return lz_launch(c, "gemv", gemv_kernel<T, NT>, dim3((unsigned)grid), dim3(block), 0, seg, x, n, k, groups);
 }
 
 // Accumulators per warp follow the step's size: 1 token (batch-1 decode), up to 4, up to 8. A

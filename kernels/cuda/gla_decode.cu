@@ -23,6 +23,8 @@
 
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_pdl_wait, lz_pdl_launch_dependents
+#include "ptx.cuh" // lz_log_sigmoid
+#include "gla_decode_common.cuh" // gd_sum_over_warp, gd_store_partial, gd_write_out
 
 namespace cg = cooperative_groups;
 
@@ -78,8 +80,6 @@ struct gd_layout {
     }
 };
 
-static __device__ __forceinline__ float log_sigmoid(float v) { return v >= 0.0f ? -log1pf(expf(-v)) : v - log1pf(expf(v)); }
-
 // grid (C, Hs, n_seqs), cluster (C, 1, 1), block GD_THREADS. G >= the group size (query heads per state head).
 template <typename T, bool FUSED, int G>
 __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<T> p) {
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
     for (int e = tid; e < cpb; e += GD_THREADS)
         vs[e] = lz_to_float(p.v[((size_t)row * p.Hkv + vh) * d + c0 + e]);
     const float lg = lz_to_float(p.gate[row]);
-    const float gamma = expf(FUSED ? log_sigmoid(lg) : lg);
+    const float gamma = expf(FUSED ? lz_log_sigmoid(lg) : lg);
     if constexpr (!FUSED) {
         for (int e = tid; e < group * F; e += GD_THREADS)
             phis[e] = lz_to_float(p.phi_q[((size_t)row * p.Hq + s * group + e / F) * F + e % F]);
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
 #pragma unroll
     for (int g = 0; g < G; g++)
         acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.0f;
-    const float v0 = vs[cq * 4], v1 = vs[cq * 4 + 1], v2 = vs[cq * 4 + 2], v3 = vs[cq * 4 + 3];
+    const float4 v4 = make_float4(vs[cq * 4], vs[cq * 4 + 1], vs[cq * 4 + 2], vs[cq * 4 + 3]);
     for (int a0 = 0; a0 < F; a0 += GD_ROUND * rp) {
         if (a0 > 0) { // F beyond GD_ROUND passes: the next rows
 #pragma unroll
@@ -243,20 +243,8 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
         for (int k = 0; k < GD_ROUND; k++) {
             const int a = a0 + rl + k * rp;
             if (in_state && a < F) {
-                const float pa = pk[a];
-                float4 sv;
-                sv.x = gamma * st[k].x + pa * v0;
-                sv.y = gamma * st[k].y + pa * v1;
-                sv.z = gamma * st[k].z + pa * v2;
-                sv.w = gamma * st[k].w + pa * v3;
+                const float4 sv = gd_update_row<G>(st[k], gamma, pk[a], v4, phis, F, a, group, acc);
                 *(float4 *)(Sh + (size_t)a * d + c0 + cq * 4) = sv;
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    if (g < group) {
-                        const float w = phis[g * F + a];
-                        acc[g][0] += w * sv.x, acc[g][1] += w * sv.y, acc[g][2] += w * sv.z, acc[g][3] += w * sv.w;
-                    }
-                }
             }
         }
     }
@@ -265,34 +253,13 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
     // quads tile the warp, then one partial row per warp (or per row lane) in shared memory
     int red_row = rl;
     if (L.shfl) { // every thread is a row lane here (GD_THREADS is a multiple of qpr)
-        for (int off = L.qpr; off < 32; off <<= 1) {
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                acc[g][0] += __shfl_xor_sync(0xffffffffu, acc[g][0], off);
-                acc[g][1] += __shfl_xor_sync(0xffffffffu, acc[g][1], off);
-                acc[g][2] += __shfl_xor_sync(0xffffffffu, acc[g][2], off);
-                acc[g][3] += __shfl_xor_sync(0xffffffffu, acc[g][3], off);
-            }
-        }
+        gd_sum_over_warp<G>(acc, L.qpr);
         red_row = (tid & 31) < L.qpr ? tid >> 5 : -1;
     }
-    if (in_state && red_row >= 0) {
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            if (g < group) {
-                float *dst = red + ((size_t)red_row * group + g) * cpb + cq * 4;
-                dst[0] = acc[g][0], dst[1] = acc[g][1], dst[2] = acc[g][2], dst[3] = acc[g][3];
-            }
-        }
-    }
+    if (in_state && red_row >= 0)
+        gd_store_partial<G>(red, acc, red_row, group, cpb, cq);
     __syncthreads();
-    for (int e = tid; e < group * cpb; e += GD_THREADS) {
-        const int g = e / cpb, c = e % cpb;
-        float num = 0.0f;
-        for (int i = 0; i < L.nred; i++)
-            num += red[((size_t)i * group + g) * cpb + c];
-        p.out[((size_t)row * p.Hq + s * group + g) * d + c0 + c] = lz_from_float<T>(p.normalize ? num / dens[g] : num);
-    }
+    gd_write_out<T>(p.out + ((size_t)row * p.Hq + s * group) * d + c0, d, red, L.nred, group, cpb, dens, p.normalize);
     if constexpr (FUSED)
         __cluster_barrier_wait(); // no block leaves while a peer may still read its u
 }

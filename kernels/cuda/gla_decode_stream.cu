@@ -30,6 +30,8 @@
 
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
+#include "ptx.cuh" // lz_cp_async4, lz_log_sigmoid
+#include "gla_decode_common.cuh" // gd_sum_over_warp, gd_store_partial, gd_write_out
 
 enum {
     GP_THREADS = 256,
@@ -52,15 +54,6 @@ template <typename T> struct gs_params {
     int n_seqs, Hq, Hkv, Hs, d, f, n_wq, n_wk, cols;
     bool normalize, exp_map;
 };
-
-static __device__ __forceinline__ float gs_log_sigmoid(float v) {
-    return v >= 0.0f ? -log1pf(expf(-v)) : v - log1pf(expf(v));
-}
-
-static __device__ __forceinline__ void gs_cp_async4(void *dst, const void *src) {
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
-}
 
 // Shared memory of the prep kernel in floats: x [d][GP_SEQS], the row groups' partial sums
 // [RG][GP_SEQS][f] (RG = GP_THREADS / (f / VF)), u [GP_SEQS][f], z [GP_SEQS][2f].
@@ -108,8 +101,8 @@ template <typename T, int VF> __global__ void __launch_bounds__(GP_THREADS, 3) g
     const float gate = is_k && warp < nseq ? lz_to_float(p.gate[my_row]) : 0.0f;
     if (is_k) // z, needed last: its copy overlaps the GEMV (no other block of this launch touches it)
         for (int e = tid; e < nseq * F; e += GP_THREADS)
-            gs_cp_async4(zs + e, p.z + ((size_t)p.slot[seq0 + e / F] * p.Hs + s) * F + e % F);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+            lz_cp_async4(zs + e, p.z + ((size_t)p.slot[seq0 + e / F] * p.Hs + s) * F + e % F);
+    lz_cp_async_commit();
     const T *x = is_k ? p.k : p.q;
     const int Hx = is_k ? p.Hkv : p.Hq, xh = is_k ? s / (p.Hs / p.Hkv) : h;
     for (int e = tid; e < GP_SEQS * d; e += GP_THREADS) {
@@ -161,7 +154,7 @@ template <typename T, int VF> __global__ void __launch_bounds__(GP_THREADS, 3) g
             u += red[(size_t)g * GP_SEQS * f + e];
         us[e] = u;
     }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    lz_cp_async_wait<0>();
     __syncthreads();
     // phi of sequence `warp`
     if (warp >= nseq)
@@ -171,7 +164,7 @@ template <typename T, int VF> __global__ void __launch_bounds__(GP_THREADS, 3) g
     float *ph = is_k ? p.phi_k + ((size_t)qs * p.Hs + s) * F : p.phi_q + ((size_t)qs * p.Hq + h) * F;
     float *zh = is_k ? p.z + ((size_t)p.slot[qs] * p.Hs + s) * F : NULL;
     const float *zo = zs + warp * F;
-    const float gamma = is_k ? expf(gs_log_sigmoid(gate)) : 0.0f;
+    const float gamma = is_k ? expf(lz_log_sigmoid(gate)) : 0.0f;
     float mx = 0.0f, mn = 0.0f, ip = 1.0f, in = 1.0f;
     if (!p.exp_map) {
         mx = -INFINITY, mn = INFINITY;
@@ -216,7 +209,7 @@ template <typename T, int G> __global__ void __launch_bounds__(GS_THREADS) gla_d
     lz_pdl_launch_dependents();
     float *sm = (float *)gs_sm4, *phis = sm, *pk = phis + group * F, *zs = pk + F, *vs = zs + F, *dens = vs + cols;
     float *red = dens + group;
-    const float gamma = expf(gs_log_sigmoid(lz_to_float(p.gate[row])));
+    const float gamma = expf(lz_log_sigmoid(lz_to_float(p.gate[row])));
     const int vh = p.Hs == p.Hkv ? s : s / (p.Hq / p.Hkv);
     const float *pq_src = p.phi_q + ((size_t)q * p.Hq + s * group) * F, *pk_src = p.phi_k + ((size_t)q * p.Hs + s) * F;
     const float *z_src = p.z + ((size_t)slot * p.Hs + s) * F;
@@ -243,7 +236,7 @@ template <typename T, int G> __global__ void __launch_bounds__(GS_THREADS) gla_d
 #pragma unroll
     for (int g = 0; g < G; g++)
         acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.0f;
-    const float v0 = vs[cq * 4], v1 = vs[cq * 4 + 1], v2 = vs[cq * 4 + 2], v3 = vs[cq * 4 + 3];
+    const float4 v4 = make_float4(vs[cq * 4], vs[cq * 4 + 1], vs[cq * 4 + 2], vs[cq * 4 + 3]);
     for (int a0 = 0; a0 < F; a0 += GS_ROWS * rp) {
         if (a0 > 0) { // 2f beyond one pass of rows: the next ones
 #pragma unroll
@@ -256,51 +249,17 @@ template <typename T, int G> __global__ void __launch_bounds__(GS_THREADS) gla_d
         for (int k = 0; k < GS_ROWS; k++) {
             const int a = a0 + rl + k * rp;
             if (a < F) {
-                const float pa = pk[a];
-                float4 sv;
-                sv.x = gamma * st[k].x + pa * v0;
-                sv.y = gamma * st[k].y + pa * v1;
-                sv.z = gamma * st[k].z + pa * v2;
-                sv.w = gamma * st[k].w + pa * v3;
+                const float4 sv = gd_update_row<G>(st[k], gamma, pk[a], v4, phis, F, a, group, acc);
                 __stcs((float4 *)(Sh + (size_t)a * d), sv); // read again only at the next step
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    if (g < group) {
-                        const float w = phis[g * F + a];
-                        acc[g][0] += w * sv.x, acc[g][1] += w * sv.y, acc[g][2] += w * sv.z, acc[g][3] += w * sv.w;
-                    }
-                }
             }
         }
     }
     // numerators over the row lanes: shuffles within the warp (qpr is a power of two <= 8), then warps
-    for (int off = qpr; off < 32; off <<= 1) {
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            acc[g][0] += __shfl_xor_sync(0xffffffffu, acc[g][0], off);
-            acc[g][1] += __shfl_xor_sync(0xffffffffu, acc[g][1], off);
-            acc[g][2] += __shfl_xor_sync(0xffffffffu, acc[g][2], off);
-            acc[g][3] += __shfl_xor_sync(0xffffffffu, acc[g][3], off);
-        }
-    }
-    if (lane < qpr) {
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            if (g < group) {
-                float *dst = red + ((size_t)warp * group + g) * cols + cq * 4;
-                dst[0] = acc[g][0], dst[1] = acc[g][1], dst[2] = acc[g][2], dst[3] = acc[g][3];
-            }
-        }
-    }
+    gd_sum_over_warp<G>(acc, qpr);
+    if (lane < qpr)
+        gd_store_partial<G>(red, acc, warp, group, cols, cq);
     __syncthreads();
-    for (int e = tid; e < group * cols; e += GS_THREADS) {
-        const int g = e / cols, c = e % cols;
-        float num = 0.0f;
-#pragma unroll
-        for (int w = 0; w < GS_WARPS; w++)
-            num += red[((size_t)w * group + g) * cols + c];
-        p.out[((size_t)row * p.Hq + s * group + g) * d + c0 + c] = lz_from_float<T>(p.normalize ? num / dens[g] : num);
-    }
+    gd_write_out<T>(p.out + ((size_t)row * p.Hq + s * group) * d + c0, d, red, GS_WARPS, group, cols, dens, p.normalize);
 }
 
 // Value columns per stream block: 32, or the largest power-of-two multiple of 4 dividing d.

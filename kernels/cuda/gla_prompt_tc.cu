@@ -23,6 +23,7 @@
 #include <string.h> // strcmp
 
 #include "cuda_kernels.cuh" // lz_cuda_ctx, LZ_LAUNCH_CHECK
+#include "ptx.cuh"          // lz_mma_bf16, lz_ldsm_x4_trans, lz_pack_bf16
 
 typedef __nv_bfloat16 bf16;
 
@@ -56,26 +57,11 @@ static size_t output_smem(int F, int d) {
     return sizeof(bf16) * PT_CHUNK * ((size_t)k16_stride(F) + ldsm_stride(d)) + sizeof(float) * (PT_CHUNK + F);
 }
 
+// the mma with the a fragment as four scalars (this file's fragments come from 16-byte loads)
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Four 8x8 bf16 matrices, transposed on the way: lane l gives the address of row l % 8 of matrix l / 8.
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const bf16 *p) {
-    const unsigned addr = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); // .x (lo) in the low half
-    return *reinterpret_cast<const uint32_t *>(&v);
+    const uint32_t a[4] = {a0, a1, a2, a3};
+    lz_mma_bf16(c, a, b0, b1);
 }
 
 __device__ __forceinline__ float2 unpack_bf16(uint32_t u) {
@@ -149,7 +135,7 @@ __global__ void __launch_bounds__(PT_STATE_THREADS)
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const float2 f = unpack_bf16(in[k]);
-                o[k] = pack_bf16(wt * f.x, wt * f.y);
+                o[k] = lz_pack_bf16(wt * f.x, wt * f.y);
             }
             *reinterpret_cast<uint4 *>(Vs + t * VS + j8) = make_uint4(o[0], o[1], o[2], o[3]);
         }
@@ -176,13 +162,13 @@ __global__ void __launch_bounds__(PT_STATE_THREADS)
             // A = K^T (16 features x 16 positions): matrix m = lane / 8 holds features +8 (m & 1), positions +8 (m >> 1)
             uint32_t a[4];
             const int m = lane >> 3;
-            ldsm_x4_trans(a, Ks + (16 * kk + (m >> 1) * 8 + (lane & 7)) * KS + 16 * mb + (m & 1) * 8);
+            lz_ldsm_x4_trans(a, lz_smem_u32(Ks + (16 * kk + (m >> 1) * 8 + (lane & 7)) * KS + 16 * mb + (m & 1) * 8));
 #pragma unroll
             for (int p = 0; p < PT_COLS / 16; p++) {
                 const int n0 = col0 + 16 * p;
                 if (n0 < d) { // B = w*V (16 positions x 16 columns): matrix m holds positions +8 (m & 1), columns +8 (m >> 1)
                     uint32_t b[4];
-                    ldsm_x4_trans(b, Vs + (16 * kk + (m & 1) * 8 + (lane & 7)) * VS + n0 + (m >> 1) * 8);
+                    lz_ldsm_x4_trans(b, lz_smem_u32(Vs + (16 * kk + (m & 1) * 8 + (lane & 7)) * VS + n0 + (m >> 1) * 8));
                     mma_bf16(acc[2 * p], a[0], a[1], a[2], a[3], b[0], b[1]);
                     mma_bf16(acc[2 * p + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
                 }
@@ -233,8 +219,8 @@ __global__ void __launch_bounds__(PT_SCAN_THREADS)
             for (int k = 0; k < U; k++) {
                 if (c + k < end) {
                     Sb[((size_t)(c + k) * sh.Hs + s) * n_frag + u] =
-                        make_uint4(pack_bf16(acc[0], acc[1]), pack_bf16(acc[2], acc[3]), pack_bf16(acc[4], acc[5]),
-                                   pack_bf16(acc[6], acc[7]));
+                        make_uint4(lz_pack_bf16(acc[0], acc[1]), lz_pack_bf16(acc[2], acc[3]), lz_pack_bf16(acc[4], acc[5]),
+                                   lz_pack_bf16(acc[6], acc[7]));
 #pragma unroll
                     for (int e = 0; e < 8; e++)
                         acc[e] = dc[k] * acc[e] + delta[k][e];
@@ -343,8 +329,8 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 2)
             }
             rs_lo += e[0] + e[1];
             rs_hi += e[2] + e[3];
-            pa[nt >> 1][(nt & 1) * 2] = pack_bf16(e[0], e[1]);
-            pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(e[2], e[3]);
+            pa[nt >> 1][(nt & 1) * 2] = lz_pack_bf16(e[0], e[1]);
+            pa[nt >> 1][(nt & 1) * 2 + 1] = lz_pack_bf16(e[2], e[3]);
         }
 #pragma unroll
         for (int o = 1; o <= 2; o <<= 1) { // the quad holds one row
@@ -389,7 +375,7 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 2)
                     const int n0 = col0 + 16 * p;
                     if (kk <= rb && n0 < d) { // matrix m: positions +8 (m & 1), columns +8 (m >> 1)
                         uint32_t b[4];
-                        ldsm_x4_trans(b, Vs + (16 * kk + (m & 1) * 8 + (lane & 7)) * VS + n0 + (m >> 1) * 8);
+                        lz_ldsm_x4_trans(b, lz_smem_u32(Vs + (16 * kk + (m & 1) * 8 + (lane & 7)) * VS + n0 + (m >> 1) * 8));
                         mma_bf16(acc[2 * p], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b[0], b[1]);
                         mma_bf16(acc[2 * p + 1], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b[2], b[3]);
                     }
@@ -401,10 +387,10 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 2)
                 if (col0 + 8 * nt < d) {
                     if (ok_lo)
                         *reinterpret_cast<uint32_t *>(out + ((size_t)(row0 + r_lo) * sh.Hq + h) * d + col) =
-                            pack_bf16(acc[nt][0] * inv_lo, acc[nt][1] * inv_lo);
+                            lz_pack_bf16(acc[nt][0] * inv_lo, acc[nt][1] * inv_lo);
                     if (ok_hi)
                         *reinterpret_cast<uint32_t *>(out + ((size_t)(row0 + r_hi) * sh.Hq + h) * d + col) =
-                            pack_bf16(acc[nt][2] * inv_hi, acc[nt][3] * inv_hi);
+                            lz_pack_bf16(acc[nt][2] * inv_hi, acc[nt][3] * inv_hi);
                 }
             }
         }

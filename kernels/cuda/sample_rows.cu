@@ -318,9 +318,7 @@ __global__ void __launch_bounds__(SR_THREADS) sample_rows_kernel(int32_t *ids, c
 
 template <typename T>
 lz_status sample_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C, const lz_sample_dev *params) {
-    LZ_TRY(lz_launch(c, "sample_rows", sample_rows_kernel<T>, dim3((unsigned)n), dim3(SR_THREADS), 0, ids, x, C, params));
-    LZ_LAUNCH_CHECK("sample_rows");
-    return LZ_OK;
+    return lz_launch(c, "sample_rows", sample_rows_kernel<T>, dim3((unsigned)n), dim3(SR_THREADS), 0, ids, x, C, params);
 }
 
 lz_sample_dev lz_sample_dev_of(const lz_sample_row *p) {

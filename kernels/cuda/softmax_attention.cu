@@ -12,6 +12,7 @@
 #include "attention_common.cuh"
 #include "attention_tile.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
+#include "ptx.cuh" // lz_cp_async16, lz_cp_async_commit, lz_cp_async_wait
 
 enum { LZ_KEYS_PER_SPLIT = 64, LZ_MAX_PARTIALS = 1 << 21 };
 
@@ -190,15 +191,6 @@ template <typename T, int G, int DPL> __host__ __device__ constexpr size_t dec_s
            sizeof(float) * (G * 32 * DPL + DEC_WARPS * DEC_KT * G + 4);
 }
 
-__device__ __forceinline__ void dec_cp_async16(void *dst, const void *src) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
-}
-__device__ __forceinline__ void dec_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void dec_cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 // DPL consecutive elements (aligned to their size) as floats
 template <int DPL, typename T> __device__ __forceinline__ void dec_load_dims(float *f, const T *p) {
     if constexpr (DPL % 4 == 0) {
@@ -260,12 +252,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3)
             for (int e = lane; e < KT * CH; e += 32) {
                 const int j = e / CH, c = e % CH, key = k0 + j;
                 if (key < t1 && key != p) { // the new key comes from k and v (after the wait)
-                    dec_cp_async16(ks + j * LD + c * V, kc + cbase + (size_t)key * row + c * V);
-                    dec_cp_async16(vs + j * LD + c * V, vc + cbase + (size_t)key * row + c * V);
+                    lz_cp_async16(ks + j * LD + c * V, kc + cbase + (size_t)key * row + c * V);
+                    lz_cp_async16(vs + j * LD + c * V, vc + cbase + (size_t)key * row + c * V);
                 }
             }
         }
-        dec_cp_async_commit();
+        lz_cp_async_commit();
     };
 #pragma unroll
     for (int i = 0; i < S - 1; i++)
@@ -295,7 +287,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3)
     float *wp = pbuf + warp * KT * G;
     for (int i = 0; i < my_tiles; i++) {
         issue(i + S - 1); // into the stage read in iteration i - 1 (released by its last __syncwarp)
-        dec_cp_async_wait<S - 1>();
+        lz_cp_async_wait<S - 1>();
         const int k0 = t0 + KT * (warp + NW * i), n = min(KT, t1 - k0);
         T *ks = wring + (size_t)(i % S) * 2 * KT * LD, *vs = ks + KT * LD;
         if (p >= k0 && p < k0 + KT)
@@ -359,7 +351,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 3)
         }
         __syncwarp(); // the stage and wp are free
     }
-    dec_cp_async_wait<0>();
+    lz_cp_async_wait<0>();
 #pragma unroll
     for (int h = 0; h < G; h++) {
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);

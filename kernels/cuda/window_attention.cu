@@ -23,6 +23,7 @@
 #include "attention_common.cuh"
 #include "attention_tile.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
+#include "ptx.cuh" // lz_cp_async16, lz_cp_async_commit, lz_cp_async_wait
 
 namespace cg = cooperative_groups;
 
@@ -185,11 +186,6 @@ __device__ __forceinline__ uint4 wd_pack(const float *f, const float *) {
     return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
 }
 
-static __device__ __forceinline__ void wd_cp_async16(void *dst, const void *src) {
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-
 enum {
     WD_WARPS = 4,
     WD_MAX_CLUSTER = 8,     // portable cluster size
@@ -270,8 +266,8 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
                 *(uint4 *)(ring_k + ring + (size_t)(p % w) * row + x) = kr;
                 *(uint4 *)(ring_v + ring + (size_t)(p % w) * row + x) = vr;
             } else {
-                wd_cp_async16(ks + (size_t)j * d + x, ring_k + ring + (size_t)(kp % w) * row + x);
-                wd_cp_async16(vs + (size_t)j * d + x, ring_v + ring + (size_t)(kp % w) * row + x);
+                lz_cp_async16(ks + (size_t)j * d + x, ring_k + ring + (size_t)(kp % w) * row + x);
+                lz_cp_async16(vs + (size_t)j * d + x, ring_v + ring + (size_t)(kp % w) * row + x);
             }
         }
         if (c0 == j0) // q while the copies fly
@@ -279,7 +275,8 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
             for (int h = 0; h < GM; h++)
                 if (h < group)
                     wd_unpack(qr[h], ((const uint4 *)(q + ((size_t)t * Hq + (size_t)g * group + h) * d))[li], q);
-        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+        lz_cp_async_commit();
+        lz_cp_async_wait<0>();
         __syncthreads();
         for (int base = warp * KPW; base < nk; base += WD_WARPS * KPW) { // warp-uniform; key `base` valid
             const int j = base + sub;
@@ -465,7 +462,6 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
         LZ_TRY(lz_launch(c, "window", window_tile_kernel<T>, dim3((unsigned)n, (unsigned)Hkv), dim3(LZ_TILE_THREADS),
                          lz_tile_smem<T>(group, d, kt), out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta,
                          dims->n_meta, alpha, b->token_seq, b->slot, b->start, b->pos, b->token_pos, Hq, Hkv, d, w, kt));
-        LZ_LAUNCH_CHECK("window");
     } else if (!tc) { // shapes the tiles do not take: one warp per 32 keys and query head
         int parts = (w + 31) / 32;
         parts = parts * group > 32 ? 32 / group : parts;
@@ -473,12 +469,9 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
         LZ_TRY(lz_launch(c, "window", window_kernel<T>, dim3((unsigned)n, (unsigned)Hkv), dim3(32 * group * parts), smem,
                          out, q, k, v, (const T *)st->ring_k, (const T *)st->ring_v, meta, dims->n_meta, alpha,
                          b->token_seq, b->slot, b->start, b->pos, b->token_pos, Hq, Hkv, d, w, parts));
-        LZ_LAUNCH_CHECK("window");
     }
-    LZ_TRY(lz_launch(c, "ring_store", ring_store_kernel<T>, dim3((unsigned)n), dim3(256), 0, (T *)st->ring_k,
-                     (T *)st->ring_v, k, v, b->token_seq, b->slot, b->start, b->len, b->token_pos, Hkv * d, w));
-    LZ_LAUNCH_CHECK("ring_store");
-    return LZ_OK;
+    return lz_launch(c, "ring_store", ring_store_kernel<T>, dim3((unsigned)n), dim3(256), 0, (T *)st->ring_k,
+                     (T *)st->ring_v, k, v, b->token_seq, b->slot, b->start, b->len, b->token_pos, Hkv * d, w);
 }
 
 // Once per backend: the merge buffers may pass 48 KB (32 warps x head_dim 256);

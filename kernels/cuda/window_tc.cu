@@ -15,6 +15,7 @@
 #include <stdint.h> // uintptr_t
 
 #include "cuda_kernels.cuh"
+#include "ptx.cuh" // lz_cp_async16, lz_ldsm_x4, lz_mma_bf16, lz_pack_bf16
 
 typedef __nv_bfloat16 bf16;
 
@@ -28,39 +29,6 @@ enum {
 // Shared memory: Q [64][D + 8], then K and V tiles [2 stages][64][D + 8] (bf16).
 // After the key loop the K tiles hold the output rows in fp32 [64][D + 4].
 static size_t wt_smem(int d) { return sizeof(bf16) * (size_t)(WT_ROWS + 4 * WT_KEYS) * (d + WT_PAD); }
-
-// 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read then).
-__device__ __forceinline__ void wt_cp16(void *dst, const void *src, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void wt_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void wt_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// Four 8x8 bf16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
-__device__ __forceinline__ void wt_ldsm4(uint32_t *r, const bf16 *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-__device__ __forceinline__ void wt_ldsm4_t(uint32_t *r, const bf16 *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-// c[16x8] += a[16x16] b[16x8]: a row-major fragment (4 regs), b column-major (2 regs)
-__device__ __forceinline__ void wt_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t wt_pack(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi); // .x (lower half) = lo, the lower column
-    return *(const uint32_t *)&h;
-}
 
 struct wt_args {
     bf16 *out;
@@ -89,7 +57,7 @@ template <int D> __global__ void __launch_bounds__(32 * WT_WARPS) window_tc_kern
     constexpr int VPR = D / 8; // 16-byte vectors per row
     for (int e = threadIdx.x; e < WT_ROWS * VPR; e += blockDim.x) {
         const int r = e / VPR, x = (e % VPR) * 8;
-        wt_cp16(Qs + r * LD + x, a.q + ((size_t)(row0 + min(r, L - 1)) * a.Hq + h) * D + x, r < L);
+        lz_cp_async16(Qs + r * LD + x, a.q + ((size_t)(row0 + min(r, L - 1)) * a.Hq + h) * D + x, r < L);
     }
     auto load_tile = [&](int it) {
         bf16 *ks = Ks + (it & 1) * WT_KEYS * LD, *vs = Vs + (it & 1) * WT_KEYS * LD;
@@ -106,12 +74,12 @@ template <int D> __global__ void __launch_bounds__(32 * WT_WARPS) window_tc_kern
                 off = ring + (size_t)(key % w) * row + x;
                 kb = a.ring_k, vb = a.ring_v;
             }
-            wt_cp16(ks + r * LD + x, kb + off, valid);
-            wt_cp16(vs + r * LD + x, vb + off, valid);
+            lz_cp_async16(ks + r * LD + x, kb + off, valid);
+            lz_cp_async16(vs + r * LD + x, vb + off, valid);
         }
     };
     load_tile(0);
-    wt_commit();
+    lz_cp_async_commit();
 
     // the meta logits start each row's softmax: max m (log2 units) and, counted
     // once per row (lane t == 0 of the row's quad), their mass
@@ -133,16 +101,16 @@ template <int D> __global__ void __launch_bounds__(32 * WT_WARPS) window_tc_kern
     for (int it = 0; it < n_tiles; it++) {
         if (it + 1 < n_tiles) { // the next tile streams in while this one is used
             load_tile(it + 1);
-            wt_commit();
-            wt_wait<1>();
+            lz_cp_async_commit();
+            lz_cp_async_wait<1>();
         } else {
-            wt_wait<0>();
+            lz_cp_async_wait<0>();
         }
         __syncthreads();
         if (it == 0) { // Q fragments: matrices (rows 0-7 | 8-15) x (cols 0-7 | 8-15) of each 16-column step
 #pragma unroll
             for (int kk = 0; kk < KS; kk++)
-                wt_ldsm4(qf[kk], Qs + (wr0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + kk * 16 + 8 * (lane >> 4));
+                lz_ldsm_x4(qf[kk], lz_smem_u32(Qs + (wr0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + kk * 16 + 8 * (lane >> 4)));
         }
         const int t0 = k_first + it * WT_KEYS;
         // the warp's rows see none of this tile: past their last position, or all older than w
@@ -160,9 +128,9 @@ template <int D> __global__ void __launch_bounds__(32 * WT_WARPS) window_tc_kern
 #pragma unroll
                 for (int jp = 0; jp < NT / 2; jp++) {
                     uint32_t b[4];
-                    wt_ldsm4(b, ks + (jp * 16 + (lane & 7) + 8 * (lane >> 4)) * LD + kk * 16 + 8 * ((lane >> 3) & 1));
-                    wt_mma(sc[2 * jp], qf[kk], b[0], b[1]);
-                    wt_mma(sc[2 * jp + 1], qf[kk], b[2], b[3]);
+                    lz_ldsm_x4(b, lz_smem_u32(ks + (jp * 16 + (lane & 7) + 8 * (lane >> 4)) * LD + kk * 16 + 8 * ((lane >> 3) & 1)));
+                    lz_mma_bf16(sc[2 * jp], qf[kk], b[0], b[1]);
+                    lz_mma_bf16(sc[2 * jp + 1], qf[kk], b[2], b[3]);
                 }
             }
             // mask to the window, scale, and fold into the running softmax (rows g and g + 8)
@@ -208,15 +176,15 @@ template <int D> __global__ void __launch_bounds__(32 * WT_WARPS) window_tc_kern
             // ldmatrix.trans of V rows gives B: keys (0-7 | 8-15) x dims (0-7 | 8-15)
 #pragma unroll
             for (int kk = 0; kk < WT_KEYS / 16; kk++) {
-                uint32_t pa[4] = {wt_pack(sc[2 * kk][0], sc[2 * kk][1]), wt_pack(sc[2 * kk][2], sc[2 * kk][3]),
-                                  wt_pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                                  wt_pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+                uint32_t pa[4] = {lz_pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), lz_pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
+                                  lz_pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                  lz_pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
                 for (int np = 0; np < D / 16; np++) {
                     uint32_t b[4];
-                    wt_ldsm4_t(b, vs + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + np * 16 + 8 * (lane >> 4));
-                    wt_mma(o[2 * np], pa, b[0], b[1]);
-                    wt_mma(o[2 * np + 1], pa, b[2], b[3]);
+                    lz_ldsm_x4_trans(b, lz_smem_u32(vs + (kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + np * 16 + 8 * (lane >> 4)));
+                    lz_mma_bf16(o[2 * np], pa, b[0], b[1]);
+                    lz_mma_bf16(o[2 * np + 1], pa, b[2], b[3]);
                 }
             }
         }

@@ -1,0 +1,71 @@
+// ptx.cuh - the PTX the tensor-core and streaming kernels share: asynchronous copies to shared
+// memory (cp.async), ldmatrix, the bf16 m16n8k16 mma, exp2 in one MUFU instruction, and the small
+// scalar helpers around them. One definition each (they had been written out in six files).
+#ifndef LZ_PTX_CUH
+#define LZ_PTX_CUH
+
+#include <cuda_bf16.h> // __nv_bfloat162
+#include <stdint.h>    // uint32_t
+
+__device__ __forceinline__ uint32_t lz_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// 16 bytes global -> shared, bypassing L1; `valid` false writes zeros (and reads nothing).
+__device__ __forceinline__ void lz_cp_async16(uint32_t dst, const void *src, bool valid = true) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void lz_cp_async16(void *dst, const void *src, bool valid = true) {
+    lz_cp_async16(lz_smem_u32(dst), src, valid);
+}
+// 4 bytes global -> shared (through L1: cp.async.cg takes 16-byte copies only).
+__device__ __forceinline__ void lz_cp_async4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(lz_smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void lz_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void lz_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void lz_ldsm_x4(uint32_t *r, uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+// The same, each matrix transposed on the way.
+__device__ __forceinline__ void lz_ldsm_x4_trans(uint32_t *r, uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+// c += a b: a 16x16 (row), b 16x8 (col), c 16x8 fp32. Lane l holds c rows l/4 (c[0..1])
+// and l/4 + 8 (c[2..3]), columns 2 (l % 4) + {0, 1}; a the same rows, columns
+// 2 (l % 4) + {0, 1} (a[0], a[1]) and + 8 (a[2], a[3]).
+__device__ __forceinline__ void lz_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x in one MUFU instruction (exp2f adds a denormal-range fix-up); 2^-inf = 0.
+__device__ __forceinline__ float lz_fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Two floats as a bf16 pair: lo (the lower column) in the low half.
+__device__ __forceinline__ uint32_t lz_pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+}
+
+// log(sigmoid(v)) without overflow for either sign: the Lizard gate's log decay.
+__device__ __forceinline__ float lz_log_sigmoid(float v) { return v >= 0.0f ? -log1pf(expf(-v)) : v - log1pf(expf(v)); }
+
+#endif
