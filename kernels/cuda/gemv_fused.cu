@@ -6,8 +6,9 @@
 //   epilogue residual: out[t, row] += the row's result (o_proj and down_proj onto the residual stream);
 //   epilogue SwiGLU: the warp streams gate row r and up row r together and writes silu(gate) * up
 //     (the gate and up outputs never reach memory, and the SwiGLU launch goes).
-// Each lane keeps U 16-byte weight loads in flight per row (the loop over k unrolled by hand), so
-// that layers with few rows (o_proj, down_proj: 4096 warps) still have enough bytes in flight.
+// Each lane issues GF_UNROLL 16-byte weight loads a row before it uses them (the loop over k unrolled
+// by hand). 1: on the H200 (8B shapes, LIZARD_FUSE=all) 4 took the teacher's batch-1 decode from
+// 186.6 to 157.8 tok/s and batch 4 from 378 to 290 (fewer warps an SM hid less latency); as in gemv.cu.
 // Launched as programmatic dependents (unless LIZARD_PDL=0), so that a GEMV's blocks start
 // while the previous kernel drains; each warp issues its first weight loads (weights depend on no
 // kernel), then waits for the previous kernel (griddepcontrol.wait: its completion and its memory)
@@ -16,7 +17,7 @@
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
 
-enum { GF_UNROLL = 4 };
+enum { GF_UNROLL = 1 };
 
 // One warp per (output row of any segment, group of NT tokens). k % vec16<T>::N == 0.
 template <typename T, int NT, bool NORM, int EPI>

@@ -2,17 +2,14 @@
 // sequence's KV cache, keys split into ranges processed by separate blocks
 // (flash-decoding) so that a single long sequence still fills the GPU; no T x T
 // matrix is formed. Decode steps (one token a sequence, the usual head shapes)
-// take attention_split_kernel: one launch that appends the new key and value,
-// streams K/V through cp.async rings and merges the splits itself (its comment
-// gives the design and the measurements behind it). Prompts and other shapes:
+// take attention_decode.cu's kernel: one launch that appends the new key and
+// value, streams K/V through cp.async rings and merges the splits itself (its
+// comment gives the design and the measurements behind it). Prompts and other shapes:
 // kv_append, then the tiled or flash kernels, or the split kernels of older
 // design with a separate merge (combine) kernel.
-#include <stdlib.h> // getenv, atoi
-
 #include "attention_common.cuh"
+#include "attention_decode.cuh"
 #include "attention_tile.cuh"
-#include "pdl.cuh" // lz_launch, lz_pdl_wait
-#include "ptx.cuh" // lz_cp_async16, lz_cp_async_commit, lz_cp_async_wait
 
 enum { LZ_KEYS_PER_SPLIT = 64, LZ_MAX_PARTIALS = 1 << 21 };
 
@@ -160,335 +157,6 @@ template <typename T> __global__ void combine_kernel(T *out, const float *partia
     out[((size_t)t * Hq + h) * d + j] = lz_from_float<T>(acc / l);
 }
 
-// Decode steps (one new token per sequence): the split-KV kernel below, one launch per layer.
-// grid (tokens, Hkv, splits), block DEC_WARPS warps. Measured on the H200 (LLaMA-3-8B shapes): one
-// 64-key tile per block ran at 32% of the copy rate at 64 sequences (one memory round trip per
-// block, nothing in flight while it computed), and at one sequence the kernel (14 us), the merge
-// kernel (9 us) and kv_append (5 us) cost ~30 us for ~2 us of KV reads. So:
-// - each warp streams its own 8-key tiles (every DEC_WARPS-th of the block's range) through a
-//   cp.async ring of 4 (or 2) tiles in shared memory: up to 3 tiles in flight per warp, ~144 KB
-//   an SM, and no block barriers in the loop; all the query heads of the kv head share each tile;
-// - a warp keeps its own online softmax (log2 domain, exp2); the block merges its warps at the end;
-// - the key range of a split follows the sequence's current length (read on the device), so all
-//   splits of a sequence get work whatever the cache capacity, while the grid depends only on the
-//   batch size and capacity (recorded graphs stay valid); splits past the length exit at once;
-// - the splits merge in the same launch: each writes its partial (m, l, acc), and the last to
-//   arrive at its (sequence, kv head) counter merges them and sets the counter back to zero;
-// - the new key and value come from the k and v inputs (the block owning the last position also
-//   writes them into the cache), so no kv_append launch.
-// DEC_MAX_SPLITS: the merge's m and l [splits][group] must fit in the rings' shared memory.
-enum { DEC_WARPS = 4, DEC_KT = 8, DEC_MIN_KEYS = 64, DEC_MAX_SPLITS = 512 };
-
-// ring stages per warp: 4 for rows up to 256 bytes, else 2 (3 blocks of ~70 KB an SM either way)
-template <typename T, int DPL> __host__ __device__ constexpr int dec_stages() {
-    return 32 * DPL * sizeof(T) <= 256 ? 4 : 2;
-}
-template <int G, int D> __host__ __device__ constexpr int dec_rec() { return (G * (D + 2) + 3) / 4 * 4; }
-template <typename T, int DPL> __host__ __device__ constexpr int dec_ld() { return 32 * DPL + 16 / (int)sizeof(T); }
-// shared memory: K/V rings [warps][stages][2][KT][ld] (T), q [G][d], p [warps][KT][G] (floats), flag
-template <typename T, int G, int DPL> __host__ __device__ constexpr size_t dec_smem() {
-    return sizeof(T) * DEC_WARPS * dec_stages<T, DPL>() * 2 * DEC_KT * dec_ld<T, DPL>() +
-           sizeof(float) * (G * 32 * DPL + DEC_WARPS * DEC_KT * G + 4);
-}
-
-// DPL consecutive elements (aligned to their size) as floats
-template <int DPL, typename T> __device__ __forceinline__ void dec_load_dims(float *f, const T *p) {
-    if constexpr (DPL % 4 == 0) {
-#pragma unroll
-        for (int i = 0; i < DPL; i += 4)
-            lz_load4(f + i, p + i);
-    } else {
-#pragma unroll
-        for (int i = 0; i < DPL; i++)
-            f[i] = lz_to_float(p[i]);
-    }
-}
-
-// Key range of split `split` of a sequence at position p: [t0, t1); the number of non-empty splits.
-__device__ __forceinline__ int dec_range(int p, int sliding_window, int splits, int split, int *t0, int *t1) {
-    const int first = sliding_window > 0 && p - sliding_window + 1 > 0 ? p - sliding_window + 1 : 0;
-    const int len = p + 1 - first;
-    const int kps = max(DEC_MIN_KEYS, (len + splits - 1) / splits); // unrounded: every split gets keys
-    *t0 = first + split * kps;
-    *t1 = min(p + 1, *t0 + kps);
-    return (len + kps - 1) / kps;
-}
-
-// q, k, v: this step's rows [tokens, H, d] (rope applied); kc, vc: the cache. partial:
-// [tokens, Hkv, splits] x dec_rec floats (acc [G][d], m [G], l [G]; 16-byte aligned records);
-// count: [tokens * Hkv], zero on entry and on exit.
-template <typename T, int G, int DPL>
-__global__ void __launch_bounds__(DEC_WARPS * 32, 3)
-    attention_split_kernel(T *out, float *partial, unsigned *count, const T *q, const T *k, const T *v, T *kc, T *vc,
-                           const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int Hkv,
-                           int capacity, int sliding_window, int splits) {
-    constexpr int D = 32 * DPL, V = 16 / sizeof(T), CH = D / V, LD = dec_ld<T, DPL>(), KT = DEC_KT;
-    constexpr int S = dec_stages<T, DPL>(), NW = DEC_WARPS;
-    static_assert(sizeof(T) * NW * S * 2 * KT * LD >= sizeof(float) * NW * G * (D + 2), "the warp merge reuses the rings");
-    static_assert(sizeof(T) * NW * S * 2 * KT * LD >= sizeof(float) * (2 * DEC_MAX_SPLITS + 1) * G, "so does the last one's");
-    extern __shared__ __align__(16) unsigned char dec_sm[];
-    T *ring = (T *)dec_sm;
-    float *qs = (float *)(ring + (size_t)NW * S * 2 * KT * LD), *pbuf = qs + G * D;
-    int *flag = (int *)(pbuf + NW * KT * G);
-    const int t = blockIdx.x, g = blockIdx.y, split = blockIdx.z, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // The step's arrays were copied in before the step's first kernel, and cache positions below p
-    // were written by earlier steps, long finished (a kernel starts at the earliest while the one
-    // before it runs, past that one's lz_pdl_wait): both may be read before lz_pdl_wait.
-    const int p = token_pos[t];
-    int t0, t1;
-    const int active = dec_range(p, sliding_window, splits, split, &t0, &t1);
-    if (split >= active)
-        return;
-    const size_t row = (size_t)Hkv * D, cbase = (size_t)slot[token_seq[t]] * capacity * row + (size_t)g * D;
-    const size_t nrow = ((size_t)t * Hkv + g) * D; // this step's k and v rows of head g
-    T *wring = ring + (size_t)warp * S * 2 * KT * LD;
-    const int n_tiles = (t1 - t0 + KT - 1) / KT, my_tiles = n_tiles > warp ? (n_tiles - warp + NW - 1) / NW : 0;
-    // tile i of this warp (block tile warp + NW i) into stage i % S; always one commit group
-    auto issue = [&](int i) {
-        if (i < my_tiles) {
-            const int k0 = t0 + KT * (warp + NW * i);
-            T *ks = wring + (size_t)(i % S) * 2 * KT * LD, *vs = ks + KT * LD;
-#pragma unroll
-            for (int e = lane; e < KT * CH; e += 32) {
-                const int j = e / CH, c = e % CH, key = k0 + j;
-                if (key < t1 && key != p) { // the new key comes from k and v (after the wait)
-                    lz_cp_async16(ks + j * LD + c * V, kc + cbase + (size_t)key * row + c * V);
-                    lz_cp_async16(vs + j * LD + c * V, vc + cbase + (size_t)key * row + c * V);
-                }
-            }
-        }
-        lz_cp_async_commit();
-    };
-#pragma unroll
-    for (int i = 0; i < S - 1; i++)
-        issue(i);
-    lz_pdl_wait(); // q, k, v come from the previous kernels; out, partial and count are shared
-    lz_pdl_launch_dependents();
-    const int Hq = Hkv * G;
-    for (int e = threadIdx.x; e < G * D; e += blockDim.x)
-        qs[e] = lz_to_float(q[((size_t)t * Hq + (size_t)g * G) * D + e]); // the group's heads are adjacent
-    if (split == active - 1) // owns position p: append this step's key and value to the cache
-        for (int x = threadIdx.x; x < D; x += blockDim.x) {
-            kc[cbase + (size_t)p * row + x] = k[nrow + x];
-            vc[cbase + (size_t)p * row + x] = v[nrow + x];
-        }
-    __syncthreads();
-
-    const float scale = rsqrtf((float)D) * 1.4426950408889634f; // log2(e): exp2 below
-    const int jj = lane & 7, part = lane >> 3; // scores: lane takes key jj, 16-byte chunks part, part + 4, ...
-    float m[G], l[G], acc[G][DPL];
-#pragma unroll
-    for (int h = 0; h < G; h++) {
-        m[h] = -INFINITY, l[h] = 0.0f;
-#pragma unroll
-        for (int x = 0; x < DPL; x++)
-            acc[h][x] = 0.0f;
-    }
-    float *wp = pbuf + warp * KT * G;
-    for (int i = 0; i < my_tiles; i++) {
-        issue(i + S - 1); // into the stage read in iteration i - 1 (released by its last __syncwarp)
-        lz_cp_async_wait<S - 1>();
-        const int k0 = t0 + KT * (warp + NW * i), n = min(KT, t1 - k0);
-        T *ks = wring + (size_t)(i % S) * 2 * KT * LD, *vs = ks + KT * LD;
-        if (p >= k0 && p < k0 + KT)
-            for (int x = lane; x < D; x += 32) {
-                ks[(p - k0) * LD + x] = k[nrow + x];
-                vs[(p - k0) * LD + x] = v[nrow + x];
-            }
-        __syncwarp(); // every lane's copies of this tile are visible
-        float dot[G];
-#pragma unroll
-        for (int h = 0; h < G; h++)
-            dot[h] = 0.0f;
-        const T *kr = ks + jj * LD;
-#pragma unroll
-        for (int c = part; c < CH; c += 4) {
-            float kf[V];
-            vec16<T>::load(kf, kr + c * V);
-#pragma unroll
-            for (int h = 0; h < G; h++) {
-                const float4 *q4 = (const float4 *)(qs + h * D + c * V);
-#pragma unroll
-                for (int u = 0; u < V / 4; u++) {
-                    const float4 qq = q4[u];
-                    dot[h] += qq.x * kf[4 * u] + qq.y * kf[4 * u + 1] + qq.z * kf[4 * u + 2] + qq.w * kf[4 * u + 3];
-                }
-            }
-        }
-#pragma unroll
-        for (int h = 0; h < G; h++) {
-            float s = dot[h] + __shfl_xor_sync(0xffffffffu, dot[h], 8);
-            s += __shfl_xor_sync(0xffffffffu, s, 16);
-            s = jj < n ? s * scale : -INFINITY; // rows past n hold stale data
-            float mx = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-            const float m_new = fmaxf(m[h], mx); // finite: key k0 is in range
-            const float corr = exp2f(m[h] - m_new), pj = exp2f(s - m_new);
-            l[h] = l[h] * corr + pj; // this lane's key only; summed over the 8 keys at the end
-            m[h] = m_new;
-#pragma unroll
-            for (int x = 0; x < DPL; x++)
-                acc[h][x] *= corr;
-            if (part == 0)
-                wp[jj * G + h] = pj;
-        }
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < KT; j++) {
-            if (j < n) {
-                float vf[DPL], pv[G];
-                dec_load_dims<DPL>(vf, vs + j * LD + lane * DPL);
-#pragma unroll
-                for (int h = 0; h < G; h++)
-                    pv[h] = wp[j * G + h];
-#pragma unroll
-                for (int h = 0; h < G; h++)
-#pragma unroll
-                    for (int x = 0; x < DPL; x++)
-                        acc[h][x] += pv[h] * vf[x];
-            }
-        }
-        __syncwarp(); // the stage and wp are free
-    }
-    lz_cp_async_wait<0>();
-#pragma unroll
-    for (int h = 0; h < G; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 4);
-    }
-    // merge the warps through shared memory (the rings are free): [warp] x (m [G], l [G], acc [G][D])
-    __syncthreads();
-    float *ws = (float *)dec_sm, *mine = ws + warp * G * (D + 2);
-#pragma unroll
-    for (int h = 0; h < G; h++) {
-        if (lane == 0)
-            mine[h] = m[h], mine[G + h] = l[h];
-#pragma unroll
-        for (int x = 0; x < DPL; x++)
-            mine[2 * G + h * D + lane * DPL + x] = acc[h][x];
-    }
-    __syncthreads();
-    const size_t pair = (size_t)t * Hkv + g;
-    constexpr int REC = dec_rec<G, D>();
-    float *part_out = partial + (pair * splits + split) * REC;
-    for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
-        const int h = e / D, x = e % D;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < NW; w++)
-            M = fmaxf(M, ws[w * G * (D + 2) + h]);
-        float L = 0.0f, A = 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; w++) { // a warp without keys has m = -inf: weight 0
-            const float *o = ws + w * G * (D + 2), c = exp2f(o[h] - M);
-            L += c * o[G + h];
-            A += c * o[2 * G + h * D + x];
-        }
-        if (active == 1) {
-            out[((size_t)t * Hq + (size_t)g * G + h) * D + x] = lz_from_float<T>(A / L);
-        } else {
-            if (x == 0)
-                part_out[G * D + h] = M, part_out[G * D + G + h] = L;
-            part_out[e] = A;
-        }
-    }
-    if (active == 1)
-        return;
-    __threadfence(); // the partial is visible before the arrival is counted
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned arrived = atomicAdd(count + pair, 1u);
-        *flag = arrived == (unsigned)active - 1;
-        if (*flag)
-            count[pair] = 0; // every split has arrived: ready for the next launch
-    }
-    __syncthreads();
-    if (!*flag)
-        return;
-    __threadfence();
-    // The last split merges all of them, from L2 (other SMs wrote them). The splits' m and l first,
-    // into shared memory (the rings are free), turned into weights; then each thread sums 4-column
-    // groups over the splits, 8 splits' loads in flight.
-    const float *pp = partial + pair * splits * REC;
-    float *wt = (float *)dec_sm, *lt = wt + active * G, *Lsum = lt + active * G; // [active][G] x 2, [G]
-    for (int e = threadIdx.x; e < active * G; e += blockDim.x) {
-        const float *o = pp + (size_t)(e / G) * REC + G * D + e % G;
-        wt[e] = __ldcg(o);
-        lt[e] = __ldcg(o + G);
-    }
-    __syncthreads();
-    for (int h = warp; h < G; h += NW) {
-        float M = -INFINITY, L = 0.0f;
-        for (int s = lane; s < active; s += 32)
-            M = fmaxf(M, wt[s * G + h]);
-        M = lz_warp_max(M); // finite: every active split has keys
-        for (int s = lane; s < active; s += 32) {
-            const float c = exp2f(wt[s * G + h] - M);
-            wt[s * G + h] = c;
-            L += c * lt[s * G + h];
-        }
-        L = lz_warp_sum(L);
-        if (lane == 0)
-            Lsum[h] = L;
-    }
-    __syncthreads();
-    constexpr int U = (G * D / 4 + NW * 32 - 1) / (NW * 32); // 4-column groups a thread
-    float4 A[U];
-#pragma unroll
-    for (int u = 0; u < U; u++)
-        A[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (int s = 0; s < active; s++) {
-        const float4 *o = (const float4 *)(pp + (size_t)s * REC);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int e = threadIdx.x + u * NW * 32;
-            if (e < G * D / 4) {
-                const float c = wt[s * G + e * 4 / D];
-                const float4 a = __ldcg(o + e);
-                A[u].x += c * a.x, A[u].y += c * a.y, A[u].z += c * a.z, A[u].w += c * a.w;
-            }
-        }
-    }
-    T *o = out + ((size_t)t * Hq + (size_t)g * G) * D;
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int e = threadIdx.x + u * NW * 32;
-        if (e < G * D / 4) {
-            const float inv = 1.0f / Lsum[e * 4 / D];
-            o[4 * e] = lz_from_float<T>(A[u].x * inv), o[4 * e + 1] = lz_from_float<T>(A[u].y * inv);
-            o[4 * e + 2] = lz_from_float<T>(A[u].z * inv), o[4 * e + 3] = lz_from_float<T>(A[u].w * inv);
-        }
-    }
-}
-
-// The instantiations the launcher picks from: group 1, 2, 4, 8 and head_dim 64, 128, 256
-// (group x dims per lane <= 32 floats of accumulators).
-template <typename T>
-using dec_kernel_t = void (*)(T *, float *, unsigned *, const T *, const T *, const T *, T *, T *, const int32_t *,
-                              const int32_t *, const int32_t *, int, int, int, int);
-template <typename T> struct dec_entry {
-    int group, d;
-    dec_kernel_t<T> fn;
-    size_t smem;
-};
-template <typename T, int G, int DPL> constexpr dec_entry<T> dec_make() {
-    return {G, 32 * DPL, attention_split_kernel<T, G, DPL>, dec_smem<T, G, DPL>()};
-}
-template <typename T> static const dec_entry<T> *dec_find(int group, int d) {
-    static const dec_entry<T> table[] = {
-        dec_make<T, 1, 2>(), dec_make<T, 1, 4>(), dec_make<T, 1, 8>(), dec_make<T, 2, 2>(),
-        dec_make<T, 2, 4>(), dec_make<T, 2, 8>(), dec_make<T, 4, 2>(), dec_make<T, 4, 4>(),
-        dec_make<T, 4, 8>(), dec_make<T, 8, 2>(), dec_make<T, 8, 4>(), {0, 0, NULL, 0},
-    };
-    for (const dec_entry<T> *e = table; e->fn; e++)
-        if (e->group == group && e->d == d)
-            return e;
-    return NULL;
-}
-
 // Prompt path: a block takes one chunk of up to 64 rows of one sequence and one
 // query head, and walks the keys in tiles of 64 through shared memory with an
 // online softmax (flash-attention style, on CUDA cores): no T x T matrix.
@@ -583,28 +251,6 @@ __global__ void attention_tiled_kernel(T *out, const T *q, const T *kc, const T 
     }
 }
 
-// LIZARD_DECODE_ATTN: blocks an SM that the decode kernel's split count aims at (default 8); 0: the
-// older decode kernels with kv_append and a merge kernel (for comparison). Read by attention_init.
-static int dec_blocks_per_sm = 8;
-
-// The decode kernel's arrival counters: at least n zeros (grown outside graph recording: every
-// step shape runs once eagerly first).
-static lz_status attention_counters(lz_cuda_ctx *c, int n) {
-    if (n <= c->attn_count_n)
-        return LZ_OK;
-    const int want = n > 16384 ? n : 16384;
-    LZ_CUDA_TRY(cudaStreamSynchronize(c->stream));
-    if (c->attn_count)
-        LZ_CUDA_TRY(cudaFree(c->attn_count));
-    c->attn_count = NULL;
-    c->attn_count_n = 0;
-    LZ_CUDA_TRY(cudaMalloc(&c->attn_count, sizeof(unsigned) * want));
-    LZ_CUDA_TRY(cudaMemsetAsync(c->attn_count, 0, sizeof(unsigned) * want, c->stream));
-    c->attn_count_n = want;
-    c->buffers_moved = true;
-    return LZ_OK;
-}
-
 template <typename T>
 lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, lz_layer_state *st,
                                     const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims) {
@@ -613,28 +259,9 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
         return lz_fail(LZ_ERR_INPUT, "CUDA attention supports head_dim <= %d, got %d", 32 * LZ_ATTN_MAX_DPL,
                        dims->head_dim);
     const int row = Hkv * d, group = Hq / Hkv;
-    const dec_entry<T> *fast = b->max_len == 1 && dec_blocks_per_sm > 0 ? dec_find<T>(group, d) : NULL;
-    if (fast && fast->smem <= c->max_smem) {
-        // Decode: the grid follows the batch size and the cache capacity only (graphs stay valid);
-        // about dec_blocks_per_sm blocks an SM in all (~3 waves: 3 blocks fit an SM), each split at
-        // least DEC_MIN_KEYS keys of the capacity.
-        const int pairs = n * Hkv, want = (dec_blocks_per_sm * c->n_sms + pairs - 1) / pairs;
-        int splits = (dims->kv_capacity + DEC_MIN_KEYS - 1) / DEC_MIN_KEYS;
-        splits = splits < want ? splits : want;
-        const int cap = (int)(LZ_MAX_PARTIALS / ((size_t)n * Hq));
-        splits = splits < cap ? splits : cap;
-        splits = splits < DEC_MAX_SPLITS ? splits : DEC_MAX_SPLITS;
-        splits = splits > 1 ? splits : 1;
-        float *partial = NULL;
-        if (splits > 1) {
-            LZ_TRY(lz_cuda_scratch(c, sizeof(float) * (size_t)pairs * splits * ((group * (d + 2) + 3) / 4 * 4)));
-            partial = (float *)c->scratch;
-        }
-        LZ_TRY(attention_counters(c, pairs));
-        return lz_launch(c, "attention decode", fast->fn, dim3(n, Hkv, splits), dim3(DEC_WARPS * 32), fast->smem, out,
-                         partial, c->attn_count, q, k, v, (T *)st->k_cache, (T *)st->v_cache, b->token_seq, b->slot,
-                         b->token_pos, Hkv, dims->kv_capacity, dims->sliding_window, splits);
-    }
+    if (b->max_len == 1 && lz_attention_decode_fits<T>(c, group, d)) // decode: attention_decode.cu
+        return lz_attention_decode<T>(c, out, q, k, v, (T *)st->k_cache, (T *)st->v_cache, b, n, Hq, Hkv, d,
+                                      dims->kv_capacity, dims->sliding_window, false, NULL, 0, 0.0f);
     kv_append_kernel<T><<<n, 256, 0, c->stream>>>((T *)st->k_cache, (T *)st->v_cache, k, v, b->token_seq, b->slot,
                                                   b->token_pos, row, dims->kv_capacity);
     LZ_LAUNCH_CHECK("kv_append");
@@ -708,17 +335,9 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
 
 // Once per backend (not per launch, so that decode steps can be captured in graphs).
 template <typename T> lz_status attention_init(lz_cuda_ctx *c) {
-    const char *env = getenv("LIZARD_DECODE_ATTN");
-    dec_blocks_per_sm = env && *env ? atoi(env) : 8;
     LZ_CUDA_TRY(cudaFuncSetAttribute(attention_tiled_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)c->max_smem));
-    for (int group = 1; group <= 8; group *= 2)
-        for (int d = 64; d <= 256; d *= 2) {
-            const dec_entry<T> *e = dec_find<T>(group, d);
-            if (e && e->smem <= c->max_smem)
-                LZ_CUDA_TRY(cudaFuncSetAttribute(e->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)e->smem));
-        }
-    return LZ_OK;
+    return lz_attention_decode_init<T>(c);
 }
 
 #define LZ_SOFTMAX_ATTN(T)                                                                                          \

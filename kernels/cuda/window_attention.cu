@@ -21,6 +21,7 @@
 #include <cooperative_groups.h> // this_cluster: map_shared_rank, cluster barriers
 
 #include "attention_common.cuh"
+#include "attention_decode.cuh"
 #include "attention_tile.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
 #include "ptx.cuh" // lz_cp_async16, lz_cp_async_commit, lz_cp_async_wait
@@ -445,10 +446,18 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     const int group = Hq / Hkv;
     if (group > 32)
         return lz_fail(LZ_ERR_INPUT, "window attention supports at most 32 query heads per kv head, got %d", group);
-    // decode steps: one kernel, the ring store included (LIZARD_FUSE=0: the tile kernel and the ring store)
-    if (window_decode_fits<T>(c, hb, dims, out, q, k, v, st->ring_k, st->ring_v))
+    // decode steps: one kernel, the ring store included (LIZARD_FUSE=0 or LIZARD_WINDOW_DECODE=0: the
+    // tile kernel and the ring store). Up to two (sequence, kv head) pairs an SM the cluster kernel
+    // below (or from LIZARD_WINDOW_SPLIT_MIN sequences on), more: attention_decode.cu's split kernel
+    // over the rings.
+    const bool decode = !c->fuse_off && !c->window_decode_off && hb->n_tokens == hb->n_seqs;
+    const bool split_first = c->window_split_min > 0 && hb->n_seqs >= c->window_split_min;
+    if (decode && !split_first && window_decode_fits<T>(c, hb, dims, out, q, k, v, st->ring_k, st->ring_v))
         return group <= 4 ? window_decode<T, 4>(c, out, q, k, v, meta, alpha, st, b, hb, dims)
                           : window_decode<T, 8>(c, out, q, k, v, meta, alpha, st, b, hb, dims);
+    if (decode && lz_attention_decode_fits<T>(c, group, d))
+        return lz_attention_decode<T>(c, out, q, k, v, (T *)st->ring_k, (T *)st->ring_v, b, n, Hq, Hkv, d, w, w, true,
+                                      meta, dims->n_meta, alpha);
     // prompts in bf16: 64 rows of a sequence per block on tensor cores (chunks mostly full;
     // a step of many one-token sequences keeps the per-token kernels)
     bool tc = false;
