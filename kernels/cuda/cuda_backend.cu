@@ -513,17 +513,29 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
     for (int i = 0; i < count; i++)
         together &= ws[i]->cols == ws[0]->cols && ws[i]->cols % (16 / sizeof(T)) == 0;
     if (!together && n > LZ_GEMV_MAX_TOKENS && count >= 1 && count <= LZ_GEMV_MAX_SEGMENTS) {
+        // the layers of whole 8-row groups in one skinny launch; the rest (the Lizard gate: one row) one by one
         lz_gemv_segments<T> seg = {};
-        seg.count = count;
-        bool same_k = true;
+        bool in_seg[LZ_GEMV_MAX_SEGMENTS] = {};
         for (int i = 0; i < count; i++) {
+            if (ws[i]->rows % 8 != 0 || ws[i]->cols != ws[0]->cols)
+                continue;
             const lz_weight *b = biases ? biases[i] : NULL;
-            seg.out[i] = (T *)outs[i], seg.w[i] = (const T *)ws[i]->data, seg.m[i] = (int)ws[i]->rows;
-            seg.bias[i] = b && b->data ? (const T *)b->data : NULL;
-            same_k &= ws[i]->cols == ws[0]->cols;
+            const int s = seg.count++;
+            seg.out[s] = (T *)outs[i], seg.w[s] = (const T *)ws[i]->data, seg.m[s] = (int)ws[i]->rows;
+            seg.bias[s] = b && b->data ? (const T *)b->data : NULL;
+            in_seg[i] = true;
         }
-        if (same_k && gemm_skinny_takes<T>(c, seg, x, n, (int)ws[0]->cols))
-            return gemm_skinny_forward<T>(c, seg, x, n, (int)ws[0]->cols, false);
+        if (seg.count > 0 && gemm_skinny_takes<T>(c, seg, x, n, (int)ws[0]->cols)) {
+            LZ_TRY(gemm_skinny_forward<T>(c, seg, x, n, (int)ws[0]->cols, false));
+            for (int i = 0; i < count; i++) {
+                const lz_weight *b = biases ? biases[i] : NULL;
+                if (!in_seg[i])
+                    LZ_TRY(linear_forward<T>(c, (T *)outs[i], x, (const T *)ws[i]->data,
+                                             b && b->data ? (const T *)b->data : NULL, n, (int)ws[i]->cols,
+                                             (int)ws[i]->rows));
+            }
+            return LZ_OK;
+        }
     }
     if (!together) {
         for (int i = 0; i < count; i++) {
