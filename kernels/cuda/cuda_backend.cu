@@ -913,6 +913,8 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     // the switches back to older paths (for comparison, or as a fallback): each "0" turns one off
     be->ctx.gemv_off = env_is_zero("LIZARD_GEMV");
     be->ctx.skinny_off = be->ctx.gemv_off || env_is_zero("LIZARD_SKINNY");
+    const char *skinny_splits = getenv("LIZARD_SKINNY_SPLITS");
+    be->ctx.skinny_max_splits = skinny_splits && *skinny_splits ? atoi(skinny_splits) : 0;
     be->ctx.tc_off = env_is_zero("LIZARD_TC");
     be->ctx.flash_off = env_is_zero("LIZARD_FLASH");
     const char *flash = getenv("LIZARD_FLASH");

@@ -27,6 +27,7 @@ struct lz_cuda_ctx {
     int attn_count_n;
     bool skinny_off;       // LIZARD_SKINNY=0 (or LIZARD_GEMV=0): 9..64-token linear layers through cuBLAS
     int skinny_per_sm[4];  // gemm_skinny blocks resident an SM per token tile of 16/32/48/64 (0: does not fit)
+    int skinny_max_splits; // LIZARD_SKINNY_SPLITS: most k splits of gemm_skinny (0: its own choice)
     float *skinny_ws;      // gemm_skinny's split-k partials (its own: scratch may be live across a layer)
     size_t skinny_ws_bytes;
     unsigned *skinny_count; // gemm_skinny: per row tile arrival counters, zero between launches

@@ -20,6 +20,7 @@ enum {
     SK_BK = 64,         // k a slice: 128-byte rows, 8 chunks of 16 bytes
     SK_THREADS = 128,
     SK_MIN_SLICES = 4,  // a split reads at least this many slices (else partials cost what weights do)
+    SK_MERGE = 8,       // partials a merging thread loads at once
 };
 
 // Ring depth by token tile: 16 KB of weights + NB 2 KB of x a slice, two blocks an SM (<= ~110 KB each).
@@ -179,11 +180,22 @@ __global__ void __launch_bounds__(SK_THREADS) gemm_skinny_kernel(lz_gemv_segment
             continue;
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (split) {
-            for (int s = 0; s < splits; s++) {
-                const float4 *p = (const float4 *)(tile_ws + (size_t)s * N * SK_BM + t * SK_BM + r);
-                const float4 lo = __ldcg(p), hi = __ldcg(p + 1); // from L2: other SMs wrote them
-                v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
-                v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+            // from L2 (other SMs wrote them), SK_MERGE splits' loads in flight before the adds (in split order)
+            const float4 *p = (const float4 *)(tile_ws + t * SK_BM + r);
+            for (int s0 = 0; s0 < splits; s0 += SK_MERGE) {
+                float4 lo[SK_MERGE], hi[SK_MERGE];
+#pragma unroll
+                for (int u = 0; u < SK_MERGE; u++)
+                    if (s0 + u < splits) {
+                        lo[u] = __ldcg(p + (size_t)(s0 + u) * (N * SK_BM / 4));
+                        hi[u] = __ldcg(p + (size_t)(s0 + u) * (N * SK_BM / 4) + 1);
+                    }
+#pragma unroll
+                for (int u = 0; u < SK_MERGE; u++)
+                    if (s0 + u < splits) {
+                        v[0] += lo[u].x, v[1] += lo[u].y, v[2] += lo[u].z, v[3] += lo[u].w;
+                        v[4] += hi[u].x, v[5] += hi[u].y, v[6] += hi[u].z, v[7] += hi[u].w;
+                    }
             }
         } else {
             const float4 *p = (const float4 *)(dst + t * ld + r);
@@ -296,9 +308,16 @@ lz_status gemm_skinny_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *
         for (int s = 0; s < seg.count; s++)
             tiles += (seg.m[s] + SK_BM - 1) / SK_BM, seg.total_rows += seg.m[s];
         // Split k until the grid fills one wave of resident blocks, each split >= SK_MIN_SLICES slices.
+        // The merge is one block's: it reads splits x n x SK_BM partials from L2 while the rest of the
+        // GPU idles, so splits^2 n <= 64 slices keeps it within ~2x that block's own weight bytes
+        // (k/v alone at 64 tokens: 8 splits, not 16). LIZARD_SKINNY_SPLITS caps it (1: no split).
         const int nb = (n + 15) / 16, slices = k / SK_BK, slots = c->skinny_per_sm[nb - 1] * c->n_sms;
         int splits = slots / tiles, most = slices / SK_MIN_SLICES;
         splits = splits < most ? splits : most;
+        while (splits > 1 && (size_t)splits * splits * n > (size_t)64 * slices)
+            splits--;
+        if (c->skinny_max_splits > 0 && splits > c->skinny_max_splits)
+            splits = c->skinny_max_splits;
         splits = splits > 1 ? splits : 1;
         const int sps = (slices + splits - 1) / splits;
         splits = (slices + sps - 1) / sps; // no empty split
