@@ -6,7 +6,9 @@
  * also with LIZARD_FLASH=1 and =0 (each kernel of that path); its decode steps alone (1, 5, 37
  * sequences, three steps a cache; also with LIZARD_DECODE_ATTN=1 and =0); the fused decode ops (GEMV
  * prologues/epilogues, the split, fused and streamed GLA decode for 1 to 70 sequences, LLaMA-3-8B's
- * Lizard shape among others) against the CPU's compositions. fp32: rel err
+ * Lizard shape among others) against the CPU's compositions; the bf16 skinny GEMM of 9..64 tokens
+ * (LLaMA-3-8B's shapes with split k, guarded outputs, repeated calls, LIZARD_FUSE=all and
+ * LIZARD_SKINNY=0) and the shapes it leaves to the GEMV and cuBLAS. fp32: rel err
  * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
  * when no GPU is visible. */
 #include <math.h>   // sqrt, NAN
