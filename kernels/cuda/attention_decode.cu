@@ -7,12 +7,15 @@
 // block, nothing in flight while it computed), and at one sequence the kernel (14 us), the merge
 // kernel (9 us) and kv_append (5 us) cost ~30 us for ~2 us of KV reads. So:
 // - each warp streams its own tiles of keys (every DEC_WARPS-th of the block's range) through a
-//   cp.async ring of 4 (or 2) tiles in shared memory: up to 3 tiles in flight per warp, and no
+//   cp.async ring of tiles in shared memory (CUDA cores: 4 stages, or 2 for long rows; mma: 3), and no
 //   block barriers in the loop; all the query heads of the kv head share each tile;
 // - bf16 (TCS > 0): a tile is 16 keys, and the scores and the weighted values are bf16 mma.sync
 //   products with the group's query heads as the rows (q K^T, then P V with P as bf16, fp32
-//   accumulation, as flash attention does). The CUDA-core loop before it took ~75 instructions a
-//   key and kept 64 sequences at 75% of the copy rate; fp32 (and LIZARD_DECODE_TC=0) keeps it;
+//   accumulation, as flash attention does), 3 ring stages (2 blocks an SM). The CUDA-core loop
+//   takes ~75 instructions a key; on the H200 (8B teacher, 2K context, 64 sequences) the mma took
+//   decode from 5,773 to 6,283 tok/s. fp32 (and LIZARD_DECODE_TC=0) keeps the CUDA-core loop. (With
+//   4 stages the rings took 139 KB, one block an SM, and it was slower than the CUDA cores;
+//   2 stages measured within 1% of 3.)
 // - a warp keeps its own online softmax (log2 domain, exp2); the block merges its warps at the end;
 // - the key range of a split follows the sequence's current length (read on the device), so all
 //   splits of a sequence get work whatever the cache capacity, while the grid depends only on the
@@ -487,10 +490,10 @@ template <typename T> static const dec_entry<T> *dec_find(int group, int d, int 
     return NULL;
 }
 
-// LIZARD_DECODE_ATTN: blocks an SM that the kernel's split count aims at (default 8; 0: the older
-// decode kernels of softmax_attention.cu); LIZARD_DECODE_TC: the mma loop's ring stages (2 or 3,
-// default 3), 0: the CUDA-core loop for bf16 too.
-static int dec_blocks_per_sm = 8;
+// LIZARD_DECODE_ATTN: blocks an SM that the kernel's split count aims at (default: one wave for
+// the mma loop, 8 for the CUDA-core loop; 0: the older decode kernels of softmax_attention.cu);
+// LIZARD_DECODE_TC: the mma loop's ring stages (2 or 3, default 3), 0: the CUDA-core loop for bf16 too.
+static int dec_blocks_per_sm = -1;
 static int dec_tc_stages = 3;
 
 // The kernel's arrival counters: at least n zeros (grown outside graph recording: every step
@@ -512,7 +515,7 @@ static lz_status dec_counters(lz_cuda_ctx *c, int n) {
 }
 
 template <typename T> static const dec_entry<T> *dec_pick(const lz_cuda_ctx *c, int group, int d) {
-    if (dec_blocks_per_sm <= 0)
+    if (dec_blocks_per_sm == 0)
         return NULL;
     const dec_entry<T> *e = dec_tc_stages == 0 || c->tc_off ? NULL : dec_find<T>(group, d, dec_tc_stages);
     e = e ? e : dec_find<T>(group, d, 0);
@@ -532,9 +535,15 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
     if (!e)
         return lz_fail(LZ_ERR_INTERNAL, "decode attention: no kernel for %d query heads per kv head, head_dim %d", group, d);
     // The grid follows the batch size and the cache capacity only (graphs stay valid); about
-    // dec_blocks_per_sm blocks an SM in all (~3 waves: 3 blocks fit an SM), each split at least
-    // DEC_MIN_KEYS keys of the capacity.
-    const int pairs = n * Hkv, want = (dec_blocks_per_sm * c->n_sms + pairs - 1) / pairs;
+    // per_sm blocks an SM in all, each split at least DEC_MIN_KEYS keys of the capacity. The mma
+    // loop: one wave (as many blocks an SM as fit): on the H200 (8B teacher, 32K context) batch 1
+    // went from 136 to 175 tok/s against 8 an SM, batch 16 from 704 to 735 (3 an SM). The CUDA-core
+    // loop: 8 an SM (~3 waves), measured best for it.
+    int per_sm = dec_blocks_per_sm;
+    if (per_sm < 0 && e->tcs)
+        LZ_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e->fn, DEC_WARPS * 32, e->smem));
+    per_sm = per_sm > 0 ? per_sm : 8;
+    const int pairs = n * Hkv, want = (per_sm * c->n_sms + pairs - 1) / pairs;
     int splits = (capacity + DEC_MIN_KEYS - 1) / DEC_MIN_KEYS;
     splits = splits < want ? splits : want;
     const int cap = (int)(DEC_MAX_PARTIALS / ((size_t)n * Hq));
@@ -555,7 +564,7 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
 // Once per backend (not per launch, so that decode steps can be captured in graphs).
 template <typename T> lz_status lz_attention_decode_init(lz_cuda_ctx *c) {
     const char *env = getenv("LIZARD_DECODE_ATTN");
-    dec_blocks_per_sm = env && *env ? atoi(env) : 8;
+    dec_blocks_per_sm = env && *env ? atoi(env) : -1;
     env = getenv("LIZARD_DECODE_TC");
     dec_tc_stages = env && *env ? atoi(env) : 3;
     dec_tc_stages = dec_tc_stages == 2 || dec_tc_stages == 3 ? dec_tc_stages : 0;
