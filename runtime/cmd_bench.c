@@ -176,23 +176,15 @@ static lz_status time_linear(bench *b, void *out, const void *x, const lz_weight
     return LZ_OK;
 }
 
-#ifdef LIZARD_HAVE_CUDA
-long lz_gemm_skinny_launches(void); /* kernels/cuda/gemm_skinny.cu: launches so far */
-#else
-static long lz_gemm_skinny_launches(void) { return 0; }
-#endif
-
 /* Every distinct linear shape of layer 0 and the LM head at a few token
- * counts: time, weight bandwidth and FLOP rate, to see where steps go. The op
- * table's linear, so the same dispatch as a step: the GEMV up to 8 tokens, the
- * skinny GEMM for 9..64 (bf16; marked "skinny"; LIZARD_SKINNY=0 for cuBLAS). */
+ * counts: time, weight bandwidth and FLOP rate, to see where steps go. */
 static lz_status bench_linear_shapes(bench *b) {
     const lz_layer *ly = &b->model.layers[0], *lizard = ly;
     for (int i = 0; i < b->model.cfg.num_hidden_layers && lizard->run_softmax; i++)
         lizard = &b->model.layers[i];
     const lz_weight *shapes[] = {&ly->wq, &ly->wk, &ly->wo, &ly->w_up, &ly->w_down, &lizard->gate, &b->model.lm_head};
     const char *names[] = {"q_proj", "k_proj", "o_proj", "up_proj", "down_proj", "lizard gate", "lm_head"};
-    const int tokens[] = {1, 4, 8, 16, 32, 64, 256, 2048};
+    const int tokens[] = {1, 4, 8, 16, 64, 256, 2048};
     void *x = NULL, *out = NULL;
     const size_t cap = 2048 * (size_t)b->model.cfg.vocab_size;
     lz_status s = b->ops->alloc(b->be, cap * b->ops->act_size, &out);
@@ -208,14 +200,12 @@ static lz_status bench_linear_shapes(bench *b) {
             if ((size_t)tokens[j] * w->rows > cap)
                 continue;
             double secs;
-            const long skinny0 = lz_gemm_skinny_launches();
             s = time_linear(b, out, x, w, tokens[j], &secs);
             const double bytes = (double)w->rows * w->cols * b->ops->act_size;
             if (s == LZ_OK)
-                printf("linear  %-12s [%6lld x %5lld]  tokens %5d  %9.1f us  %7.0f GB/s  %6.1f TFLOP/s%s\n", names[i],
+                printf("linear  %-12s [%6lld x %5lld]  tokens %5d  %9.1f us  %7.0f GB/s  %6.1f TFLOP/s\n", names[i],
                        (long long)w->rows, (long long)w->cols, tokens[j], secs * 1e6, bytes / secs / 1e9,
-                       2.0 * tokens[j] * w->rows * w->cols / secs / 1e12,
-                       lz_gemm_skinny_launches() != skinny0 ? "  skinny" : "");
+                       2.0 * tokens[j] * w->rows * w->cols / secs / 1e12);
         }
     }
     if (x)

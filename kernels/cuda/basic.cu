@@ -418,12 +418,6 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
     const bool vec_ok = in % (16 / (int)sizeof(T)) == 0;
     if (!c->gemv_off && vec_ok && (n <= LZ_GEMV_MAX_TOKENS || out_features <= 4))
         return gemv_forward<T>(c, out, x, w, bias, n, in, out_features);
-    // 9..64 tokens (bf16): weight-bound still, on tensor cores (gemm_skinny.cu)
-    lz_gemv_segments<T> seg = {};
-    seg.count = 1;
-    seg.out[0] = out, seg.w[0] = w, seg.bias[0] = bias, seg.m[0] = out_features;
-    if (gemm_skinny_takes<T>(c, seg, x, n, in))
-        return gemm_skinny_forward<T>(c, seg, x, n, in, false);
     LZ_TRY(gemm_xwt<T>(c, out, x, w, n, in, out_features, 0.0f));
     if (bias) {
         const size_t total = (size_t)n * out_features;

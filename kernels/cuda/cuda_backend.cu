@@ -505,38 +505,13 @@ static lz_status cuda_p2p_recv(lz_backend *be, void *buf, size_t bytes, int peer
 }
 
 // Linear layers of one input: one GEMV launch when the step is decode-sized
-// (see gemv.cu), one skinny GEMM launch for 9..64 tokens (gemm_skinny.cu), else one product each.
+// (see gemv.cu), else one product each.
 template <typename T>
 static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *outs, const T *x,
                                      const lz_weight *const *ws, const lz_weight *const *biases, int n) {
     bool together = !c->gemv_off && n <= LZ_GEMV_MAX_TOKENS && count <= LZ_GEMV_MAX_SEGMENTS;
     for (int i = 0; i < count; i++)
         together &= ws[i]->cols == ws[0]->cols && ws[i]->cols % (16 / sizeof(T)) == 0;
-    if (!together && n > LZ_GEMV_MAX_TOKENS && count >= 1 && count <= LZ_GEMV_MAX_SEGMENTS) {
-        // the layers of whole 8-row groups in one skinny launch; the rest (the Lizard gate: one row) one by one
-        lz_gemv_segments<T> seg = {};
-        bool in_seg[LZ_GEMV_MAX_SEGMENTS] = {};
-        for (int i = 0; i < count; i++) {
-            if (ws[i]->rows % 8 != 0 || ws[i]->cols != ws[0]->cols)
-                continue;
-            const lz_weight *b = biases ? biases[i] : NULL;
-            const int s = seg.count++;
-            seg.out[s] = (T *)outs[i], seg.w[s] = (const T *)ws[i]->data, seg.m[s] = (int)ws[i]->rows;
-            seg.bias[s] = b && b->data ? (const T *)b->data : NULL;
-            in_seg[i] = true;
-        }
-        if (seg.count > 0 && gemm_skinny_takes<T>(c, seg, x, n, (int)ws[0]->cols)) {
-            LZ_TRY(gemm_skinny_forward<T>(c, seg, x, n, (int)ws[0]->cols, false));
-            for (int i = 0; i < count; i++) {
-                const lz_weight *b = biases ? biases[i] : NULL;
-                if (!in_seg[i])
-                    LZ_TRY(linear_forward<T>(c, (T *)outs[i], x, (const T *)ws[i]->data,
-                                             b && b->data ? (const T *)b->data : NULL, n, (int)ws[i]->cols,
-                                             (int)ws[i]->rows));
-            }
-            return LZ_OK;
-        }
-    }
     if (!together) {
         for (int i = 0; i < count; i++) {
             const lz_weight *b = biases ? biases[i] : NULL;
@@ -608,13 +583,6 @@ static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *
                                          const lz_weight *bias, int n) {
     const T *b = bias && bias->data ? (const T *)bias->data : NULL;
     const bool gemv = gemv_takes<T>(c, w, n);
-    if (!gemv) { // 9..64 tokens (bf16): the skinny GEMM adds onto y in its epilogue
-        lz_gemv_segments<T> seg = {};
-        seg.count = 1;
-        seg.out[0] = y, seg.w[0] = (const T *)w->data, seg.bias[0] = b, seg.m[0] = (int)w->rows;
-        if (gemm_skinny_takes<T>(c, seg, x, n, (int)w->cols))
-            return gemm_skinny_forward<T>(c, seg, x, n, (int)w->cols, true);
-    }
     if (!gemv && !b && !c->gemv_off)
         return linear_accumulate_forward<T>(c, y, x, (const T *)w->data, n, (int)w->cols, (int)w->rows);
     if (!gemv || !FUSED_GEMV) {
@@ -836,10 +804,6 @@ static void cuda_destroy(lz_backend *be) {
         cudaFree(be->ctx.scratch);
     if (be->ctx.attn_count)
         cudaFree(be->ctx.attn_count);
-    if (be->ctx.skinny_ws)
-        cudaFree(be->ctx.skinny_ws);
-    if (be->ctx.skinny_count)
-        cudaFree(be->ctx.skinny_count);
     if (be->h_step)
         cudaFreeHost(be->h_step);
     if (be->d_step)
@@ -885,7 +849,6 @@ static lz_status init_device(lz_backend *be) {
         LZ_TRY(lz_attention_tc_init(&be->ctx));
         LZ_TRY(lz_feature_map_tc_init(&be->ctx));
         LZ_TRY(lz_attention_flash_init(&be->ctx));
-        LZ_TRY(gemm_skinny_init(&be->ctx));
     } else {
         LZ_TRY(gla_init<float>(&be->ctx));
         LZ_TRY(gla_decode_init<float>(&be->ctx));
@@ -912,9 +875,6 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->prof.on = prof && *prof && strcmp(prof, "0") != 0;
     // the switches back to older paths (for comparison, or as a fallback): each "0" turns one off
     be->ctx.gemv_off = env_is_zero("LIZARD_GEMV");
-    be->ctx.skinny_off = be->ctx.gemv_off || env_is_zero("LIZARD_SKINNY");
-    const char *skinny_splits = getenv("LIZARD_SKINNY_SPLITS");
-    be->ctx.skinny_max_splits = skinny_splits && *skinny_splits ? atoi(skinny_splits) : 0;
     be->ctx.tc_off = env_is_zero("LIZARD_TC");
     be->ctx.flash_off = env_is_zero("LIZARD_FLASH");
     const char *flash = getenv("LIZARD_FLASH");

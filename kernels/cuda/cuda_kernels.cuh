@@ -27,13 +27,6 @@ struct lz_cuda_ctx {
     bool fmap_prompt_off;  // LIZARD_FMAP_PROMPT=0: the bf16 prompt feature maps on the WMMA kernel (feature_map.cu)
     unsigned *attn_count;  // decode attention: per (sequence, kv head) arrival counters, zero between launches
     int attn_count_n;
-    bool skinny_off;       // LIZARD_SKINNY=0 (or LIZARD_GEMV=0): 9..64-token linear layers through cuBLAS
-    int skinny_per_sm[4];  // gemm_skinny blocks resident an SM per token tile of 16/32/48/64 (0: does not fit)
-    int skinny_max_splits; // LIZARD_SKINNY_SPLITS: most k splits of gemm_skinny (0: its own choice)
-    float *skinny_ws;      // gemm_skinny's split-k partials (its own: scratch may be live across a layer)
-    size_t skinny_ws_bytes;
-    unsigned *skinny_count; // gemm_skinny: per row tile arrival counters, zero between launches
-    int skinny_count_n;
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).
@@ -119,15 +112,6 @@ template <typename T> struct lz_gemv_segments {
 template <typename T> lz_status gemv_segments_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, int n, int k);
 template <typename T>
 lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m);
-// Linear layers of LZ_SKINNY_MIN..MAX_TOKENS tokens on tensor cores (bf16; gemm_skinny.cu), the same
-// segments: out[s] (+)= x . w[s]^T (+ bias[s]); accumulate: onto out (the residual stream).
-// Takes bf16, k % 64 == 0, every m % 8 == 0, 16-byte aligned pointers; the callers fall back to cuBLAS.
-enum { LZ_SKINNY_MIN_TOKENS = LZ_GEMV_MAX_TOKENS + 1, LZ_SKINNY_MAX_TOKENS = 64 };
-lz_status gemm_skinny_init(lz_cuda_ctx *c);
-template <typename T>
-bool gemm_skinny_takes(const lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, int n, int k);
-template <typename T>
-lz_status gemm_skinny_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, int n, int k, bool accumulate);
 // The same with a prologue and an epilogue (gemv_fused.cu), n <= LZ_GEMV_MAX_TOKENS:
 //   norm (NULL: none): x is RMS-normalised per token with weight norm [k] and eps on the way in;
 //   LZ_GEMV_STORE: out = x . W^T (+ bias); LZ_GEMV_RESIDUAL: out += x . W^T (+ bias);

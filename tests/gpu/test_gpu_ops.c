@@ -6,9 +6,7 @@
  * also with LIZARD_FLASH=1 and =0 (each kernel of that path); its decode steps alone (1, 5, 37
  * sequences, three steps a cache; also with LIZARD_DECODE_ATTN=1 and =0); the fused decode ops (GEMV
  * prologues/epilogues, the split, fused and streamed GLA decode for 1 to 70 sequences, LLaMA-3-8B's
- * Lizard shape among others) against the CPU's compositions; the bf16 skinny GEMM of 9..64 tokens
- * (LLaMA-3-8B's shapes with split k, guarded outputs, repeated calls, LIZARD_FUSE=all and
- * LIZARD_SKINNY=0) and the shapes it leaves to the GEMV and cuBLAS. fp32: rel err
+ * Lizard shape among others) against the CPU's compositions. fp32: rel err
  * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
  * when no GPU is visible. */
 #include <math.h>   // sqrt, NAN
@@ -310,202 +308,6 @@ static void test_fused_dense(backend *c, backend *g) {
         free(hx), free(hn), free(hw), free(hw2), free(hw3), free(hb), free(hg), free(hu), free(hbu), free(hd), free(hy),
             free(hh);
     }
-}
-
-/* gemm_skinny.cu: its launches so far (host calls), to see which path a linear layer took. */
-long lz_gemm_skinny_launches(void);
-
-/* x rounded to the nearest bf16 (ties to even), so that the CPU's fp32 reference and the GPU see the same inputs. */
-static void round_bf16(float *a, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &a[i], 4);
-        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-        memcpy(&a[i], &u, 4);
-    }
-}
-static float *rand_bf16(size_t n, float lo, float hi) {
-    float *a = rand_host(n, lo, hi);
-    round_bf16(a, n);
-    return a;
-}
-
-typedef struct {
-    int n, k, count, m[3];
-    bool bias, accumulate, big; /* bias: on the even segments; big: k >= 1024 (skipped in the repeat runs) */
-} skinny_case;
-
-enum { SK_GUARD = 8 };        /* guard elements before each output (16 bytes: alignment kept) */
-static const float SK_SENTINEL = 3.5f; /* exact in bf16 */
-
-/* One linear layer (or several of one input) of 9..64 tokens through the op table: the skinny GEMM
- * where it takes the shape (bf16), the GEMV or cuBLAS otherwise. Outputs are guarded on both sides
- * (SK_GUARD before, up to 64 tokens' rows after, sentinels that must survive), NaN inside (or the
- * residual's initial values); the GPU call is made twice from the same initial buffers and must give
- * the same bits (the split counters are back at zero). */
-static void skinny_run(backend *c, backend *g, const skinny_case *sc, bool skinny_on) {
-    const int n = sc->n, k = sc->k, cnt = sc->count;
-    bool whole = false; /* layers of whole 8-row groups go together, the rest (a 1-row gate) one by one */
-    for (int s = 0; s < cnt; s++)
-        whole |= sc->m[s] % 8 == 0;
-    const bool expect = skinny_on && n >= 9 && n <= 64 && k % 64 == 0 && whole;
-    float *hx = rand_bf16((size_t)n * k, -1, 1);
-    void *cx = act(c, hx, (size_t)n * k), *gx = act(g, hx, (size_t)n * k);
-    lz_weight cw[3], gw[3], cb[3], gb[3];
-    const lz_weight *cws[3], *gws[3], *cbs[3], *gbs[3];
-    void *co[3], *gbase[3], *gout[3], *ctmp = NULL, *gtmp = NULL;
-    float *hinit[3];
-    size_t total[3];
-    for (int s = 0; s < cnt; s++) {
-        const int m = sc->m[s];
-        float *hw = rand_bf16((size_t)m * k, -0.5f, 0.5f), *hb = rand_bf16(m, -1, 1);
-        cw[s] = weight(c, hw, m, k), gw[s] = weight(g, hw, m, k);
-        const bool with_bias = sc->bias && s % 2 == 0;
-        if (with_bias)
-            cb[s] = weight(c, hb, 1, m), gb[s] = weight(g, hb, 1, m);
-        cws[s] = &cw[s], gws[s] = &gw[s], cbs[s] = with_bias ? &cb[s] : NULL, gbs[s] = with_bias ? &gb[s] : NULL;
-        free(hw), free(hb);
-        total[s] = SK_GUARD + (size_t)64 * m + SK_GUARD;
-        hinit[s] = malloc(sizeof(float) * total[s]);
-        float *y0 = rand_bf16((size_t)n * m, -2, 2);
-        for (size_t i = 0; i < total[s]; i++)
-            hinit[s][i] = i < SK_GUARD || i >= SK_GUARD + (size_t)n * m ? SK_SENTINEL
-                          : sc->accumulate                            ? y0[i - SK_GUARD]
-                                                                      : NAN;
-        co[s] = act(c, sc->accumulate ? y0 : NULL, (size_t)n * m);
-        gbase[s] = act(g, hinit[s], total[s]);
-        gout[s] = (char *)gbase[s] + SK_GUARD * g->ops->act_size;
-        free(y0);
-    }
-    if (sc->accumulate)
-        ctmp = act(c, NULL, (size_t)n * sc->m[0]), gtmp = act(g, NULL, (size_t)n * sc->m[0]);
-    float *first[3] = {NULL, NULL, NULL};
-    for (int rep = 0; rep < 2; rep++) {
-        for (int s = 0; s < cnt && rep > 0; s++)
-            CHECK(g->ops->act_from_host(g->be, gbase[s], hinit[s], total[s]) == LZ_OK);
-        const long before = lz_gemm_skinny_launches();
-        lz_status st;
-        if (sc->accumulate)
-            st = g->ops->linear_residual(g->be, gout[0], gtmp, gx, gws[0], gbs[0], n);
-        else if (cnt == 1)
-            st = g->ops->linear(g->be, gout[0], gx, gws[0], gbs[0], n);
-        else
-            st = g->ops->linear_many(g->be, cnt, gout, gx, gws, gbs, n);
-        CHECK_MSG(st == LZ_OK, "gpu: %s", lz_error_message());
-        const long took = lz_gemm_skinny_launches() - before;
-        CHECK_MSG(took == (expect ? 1 : 0), "%s skinny n=%d k=%d m=%d: %ld skinny launches, expected %d", dtype_name,
-                  n, k, sc->m[0], took, expect ? 1 : 0);
-        if (rep == 0) {
-            if (sc->accumulate)
-                st = c->ops->linear_residual(c->be, co[0], ctmp, cx, cws[0], cbs[0], n);
-            else
-                st = c->ops->linear_many(c->be, cnt, co, cx, cws, cbs, n);
-            CHECK_MSG(st == LZ_OK, "cpu: %s", lz_error_message());
-        }
-        for (int s = 0; s < cnt; s++) {
-            const int m = sc->m[s];
-            float *hg = download(g, gbase[s], total[s]), *hc = download(c, co[s], (size_t)n * m);
-            size_t bad = 0;
-            for (size_t i = 0; i < total[s]; i++)
-                bad += (i < SK_GUARD || i >= SK_GUARD + (size_t)n * m) && hg[i] != SK_SENTINEL;
-            const double e = rel_err(hg + SK_GUARD, hc, (size_t)n * m);
-            CHECK_MSG(bad == 0, "%s skinny n=%d k=%d m=%d (segment %d): %zu guard elements overwritten", dtype_name, n,
-                      k, m, s, bad);
-            CHECK_MSG(e <= tol, "%s skinny n=%d k=%d m=%d (segment %d%s%s, call %d): rel err %.3g > %.3g", dtype_name,
-                      n, k, m, s, cbs[s] ? ", bias" : "", sc->accumulate ? ", accumulate" : "", rep + 1, e, tol);
-            if (rep == 0)
-                first[s] = hg;
-            else {
-                CHECK_MSG(memcmp(first[s], hg, sizeof(float) * total[s]) == 0,
-                          "%s skinny n=%d k=%d m=%d (segment %d): the second call differs from the first", dtype_name,
-                          n, k, m, s);
-                free(hg), free(first[s]);
-            }
-            free(hc);
-        }
-    }
-    for (int s = 0; s < cnt; s++) {
-        c->ops->free_weight(c->be, &cw[s]), g->ops->free_weight(g->be, &gw[s]);
-        if (cbs[s])
-            c->ops->free_weight(c->be, &cb[s]), g->ops->free_weight(g->be, &gb[s]);
-        c->ops->free(c->be, co[s]), g->ops->free(g->be, gbase[s]);
-        free(hinit[s]);
-    }
-    if (ctmp)
-        c->ops->free(c->be, ctmp), g->ops->free(g->be, gtmp);
-    c->ops->free(c->be, cx), g->ops->free(g->be, gx);
-    free(hx);
-}
-
-/* The fused-op compositions for 9..64 tokens (present with LIZARD_FUSE=all): RMSNorm then one skinny
- * launch for q/k/v-like segments, and for gate/up (then SwiGLU). */
-static void skinny_norm_ops(backend *c, backend *g, bool skinny_on) {
-    if (!c->ops->norm_linear_many || !g->ops->norm_linear_many || !g->ops->norm_swiglu)
-        return;
-    const int n = 24, C = 256, O = 48, O2 = 16, I = 64;
-    float *hx = rand_bf16((size_t)n * C, -2, 2), *hn = rand_bf16(C, 0.5f, 1.5f);
-    float *hw = rand_bf16((size_t)O * C, -0.5f, 0.5f), *hw2 = rand_bf16((size_t)O2 * C, -0.5f, 0.5f);
-    float *hb = rand_bf16(O, -1, 1), *hg = rand_bf16((size_t)I * C, -0.1f, 0.1f), *hu = rand_bf16((size_t)I * C, -0.1f, 0.1f);
-    lz_weight cn = weight(c, hn, 1, C), gn = weight(g, hn, 1, C), cw = weight(c, hw, O, C), gw = weight(g, hw, O, C);
-    lz_weight cw2 = weight(c, hw2, O2, C), gw2 = weight(g, hw2, O2, C), cb = weight(c, hb, 1, O), gb = weight(g, hb, 1, O);
-    lz_weight cg = weight(c, hg, I, C), gg = weight(g, hg, I, C), cu = weight(c, hu, I, C), gu = weight(g, hu, I, C);
-    void *cx = act(c, hx, (size_t)n * C), *gx = act(g, hx, (size_t)n * C);
-    void *cxn = act(c, NULL, (size_t)n * C), *gxn = act(g, NULL, (size_t)n * C);
-    void *co = act(c, NULL, (size_t)n * O), *go = act(g, NULL, (size_t)n * O);
-    void *co2 = act(c, NULL, (size_t)n * O2), *go2 = act(g, NULL, (size_t)n * O2);
-    void *cm = act(c, NULL, (size_t)n * I), *gm = act(g, NULL, (size_t)n * I);
-    void *cup = act(c, NULL, (size_t)n * I), *gup = act(g, NULL, (size_t)n * I);
-    void *couts[2] = {co, co2}, *gouts[2] = {go, go2};
-    const lz_weight *cws[2] = {&cw, &cw2}, *gws[2] = {&gw, &gw2}, *cbs[2] = {&cb, NULL}, *gbs[2] = {&gb, NULL};
-    long before = lz_gemm_skinny_launches();
-    BOTH(c->ops->norm_linear_many(c->be, 2, couts, cxn, cx, &cn, 1e-5f, cws, cbs, n),
-         g->ops->norm_linear_many(g->be, 2, gouts, gxn, gx, &gn, 1e-5f, gws, gbs, n));
-    CHECK(lz_gemm_skinny_launches() - before == (skinny_on ? 1 : 0));
-    compare("skinny norm_linear_many (bias)", c, co, g, go, (size_t)n * O, tol);
-    compare("skinny norm_linear_many", c, co2, g, go2, (size_t)n * O2, tol);
-    before = lz_gemm_skinny_launches();
-    BOTH(c->ops->norm_swiglu(c->be, cm, cxn, cup, cx, &cn, 1e-5f, &cg, NULL, &cu, NULL, n),
-         g->ops->norm_swiglu(g->be, gm, gxn, gup, gx, &gn, 1e-5f, &gg, NULL, &gu, NULL, n));
-    CHECK(lz_gemm_skinny_launches() - before == (skinny_on ? 1 : 0));
-    compare("skinny norm_swiglu", c, cm, g, gm, (size_t)n * I, tol);
-    lz_weight *all_c[] = {&cn, &cw, &cw2, &cb, &cg, &cu}, *all_g[] = {&gn, &gw, &gw2, &gb, &gg, &gu};
-    for (size_t i = 0; i < sizeof all_c / sizeof all_c[0]; i++)
-        c->ops->free_weight(c->be, all_c[i]), g->ops->free_weight(g->be, all_g[i]);
-    void *bufs_c[] = {cx, cxn, co, co2, cm, cup}, *bufs_g[] = {gx, gxn, go, go2, gm, gup};
-    for (size_t i = 0; i < sizeof bufs_c / sizeof bufs_c[0]; i++)
-        c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
-    free(hx), free(hn), free(hw), free(hw2), free(hb), free(hg), free(hu);
-}
-
-/* bf16 linear layers of 9..64 tokens (gemm_skinny.cu) against the CPU: LLaMA-3-8B's shapes (split k:
- * q/o 4096 x 4096, k/v 1024 x 4096, down 4096 x 14336 onto the residual) and small ones (partial row
- * tiles, one slice of k), then shapes it must leave to the GEMV or cuBLAS. big: also the 8B shapes. */
-static void test_skinny(backend *c, backend *g, bool skinny_on, bool big) {
-    static const skinny_case cases[] = {
-        // n   k    count  m                  bias   acc    big
-        {9, 64, 1, {16}, true, false, false},
-        {16, 128, 2, {48, 16}, true, false, false},
-        {17, 4096, 1, {4096}, false, false, true},            // q_proj: k split
-        {33, 4096, 3, {4096, 1024, 1024}, false, false, true}, // q, k, v in one launch
-        {48, 4096, 1, {1024}, true, false, true},             // k_proj alone
-        {64, 4096, 1, {4096}, false, true, true},             // o_proj onto the residual
-        {9, 14336, 1, {4096}, false, true, true},             // down_proj onto the residual
-        {20, 4288, 1, {1024}, true, false, true},             // 67 slices: splits of unequal length
-        {24, 1024, 2, {2048, 2048}, true, false, true},
-        {64, 128, 1, {1024}, true, true, false},
-        {40, 256, 3, {16, 48, 8}, true, false, false},        // row tiles mostly padding
-        {64, 64, 1, {16}, false, false, false},
-        {56, 192, 1, {136}, true, true, false},               // a second, partial row tile
-        {24, 128, 3, {48, 1, 16}, true, false, false},         // q, gate, k: the 1-row gate on the GEMV
-        {8, 128, 1, {48}, true, false, false},                // the GEMV's
-        {65, 128, 1, {48}, true, true, false},                // cuBLAS
-        {20, 96, 2, {48, 16}, true, false, false},            // k % 64 != 0: cuBLAS
-        {20, 128, 1, {50}, true, true, false},                // m % 8 != 0: cuBLAS
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        if (big || !cases[i].big)
-            skinny_run(c, g, &cases[i], skinny_on);
-    skinny_norm_ops(c, g, skinny_on);
 }
 
 typedef struct {
@@ -1134,8 +936,6 @@ int main(void) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_attention_ops(&cpu, &gpu, &shapes[i]);
         test_fused_dense(&cpu, &gpu);
-        if (di == 1)
-            test_skinny(&cpu, &gpu, true, true);
         const lizard_shape decode_shapes[] = {
             // Hq Hkv Hs  d    f   w  m  norm   exp    gate logits
             {32, 8, 8, 128, 128, 8, 4, true, false, -3, 3},  // LLaMA-3-8B's Lizard layer
@@ -1157,17 +957,6 @@ int main(void) {
         for (size_t i = 0; i < sizeof gla_cases / sizeof gla_cases[0]; i++)
             test_gla_chunked(&cpu, &gpu, &gla_cases[i]);
         gpu.ops->destroy(gpu.be);
-    }
-    // the bf16 skinny GEMM under the fused-op compositions (LIZARD_FUSE=all), then switched off (cuBLAS)
-    const char *skinny_env[2][2] = {{"LIZARD_FUSE", "all"}, {"LIZARD_SKINNY", "0"}};
-    for (int mi = 0; mi < 2; mi++) {
-        setenv(skinny_env[mi][0], skinny_env[mi][1], 1);
-        CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
-        dtype_name = mi == 0 ? "bf16 LIZARD_FUSE=all" : "bf16 LIZARD_SKINNY=0";
-        tol = 1e-2;
-        test_skinny(&cpu, &gpu, mi == 0, false);
-        gpu.ops->destroy(gpu.be);
-        unsetenv(skinny_env[mi][0]);
     }
     // the bf16 prompt attention again with one query head per flash block, then on the older WMMA kernel
     const char *flash_modes[2] = {"1", "0"};
