@@ -535,15 +535,19 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
     if (!e)
         return lz_fail(LZ_ERR_INTERNAL, "decode attention: no kernel for %d query heads per kv head, head_dim %d", group, d);
     // The grid follows the batch size and the cache capacity only (graphs stay valid); about
-    // per_sm blocks an SM in all, each split at least DEC_MIN_KEYS keys of the capacity. The mma
-    // loop: one wave (as many blocks an SM as fit): on the H200 (8B teacher, 32K context) batch 1
-    // went from 136 to 175 tok/s against 8 an SM, batch 16 from 704 to 735 (3 an SM). The CUDA-core
-    // loop: 8 an SM (~3 waves), measured best for it.
+    // per_sm blocks an SM in all, each split at least DEC_MIN_KEYS keys of the capacity. Measured
+    // on the H200 (8B teacher, tok/s, blocks an SM in brackets). The mma loop: at batch 1 (8
+    // (sequence, kv head) pairs) one wave, as many blocks an SM as fit: 175 at 32K context (2)
+    // against 163 (3), 155 (4), 136 (8); at batch 16: 735 (3), 704 (8), 643 (2); at batch 64 (2K)
+    // 6,283 (4 and 8), 5,992 (16). So one wave up to 32 pairs, else 4. The CUDA-core loop: 8.
+    const int pairs = n * Hkv;
     int per_sm = dec_blocks_per_sm;
-    if (per_sm < 0 && e->tcs)
+    if (per_sm < 0 && e->tcs && pairs <= 32)
         LZ_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e->fn, DEC_WARPS * 32, e->smem));
-    per_sm = per_sm > 0 ? per_sm : 8;
-    const int pairs = n * Hkv, want = (per_sm * c->n_sms + pairs - 1) / pairs;
+    else if (per_sm < 0)
+        per_sm = e->tcs ? 4 : 8;
+    per_sm = per_sm > 0 ? per_sm : 1;
+    const int want = (per_sm * c->n_sms + pairs - 1) / pairs;
     int splits = (capacity + DEC_MIN_KEYS - 1) / DEC_MIN_KEYS;
     splits = splits < want ? splits : want;
     const int cap = (int)(DEC_MAX_PARTIALS / ((size_t)n * Hq));

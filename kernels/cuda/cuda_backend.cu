@@ -887,8 +887,6 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->ctx.fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");
     be->ctx.window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
     be->ctx.pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains
-    const char *unroll = getenv("LIZARD_GEMV_UNROLL");
-    be->ctx.gemv_unroll = unroll && *unroll ? atoi(unroll) : 0;
     const char *split_min = getenv("LIZARD_WINDOW_SPLIT_MIN");
     be->ctx.window_split_min = split_min && *split_min ? atoi(split_min) : 0;
     const char *stream_min = getenv("LIZARD_GLA_STREAM_MIN");

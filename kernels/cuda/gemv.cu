@@ -15,9 +15,8 @@
 
 enum { GW_PRE = 1 };
 
-// One warp per (output row of any segment, group of NT tokens). k % vec16<T>::N == 0. Each lane
-// issues U 16-byte weight loads before it uses any (see gemv_unroll).
-template <typename T, int NT, int U>
+// One warp per (output row of any segment, group of NT tokens). k % vec16<T>::N == 0.
+template <typename T, int NT>
 __global__ void gemv_kernel(lz_gemv_segments<T> seg, const T *x, int n, int k, int n_groups) {
     constexpr int V = vec16<T>::N;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
@@ -66,20 +65,10 @@ __global__ void gemv_kernel(lz_gemv_segments<T> seg, const T *x, int n, int k, i
             fma_row(wv, lane * V + u * 32 * V);
         }
     }
-    for (int c0 = lane * V + GW_PRE * 32 * V; c0 < k; c0 += 32 * V * U) {
-        uint4 raw[U];
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (c0 + u * 32 * V < k)
-                raw[u] = *(const uint4 *)(wr + c0 + u * 32 * V);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (c0 + u * 32 * V < k) {
-                float wv[V];
-                vec16<T>::load(wv, (const T *)&raw[u]);
-                fma_row(wv, c0 + u * 32 * V);
-            }
-        }
+    for (int c = lane * V + GW_PRE * 32 * V; c < k; c += 32 * V) {
+        float wv[V];
+        vec16<T>::load(wv, wr + c);
+        fma_row(wv, c);
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -89,27 +78,11 @@ __global__ void gemv_kernel(lz_gemv_segments<T> seg, const T *x, int n, int k, i
     }
 }
 
-template <typename T, int NT, int U>
-static lz_status launch_unrolled(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, int n, int k) {
-    const int groups = (n + NT - 1) / NT, block = 256;
-    const int grid = (int)(((size_t)seg.total_rows * groups * 32 + block - 1) / block);
-    return lz_launch(c, "gemv", gemv_kernel<T, NT, U>, dim3((unsigned)grid), dim3(block), 0, seg, x, n, k, groups);
-}
-
-// Loads in flight a lane: a GEMV of many warps (gate/up: 28,672 rows) keeps the memory busy with one
-// (more registers would cost it warps: on the H200, 4 for every GEMV took batch 1 from 203 to 191
-// tok/s); one of few (q/k/v 6,144, o and down 4,096: under two waves of resident warps) takes 4.
-// LIZARD_GEMV_UNROLL=1, 2 or 4 forces one count for every one-token GEMV.
 template <typename T, int NT>
 static lz_status launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, int n, int k) {
-    int u = c->gemv_unroll;
-    if (u <= 0)
-        u = (size_t)seg.total_rows * ((n + NT - 1) / NT) <= (size_t)64 * c->n_sms * 2 ? 4 : 1;
-    if (NT == 1 && u >= 4)
-        return launch_unrolled<T, NT, 4>(c, seg, x, n, k);
-    if (NT == 1 && u == 2)
-        return launch_unrolled<T, NT, 2>(c, seg, x, n, k);
-    return launch_unrolled<T, NT, 1>(c, seg, x, n, k);
+    const int groups = (n + NT - 1) / NT, block = 256;
+    const int grid = (int)(((size_t)seg.total_rows * groups * 32 + block - 1) / block);
+    return lz_launch(c, "gemv", gemv_kernel<T, NT>, dim3((unsigned)grid), dim3(block), 0, seg, x, n, k, groups);
 }
 
 // Accumulators per warp follow the step's size: 1 token (batch-1 decode), up to 4, up to 8. A

@@ -8,7 +8,9 @@
 //     (the gate and up outputs never reach memory, and the SwiGLU launch goes).
 // Each lane issues GF_UNROLL 16-byte weight loads a row before it uses them (the loop over k unrolled
 // by hand). 1: on the H200 (8B shapes, LIZARD_FUSE=all) 4 took the teacher's batch-1 decode from
-// 186.6 to 157.8 tok/s and batch 4 from 378 to 290 (fewer warps an SM hid less latency); as in gemv.cu.
+// 186.6 to 157.8 tok/s and batch 4 from 378 to 290 (fewer warps an SM hid less latency). The plain
+// GEMV (gemv.cu) measured the same way: 4 loads a lane for every layer 203 -> 191 tok/s, for the
+// layers of few rows only (q/k/v, o, down) 207 -> 191.
 // Launched as programmatic dependents (unless LIZARD_PDL=0), so that a GEMV's blocks start
 // while the previous kernel drains; each warp issues its first weight loads (weights depend on no
 // kernel), then waits for the previous kernel (griddepcontrol.wait: its completion and its memory)
