@@ -538,14 +538,15 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
     // per_sm blocks an SM in all, each split at least DEC_MIN_KEYS keys of the capacity. Measured
     // on the H200 (8B teacher, tok/s, blocks an SM in brackets). The mma loop: at batch 1 (8
     // (sequence, kv head) pairs) one wave, as many blocks an SM as fit: 175 at 32K context (2)
-    // against 163 (3), 155 (4), 136 (8); at batch 16: 735 (3), 704 (8), 643 (2); at batch 64 (2K)
-    // 6,283 (4 and 8), 5,992 (16). So one wave up to 32 pairs, else 4. The CUDA-core loop: 8.
+    // against 163 (3), 155 (4), 136 (8); at batch 16 (128 pairs) 715-735 (3: 4 splits), 704 (8),
+    // 659 (4: 5 splits, 2.4 waves), 630-643 (2); at batch 64 (2K) 6,195-6,283 (4 and 8), 5,992 (16).
+    // So one wave up to 32 pairs, 3 up to 256, else 4. The CUDA-core loop: 8.
     const int pairs = n * Hkv;
     int per_sm = dec_blocks_per_sm;
     if (per_sm < 0 && e->tcs && pairs <= 32)
         LZ_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e->fn, DEC_WARPS * 32, e->smem));
     else if (per_sm < 0)
-        per_sm = e->tcs ? 4 : 8;
+        per_sm = !e->tcs ? 8 : pairs <= 256 ? 3 : 4;
     per_sm = per_sm > 0 ? per_sm : 1;
     const int want = (per_sm * c->n_sms + pairs - 1) / pairs;
     int splits = (capacity + DEC_MIN_KEYS - 1) / DEC_MIN_KEYS;
