@@ -548,7 +548,10 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
     else if (per_sm < 0)
         per_sm = !e->tcs ? 8 : pairs <= 256 ? 3 : 4;
     per_sm = per_sm > 0 ? per_sm : 1;
-    const int want = (per_sm * c->n_sms + pairs - 1) / pairs;
+    // The window's ring (w keys, 128 in the paper's layers): one split, no merge, unless
+    // LIZARD_DECODE_ATTN says otherwise: pure Lizard at 64 sequences 7,622-7,654 -> 7,808-7,879
+    // tok/s against two splits of 64 keys.
+    const int want = ring && dec_blocks_per_sm < 0 ? 1 : (per_sm * c->n_sms + pairs - 1) / pairs;
     int splits = (capacity + DEC_MIN_KEYS - 1) / DEC_MIN_KEYS;
     splits = splits < want ? splits : want;
     const int cap = (int)(DEC_MAX_PARTIALS / ((size_t)n * Hq));

@@ -607,9 +607,9 @@ static void test_window_prompts(backend *c, backend *g) {
     }
 }
 
-/* The window branch on decode steps (window_decode_kernel up to two (sequence, kv head) pairs an SM,
- * attention_decode.cu's split kernel above; both also store the new keys into the ring: clusters of
- * 8 blocks down to 1 as the batch grows, several staging passes for long windows):
+/* The window branch on decode steps (window_decode_kernel below 16 sequences, attention_decode.cu's
+ * split kernel from there; both also store the new keys into the ring: clusters of 8 blocks down to 1
+ * as the batch grows, several staging passes for long windows):
  * 1, 3, 8 and 70 sequences of one token each, four steps in a row on the same rings (what a step
  * stores is what the next reads), positions below w, crossing w, at it and far past it; LLaMA-3-8B's
  * shape, group 8, an odd group, a long window, head_dim 256 (fp32: the tile kernel) and 24 (the tile
@@ -995,16 +995,24 @@ int main(void) {
     test_window_decode(&cpu, &gpu);
     gpu.ops->destroy(gpu.be);
     unsetenv("LIZARD_DECODE_TC");
-    // the window's decode steps on the split kernel (attention_decode.cu) at every batch size
+    // the window's decode steps on the split kernel (attention_decode.cu) at every batch size: one
+    // split a ring (the default), then several (the last split merges, meta logits in the merge)
     setenv("LIZARD_WINDOW_SPLIT_MIN", "1", 1);
-    for (int di = 0; di < 2; di++) {
+    for (int mi = 0; mi < 4; mi++) {
+        const int di = mi % 2;
+        if (mi >= 2)
+            setenv("LIZARD_DECODE_ATTN", "8", 1);
         CHECK_MSG(lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
-        dtype_name = di == 0 ? "fp32 LIZARD_WINDOW_SPLIT_MIN=1" : "bf16 LIZARD_WINDOW_SPLIT_MIN=1";
+        static char name[80];
+        snprintf(name, sizeof name, "%s LIZARD_WINDOW_SPLIT_MIN=1%s", di == 0 ? "fp32" : "bf16",
+                 mi >= 2 ? " LIZARD_DECODE_ATTN=8" : "");
+        dtype_name = name;
         tol = di == 0 ? 1e-5 : 1e-2;
         tol_attn = di == 0 ? 1e-4 : 2e-2;
         test_window_decode(&cpu, &gpu);
         gpu.ops->destroy(gpu.be);
     }
+    unsetenv("LIZARD_DECODE_ATTN");
     unsetenv("LIZARD_WINDOW_SPLIT_MIN");
     // the window's decode steps on the older path (the tile kernel and the ring store)
     setenv("LIZARD_WINDOW_DECODE", "0", 1);
