@@ -13,7 +13,8 @@
 //   products with the group's query heads as the rows (q K^T, then P V with P as bf16, fp32
 //   accumulation, as flash attention does), 3 ring stages (2 blocks an SM). The CUDA-core loop
 //   takes ~75 instructions a key; on the H200 (8B teacher, 2K context, 64 sequences) the mma took
-//   decode from 5,773 to 6,283 tok/s. fp32 (and LIZARD_DECODE_TC=0) keeps the CUDA-core loop. (With
+//   decode from 5,773 to 6,283 tok/s. fp32, splits of <= 64 keys (see lz_attention_decode) and
+//   LIZARD_DECODE_TC=0 keep the CUDA-core loop. (With
 //   4 stages the rings took 139 KB, one block an SM, and it was slower than the CUDA cores;
 //   2 stages measured within 1% of 3.)
 // - a warp keeps its own online softmax (log2 domain, exp2); the block merges its warps at the end;
