@@ -7,6 +7,8 @@
 
 #include "clock.h"          // lz_now_seconds
 #include "engine_session.h" // lz_engine_save_stages, lz_engine_restore_stages
+#include "session_chunks.h" // lz_session_pack_any
+#include "session_file.h"   // lz_session_parse
 
 lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *model_dir,
                                const lz_generation_config *gen, serve_metrics *metrics,
@@ -130,14 +132,14 @@ static lz_status reset_slot(serve_scheduler *s, int slot) {
     return lz_engine_restore_stages(s->e, slot, &s->empty);
 }
 
+/* A stored session of either format (one message or chunked) into `slot`;
+ * *saved may point into buf, which must outlive it. */
 static lz_status restore_packed(serve_scheduler *s, int slot, const uint8_t *buf, size_t len, const char *what,
-                                Lizard__SequenceState **msg) {
-    LZ_TRY(lz_session_unpack(buf, len, what, s->fingerprint, msg));
-    lz_status st = lz_engine_restore_stages(s->e, slot, *msg);
-    if (st != LZ_OK) {
-        lizard__sequence_state__free_unpacked(*msg, NULL);
-        *msg = NULL;
-    }
+                                lz_session_loaded *saved) {
+    LZ_TRY(lz_session_parse(buf, len, what, s->fingerprint, saved));
+    lz_status st = lz_engine_restore_stages(s->e, slot, saved->msg);
+    if (st != LZ_OK)
+        lz_session_loaded_free(saved);
     return st;
 }
 
@@ -170,10 +172,10 @@ static lz_status start_fresh(serve_scheduler *s, serve_seq *q, int slot, int *ca
     int from = 0;
     if (s->prefix.cap > 0) {
         const serve_prefix_entry *hit = serve_prefix_find(&s->prefix, j->prompt, j->n_prompt);
-        Lizard__SequenceState *msg = NULL;
+        lz_session_loaded msg;
         if (hit && restore_packed(s, slot, hit->buf, hit->len, "prefix cache", &msg) == LZ_OK) {
             from = hit->n;
-            lizard__sequence_state__free_unpacked(msg, NULL);
+            lz_session_loaded_free(&msg);
         } else if (hit) {
             lz_error_clear(); // a cached state that does not restore is a miss
         }
@@ -196,17 +198,17 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
     serve_seq *q = &s->seqs[slot];
     *q = (serve_seq){.job = j, .prefilling = true};
     lz_status st = LZ_OK;
-    Lizard__SequenceState *saved = NULL;
+    lz_session_loaded loaded = {NULL, NULL, false}; // points into q->session_backup
     int cached = 0;
     if (j->session)
         st = serve_sessions_take(&s->sessions, j->session, &q->session_backup, &q->session_backup_len);
     if (st == LZ_OK && q->session_backup)
-        st = restore_packed(s, slot, q->session_backup, q->session_backup_len, j->session, &saved);
+        st = restore_packed(s, slot, q->session_backup, q->session_backup_len, j->session, &loaded);
+    const Lizard__SequenceState *saved = loaded.msg;
     if (st == LZ_OK)
         st = saved ? continue_session(s, q, saved) : start_fresh(s, q, slot, &cached);
     const int position = saved ? (int)saved->position : cached;
-    if (saved)
-        lizard__sequence_state__free_unpacked(saved, NULL);
+    lz_session_loaded_free(&loaded);
     if (st == LZ_OK)
         st = lz_sampler_init(&q->sampler, &j->sampling, s->e->model.cfg.vocab_size);
     if (st != LZ_OK)
@@ -242,8 +244,8 @@ static lz_status save_session(serve_scheduler *s, int slot) {
     uint8_t *buf = NULL;
     size_t len = 0;
     lz_status st = lz_engine_save_stages(s->e, slot, &msg);
-    if (st == LZ_OK)
-        st = lz_session_pack(&msg, &buf, &len);
+    if (st == LZ_OK) // chunked beyond 2 GiB: the bytes of a version-3 file
+        st = lz_session_pack_any(&msg, &buf, &len);
     lz_engine_free_stages(&msg);
     if (st == LZ_OK)
         st = serve_sessions_put(&s->sessions, q->job->session, buf, len);

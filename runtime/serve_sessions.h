@@ -1,6 +1,7 @@
-/* serve_sessions.h - saved sequences by name (packed SequenceState messages):
- * in memory up to a byte budget, the least recently used spilled to
- * DIR/NAME.lzs beyond it (or dropped, with a line on stderr, without a DIR).
+/* serve_sessions.h - saved sequences by name, as the bytes of a session file
+ * (one SequenceState message, or the chunked stream beyond 2 GiB): in memory
+ * up to a byte budget, the least recently used spilled to DIR/NAME.lzs (that
+ * file, as is) beyond it (or dropped, with a line on stderr, without a DIR).
  * Used by the engine thread only. */
 #ifndef LZ_SERVE_SESSIONS_H
 #define LZ_SERVE_SESSIONS_H

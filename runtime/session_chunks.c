@@ -128,20 +128,27 @@ static bool next_chunk(const Lizard__SequenceState *h, Lizard__SequenceState *ms
     return true;
 }
 
-/* protobuf-c's output straight to the file. */
+/* Where the writer's bytes go: a file, a buffer of cap bytes, or nowhere
+ * (mem NULL: counted only, so a buffer's size comes from the same writer). */
 typedef struct {
     ProtobufCBuffer base;
     FILE *fp;
+    uint8_t *mem;
+    size_t len, cap;
     bool ok;
-} file_buffer;
+} sink;
 
-static void file_append(ProtobufCBuffer *b, size_t len, const uint8_t *data) {
-    file_buffer *f = (file_buffer *)b;
-    f->ok = f->ok && fwrite(data, 1, len, f->fp) == len;
+static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data) {
+    sink *f = (sink *)b;
+    if (f->fp)
+        f->ok = f->ok && fwrite(data, 1, len, f->fp) == len;
+    else if (f->mem && (f->ok = f->ok && len <= f->cap - f->len))
+        memcpy(f->mem + f->len, data, len);
+    f->len += len;
 }
 
 /* One length-delimited message: its length as a varint, then it. */
-static void put_message(file_buffer *f, const ProtobufCMessage *m) {
+static void put_message(sink *f, const ProtobufCMessage *m) {
     uint8_t v[10];
     size_t n = 0;
     for (uint64_t len = protobuf_c_message_get_packed_size(m);; len >>= 7) {
@@ -149,18 +156,14 @@ static void put_message(file_buffer *f, const ProtobufCMessage *m) {
         if (len <= 0x7f)
             break;
     }
-    file_append(&f->base, n, v);
+    sink_append(&f->base, n, v);
     protobuf_c_message_pack_to_buffer(m, &f->base);
 }
 
-lz_status lz_session_write_chunked_to(FILE *fp, Lizard__SequenceState *msg, size_t chunk_bytes, const char *what) {
-    header_copy hc;
-    lz_status s = copy_header(msg, &hc);
-    if (s != LZ_OK) {
-        free_header(&hc);
-        return s;
-    }
-    Lizard__SequenceState *h = &hc.head;
+/* hc's header (magic, version, n_chunks, checksum) for msg's payloads. */
+static lz_status chunked_header(Lizard__SequenceState *msg, size_t chunk_bytes, header_copy *hc, const char *what) {
+    LZ_TRY(copy_header(msg, hc));
+    Lizard__SequenceState *h = &hc->head;
     Lizard__SessionChunk c;
     cursor cur = {0};
     h->magic = LZ_SESSION_MAGIC;
@@ -173,16 +176,61 @@ lz_status lz_session_write_chunked_to(FILE *fp, Lizard__SequenceState *msg, size
         sum = chunk_hash(sum, &c);
     h->checksum = sum;
     if (lizard__sequence_state__get_packed_size(h) > (size_t)INT32_MAX)
-        s = lz_fail(LZ_ERR_INPUT, "%s: the session header alone is over 2 GiB (%zu tokens)", what, h->n_tokens);
-    file_buffer fb = {{file_append}, fp, s == LZ_OK};
+        return lz_fail(LZ_ERR_INPUT, "%s: the session header alone is over 2 GiB (%zu tokens)", what, h->n_tokens);
+    return LZ_OK;
+}
+
+/* The header, then every chunk, to out. */
+static void put_chunked(sink *out, header_copy *hc, Lizard__SequenceState *msg, size_t chunk_bytes) {
+    Lizard__SessionChunk c;
+    put_message(out, &hc->head.base);
+    for (cursor cur = {0}; out->ok && next_chunk(&hc->head, msg, &cur, chunk_bytes, &c);)
+        put_message(out, &c.base);
+}
+
+lz_status lz_session_write_chunked_to(FILE *fp, Lizard__SequenceState *msg, size_t chunk_bytes, const char *what) {
+    header_copy hc;
+    lz_status s = chunked_header(msg, chunk_bytes, &hc, what);
+    sink out = {{.append = sink_append}, fp, NULL, 0, 0, true};
     if (s == LZ_OK)
-        put_message(&fb, &h->base);
-    for (cur = (cursor){0}; fb.ok && next_chunk(h, msg, &cur, chunk_bytes, &c);)
-        put_message(&fb, &c.base);
-    if (s == LZ_OK && !fb.ok)
+        put_chunked(&out, &hc, msg, chunk_bytes);
+    if (s == LZ_OK && !out.ok)
         s = lz_fail(LZ_ERR_IO, "%s: write failed", what);
     free_header(&hc);
     return s;
+}
+
+lz_status lz_session_pack_chunked(Lizard__SequenceState *msg, size_t chunk_bytes, uint8_t **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    header_copy hc;
+    lz_status s = chunked_header(msg, chunk_bytes, &hc, "session");
+    sink count = {{.append = sink_append}, NULL, NULL, 0, 0, true};
+    if (s == LZ_OK)
+        put_chunked(&count, &hc, msg, chunk_bytes);
+    if (s == LZ_OK && !(*buf = malloc(count.len ? count.len : 1)))
+        s = lz_fail(LZ_ERR_NOMEM, "session: out of memory for %zu bytes", count.len);
+    sink out = {{.append = sink_append}, NULL, *buf, 0, count.len, true};
+    if (s == LZ_OK)
+        put_chunked(&out, &hc, msg, chunk_bytes);
+    if (s == LZ_OK && (!out.ok || out.len != count.len))
+        s = lz_fail(LZ_ERR_INTERNAL, "session: wrote %zu chunked bytes of %zu", out.len, count.len);
+    free_header(&hc);
+    if (s != LZ_OK) {
+        free(*buf);
+        *buf = NULL;
+        return s;
+    }
+    *len = out.len;
+    return LZ_OK;
+}
+
+lz_status lz_session_pack_any(Lizard__SequenceState *msg, uint8_t **buf, size_t *len) {
+    msg->magic = LZ_SESSION_MAGIC; // as lz_session_pack fills them: in the size
+    msg->version = LZ_SESSION_VERSION;
+    if (lz_session_chunks_forced() || lizard__sequence_state__get_packed_size(msg) + 9 > (size_t)INT32_MAX) // + checksum
+        return lz_session_pack_chunked(msg, lz_session_chunk_bytes(), buf, len);
+    return lz_session_pack(msg, buf, len);
 }
 
 lz_status lz_session_write_chunked(const char *path, Lizard__SequenceState *msg, size_t chunk_bytes) {

@@ -2,7 +2,7 @@
  * (protobuf readers refuse such a message): length-delimited messages in one
  * file, a SequenceState header whose layers carry only their payloads'
  * lengths, then SessionChunk messages with the bytes (proto/lizard.proto).
- * The writer streams the chunks to the file from the records in memory; the
+ * The writer streams the chunks to a file (or one buffer) from the records; the
  * reader streams them from the file into one buffer per payload: neither
  * holds the state twice. */
 #ifndef LZ_SESSION_CHUNKS_H
@@ -26,6 +26,14 @@ bool lz_session_chunks_forced(void);
 lz_status lz_session_write_chunked(const char *path, Lizard__SequenceState *msg, size_t chunk_bytes);
 /* The same to an open stream (what names it in errors). */
 lz_status lz_session_write_chunked_to(FILE *fp, Lizard__SequenceState *msg, size_t chunk_bytes, const char *what);
+
+/* The same into one malloc'd buffer of *len bytes (sized by a counting pass
+ * of the same writer): the bytes a version-3 file holds. */
+lz_status lz_session_pack_chunked(Lizard__SequenceState *msg, size_t chunk_bytes, uint8_t **buf, size_t *len);
+/* msg as a session file's bytes: one message (lz_session_pack) when it holds
+ * under 2 GiB, else (or when chunks are forced) the version-3 stream; both
+ * read back with lz_session_parse (session_file.h). */
+lz_status lz_session_pack_any(Lizard__SequenceState *msg, uint8_t **buf, size_t *len);
 
 /* Where a version-3 reader gets its bytes: up to n into dst, the count read. */
 typedef struct {

@@ -4,7 +4,9 @@
  * decoder (runtime/session.c) and the in-place reader (session_view.c) give
  * the same verdict and the same layers. Version 3 (session_chunks.c, reached
  * through session_file.c): what it accepts, written again chunked (in
- * chunks of a size taken from the input), reads back to the same layers. */
+ * chunks of a size taken from the input), reads back to the same layers, and
+ * the in-memory writer (lz_session_pack_chunked, the serve store's) gives the
+ * file writer's bytes. */
 #include <stdint.h> // uint8_t
 #include <stdio.h>  // open_memstream, fclose
 #include <stdlib.h> // abort, free
@@ -12,7 +14,7 @@
 #include <string.h> // memcmp
 
 #include "session.h"        // lz_session_unpack, lz_session_view
-#include "session_chunks.h" // lz_session_write_chunked_to
+#include "session_chunks.h" // lz_session_write_chunked_to, lz_session_pack_chunked
 #include "session_file.h"   // lz_session_parse
 
 static bool same_bytes(const ProtobufCBinaryData *a, const ProtobufCBinaryData *b) {
@@ -82,6 +84,11 @@ static void version3(const uint8_t *data, size_t size, const uint8_t *fp) {
     if (lz_session_parse((const uint8_t *)buf, len, "fuzz", fp, &again) != LZ_OK || again.view ||
         !same_layers(l.msg, again.msg))
         abort(); // what was accepted must survive a round trip
+    uint8_t *mem = NULL;
+    size_t mem_len = 0;
+    if (lz_session_pack_chunked(l.msg, chunk, &mem, &mem_len) != LZ_OK || mem_len != len || memcmp(mem, buf, len))
+        abort(); // the store's bytes are the file's
+    free(mem);
     lz_session_loaded_free(&again);
     lz_session_loaded_free(&l);
     free(buf);

@@ -4,6 +4,8 @@
 # The counters come from tests/test_lib.sh; expect_error here is the HTTP one.
 
 . "$(dirname "${BASH_SOURCE[0]}")/../test_lib.sh"
+# at exit: a server still running is killed, then $TMP removed
+trap '[ -n "${SERVER_JOB:-}" ] && kill -KILL "$SERVER_JOB" 2>/dev/null; rm -rf "$TMP"' EXIT
 
 
 # start_server LOG ARGS...: waits for the "listening" line; sets PORT, URL, SERVER_PID (rank 0), SERVER_JOB

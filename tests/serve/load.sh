@@ -18,7 +18,6 @@ if [ -n "$NP" ]; then
     LAUNCH="mpirun -np $NP"
 fi
 . "$HERE/lib.sh"
-trap '[ -n "${SERVER_JOB:-}" ] && kill -KILL "$SERVER_JOB" 2>/dev/null; rm -rf "$TMP"' EXIT
 "$LIZARD" init --config tiny-hybrid --out "$TMP/tiny" --seed 1 >/dev/null 2>&1 || { echo "FAIL: init" >&2; exit 1; }
 start_server "$TMP/server.log" --model "$TMP/tiny" --max-batch 16 --queue-size 128 ||
     { echo "FAIL: server did not start" >&2; exit 1; }

@@ -11,7 +11,6 @@ command -v curl >/dev/null || { echo "curl not found: skipped"; exit 77; }
 TMP=$(mktemp -d)
 LAUNCH=
 . "$HERE/lib.sh"
-trap '[ -n "${SERVER_JOB:-}" ] && kill -KILL "$SERVER_JOB" 2>/dev/null; rm -rf "$TMP"' EXIT
 mkdir "$TMP/client"
 cp "$HERE/package.json" "$HERE/package-lock.json" "$HERE/openai_client.mjs" "$TMP/client/"
 if ! (cd "$TMP/client" && timeout 180 npm ci --no-audit --no-fund --loglevel=error >"$TMP/npm.log" 2>&1); then

@@ -20,11 +20,6 @@ fi
 command -v curl >/dev/null || { echo "curl not found: skipped"; exit 77; }
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
-cleanup() {
-    [ -n "${SERVER_JOB:-}" ] && kill -KILL "$SERVER_JOB" 2>/dev/null
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
 
 M=$TMP/tiny
 "$LIZARD" init --config tiny-hybrid --out "$M" --seed 1 >/dev/null 2>&1 || { echo "FAIL: init" >&2; exit 1; }

@@ -3,13 +3,16 @@
  * restores bit-identical; every damage to the file (cut anywhere, a byte
  * flipped, a chunk missing, repeated or out of order, trailing bytes, another
  * model) is refused with a message and nothing returned; version-2 files
- * still load (session_file.c tells the two apart). */
+ * still load (session_file.c tells the two apart). In memory (what `lizard
+ * serve` keeps): the same bytes as the file, through the session store's
+ * spill and take unchanged; under 2 GiB a version-2 message as before. */
 #include <stdio.h>  // snprintf
-#include <stdlib.h> // malloc, free, mkstemp, setenv
+#include <stdlib.h> // malloc, free, mkstemp, mkdtemp, setenv
 #include <string.h> // memcmp, memcpy, strstr
-#include <unistd.h> // close, unlink
+#include <unistd.h> // close, unlink, rmdir
 
-#include "session_chunks.h" // lz_session_write_chunked
+#include "serve_sessions.h" // serve_sessions
+#include "session_chunks.h" // lz_session_write_chunked, lz_session_pack_chunked
 #include "session_file.h"   // lz_session_load_file, lz_session_parse
 #include "state_io.h"       // lz_state_io_save, lz_state_io_restore
 #include "test_util.h"      // CHECK
@@ -124,6 +127,61 @@ static void refused(const uint8_t *buf, size_t len, const char *needle, const ch
         lz_session_loaded_free(&l);
 }
 
+static bool same_bytes(const uint8_t *a, size_t na, const uint8_t *b, size_t nb) {
+    return a && b && na == nb && memcmp(a, b, na) == 0;
+}
+
+/* A stored chunked buffer spilled to DIR and taken back: the file is exactly
+ * the buffer, and what comes back restores the state. */
+static void store_round_trip(fixture *f, const Lizard__SequenceState *msg, const uint8_t *mem, size_t len) {
+    char dir[] = "/tmp/lz_test_chunked_store_XXXXXX", path[4096];
+    CHECK(mkdtemp(dir) != NULL);
+    serve_sessions s;
+    CHECK(serve_sessions_init(&s, 1, dir) == LZ_OK);
+    uint8_t *copy = malloc(len), *back = NULL, *file;
+    memcpy(copy, mem, len);
+    CHECK(serve_sessions_put(&s, "big", copy, len) == LZ_OK && s.n == 0 && s.on_disk == 1); // over budget: spilled
+    snprintf(path, sizeof path, "%s/big.lzs", dir);
+    size_t flen = 0, blen = 0;
+    file = read_all(path, &flen);
+    CHECK(same_bytes(file, flen, mem, len));
+    CHECK(serve_sessions_take(&s, "big", &back, &blen) == LZ_OK && same_bytes(back, blen, mem, len));
+    lz_session_loaded l;
+    CHECK_MSG(back && lz_session_parse(back, blen, "big", FP, &l) == LZ_OK, "%s", lz_error_message());
+    if (back && l.msg) {
+        CHECK(!l.view && same_layers(msg, l.msg) && restores_exactly(f, l.msg));
+        lz_session_loaded_free(&l);
+    }
+    free(back), free(file);
+    serve_sessions_free(&s);
+    rmdir(dir);
+}
+
+/* What the serve store keeps: the file's bytes in one buffer (path is scratch). */
+static void in_memory(fixture *f, Lizard__SequenceState *msg, const char *path) {
+    // the buffer holds the file's bytes
+    uint8_t *mem = NULL, *file, *any = NULL, *v2 = NULL;
+    size_t len = 0, flen = 0, alen = 0, v2_len = 0;
+    CHECK_MSG(lz_session_pack_chunked(msg, CHUNK, &mem, &len) == LZ_OK, "%s", lz_error_message());
+    CHECK(lz_session_write_chunked(path, msg, CHUNK) == LZ_OK);
+    file = read_all(path, &flen);
+    CHECK(same_bytes(mem, len, file, flen));
+    store_round_trip(f, msg, mem, len);
+    mem[len / 2] ^= 0x10; // damaged in memory: refused with the session's name, nothing returned
+    refused(mem, len, NULL, "flip in memory");
+    refused(mem, len - 7, NULL, "cut in memory");
+
+    // lz_session_pack_any: a version-2 message as lz_session_pack writes it, chunked when forced
+    unsetenv("LIZARD_SESSION_CHUNK_BYTES");
+    CHECK(lz_session_pack(msg, &v2, &v2_len) == LZ_OK);
+    CHECK(lz_session_pack_any(msg, &any, &alen) == LZ_OK && same_bytes(any, alen, v2, v2_len));
+    free(any);
+    setenv("LIZARD_SESSION_CHUNK_BYTES", "100", 1);
+    CHECK(lz_session_pack_any(msg, &any, &alen) == LZ_OK && same_bytes(any, alen, file, flen));
+    unsetenv("LIZARD_SESSION_CHUNK_BYTES");
+    free(any), free(v2), free(mem), free(file);
+}
+
 static void test_chunks(void) {
     fixture f;
     CHECK_MSG(open_fixture(&f, "tiny-hybrid"), "%s", lz_error_message());
@@ -218,6 +276,7 @@ static void test_chunks(void) {
     CHECK(l.view && l.msg && l.msg->version == LZ_SESSION_VERSION && same_layers(&msg, l.msg));
     lz_session_loaded_free(&l);
     free(v2), free(bad), free(file);
+    in_memory(&f, &msg, path);
     unlink(path);
     lz_state_io_free(&stage);
     close_fixture(&f);
