@@ -128,8 +128,7 @@ static bool next_chunk(const Lizard__SequenceState *h, Lizard__SequenceState *ms
     return true;
 }
 
-/* Where the writer's bytes go: a file, a buffer of cap bytes, or nowhere
- * (mem NULL: counted only, so a buffer's size comes from the same writer). */
+/* Where the writer's bytes go: a file, or a buffer of cap bytes. */
 typedef struct {
     ProtobufCBuffer base;
     FILE *fp;
@@ -142,9 +141,17 @@ static void sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data) {
     sink *f = (sink *)b;
     if (f->fp)
         f->ok = f->ok && fwrite(data, 1, len, f->fp) == len;
-    else if (f->mem && (f->ok = f->ok && len <= f->cap - f->len))
+    else if ((f->ok = f->ok && len <= f->cap - f->len))
         memcpy(f->mem + f->len, data, len);
     f->len += len;
+}
+
+/* Bytes of len as a varint. */
+static size_t varint_size(uint64_t len) {
+    size_t n = 1;
+    for (; len > 0x7f; len >>= 7)
+        n++;
+    return n;
 }
 
 /* One length-delimited message: its length as a varint, then it. */
@@ -180,6 +187,18 @@ static lz_status chunked_header(Lizard__SequenceState *msg, size_t chunk_bytes, 
     return LZ_OK;
 }
 
+/* What put_chunked writes, in bytes, from the messages' packed sizes (nothing packed). */
+static size_t chunked_size(header_copy *hc, Lizard__SequenceState *msg, size_t chunk_bytes) {
+    Lizard__SessionChunk c;
+    size_t n = lizard__sequence_state__get_packed_size(&hc->head);
+    size_t total = varint_size(n) + n;
+    for (cursor cur = {0}; next_chunk(&hc->head, msg, &cur, chunk_bytes, &c);) {
+        n = lizard__session_chunk__get_packed_size(&c);
+        total += varint_size(n) + n;
+    }
+    return total;
+}
+
 /* The header, then every chunk, to out. */
 static void put_chunked(sink *out, header_copy *hc, Lizard__SequenceState *msg, size_t chunk_bytes) {
     Lizard__SessionChunk c;
@@ -205,16 +224,14 @@ lz_status lz_session_pack_chunked(Lizard__SequenceState *msg, size_t chunk_bytes
     *len = 0;
     header_copy hc;
     lz_status s = chunked_header(msg, chunk_bytes, &hc, "session");
-    sink count = {{.append = sink_append}, NULL, NULL, 0, 0, true};
-    if (s == LZ_OK)
-        put_chunked(&count, &hc, msg, chunk_bytes);
-    if (s == LZ_OK && !(*buf = malloc(count.len ? count.len : 1)))
-        s = lz_fail(LZ_ERR_NOMEM, "session: out of memory for %zu bytes", count.len);
-    sink out = {{.append = sink_append}, NULL, *buf, 0, count.len, true};
+    const size_t size = s == LZ_OK ? chunked_size(&hc, msg, chunk_bytes) : 0;
+    if (s == LZ_OK && !(*buf = malloc(size ? size : 1)))
+        s = lz_fail(LZ_ERR_NOMEM, "session: out of memory for %zu bytes", size);
+    sink out = {{.append = sink_append}, NULL, *buf, 0, size, true};
     if (s == LZ_OK)
         put_chunked(&out, &hc, msg, chunk_bytes);
-    if (s == LZ_OK && (!out.ok || out.len != count.len))
-        s = lz_fail(LZ_ERR_INTERNAL, "session: wrote %zu chunked bytes of %zu", out.len, count.len);
+    if (s == LZ_OK && (!out.ok || out.len != size))
+        s = lz_fail(LZ_ERR_INTERNAL, "session: wrote %zu chunked bytes of %zu", out.len, size);
     free_header(&hc);
     if (s != LZ_OK) {
         free(*buf);

@@ -27,8 +27,8 @@ lz_status lz_session_write_chunked(const char *path, Lizard__SequenceState *msg,
 /* The same to an open stream (what names it in errors). */
 lz_status lz_session_write_chunked_to(FILE *fp, Lizard__SequenceState *msg, size_t chunk_bytes, const char *what);
 
-/* The same into one malloc'd buffer of *len bytes (sized by a counting pass
- * of the same writer): the bytes a version-3 file holds. */
+/* The same into one malloc'd buffer of *len bytes (sized from the messages'
+ * packed sizes first): the bytes a version-3 file holds. */
 lz_status lz_session_pack_chunked(Lizard__SequenceState *msg, size_t chunk_bytes, uint8_t **buf, size_t *len);
 /* msg as a session file's bytes: one message (lz_session_pack) when it holds
  * under 2 GiB, else (or when chunks are forced) the version-3 stream; both

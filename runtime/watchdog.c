@@ -65,11 +65,12 @@ lz_status lz_watchdog_start(int rank, int n_ranks) {
         return LZ_OK;
     pthread_t t;
     pthread_attr_t attr;
-    if (pthread_attr_init(&attr) != 0 || pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0 ||
-        pthread_create(&t, &attr, check_loop, NULL) != 0)
+    if (pthread_attr_init(&attr) != 0)
         return lz_fail(LZ_ERR_INTERNAL, "rank %d: cannot start the step watchdog thread", rank);
+    const bool ok = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+                    pthread_create(&t, &attr, check_loop, NULL) == 0;
     pthread_attr_destroy(&attr);
-    return LZ_OK;
+    return ok ? LZ_OK : lz_fail(LZ_ERR_INTERNAL, "rank %d: cannot start the step watchdog thread", rank);
 }
 
 void lz_watchdog_arm(const char *what, uint64_t step_id) {

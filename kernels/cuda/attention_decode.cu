@@ -466,26 +466,27 @@ template <typename T> struct dec_entry {
     int group, d, tcs;
     dec_kernel_t<T> fn;
     size_t smem;
+    int fit; // blocks an SM (lz_attention_decode_init), 0 where it does not fit
 };
 template <typename T, int G, int DPL, int TCS> constexpr dec_entry<T> dec_make() {
-    return {G, 32 * DPL, TCS, attention_split_kernel<T, G, DPL, TCS>, dec_smem<T, G, DPL, TCS>()};
+    return {G, 32 * DPL, TCS, attention_split_kernel<T, G, DPL, TCS>, dec_smem<T, G, DPL, TCS>(), 0};
 }
 template <typename T, int G, int TCS> constexpr dec_entry<T> dec_make_tc(int d) {
     if constexpr (sizeof(T) == 2)
         return d == 64 ? dec_make<T, G, 2, TCS>() : dec_make<T, G, 4, TCS>();
-    return {0, 0, 0, NULL, 0};
+    return {0, 0, 0, NULL, 0, 0};
 }
-template <typename T> static const dec_entry<T> *dec_find(int group, int d, int tcs) {
-    static const dec_entry<T> table[] = {
+template <typename T> static dec_entry<T> *dec_find(int group, int d, int tcs) {
+    static dec_entry<T> table[] = {
         dec_make<T, 1, 2, 0>(),      dec_make<T, 1, 4, 0>(),      dec_make<T, 1, 8, 0>(),      dec_make<T, 2, 2, 0>(),
         dec_make<T, 2, 4, 0>(),      dec_make<T, 2, 8, 0>(),      dec_make<T, 4, 2, 0>(),      dec_make<T, 4, 4, 0>(),
         dec_make<T, 4, 8, 0>(),      dec_make<T, 8, 2, 0>(),      dec_make<T, 8, 4, 0>(),      dec_make_tc<T, 1, 2>(64),
         dec_make_tc<T, 1, 2>(128),   dec_make_tc<T, 2, 2>(64),    dec_make_tc<T, 2, 2>(128),   dec_make_tc<T, 4, 2>(64),
         dec_make_tc<T, 4, 2>(128),   dec_make_tc<T, 8, 2>(64),    dec_make_tc<T, 8, 2>(128),   dec_make_tc<T, 1, 3>(64),
         dec_make_tc<T, 1, 3>(128),   dec_make_tc<T, 2, 3>(64),    dec_make_tc<T, 2, 3>(128),   dec_make_tc<T, 4, 3>(64),
-        dec_make_tc<T, 4, 3>(128),   dec_make_tc<T, 8, 3>(64),    dec_make_tc<T, 8, 3>(128),   {0, 0, 0, NULL, 0},
+        dec_make_tc<T, 4, 3>(128),   dec_make_tc<T, 8, 3>(64),    dec_make_tc<T, 8, 3>(128),   {0, 0, 0, NULL, 0, 0},
     };
-    for (const dec_entry<T> *e = table; e->group; e++)
+    for (dec_entry<T> *e = table; e->group; e++)
         if (e->group == group && e->d == d && e->tcs == tcs)
             return e;
     return NULL;
@@ -520,7 +521,7 @@ template <typename T> static const dec_entry<T> *dec_pick(const lz_cuda_ctx *c, 
         return NULL;
     const dec_entry<T> *e = dec_tc_stages == 0 || c->tc_off ? NULL : dec_find<T>(group, d, dec_tc_stages);
     e = e ? e : dec_find<T>(group, d, 0);
-    return e && e->smem <= c->max_smem ? e : NULL;
+    return e && e->fit > 0 ? e : NULL;
 }
 
 template <typename T> bool lz_attention_decode_fits(const lz_cuda_ctx *c, int group, int d) {
@@ -545,7 +546,7 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
     const int pairs = n * Hkv;
     int per_sm = dec_blocks_per_sm;
     if (per_sm < 0 && e->tcs && pairs <= 32)
-        LZ_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, e->fn, DEC_WARPS * 32, e->smem));
+        per_sm = e->fit;
     else if (per_sm < 0)
         per_sm = !e->tcs ? 8 : pairs <= 256 ? 3 : 4;
     per_sm = per_sm > 0 ? per_sm : 1;
@@ -564,7 +565,7 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
     // 13 us a layer). Not for the rings: the window at 64 sequences is faster on the mma either way.
     if (e->tcs && !ring && dec_blocks_per_sm < 0 && (size_t)splits * DEC_MIN_KEYS >= (size_t)capacity) {
         const dec_entry<T> *cc = dec_find<T>(group, d, 0);
-        e = cc && cc->smem <= c->max_smem ? cc : e;
+        e = cc && cc->fit > 0 ? cc : e;
     }
     float *partial = NULL;
     if (splits > 1) {
@@ -577,7 +578,8 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
                      capacity, sliding_window, splits, ring ? 1 : 0, meta, n_meta, alpha);
 }
 
-// Once per backend (not per launch, so that decode steps can be captured in graphs).
+// Once per backend (not per launch, so that decode steps can be captured in graphs): each kernel's
+// shared memory limit and how many of its blocks fit an SM (0: more shared memory than the GPU has).
 template <typename T> lz_status lz_attention_decode_init(lz_cuda_ctx *c) {
     const char *env = getenv("LIZARD_DECODE_ATTN");
     dec_blocks_per_sm = env && *env ? atoi(env) : -1;
@@ -587,9 +589,14 @@ template <typename T> lz_status lz_attention_decode_init(lz_cuda_ctx *c) {
     for (int group = 1; group <= 8; group *= 2)
         for (int d = 64; d <= 256; d *= 2)
             for (int tcs = 0; tcs <= 3; tcs++) {
-                const dec_entry<T> *e = dec_find<T>(group, d, tcs);
-                if (e && e->smem <= c->max_smem)
-                    LZ_CUDA_TRY(cudaFuncSetAttribute(e->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)e->smem));
+                dec_entry<T> *e = dec_find<T>(group, d, tcs);
+                if (!e)
+                    continue;
+                e->fit = 0;
+                if (e->smem > c->max_smem)
+                    continue;
+                LZ_CUDA_TRY(cudaFuncSetAttribute(e->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)e->smem));
+                LZ_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&e->fit, e->fn, DEC_WARPS * 32, e->smem));
             }
     return LZ_OK;
 }

@@ -888,7 +888,7 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->ctx.window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
     be->ctx.pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains
     const char *split_min = getenv("LIZARD_WINDOW_SPLIT_MIN");
-    be->ctx.window_split_min = split_min && *split_min ? atoi(split_min) : 0;
+    be->ctx.window_split_min = split_min && *split_min && atoi(split_min) > 0 ? atoi(split_min) : 16;
     const char *stream_min = getenv("LIZARD_GLA_STREAM_MIN");
     be->ctx.gla_stream_min = stream_min && *stream_min ? atoi(stream_min) : LZ_GLA_STREAM_MIN_DEFAULT;
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");

@@ -453,7 +453,7 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     // took decode from 2,218 to 2,320 tok/s; at one sequence the cluster kernel is ahead (208.5
     // against 201.8).
     const bool decode = !c->fuse_off && !c->window_decode_off && hb->n_tokens == hb->n_seqs;
-    const bool split_first = hb->n_seqs >= (c->window_split_min > 0 ? c->window_split_min : 16);
+    const bool split_first = hb->n_seqs >= c->window_split_min;
     if (decode && !split_first && window_decode_fits<T>(c, hb, dims, out, q, k, v, st->ring_k, st->ring_v))
         return group <= 4 ? window_decode<T, 4>(c, out, q, k, v, meta, alpha, st, b, hb, dims)
                           : window_decode<T, 8>(c, out, q, k, v, meta, alpha, st, b, hb, dims);

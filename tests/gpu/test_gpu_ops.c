@@ -883,6 +883,17 @@ static const gla_case gla_cases[] = {
     {4, 2, 2, 48, 24, true, -3, 3, 2, {70, 9}},             // 2f = 48: the older kernels
 };
 
+/* A CUDA backend of dtype dt (its switches read from the environment now) for the tests that
+ * follow: name in their messages, and bf16's or fp32's tolerances. */
+static void open_gpu(backend *g, lz_dtype dt, const char *name) {
+    static char label[96];
+    CHECK_MSG(lz_cuda_backend_create(dt, &g->be, &g->ops) == LZ_OK, "%s", lz_error_message());
+    snprintf(label, sizeof label, "%s", name);
+    dtype_name = label;
+    tol = dt == LZ_DTYPE_F32 ? 1e-5 : 1e-2;
+    tol_attn = dt == LZ_DTYPE_F32 ? 1e-4 : 2e-2;
+}
+
 int main(void) {
     backend cpu, gpu;
     // every fused decode op in the table (the default leaves the dense ones out); LIZARD_FUSE=0 from outside
@@ -962,8 +973,7 @@ int main(void) {
     const char *flash_modes[2] = {"1", "0"};
     for (int mi = 0; mi < 2; mi++) {
         setenv("LIZARD_FLASH", flash_modes[mi], 1);
-        CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
-        dtype_name = mi == 0 ? "bf16 LIZARD_FLASH=1" : "bf16 LIZARD_FLASH=0";
+        open_gpu(&gpu, LZ_DTYPE_BF16, mi == 0 ? "bf16 LIZARD_FLASH=1" : "bf16 LIZARD_FLASH=0");
         for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
             test_softmax_prompt(&cpu, &gpu, &prompts[i]);
         gpu.ops->destroy(gpu.be);
@@ -975,12 +985,9 @@ int main(void) {
     for (int di = 0; di < 2; di++)
         for (int mi = 0; mi < 2; mi++) {
             setenv("LIZARD_DECODE_ATTN", decode_modes[mi], 1);
-            CHECK_MSG(lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
-            static char name[64];
+            char name[64];
             snprintf(name, sizeof name, "%s LIZARD_DECODE_ATTN=%s", di == 0 ? "fp32" : "bf16", decode_modes[mi]);
-            dtype_name = name;
-            tol = di == 0 ? 1e-5 : 1e-2;
-            tol_attn = di == 0 ? 1e-4 : 2e-2;
+            open_gpu(&gpu, dtypes[di], name);
             for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++)
                 test_softmax_decode(&cpu, &gpu, &decodes[i]);
             gpu.ops->destroy(gpu.be);
@@ -988,8 +995,7 @@ int main(void) {
     unsetenv("LIZARD_DECODE_ATTN");
     // bf16 decode attention on the CUDA-core loop instead of the mma
     setenv("LIZARD_DECODE_TC", "0", 1);
-    CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
-    dtype_name = "bf16 LIZARD_DECODE_TC=0";
+    open_gpu(&gpu, LZ_DTYPE_BF16, "bf16 LIZARD_DECODE_TC=0");
     for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++)
         test_softmax_decode(&cpu, &gpu, &decodes[i]);
     test_window_decode(&cpu, &gpu);
@@ -1002,13 +1008,10 @@ int main(void) {
         const int di = mi % 2;
         if (mi >= 2)
             setenv("LIZARD_DECODE_ATTN", "8", 1);
-        CHECK_MSG(lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
-        static char name[80];
+        char name[80];
         snprintf(name, sizeof name, "%s LIZARD_WINDOW_SPLIT_MIN=1%s", di == 0 ? "fp32" : "bf16",
                  mi >= 2 ? " LIZARD_DECODE_ATTN=8" : "");
-        dtype_name = name;
-        tol = di == 0 ? 1e-5 : 1e-2;
-        tol_attn = di == 0 ? 1e-4 : 2e-2;
+        open_gpu(&gpu, dtypes[di], name);
         test_window_decode(&cpu, &gpu);
         gpu.ops->destroy(gpu.be);
     }
@@ -1017,18 +1020,14 @@ int main(void) {
     // the window's decode steps on the older path (the tile kernel and the ring store)
     setenv("LIZARD_WINDOW_DECODE", "0", 1);
     for (int di = 0; di < 2; di++) {
-        CHECK_MSG(lz_cuda_backend_create(dtypes[di], &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
-        dtype_name = di == 0 ? "fp32 LIZARD_WINDOW_DECODE=0" : "bf16 LIZARD_WINDOW_DECODE=0";
-        tol = di == 0 ? 1e-5 : 1e-2;
-        tol_attn = di == 0 ? 1e-4 : 2e-2;
+        open_gpu(&gpu, dtypes[di], di == 0 ? "fp32 LIZARD_WINDOW_DECODE=0" : "bf16 LIZARD_WINDOW_DECODE=0");
         test_window_decode(&cpu, &gpu);
         gpu.ops->destroy(gpu.be);
     }
     unsetenv("LIZARD_WINDOW_DECODE");
     // the bf16 GLA prompts again on the older kernels (the fallback of gla_prompt_tc.cu)
     setenv("LIZARD_GLA_PROMPT", "0", 1);
-    CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s", lz_error_message());
-    dtype_name = "bf16 LIZARD_GLA_PROMPT=0";
+    open_gpu(&gpu, LZ_DTYPE_BF16, "bf16 LIZARD_GLA_PROMPT=0");
     for (size_t i = 0; i < sizeof gla_cases / sizeof gla_cases[0]; i++)
         test_gla_chunked(&cpu, &gpu, &gla_cases[i]);
     gpu.ops->destroy(gpu.be);
