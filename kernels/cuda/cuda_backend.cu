@@ -534,6 +534,12 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
 template <typename T> static bool gemv_takes(const lz_cuda_ctx *c, const lz_weight *w, int n) {
     return !c->gemv_off && n >= 1 && n <= LZ_GEMV_MAX_TOKENS && w->cols % (16 / (int64_t)sizeof(T)) == 0;
 }
+// The fused GEMV takes steps of up to ctx->fuse_tokens tokens (LIZARD_FUSE_TOKENS, default 1): with 4
+// and 8 tokens a warp its per-warp norm sums made batch 4 slower than the composition (H200, 8B
+// teacher: 455 against 548 tok/s, session 7).
+template <typename T> static bool fused_gemv_takes(const lz_cuda_ctx *c, const lz_weight *w, int n) {
+    return gemv_takes<T>(c, w, n) && n <= c->fuse_tokens;
+}
 
 template <typename T>
 static lz_status norm_linear_many_forward(lz_cuda_ctx *c, int count, void *const *outs, T *xn, const T *x,
@@ -541,7 +547,7 @@ static lz_status norm_linear_many_forward(lz_cuda_ctx *c, int count, void *const
                                           const lz_weight *const *biases, int n) {
     bool fused = count >= 1 && count <= LZ_GEMV_MAX_SEGMENTS && norm->cols == ws[0]->cols;
     for (int i = 0; i < count && fused; i++)
-        fused = gemv_takes<T>(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
+        fused = fused_gemv_takes<T>(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
     if (!fused) {
         LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
         return linear_many_forward<T>(c, count, outs, xn, ws, biases, n);
@@ -560,7 +566,7 @@ template <typename T>
 static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const T *x, const lz_weight *norm, float eps,
                                      const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
                                      const lz_weight *bu, int n) {
-    if (!(gemv_takes<T>(c, wg, n) && wg->rows == wu->rows && wg->cols == wu->cols && norm->cols == wg->cols)) {
+    if (!(fused_gemv_takes<T>(c, wg, n) && wg->rows == wu->rows && wg->cols == wu->cols && norm->cols == wg->cols)) {
         void *outs[2] = {out, up};
         const lz_weight *w[2] = {wg, wu}, *b[2] = {bg, bu};
         LZ_TRY(norm_linear_many_forward<T>(c, 2, outs, xn, x, norm, eps, w, b, n));
@@ -585,7 +591,7 @@ static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *
     const bool gemv = gemv_takes<T>(c, w, n);
     if (!gemv && !b && !c->gemv_off)
         return linear_accumulate_forward<T>(c, y, x, (const T *)w->data, n, (int)w->cols, (int)w->rows);
-    if (!gemv || !FUSED_GEMV) {
+    if (!gemv || !FUSED_GEMV || !fused_gemv_takes<T>(c, w, n)) {
         LZ_TRY(linear_forward<T>(c, tmp, x, (const T *)w->data, b, n, (int)w->cols, (int)w->rows));
         return add_forward<T>(c, y, tmp, (size_t)n * (size_t)w->rows);
     }
@@ -710,7 +716,7 @@ static void cuda_destroy(lz_backend *be);
 // Which fused decode ops a table has (the stages compose the missing ones from the plain ops). The
 // default is the GLA's alone: on the H200 the fused dense GEMVs made batch-1 decode slower (teacher
 // 188 -> 160 tok/s, docs/benchmarks.md), so they are opt-in (LIZARD_FUSE=all); LIZARD_FUSE=0: none.
-enum fuse_mode { FUSE_NONE, FUSE_GLA, FUSE_ALL };
+enum fuse_mode { FUSE_NONE, FUSE_GLA, FUSE_ALL, FUSE_DEFAULT = FUSE_GLA };
 template <typename T> static lz_ops make_ops(const char *name, fuse_mode fused) {
     lz_ops o = {};
     o.name = name;
@@ -875,6 +881,10 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->prof.on = prof && *prof && strcmp(prof, "0") != 0;
     // the switches back to older paths (for comparison, or as a fallback): each "0" turns one off
     be->ctx.gemv_off = env_is_zero("LIZARD_GEMV");
+    const char *load = getenv("LIZARD_GEMV_LOAD");
+    be->ctx.gemv_load = load && *load ? atoi(load) : -1; // -1: by the step's tokens
+    const char *fuse_tokens = getenv("LIZARD_FUSE_TOKENS");
+    be->ctx.fuse_tokens = fuse_tokens && *fuse_tokens ? atoi(fuse_tokens) : 1;
     be->ctx.tc_off = env_is_zero("LIZARD_TC");
     be->ctx.flash_off = env_is_zero("LIZARD_FLASH");
     const char *flash = getenv("LIZARD_FLASH");
@@ -883,7 +893,8 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     const char *fuse = getenv("LIZARD_FUSE");
     const fuse_mode mode = be->ctx.fuse_off                                               ? FUSE_NONE
                            : fuse && (strcmp(fuse, "all") == 0 || strcmp(fuse, "1") == 0) ? FUSE_ALL
-                                                                                           : FUSE_GLA;
+                           : fuse && strcmp(fuse, "gla") == 0                             ? FUSE_GLA
+                                                                                           : FUSE_DEFAULT;
     be->ctx.fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");
     be->ctx.window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
     be->ctx.pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains

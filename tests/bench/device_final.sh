@@ -2,6 +2,7 @@
 # device_final.sh - on the GPU machine: the GPU suites, the benchmark of the
 # LLaMA-3-8B shapes, and the plots for docs/benchmarks.md. At most 8 files to $OUT.
 set -uo pipefail
+[ -f .devpack/devout.tgz ] && bash tests/gpu/unpack_devout.sh
 export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"

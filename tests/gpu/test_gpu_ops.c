@@ -901,6 +901,7 @@ int main(void) {
     const char *fuse = getenv("LIZARD_FUSE");
     if (!fuse || strcmp(fuse, "0") != 0)
         setenv("LIZARD_FUSE", "all", 1);
+    setenv("LIZARD_FUSE_TOKENS", "8", 0); // the fused GEMV at 1 to 8 tokens (the default fuses 1)
     setenv("LIZARD_GLA_STREAM_MIN", "8", 1); // both GLA decode paths in test_gla_decode
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
     const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};

@@ -1,0 +1,197 @@
+// gemv_kernel.cuh - the decode GEMV kernel that gemv.cu (plain) and gemv_fused.cu (norm prologue,
+// residual or SwiGLU epilogue) launch: out[n, m] = x[n, k] . W[m, k]^T for n <= LZ_GEMV_MAX_TOKENS.
+//
+// Memory-bound: one warp streams one weight row (NW = 2: the gate row and the up row together)
+// with 16-byte loads and applies it to NT tokens; each lane's first load goes before
+// griddepcontrol.wait (weights depend on no kernel), so a GEMV's loads start while the previous
+// kernel drains. LOAD picks the weight load's cache operators and the registers (LIZARD_GEMV_LOAD,
+// bf16 only): 0 plain (L1 and L2 as the hardware likes), 1 L2 evict-first (weights are read once a
+// step), 2 L1 no-allocate, 3 L2 fetches of 256 bytes; 4 and 5 are 0 and 2 held to 32 registers a
+// thread, so that 8 blocks fit an SM instead of 6 (one token: the q/k/v GEMV's 768 blocks then
+// take 73% of the slots, not 97%, and the next kernel's blocks find room while it runs).
+//
+// Tried on the H200 (8B shapes, session 7) and measured slower, so removed:
+// - the weights through a per-warp cp.async ring in shared memory, 2-8 chunks of 16 bytes in flight
+//   a lane: batch 1 207.9 -> 195-204 tok/s, batch 4 548 -> 330-394; the 128K-row lm_head took 311 us
+//   against 249 with plain loads (Nsight Compute);
+// - L2 prefetches by the copy engine (cp.async.bulk.prefetch.L2): each warp's first 8 or 32 KB
+//   before the wait, or 8 chunks ahead in the loop: batch 1 198.5 -> 157-178 tok/s (what the
+//   resident warps prefetch, 50 MB and more, is more than L2 keeps);
+// - weight loads as ld.global.nc.L1::no_allocate with an L2 policy: batch 1 207.9 -> 198.5,
+//   batch 4 548 -> 386.
+#ifndef LZ_GEMV_KERNEL_CUH
+#define LZ_GEMV_KERNEL_CUH
+
+#include "cuda_kernels.cuh"
+#include "pdl.cuh" // lz_launch, lz_pdl_wait
+
+enum { LZ_GEMV_BLOCK = 256 };
+
+// 16 bytes of weights with the cache operators of LOAD (above).
+template <int LOAD> __device__ __forceinline__ uint4 lz_load_weight16(const void *p) {
+    uint4 r;
+    if constexpr (LOAD == 0 || LOAD == 4) {
+        r = *(const uint4 *)p;
+    } else if constexpr (LOAD == 1) {
+        uint64_t policy;
+        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+        asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+            : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+            : "l"(p), "l"(policy));
+    } else if constexpr (LOAD == 2 || LOAD == 5) {
+        asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+            : "l"(p));
+    } else {
+        asm("ld.global.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    }
+    return r;
+}
+
+// One warp per (output row of any segment, group of NT tokens). k % vec16<T>::N == 0.
+template <typename T, int NT, int NW, bool NORM, int EPI, int LOAD>
+__global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
+    gemv_kernel(lz_gemv_segments<T> seg, const T *x, const T *norm, float eps, int n, int k, int n_groups) {
+    constexpr int V = vec16<T>::N;
+    const int warp = (blockIdx.x * LZ_GEMV_BLOCK + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (warp >= seg.total_rows * n_groups)
+        return; // (touches no memory; no barrier below)
+    int row = warp % seg.total_rows, m = seg.m[0];
+    const T *w0 = seg.w[0], *w1 = seg.w[NW - 1], *bias0 = seg.bias[0], *bias1 = seg.bias[NW - 1];
+    T *out = seg.out[0];
+    if constexpr (NW == 1) { // this row's segment; constant indices keep seg in parameter space
+#pragma unroll
+        for (int s = 1; s < LZ_GEMV_MAX_SEGMENTS; s++)
+            if (s < seg.count && row >= m) {
+                row -= m;
+                m = seg.m[s], w0 = seg.w[s], bias0 = seg.bias[s], out = seg.out[s];
+            }
+    }
+    const int t0 = (warp / seg.total_rows) * NT, nt = min(NT, n - t0);
+    const T *wr[NW];
+    wr[0] = w0 + (size_t)row * k;
+    if constexpr (NW == 2)
+        wr[NW - 1] = w1 + (size_t)row * k;
+    float acc[NW][NT], ss[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        ss[t] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NW; j++)
+            acc[j][t] = 0.0f;
+    }
+    // the products of one chunk: weights wv (NW rows x V columns from column c) with every token
+    auto fma_chunk = [&](float (&wv)[NW][V], int c) {
+        if constexpr (NORM) {
+            float g[V];
+            vec16<T>::load(g, norm + c);
+#pragma unroll
+            for (int j = 0; j < NW; j++)
+#pragma unroll
+                for (int i = 0; i < V; i++)
+                    wv[j][i] *= g[i];
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < nt) {
+                float xv[V];
+                vec16<T>::load(xv, x + (size_t)(t0 + t) * k + c);
+#pragma unroll
+                for (int i = 0; i < V; i++) {
+#pragma unroll
+                    for (int j = 0; j < NW; j++)
+                        acc[j][t] += wv[j][i] * xv[i];
+                    if constexpr (NORM)
+                        ss[t] += xv[i] * xv[i];
+                }
+            }
+        }
+    };
+    uint4 pre[NW]; // the first weights, loaded before the wait (raw: 4 registers a row, not 8)
+    const int c0 = lane * V;
+    if (c0 < k)
+#pragma unroll
+        for (int j = 0; j < NW; j++)
+            pre[j] = lz_load_weight16<LOAD>(wr[j] + c0);
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
+    if (c0 < k) {
+        float wv[NW][V];
+#pragma unroll
+        for (int j = 0; j < NW; j++)
+            vec16<T>::load(wv[j], (const T *)&pre[j]);
+        fma_chunk(wv, c0);
+    }
+    for (int c = c0 + 32 * V; c < k; c += 32 * V) {
+        float wv[NW][V];
+#pragma unroll
+        for (int j = 0; j < NW; j++) {
+            const uint4 raw = lz_load_weight16<LOAD>(wr[j] + c);
+            vec16<T>::load(wv[j], (const T *)&raw);
+        }
+        fma_chunk(wv, c);
+    }
+
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float r0 = lz_warp_sum(acc[0][t]), r1 = NW == 2 ? lz_warp_sum(acc[NW - 1][t]) : 0.0f;
+        if constexpr (NORM) {
+            const float inv = rsqrtf(lz_warp_sum(ss[t]) / (float)k + eps);
+            r0 *= inv, r1 *= inv;
+        }
+        if (lane == 0 && t < nt) {
+            T *o = out + (size_t)(t0 + t) * m + row;
+            if (bias0)
+                r0 += lz_to_float(bias0[row]);
+            if constexpr (EPI == LZ_GEMV_SWIGLU) {
+                if (bias1)
+                    r1 += lz_to_float(bias1[row]);
+                // rounded as the unfused path rounds: gate and up to T, then silu(gate) * up
+                const float g = lz_to_float(lz_from_float<T>(r0)), u = lz_to_float(lz_from_float<T>(r1));
+                *o = lz_from_float<T>(g / (1.0f + expf(-g)) * u);
+            } else if constexpr (EPI == LZ_GEMV_RESIDUAL) {
+                // the product rounded to T first, as the unfused GEMV then add would
+                *o = lz_from_float<T>(lz_to_float(*o) + lz_to_float(lz_from_float<T>(r0)));
+            } else {
+                *o = lz_from_float<T>(r0);
+            }
+        }
+    }
+}
+
+template <typename T, int NT, int NW, bool NORM, int EPI, int LOAD>
+static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm,
+                                   float eps, int n, int k) {
+    const int groups = (n + NT - 1) / NT;
+    const int grid = (int)(((size_t)seg.total_rows * groups * 32 + LZ_GEMV_BLOCK - 1) / LZ_GEMV_BLOCK);
+    LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT, NW, NORM, EPI, LOAD>, dim3((unsigned)grid), dim3(LZ_GEMV_BLOCK), 0,
+                     seg, x, norm, eps, n, k, groups));
+    LZ_LAUNCH_CHECK("gemv");
+    return LZ_OK;
+}
+
+// The load variant: LIZARD_GEMV_LOAD if set, else by what measured fastest (H200, 8B shapes, session
+// 7, each against plain loads in the same run): several tokens 2 (batch 4: 548 -> 569 tok/s, every
+// variant); the plain one-token GEMV 5 (batch 1: teacher 207 -> 213, hybrid 203 -> 205, pure Lizard
+// 207 -> 209; 4, the same registers with plain loads, 207 -> 201); the fused one-token GEMVs 0
+// (their norm sums spill at 32 registers: 4 took LIZARD_FUSE=all from 202 to 147).
+template <int NT, int NW, bool NORM> constexpr int lz_gemv_default_load() {
+    return NT > 1 ? 2 : NW == 1 && !NORM ? 5 : 0;
+}
+template <typename T, int NT, int NW, bool NORM, int EPI>
+static lz_status lz_gemv_launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm, float eps,
+                                int n, int k) {
+    if constexpr (sizeof(T) == 2) {
+        switch (c->gemv_load >= 0 ? c->gemv_load : lz_gemv_default_load<NT, NW, NORM>()) {
+        case 1: return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 1>(c, seg, x, norm, eps, n, k);
+        case 2: return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 2>(c, seg, x, norm, eps, n, k);
+        case 3: return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 3>(c, seg, x, norm, eps, n, k);
+        case 4: return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 4>(c, seg, x, norm, eps, n, k);
+        case 5: return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 5>(c, seg, x, norm, eps, n, k);
+        default: break;
+        }
+    }
+    return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 0>(c, seg, x, norm, eps, n, k);
+}
+
+#endif

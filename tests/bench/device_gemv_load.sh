@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# device_gemv_load.sh - on the GPU machine (binaries from tests/gpu/pack_devout.sh): the GPU suites,
+# then batch 1 and 4 decode of the 8B shapes with each of the decode GEMV's weight-load cache
+# operators (LIZARD_GEMV_LOAD, gemv_kernel.cuh), with and without the fused dense ops
+# (LIZARD_FUSE=all|gla), all in one run on one machine; then where a prompt's time goes by op
+# (LIZARD_PROFILE=1) at 2K and, for the teacher, 32K. CONFIGS: fuse:load ...
+set -uo pipefail
+bash tests/gpu/unpack_devout.sh
+export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+L=.devout/lizard
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  timeout 300 .devout/test_gpu_ops >"$OUT/gpu_ops.log" 2>&1; echo "test_gpu_ops rc=$?: $(tail -1 "$OUT/gpu_ops.log")"
+  grep -E "FAIL|mismatch" "$OUT/gpu_ops.log" | head -20
+  LIZARD_GEMV_LOAD=${TEST_LOAD:-4} timeout 300 .devout/test_gpu_ops >"$OUT/gpu_ops2.log" 2>&1
+  echo "test_gpu_ops (LIZARD_GEMV_LOAD=${TEST_LOAD:-4}) rc=$?: $(tail -1 "$OUT/gpu_ops2.log")"
+  grep -E "FAIL|mismatch" "$OUT/gpu_ops2.log" | head -20; cat "$OUT/gpu_ops2.log" >>"$OUT/gpu_ops.log"; rm -f "$OUT/gpu_ops2.log"
+  for c in $(dirname tests/fixtures/*/expect.json); do
+    for dt in fp32 bf16; do
+      timeout 60 .devout/test_parity "$c" cuda "$dt" >>"$OUT/parity.log" 2>&1 || echo "PARITY FAILED: $c $dt"
+    done
+  done
+  echo "parity: $(grep -c 'checks, 0 failed' "$OUT/parity.log") runs passed"
+fi
+for v in ${VARIANTS:-teacher hybrid lizard}; do
+  for cfg in ${CONFIGS:-gla:-1 gla:4 gla:5 all:4 all:-1 gla:0 gla:-1}; do
+    IFS=: read -r f ld <<<"$cfg"
+    LIZARD_FUSE=$f LIZARD_GEMV_LOAD=$ld timeout 90 $L bench \
+      --shape "llama3-8b-$v" --prompt 0 --batch ${BATCHES:-1,4} --context 2048 --steps 32 --json "$OUT/tmp.jsonl" \
+      >/dev/null 2>"$OUT/err.txt" || { echo "bench $v $cfg failed"; tail -2 "$OUT/err.txt"; }
+    sed "s/^{/{\"variant\": \"$v\", \"config\": \"$cfg\", /" "$OUT/tmp.jsonl" >>"$OUT/load.jsonl"
+    printf '%-8s %-16s ' "$v" "$cfg"
+    python3 -c 'import json,sys; print("  ".join("b%d %.1f (%.0f%%)" % (j["batch"], j["tok_s"], 100*j["tok_s"]/j["bound_tok_s"]) for j in map(json.loads, open(sys.argv[1])) if j["kind"]=="decode"))' "$OUT/tmp.jsonl"
+  done
+done
+rm -f "$OUT/tmp.jsonl" "$OUT/err.txt"
+if [ "${PROFILE:-1}" = 1 ]; then
+  for vp in hybrid:2048 teacher:2048 lizard:2048 teacher:32768; do
+    v=${vp%%:*} p=${vp##*:}
+    LIZARD_PROFILE=1 timeout 90 $L bench --shape "llama3-8b-$v" --prompt "$p" --batch 0 --no-ceilings >"$OUT/tmp.txt" 2>&1
+    { echo "== prompt profile $v $p"; grep -E "prompt|profile|^  " "$OUT/tmp.txt"; } | tee -a "$OUT/profile.txt"
+  done
+  rm -f "$OUT/tmp.txt"
+fi
+# where a batch-1 step's time goes between kernels, if Nsight Systems is there
+NSYS=$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/bin/nsys 2>/dev/null | head -1)
+if [ -n "$NSYS" ] && [ "${TIMELINE:-1}" = 1 ]; then
+  for v in teacher lizard; do
+    timeout 150 "$NSYS" profile -t cuda --cuda-graph-trace=node -o /tmp/tl-$v -f true $L bench --shape "llama3-8b-$v" \
+      --prompt 0 --batch 1 --context 2048 --steps 8 --no-ceilings >/dev/null 2>&1
+    timeout 120 "$NSYS" stats -r cuda_gpu_trace -f csv -o /tmp/tl-$v /tmp/tl-$v.nsys-rep >/dev/null 2>&1
+    f=$(ls /tmp/tl-$v*cuda_gpu_trace*.csv 2>/dev/null | head -1)
+    [ -n "$f" ] && { echo "== $v"; python3 tests/bench/timeline_gaps.py "$f"; } | tee -a "$OUT/timeline.txt"
+  done
+else
+  echo "no nsys"
+fi
+ls "$OUT"
