@@ -714,8 +714,9 @@ template <typename T> struct cuda_ops {
 static void cuda_destroy(lz_backend *be);
 
 // Which fused decode ops a table has (the stages compose the missing ones from the plain ops). The
-// default is the GLA's alone: on the H200 the fused dense GEMVs made batch-1 decode slower (teacher
-// 188 -> 160 tok/s, docs/benchmarks.md), so they are opt-in (LIZARD_FUSE=all); LIZARD_FUSE=0: none.
+// default is the GLA's alone (LIZARD_FUSE=gla): on the H200 the fused dense GEMVs (five launches a
+// layer fewer) measured at or below the default at batch 1 (session 7, 8B teacher: 202-205 against
+// 206-208 tok/s), so they are opt-in (LIZARD_FUSE=all); LIZARD_FUSE=0: none.
 enum fuse_mode { FUSE_NONE, FUSE_GLA, FUSE_ALL, FUSE_DEFAULT = FUSE_GLA };
 template <typename T> static lz_ops make_ops(const char *name, fuse_mode fused) {
     lz_ops o = {};
