@@ -591,7 +591,7 @@ static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *
     const bool gemv = gemv_takes<T>(c, w, n);
     if (!gemv && !b && !c->gemv_off)
         return linear_accumulate_forward<T>(c, y, x, (const T *)w->data, n, (int)w->cols, (int)w->rows);
-    if (!gemv || !FUSED_GEMV || !fused_gemv_takes<T>(c, w, n)) {
+    if (!FUSED_GEMV || !fused_gemv_takes<T>(c, w, n)) {
         LZ_TRY(linear_forward<T>(c, tmp, x, (const T *)w->data, b, n, (int)w->cols, (int)w->rows));
         return add_forward<T>(c, y, tmp, (size_t)n * (size_t)w->rows);
     }
@@ -717,7 +717,7 @@ static void cuda_destroy(lz_backend *be);
 // default is the GLA's alone (LIZARD_FUSE=gla): on the H200 the fused dense GEMVs (five launches a
 // layer fewer) measured at or below the default at batch 1 (session 7, 8B teacher: 202-205 against
 // 206-208 tok/s), so they are opt-in (LIZARD_FUSE=all); LIZARD_FUSE=0: none.
-enum fuse_mode { FUSE_NONE, FUSE_GLA, FUSE_ALL, FUSE_DEFAULT = FUSE_GLA };
+enum fuse_mode { FUSE_NONE, FUSE_GLA, FUSE_ALL };
 template <typename T> static lz_ops make_ops(const char *name, fuse_mode fused) {
     lz_ops o = {};
     o.name = name;
@@ -882,10 +882,6 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->prof.on = prof && *prof && strcmp(prof, "0") != 0;
     // the switches back to older paths (for comparison, or as a fallback): each "0" turns one off
     be->ctx.gemv_off = env_is_zero("LIZARD_GEMV");
-    const char *load = getenv("LIZARD_GEMV_LOAD");
-    be->ctx.gemv_load = load && *load ? atoi(load) : -1; // -1: by the step's tokens
-    const char *fuse_tokens = getenv("LIZARD_FUSE_TOKENS");
-    be->ctx.fuse_tokens = fuse_tokens && *fuse_tokens ? atoi(fuse_tokens) : 1;
     be->ctx.tc_off = env_is_zero("LIZARD_TC");
     be->ctx.flash_off = env_is_zero("LIZARD_FLASH");
     const char *flash = getenv("LIZARD_FLASH");
@@ -894,8 +890,11 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     const char *fuse = getenv("LIZARD_FUSE");
     const fuse_mode mode = be->ctx.fuse_off                                               ? FUSE_NONE
                            : fuse && (strcmp(fuse, "all") == 0 || strcmp(fuse, "1") == 0) ? FUSE_ALL
-                           : fuse && strcmp(fuse, "gla") == 0                             ? FUSE_GLA
-                                                                                           : FUSE_DEFAULT;
+                                                                                           : FUSE_GLA; // also "gla"
+    // the decode GEMV's load variant (-1: by the step's tokens) and the fused GEMVs' largest step
+    const char *load = getenv("LIZARD_GEMV_LOAD"), *fuse_tokens = getenv("LIZARD_FUSE_TOKENS");
+    be->ctx.gemv_load = load && *load ? atoi(load) : -1;
+    be->ctx.fuse_tokens = fuse_tokens && *fuse_tokens ? atoi(fuse_tokens) : 1;
     be->ctx.fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");
     be->ctx.window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
     be->ctx.pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains

@@ -15,8 +15,8 @@ struct lz_cuda_ctx {
     size_t scratch_bytes;
     bool buffers_moved;    // scratch or step arrays reallocated: recorded graphs are stale
     bool gemv_off;         // LIZARD_GEMV=0: every linear layer through cuBLAS (for comparison)
-    int gemv_load;          // LIZARD_GEMV_LOAD: the decode GEMV's weight-load cache operators (gemv_kernel.cuh)
-    int fuse_tokens;        // LIZARD_FUSE_TOKENS: the fused dense decode ops take steps of up to this many tokens
+    int gemv_load;         // LIZARD_GEMV_LOAD: the decode GEMV's weight-load cache operators (gemv_kernel.cuh)
+    int fuse_tokens;       // LIZARD_FUSE_TOKENS: the fused dense decode ops take steps of up to this many tokens
     bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
     bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)
     bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
