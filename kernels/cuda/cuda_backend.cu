@@ -537,8 +537,8 @@ template <typename T> static bool gemv_takes(const lz_cuda_ctx *c, const lz_weig
 // The fused GEMV takes steps of up to ctx->fuse_tokens tokens (LIZARD_FUSE_TOKENS, default 1): with 4
 // and 8 tokens a warp its per-warp norm sums made batch 4 slower than the composition (H200, 8B
 // teacher: 455 against 548 tok/s, session 7).
-template <typename T> static bool fused_gemv_takes(const lz_cuda_ctx *c, const lz_weight *w, int n) {
-    return gemv_takes<T>(c, w, n) && n <= c->fuse_tokens;
+template <typename T> static bool fused_gemv_takes(const lz_cuda_ctx *c, const lz_weight *w, int n, unsigned op) {
+    return (c->fuse_dense & op) && gemv_takes<T>(c, w, n) && n <= c->fuse_tokens;
 }
 
 template <typename T>
@@ -547,7 +547,7 @@ static lz_status norm_linear_many_forward(lz_cuda_ctx *c, int count, void *const
                                           const lz_weight *const *biases, int n) {
     bool fused = count >= 1 && count <= LZ_GEMV_MAX_SEGMENTS && norm->cols == ws[0]->cols;
     for (int i = 0; i < count && fused; i++)
-        fused = fused_gemv_takes<T>(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
+        fused = fused_gemv_takes<T>(c, ws[i], n, LZ_FUSE_NORM) && ws[i]->cols == ws[0]->cols;
     if (!fused) {
         LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
         return linear_many_forward<T>(c, count, outs, xn, ws, biases, n);
@@ -566,7 +566,7 @@ template <typename T>
 static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const T *x, const lz_weight *norm, float eps,
                                      const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
                                      const lz_weight *bu, int n) {
-    if (!(fused_gemv_takes<T>(c, wg, n) && wg->rows == wu->rows && wg->cols == wu->cols && norm->cols == wg->cols)) {
+    if (!(fused_gemv_takes<T>(c, wg, n, LZ_FUSE_SWIGLU) && wg->rows == wu->rows && wg->cols == wu->cols && norm->cols == wg->cols)) {
         void *outs[2] = {out, up};
         const lz_weight *w[2] = {wg, wu}, *b[2] = {bg, bu};
         LZ_TRY(norm_linear_many_forward<T>(c, 2, outs, xn, x, norm, eps, w, b, n));
@@ -591,7 +591,7 @@ static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *
     const bool gemv = gemv_takes<T>(c, w, n);
     if (!gemv && !b && !c->gemv_off)
         return linear_accumulate_forward<T>(c, y, x, (const T *)w->data, n, (int)w->cols, (int)w->rows);
-    if (!FUSED_GEMV || !fused_gemv_takes<T>(c, w, n)) {
+    if (!FUSED_GEMV || !fused_gemv_takes<T>(c, w, n, LZ_FUSE_RESIDUAL)) {
         LZ_TRY(linear_forward<T>(c, tmp, x, (const T *)w->data, b, n, (int)w->cols, (int)w->rows));
         return add_forward<T>(c, y, tmp, (size_t)n * (size_t)w->rows);
     }
@@ -713,10 +713,13 @@ template <typename T> struct cuda_ops {
 
 static void cuda_destroy(lz_backend *be);
 
-// Which fused decode ops a table has (the stages compose the missing ones from the plain ops). The
-// default is the GLA's alone (LIZARD_FUSE=gla): on the H200 the fused dense GEMVs (five launches a
-// layer fewer) measured at or below the default at batch 1 (session 7, 8B teacher: 202-205 against
-// 206-208 tok/s), so they are opt-in (LIZARD_FUSE=all); LIZARD_FUSE=0: none.
+// Which fused decode ops a table has (the stages compose the missing ones from the plain ops; FUSE_ALL's
+// ops themselves fall back to the composition for the dense ops ctx->fuse_dense leaves out). The
+// default fuses the GLA decode and the residual adds into o_proj's and down_proj's GEMVs. Measured on
+// the H200 (8B shapes, batch 1, session 8, against the GLA alone at 210.8 / 210.1 / 210.3 tok/s for
+// teacher / hybrid / pure Lizard): residual 215.9 / 211.4 / 211.5; the norm prologue 203.9 / 201.8 /
+// 202.2; norm and residual 202.7 / 203.1 / 204.1; all three 195.5 / 198.7 / 203.2 (gate and up rows
+// streamed one after the other instead of side by side: 186.7 / 189.5 / 194.9, so not kept).
 enum fuse_mode { FUSE_NONE, FUSE_GLA, FUSE_ALL };
 template <typename T> static lz_ops make_ops(const char *name, fuse_mode fused) {
     lz_ops o = {};
@@ -871,6 +874,37 @@ static bool env_is_zero(const char *name) {
     return v && strcmp(v, "0") == 0;
 }
 
+// LIZARD_FUSE beyond "0": unset (the GLA decode and the residual epilogue), "gla" (the GLA decode
+// alone), "all" or "1" (every dense op), or a comma-separated list of norm, residual, swiglu. False
+// for anything else.
+static bool parse_fuse_dense(const char *v, unsigned *bits) {
+    *bits = 0;
+    if (!v || !*v) {
+        *bits = LZ_FUSE_RESIDUAL;
+        return true;
+    }
+    if (strcmp(v, "gla") == 0)
+        return true;
+    if (strcmp(v, "all") == 0 || strcmp(v, "1") == 0) {
+        *bits = LZ_FUSE_DENSE_ALL;
+        return true;
+    }
+    static const struct { const char *name; unsigned bit; } ops[] = {
+        {"norm", LZ_FUSE_NORM}, {"residual", LZ_FUSE_RESIDUAL}, {"swiglu", LZ_FUSE_SWIGLU}};
+    for (const char *p = v; *p;) {
+        const size_t len = strcspn(p, ",");
+        unsigned bit = 0;
+        for (const auto &op : ops)
+            if (len == strlen(op.name) && strncmp(p, op.name, len) == 0)
+                bit = op.bit;
+        if (!bit)
+            return false;
+        *bits |= bit;
+        p += len + (p[len] == ',');
+    }
+    return true;
+}
+
 extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, const lz_ops **ops) {
     if (dtype != LZ_DTYPE_BF16 && dtype != LZ_DTYPE_F32)
         return lz_fail(LZ_ERR_INPUT, "--dtype: the CUDA backend runs bf16 or fp32");
@@ -887,10 +921,12 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     const char *flash = getenv("LIZARD_FLASH");
     be->ctx.flash_one_head = flash && strcmp(flash, "1") == 0;
     be->ctx.fuse_off = env_is_zero("LIZARD_FUSE");
-    const char *fuse = getenv("LIZARD_FUSE");
-    const fuse_mode mode = be->ctx.fuse_off                                               ? FUSE_NONE
-                           : fuse && (strcmp(fuse, "all") == 0 || strcmp(fuse, "1") == 0) ? FUSE_ALL
-                                                                                           : FUSE_GLA; // also "gla"
+    if (!be->ctx.fuse_off && !parse_fuse_dense(getenv("LIZARD_FUSE"), &be->ctx.fuse_dense)) {
+        free(be);
+        return lz_fail(LZ_ERR_INPUT, "LIZARD_FUSE=%s: not 0, gla, all or a list of norm,residual,swiglu",
+                       getenv("LIZARD_FUSE"));
+    }
+    const fuse_mode mode = be->ctx.fuse_off ? FUSE_NONE : be->ctx.fuse_dense ? FUSE_ALL : FUSE_GLA;
     // the decode GEMV's load variant (-1: by the step's tokens) and the fused GEMVs' largest step
     const char *load = getenv("LIZARD_GEMV_LOAD"), *fuse_tokens = getenv("LIZARD_FUSE_TOKENS");
     be->ctx.gemv_load = load && *load ? atoi(load) : -1;

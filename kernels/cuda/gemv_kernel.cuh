@@ -19,6 +19,15 @@
 //   resident warps prefetch, 50 MB and more, is more than L2 keeps);
 // - weight loads as ld.global.nc.L1::no_allocate with an L2 policy: batch 1 207.9 -> 198.5,
 //   batch 4 548 -> 386.
+// Tried in session 8 and measured slower, so removed:
+// - the weights into shared memory by the copy engine (cp.async.bulk on an mbarrier ring, one lane
+//   of each warp issuing; 8 warps a block, 1-2 blocks an SM, the first slices requested before the
+//   PDL wait; it passed test_gpu_ops and every bf16 parity fixture): teacher batch 1 213.2 -> 121.0
+//   tok/s (2 KB slices x 4 in flight a warp), 161.7 (two blocks an SM), 162.0 (4 KB x 2), 129.2
+//   (2 KB x 8), 67.6 (1 KB x 8): more stages did not help and smaller copies hurt, so the rate of
+//   copies, not the bytes in flight, bounded it; under Nsight Compute its GEMVs took 56 us on average;
+// - the SwiGLU GEMV's gate and up rows streamed one after the other by a warp (one load in flight a
+//   lane) instead of side by side: its 235 MB took 74.8 us, LIZARD_FUSE=all 195.5 -> 186.7 tok/s.
 #ifndef LZ_GEMV_KERNEL_CUH
 #define LZ_GEMV_KERNEL_CUH
 
@@ -173,8 +182,9 @@ static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &se
 // The load variant: LIZARD_GEMV_LOAD if set, else by what measured fastest (H200, 8B shapes, session
 // 7, each against plain loads in the same run): several tokens 2 (batch 4: 548 -> 569 tok/s, every
 // variant); the plain one-token GEMV 5 (batch 1: teacher 207 -> 213, hybrid 203 -> 205, pure Lizard
-// 207 -> 209; 4, the same registers with plain loads, 207 -> 201); the fused one-token GEMVs 0
-// (their norm sums spill at 32 registers: 4 took LIZARD_FUSE=all from 202 to 147).
+// 207 -> 209; 4, the same registers with plain loads, 207 -> 201; the residual epilogue takes it
+// too); the one-token GEMVs with the norm prologue or two rows 0 (their sums spill at 32 registers:
+// 4 took LIZARD_FUSE=all from 202 to 147).
 template <int NT, int NW, bool NORM> constexpr int lz_gemv_default_load() {
     return NT > 1 ? 2 : NW == 1 && !NORM ? 5 : 0;
 }

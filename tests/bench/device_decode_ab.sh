@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# device_decode_ab.sh - on the GPU machine (binaries from tests/gpu/pack_devout.sh): the GPU suites,
+# then batch 1 and 4 decode of the 8B shapes under each of CONFIGS side by side, all in one run on
+# one machine; optionally (PROFILE=1) where a prompt's time goes by op (LIZARD_PROFILE=1) at 2K and,
+# for the teacher, 32K. A config is environment assignments joined by '+', "-" for the defaults:
+#   CONFIGS="- LIZARD_FUSE=all LIZARD_FUSE=all+LIZARD_GEMV_PAIR=interleaved LIZARD_GEMV_LOAD=0"
+set -uo pipefail
+bash tests/gpu/unpack_devout.sh
+export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+L=.devout/lizard
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  bash tests/gpu/device_check.sh | grep -E "test_gpu_ops:|FAILED|device_check"
+  for extra in ${TEST_ENVS:-LIZARD_GEMV_PAIR=interleaved}; do
+    env ${extra//+/ } timeout 300 .devout/test_gpu_ops >"$OUT/gpu_ops2.log" 2>&1
+    echo "test_gpu_ops ($extra) rc=$?: $(tail -1 "$OUT/gpu_ops2.log")"
+    cat "$OUT/gpu_ops2.log" >>"$OUT/gpu_ops.log"; rm -f "$OUT/gpu_ops2.log"
+  done
+fi
+for round in $(seq "${ROUNDS:-1}"); do
+  for v in ${VARIANTS:-teacher hybrid lizard}; do
+    for cfg in ${CONFIGS:--}; do
+      envs=(); [ "$cfg" = - ] || envs=(${cfg//+/ })
+      rm -f "$OUT/tmp.jsonl" # (a failed run must not leave the previous config's figures under its name)
+      env "${envs[@]}" timeout 90 $L bench \
+        --shape "llama3-8b-$v" --prompt 0 --batch ${BATCHES:-1,4} --context ${CONTEXT:-2048} --steps 64 \
+        --json "$OUT/tmp.jsonl" >/dev/null 2>"$OUT/err.txt" || { echo "bench $v $cfg failed"; tail -2 "$OUT/err.txt"; }
+      [ -f "$OUT/tmp.jsonl" ] || { echo "$v $cfg: no figures"; continue; }
+      sed "s/^{/{\"variant\": \"$v\", \"config\": \"$cfg\", \"round\": $round, /" "$OUT/tmp.jsonl" >>"$OUT/ab.jsonl"
+      printf '%-8s %-52s ' "$v" "$cfg"
+      python3 -c 'import json,sys; print("  ".join("b%d %.1f (%.0f%%)" % (j["batch"], j["tok_s"], 100*j["tok_s"]/j["bound_tok_s"]) for j in map(json.loads, open(sys.argv[1])) if j["kind"]=="decode"))' "$OUT/tmp.jsonl"
+    done
+  done
+done
+rm -f "$OUT/tmp.jsonl" "$OUT/err.txt"
+if [ "${PROFILE:-0}" = 1 ]; then
+  for vp in hybrid:2048 teacher:2048 lizard:2048 teacher:32768; do
+    v=${vp%%:*} p=${vp##*:}
+    LIZARD_PROFILE=1 timeout 90 $L bench --shape "llama3-8b-$v" --prompt "$p" --batch 0 --no-ceilings >"$OUT/tmp.txt" 2>&1
+    { echo "== prompt profile $v $p"; grep -E "prompt|profile|^  " "$OUT/tmp.txt"; } | tee -a "$OUT/profile.txt"
+  done
+  rm -f "$OUT/tmp.txt"
+fi
+ls "$OUT"
