@@ -713,15 +713,16 @@ template <typename T> struct cuda_ops {
 
 static void cuda_destroy(lz_backend *be);
 
-// Which fused decode ops a table has (the stages compose the missing ones from the plain ops; FUSE_ALL's
-// ops themselves fall back to the composition for the dense ops ctx->fuse_dense leaves out). The
-// default fuses the GLA decode and the residual adds into o_proj's and down_proj's GEMVs. Measured on
-// the H200 (8B shapes, batch 1, session 8, against the GLA alone at 210.8 / 210.1 / 210.3 tok/s for
-// teacher / hybrid / pure Lizard): residual 215.9 / 211.4 / 211.5; the norm prologue 203.9 / 201.8 /
-// 202.2; norm and residual 202.7 / 203.1 / 204.1; all three 195.5 / 198.7 / 203.2 (gate and up rows
-// streamed one after the other instead of side by side: 186.7 / 189.5 / 194.9, so not kept).
-enum fuse_mode { FUSE_NONE, FUSE_GLA, FUSE_ALL };
-template <typename T> static lz_ops make_ops(const char *name, fuse_mode fused) {
+// Which fused decode ops a table has (the stages compose the missing ones from the plain ops): table 0
+// none (LIZARD_FUSE=0); table 1 + bits the GLA decode and the dense ops of bits (LZ_FUSE_*). The
+// default is the GLA decode and the residual adds folded into o_proj's and down_proj's GEMVs.
+// Measured on the H200 (8B shapes, batch 1, session 8, against the GLA alone at 210.8 / 210.1 /
+// 210.3 tok/s for teacher / hybrid / pure Lizard): residual 215.9 / 211.4 / 211.5; the norm prologue
+// 203.9 / 201.8 / 202.2; norm and residual 202.7 / 203.1 / 204.1; all three 195.5 / 198.7 / 203.2
+// (gate and up rows streamed one after the other instead of side by side: 186.7 / 189.5 / 194.9,
+// so not kept).
+enum { FUSE_TABLES = 1 + LZ_FUSE_DENSE_ALL + 1 };
+template <typename T> static lz_ops make_ops(const char *name, int table) {
     lz_ops o = {};
     o.name = name;
     o.act_size = sizeof(T);
@@ -768,23 +769,26 @@ template <typename T> static lz_ops make_ops(const char *name, fuse_mode fused) 
     o.gla_chunked = cuda_ops<T>::gla_chunked;
     o.gla_recurrent = cuda_ops<T>::gla_recurrent;
     o.window_attention = cuda_ops<T>::window;
-    if (fused == FUSE_ALL) {
-        o.norm_linear_many = cuda_ops<T>::norm_linear_many;
-        o.norm_swiglu = cuda_ops<T>::norm_swiglu;
-        o.linear_residual = cuda_ops<T>::linear_residual;
-    }
-    if (fused != FUSE_NONE)
+    if (table > 0) {
+        const unsigned dense = (unsigned)table - 1;
         o.gla_decode = cuda_ops<T>::gla_decode;
-    if (fused == FUSE_GLA) // a prompt's residual GEMMs accumulate in place (decode: the GEMV, then the add)
-        o.linear_residual = cuda_ops<T>::linear_residual_gemm;
+        if (dense & LZ_FUSE_NORM)
+            o.norm_linear_many = cuda_ops<T>::norm_linear_many;
+        if (dense & LZ_FUSE_SWIGLU) // (the gate/up GEMV with the norm prologue)
+            o.norm_swiglu = cuda_ops<T>::norm_swiglu;
+        // either way a prompt's residual GEMMs accumulate in place; decode: the epilogue, or the GEMV then the add
+        o.linear_residual = dense & LZ_FUSE_RESIDUAL ? cuda_ops<T>::linear_residual : cuda_ops<T>::linear_residual_gemm;
+    }
     return o;
 }
 
-static const lz_ops cuda_ops_table[3][2] = { // [fuse_mode][bf16?]
-    {make_ops<float>("cuda-fp32", FUSE_NONE), make_ops<__nv_bfloat16>("cuda-bf16", FUSE_NONE)},
-    {make_ops<float>("cuda-fp32", FUSE_GLA), make_ops<__nv_bfloat16>("cuda-bf16", FUSE_GLA)},
-    {make_ops<float>("cuda-fp32", FUSE_ALL), make_ops<__nv_bfloat16>("cuda-bf16", FUSE_ALL)},
+#define LZ_OPS_PAIR(t) {make_ops<float>("cuda-fp32", t), make_ops<__nv_bfloat16>("cuda-bf16", t)}
+static const lz_ops cuda_ops_table[FUSE_TABLES][2] = { // [table][bf16?]
+    LZ_OPS_PAIR(0), LZ_OPS_PAIR(1), LZ_OPS_PAIR(2), LZ_OPS_PAIR(3), LZ_OPS_PAIR(4),
+    LZ_OPS_PAIR(5), LZ_OPS_PAIR(6), LZ_OPS_PAIR(7), LZ_OPS_PAIR(8),
 };
+#undef LZ_OPS_PAIR
+static_assert(FUSE_TABLES == 9, "one LZ_OPS_PAIR a table");
 
 // Creation ------------------------------------------------------------------------
 
@@ -926,7 +930,7 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
         return lz_fail(LZ_ERR_INPUT, "LIZARD_FUSE=%s: not 0, gla, all or a list of norm,residual,swiglu",
                        getenv("LIZARD_FUSE"));
     }
-    const fuse_mode mode = be->ctx.fuse_off ? FUSE_NONE : be->ctx.fuse_dense ? FUSE_ALL : FUSE_GLA;
+    const int table = be->ctx.fuse_off ? 0 : 1 + (int)be->ctx.fuse_dense;
     // the decode GEMV's load variant (-1: by the step's tokens) and the fused GEMVs' largest step
     const char *load = getenv("LIZARD_GEMV_LOAD"), *fuse_tokens = getenv("LIZARD_FUSE_TOKENS");
     be->ctx.gemv_load = load && *load ? atoi(load) : -1;
@@ -946,6 +950,6 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
         return s;
     }
     *out = be;
-    *ops = &cuda_ops_table[mode][dtype == LZ_DTYPE_BF16];
+    *ops = &cuda_ops_table[table][dtype == LZ_DTYPE_BF16];
     return LZ_OK;
 }
