@@ -537,8 +537,9 @@ template <typename T> static bool gemv_takes(const lz_cuda_ctx *c, const lz_weig
 // The fused GEMV takes steps of up to ctx->fuse_tokens tokens (LIZARD_FUSE_TOKENS, default 1): with 4
 // and 8 tokens a warp its per-warp norm sums made batch 4 slower than the composition (H200, 8B
 // teacher: 455 against 548 tok/s, session 7).
-template <typename T> static bool fused_gemv_takes(const lz_cuda_ctx *c, const lz_weight *w, int n, unsigned op) {
-    return (c->fuse_dense & op) && gemv_takes<T>(c, w, n) && n <= c->fuse_tokens;
+// (Which fused ops run at all is the ops table's choice: LIZARD_FUSE picks the table.)
+template <typename T> static bool fused_gemv_takes(const lz_cuda_ctx *c, const lz_weight *w, int n) {
+    return gemv_takes<T>(c, w, n) && n <= c->fuse_tokens;
 }
 
 template <typename T>
@@ -547,7 +548,7 @@ static lz_status norm_linear_many_forward(lz_cuda_ctx *c, int count, void *const
                                           const lz_weight *const *biases, int n) {
     bool fused = count >= 1 && count <= LZ_GEMV_MAX_SEGMENTS && norm->cols == ws[0]->cols;
     for (int i = 0; i < count && fused; i++)
-        fused = fused_gemv_takes<T>(c, ws[i], n, LZ_FUSE_NORM) && ws[i]->cols == ws[0]->cols;
+        fused = fused_gemv_takes<T>(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
     if (!fused) {
         LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
         return linear_many_forward<T>(c, count, outs, xn, ws, biases, n);
@@ -566,10 +567,11 @@ template <typename T>
 static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const T *x, const lz_weight *norm, float eps,
                                      const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
                                      const lz_weight *bu, int n) {
-    if (!(fused_gemv_takes<T>(c, wg, n, LZ_FUSE_SWIGLU) && wg->rows == wu->rows && wg->cols == wu->cols && norm->cols == wg->cols)) {
-        void *outs[2] = {out, up};
+    if (!(fused_gemv_takes<T>(c, wg, n) && wg->rows == wu->rows && wg->cols == wu->cols && norm->cols == wg->cols)) {
+        void *outs[2] = {out, up}; // the plain ops' composition, as the stage would compose it
         const lz_weight *w[2] = {wg, wu}, *b[2] = {bg, bu};
-        LZ_TRY(norm_linear_many_forward<T>(c, 2, outs, xn, x, norm, eps, w, b, n));
+        LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
+        LZ_TRY(linear_many_forward<T>(c, 2, outs, xn, w, b, n));
         return swiglu_forward<T>(c, out, out, up, (size_t)n * (size_t)wg->rows);
     }
     lz_gemv_segments<T> seg = {};
@@ -591,7 +593,7 @@ static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *
     const bool gemv = gemv_takes<T>(c, w, n);
     if (!gemv && !b && !c->gemv_off)
         return linear_accumulate_forward<T>(c, y, x, (const T *)w->data, n, (int)w->cols, (int)w->rows);
-    if (!FUSED_GEMV || !fused_gemv_takes<T>(c, w, n, LZ_FUSE_RESIDUAL)) {
+    if (!FUSED_GEMV || !fused_gemv_takes<T>(c, w, n)) {
         LZ_TRY(linear_forward<T>(c, tmp, x, (const T *)w->data, b, n, (int)w->cols, (int)w->rows));
         return add_forward<T>(c, y, tmp, (size_t)n * (size_t)w->rows);
     }
@@ -722,6 +724,8 @@ static void cuda_destroy(lz_backend *be);
 // (gate and up rows streamed one after the other instead of side by side: 186.7 / 189.5 / 194.9,
 // so not kept). Over four runs the residual fold gave the teacher -1.3 to +5.1 tok/s (mean +2.2):
 // the size of the spread between invocations, kept because it never cost more than that.
+// The dense decode ops the fused GEMV can take (LIZARD_FUSE=norm,residual,swiglu; all: every one).
+enum { LZ_FUSE_NORM = 1, LZ_FUSE_RESIDUAL = 2, LZ_FUSE_SWIGLU = 4, LZ_FUSE_DENSE_ALL = 7 };
 enum { FUSE_TABLES = 1 + LZ_FUSE_DENSE_ALL + 1 };
 template <typename T> static lz_ops make_ops(const char *name, int table) {
     lz_ops o = {};
@@ -926,12 +930,13 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     const char *flash = getenv("LIZARD_FLASH");
     be->ctx.flash_one_head = flash && strcmp(flash, "1") == 0;
     be->ctx.fuse_off = env_is_zero("LIZARD_FUSE");
-    if (!be->ctx.fuse_off && !parse_fuse_dense(getenv("LIZARD_FUSE"), &be->ctx.fuse_dense)) {
+    unsigned fuse_dense = 0;
+    if (!be->ctx.fuse_off && !parse_fuse_dense(getenv("LIZARD_FUSE"), &fuse_dense)) {
         free(be);
         return lz_fail(LZ_ERR_INPUT, "LIZARD_FUSE=%s: not 0, gla, all or a list of norm,residual,swiglu",
                        getenv("LIZARD_FUSE"));
     }
-    const int table = be->ctx.fuse_off ? 0 : 1 + (int)be->ctx.fuse_dense;
+    const int table = be->ctx.fuse_off ? 0 : 1 + (int)fuse_dense;
     // the decode GEMV's load variant (-1: by the step's tokens) and the fused GEMVs' largest step
     const char *load = getenv("LIZARD_GEMV_LOAD"), *fuse_tokens = getenv("LIZARD_FUSE_TOKENS");
     be->ctx.gemv_load = load && *load ? atoi(load) : -1;

@@ -17,7 +17,6 @@ struct lz_cuda_ctx {
     bool gemv_off;         // LIZARD_GEMV=0: every linear layer through cuBLAS (for comparison)
     int gemv_load;         // LIZARD_GEMV_LOAD: the decode GEMV's weight-load cache operators (gemv_kernel.cuh)
     int fuse_tokens;       // LIZARD_FUSE_TOKENS: the fused dense decode ops take steps of up to this many tokens
-    unsigned fuse_dense;   // LIZARD_FUSE: which dense decode ops fold into the GEMV (LZ_FUSE_* bits)
     bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
     bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)
     bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
@@ -118,8 +117,6 @@ lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *
 //   norm (NULL: none): x is RMS-normalised per token with weight norm [k] and eps on the way in;
 //   LZ_GEMV_STORE: out = x . W^T (+ bias); LZ_GEMV_RESIDUAL: out += x . W^T (+ bias);
 //   LZ_GEMV_SWIGLU: two segments of equal rows (gate, up), out[0] = silu(gate) * up.
-// The dense decode ops the fused GEMV can take (LIZARD_FUSE=norm,residual,swiglu; all: every one).
-enum { LZ_FUSE_NORM = 1, LZ_FUSE_RESIDUAL = 2, LZ_FUSE_SWIGLU = 4, LZ_FUSE_DENSE_ALL = 7 };
 enum lz_gemv_epilogue { LZ_GEMV_STORE, LZ_GEMV_RESIDUAL, LZ_GEMV_SWIGLU };
 template <typename T>
 lz_status gemv_fused_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, const T *norm, float eps,

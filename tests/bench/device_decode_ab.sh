@@ -3,7 +3,8 @@
 # then batch 1 and 4 decode of the 8B shapes under each of CONFIGS side by side, all in one run on
 # one machine; optionally (PROFILE=1) where a prompt's time goes by op (LIZARD_PROFILE=1) at 2K and,
 # for the teacher, 32K. A config is environment assignments joined by '+', "-" for the defaults:
-#   CONFIGS="- LIZARD_FUSE=all LIZARD_FUSE=all+LIZARD_GEMV_PAIR=interleaved LIZARD_GEMV_LOAD=0"
+#   CONFIGS="- LIZARD_FUSE=gla LIZARD_FUSE=norm,residual LIZARD_FUSE=all+LIZARD_GEMV_LOAD=0"
+# TEST_ENVS: more test_gpu_ops runs, one a config of the same form.
 set -uo pipefail
 bash tests/gpu/unpack_devout.sh
 export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
@@ -11,7 +12,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 L=.devout/lizard
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   bash tests/gpu/device_check.sh | grep -E "test_gpu_ops:|FAILED|device_check"
-  for extra in ${TEST_ENVS:-LIZARD_GEMV_PAIR=interleaved}; do
+  for extra in ${TEST_ENVS:-LIZARD_GEMV_LOAD=4}; do
     env ${extra//+/ } timeout 300 .devout/test_gpu_ops >"$OUT/gpu_ops2.log" 2>&1
     echo "test_gpu_ops ($extra) rc=$?: $(tail -1 "$OUT/gpu_ops2.log")"
     cat "$OUT/gpu_ops2.log" >>"$OUT/gpu_ops.log"; rm -f "$OUT/gpu_ops2.log"
