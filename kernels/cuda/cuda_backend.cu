@@ -722,7 +722,7 @@ static void cuda_destroy(lz_backend *be);
 // 210.3 tok/s for teacher / hybrid / pure Lizard): residual 215.9 / 211.4 / 211.5; the norm prologue
 // 203.9 / 201.8 / 202.2; norm and residual 202.7 / 203.1 / 204.1; all three 195.5 / 198.7 / 203.2
 // (gate and up rows streamed one after the other instead of side by side: 186.7 / 189.5 / 194.9,
-// so not kept). Over four runs the residual fold gave the teacher -1.3 to +5.1 tok/s (mean +2.2):
+// so not kept). Over five runs the residual fold gave the teacher -1.3 to +5.1 tok/s (mean +2.0):
 // the size of the spread between invocations, kept because it never cost more than that.
 // The dense decode ops the fused GEMV can take (LIZARD_FUSE=norm,residual,swiglu; all: every one).
 enum { LZ_FUSE_NORM = 1, LZ_FUSE_RESIDUAL = 2, LZ_FUSE_SWIGLU = 4, LZ_FUSE_DENSE_ALL = 7 };
