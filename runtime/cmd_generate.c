@@ -121,6 +121,7 @@ static lz_status print_json_fields(const lz_tokenizer *tok, const int32_t *ids, 
         free(text);
     }
     printf("}\n");
+    fflush(stdout); // the result is out before a session save that may still fail
     return LZ_OK;
 }
 

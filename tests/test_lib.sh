@@ -20,10 +20,12 @@ expect_error() {
 }
 
 # require_mpirun: skips the suite (exit 77) without mpirun; lets Open MPI run as
-# root and put more ranks than cores on this machine
+# root and put more ranks than cores on this machine; keeps each suite's Open MPI
+# session folders in its own $TMP (ctest runs suites side by side)
 require_mpirun() {
     command -v mpirun >/dev/null || { echo "mpirun not found: skipped"; exit 77; }
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    export OMPI_MCA_orte_tmpdir_base="$TMP"
 }
 # run N ARGS...: mpirun -np N, bounded in time
 run() { timeout 120 mpirun -np "$@"; }

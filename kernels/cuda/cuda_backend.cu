@@ -941,6 +941,12 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     const char *load = getenv("LIZARD_GEMV_LOAD"), *fuse_tokens = getenv("LIZARD_FUSE_TOKENS");
     be->ctx.gemv_load = load && *load ? atoi(load) : -1;
     be->ctx.fuse_tokens = fuse_tokens && *fuse_tokens ? atoi(fuse_tokens) : 1;
+    const char *split = getenv("LIZARD_GEMV_SPLIT"); // the most warps a row of a one-token GEMV
+    be->ctx.gemv_split = split && *split ? atoi(split) : 4;
+    if (split && *split && strcmp(split, "1") != 0 && strcmp(split, "2") != 0 && strcmp(split, "4") != 0) {
+        free(be);
+        return lz_fail(LZ_ERR_INPUT, "LIZARD_GEMV_SPLIT=%s: not 1, 2 or 4", split);
+    }
     be->ctx.fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");
     be->ctx.window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
     be->ctx.pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains

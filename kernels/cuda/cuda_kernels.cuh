@@ -16,6 +16,7 @@ struct lz_cuda_ctx {
     bool buffers_moved;    // scratch or step arrays reallocated: recorded graphs are stale
     bool gemv_off;         // LIZARD_GEMV=0: every linear layer through cuBLAS (for comparison)
     int gemv_load;         // LIZARD_GEMV_LOAD: the decode GEMV's weight-load cache operators (gemv_kernel.cuh)
+    int gemv_split;        // LIZARD_GEMV_SPLIT: the most warps a row of a one-token GEMV (gemv_kernel.cuh)
     int fuse_tokens;       // LIZARD_FUSE_TOKENS: the fused dense decode ops take steps of up to this many tokens
     bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
     bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)

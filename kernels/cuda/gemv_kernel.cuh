@@ -9,6 +9,8 @@
 // step), 2 L1 no-allocate, 3 L2 fetches of 256 bytes; 4 and 5 are 0 and 2 held to 32 registers a
 // thread, so that 8 blocks fit an SM instead of 6 (one token: the q/k/v GEMV's 768 blocks then
 // take 73% of the slots, not 97%, and the next kernel's blocks find room while it runs).
+// SPLIT (LIZARD_GEMV_SPLIT, one token): warps a row, so that layers of few rows (o_proj, down_proj:
+// 4096) fill the GPU's thread slots with warps streaming a half or a quarter of a row each.
 //
 // Tried on the H200 (8B shapes, session 7) and measured slower, so removed:
 // - the weights through a per-warp cp.async ring in shared memory, 2-8 chunks of 16 bytes in flight
@@ -57,14 +59,29 @@ template <int LOAD> __device__ __forceinline__ uint4 lz_load_weight16(const void
     return r;
 }
 
-// One warp per (output row of any segment, group of NT tokens). k % vec16<T>::N == 0.
-template <typename T, int NT, int NW, bool NORM, int EPI, int LOAD>
+// Named barrier 1 + group of the SPLIT warps of a row (immediate ids: a register id makes ptxas
+// reserve all 16).
+template <int SPLIT> __device__ __forceinline__ void lz_row_barrier(int group) {
+    switch (group) {
+    case 0: asm volatile("bar.sync 1, %0;" ::"n"(32 * SPLIT) : "memory"); break;
+    case 1: asm volatile("bar.sync 2, %0;" ::"n"(32 * SPLIT) : "memory"); break;
+    case 2: asm volatile("bar.sync 3, %0;" ::"n"(32 * SPLIT) : "memory"); break;
+    default: asm volatile("bar.sync 4, %0;" ::"n"(32 * SPLIT) : "memory"); break;
+    }
+}
+
+// SPLIT warps of one block per (output row of any segment, group of NT tokens), each taking every
+// SPLIT-th 32 x 16-byte chunk of the row; k % vec16<T>::N == 0. Split rows (no norm prologue) meet
+// at a named barrier of their SPLIT warps, and the first warp adds the partial sums in order.
+template <typename T, int NT, int NW, bool NORM, int EPI, int LOAD, int SPLIT>
 __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
     gemv_kernel(lz_gemv_segments<T> seg, const T *x, const T *norm, float eps, int n, int k, int n_groups) {
+    static_assert(SPLIT == 1 || (!NORM && (LZ_GEMV_BLOCK / 32) % SPLIT == 0), "split rows: no norm prologue");
     constexpr int V = vec16<T>::N;
-    const int warp = (blockIdx.x * LZ_GEMV_BLOCK + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    const int block_warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = (blockIdx.x * (LZ_GEMV_BLOCK / 32) + block_warp) / SPLIT, part = block_warp % SPLIT;
     if (warp >= seg.total_rows * n_groups)
-        return; // (touches no memory; no barrier below)
+        return; // (the SPLIT warps of a row leave together: the barrier below waits for none of them)
     int row = warp % seg.total_rows, m = seg.m[0];
     const T *w0 = seg.w[0], *w1 = seg.w[NW - 1], *bias0 = seg.bias[0], *bias1 = seg.bias[NW - 1];
     T *out = seg.out[0];
@@ -117,7 +134,7 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
         }
     };
     uint4 pre[NW]; // the first weights, loaded before the wait (raw: 4 registers a row, not 8)
-    const int c0 = lane * V;
+    const int c0 = (part * 32 + lane) * V, stride = 32 * V * SPLIT;
     if (c0 < k)
 #pragma unroll
         for (int j = 0; j < NW; j++)
@@ -131,7 +148,7 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
             vec16<T>::load(wv[j], (const T *)&pre[j]);
         fma_chunk(wv, c0);
     }
-    for (int c = c0 + 32 * V; c < k; c += 32 * V) {
+    for (int c = c0 + stride; c < k; c += stride) {
         float wv[NW][V];
 #pragma unroll
         for (int j = 0; j < NW; j++) {
@@ -141,13 +158,41 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
         fma_chunk(wv, c);
     }
 
+    float sum0[NT], sum1[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        float r0 = lz_warp_sum(acc[0][t]), r1 = NW == 2 ? lz_warp_sum(acc[NW - 1][t]) : 0.0f;
+        sum0[t] = lz_warp_sum(acc[0][t]), sum1[t] = NW == 2 ? lz_warp_sum(acc[NW - 1][t]) : 0.0f;
         if constexpr (NORM) {
             const float inv = rsqrtf(lz_warp_sum(ss[t]) / (float)k + eps);
-            r0 *= inv, r1 *= inv;
+            sum0[t] *= inv, sum1[t] *= inv;
         }
+    }
+    if constexpr (SPLIT > 1) { // the row's partial sums through shared memory to its first warp
+        __shared__ float partial[LZ_GEMV_BLOCK / 32][NT][NW];
+        if (lane == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                partial[block_warp][t][0] = sum0[t];
+                if constexpr (NW == 2)
+                    partial[block_warp][t][1] = sum1[t];
+            }
+        lz_row_barrier<SPLIT>(block_warp / SPLIT);
+        if (part != 0)
+            return;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            sum0[t] = sum1[t] = 0.0f;
+#pragma unroll
+            for (int p = 0; p < SPLIT; p++) {
+                sum0[t] += partial[block_warp + p][t][0];
+                if constexpr (NW == 2)
+                    sum1[t] += partial[block_warp + p][t][1];
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float r0 = sum0[t], r1 = sum1[t];
         if (lane == 0 && t < nt) {
             T *o = out + (size_t)(t0 + t) * m + row;
             if (bias0)
@@ -168,15 +213,34 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
     }
 }
 
-template <typename T, int NT, int NW, bool NORM, int EPI, int LOAD>
+template <typename T, int NT, int NW, bool NORM, int EPI, int LOAD, int SPLIT>
 static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm,
                                    float eps, int n, int k) {
     const int groups = (n + NT - 1) / NT;
-    const int grid = (int)(((size_t)seg.total_rows * groups * 32 + LZ_GEMV_BLOCK - 1) / LZ_GEMV_BLOCK);
-    LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT, NW, NORM, EPI, LOAD>, dim3((unsigned)grid), dim3(LZ_GEMV_BLOCK), 0,
-                     seg, x, norm, eps, n, k, groups));
+    const int grid = (int)(((size_t)seg.total_rows * groups * SPLIT * 32 + LZ_GEMV_BLOCK - 1) / LZ_GEMV_BLOCK);
+    LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT, NW, NORM, EPI, LOAD, SPLIT>, dim3((unsigned)grid),
+                     dim3(LZ_GEMV_BLOCK), 0, seg, x, norm, eps, n, k, groups));
     LZ_LAUNCH_CHECK("gemv");
     return LZ_OK;
+}
+
+// Warps a row (LIZARD_GEMV_SPLIT: the most, default 4; 1 = one warp a row): the largest of 4 and 2 up
+// to that which still fits the launch in one wave of the GPU's thread slots (2048 an SM), so that the
+// layers of few rows (o_proj and down_proj: 4096 rows, 2 warps each) fill the SMs. One-token GEMVs
+// without the norm prologue only. H200, 8B shapes, batch 1, session 9, four rounds in one run (tok/s):
+// teacher 212.2-213.0 -> 217.3-219.9 with 4 (216.9-219.6 with 2), hybrid 209.6-211.0 -> 212.8-214.7,
+// pure Lizard 209.8-210.8 -> 211.8-212.2; batch 4 (NT = 4, not split) the same.
+template <typename T, int NT, int NW, bool NORM, int EPI, int LOAD>
+static lz_status lz_gemv_launch_split(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm,
+                                      float eps, int n, int k) {
+    if constexpr (NT == 1 && !NORM) {
+        const size_t threads = (size_t)seg.total_rows * (size_t)n * 32, slots = (size_t)c->n_sms * 2048;
+        if (c->gemv_split >= 4 && threads * 4 <= slots)
+            return lz_gemv_launch_as<T, NT, NW, NORM, EPI, LOAD, 4>(c, seg, x, norm, eps, n, k);
+        if (c->gemv_split >= 2 && threads * 2 <= slots)
+            return lz_gemv_launch_as<T, NT, NW, NORM, EPI, LOAD, 2>(c, seg, x, norm, eps, n, k);
+    }
+    return lz_gemv_launch_as<T, NT, NW, NORM, EPI, LOAD, 1>(c, seg, x, norm, eps, n, k);
 }
 
 // The load variant: LIZARD_GEMV_LOAD if set, else by what measured fastest (H200, 8B shapes, session
@@ -193,15 +257,15 @@ static lz_status lz_gemv_launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, 
                                 int n, int k) {
     if constexpr (sizeof(T) == 2) {
         switch (c->gemv_load >= 0 ? c->gemv_load : lz_gemv_default_load<NT, NW, NORM>()) {
-        case 1: return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 1>(c, seg, x, norm, eps, n, k);
-        case 2: return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 2>(c, seg, x, norm, eps, n, k);
-        case 3: return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 3>(c, seg, x, norm, eps, n, k);
-        case 4: return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 4>(c, seg, x, norm, eps, n, k);
-        case 5: return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 5>(c, seg, x, norm, eps, n, k);
+        case 1: return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 1>(c, seg, x, norm, eps, n, k);
+        case 2: return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 2>(c, seg, x, norm, eps, n, k);
+        case 3: return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 3>(c, seg, x, norm, eps, n, k);
+        case 4: return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 4>(c, seg, x, norm, eps, n, k);
+        case 5: return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 5>(c, seg, x, norm, eps, n, k);
         default: break;
         }
     }
-    return lz_gemv_launch_as<T, NT, NW, NORM, EPI, 0>(c, seg, x, norm, eps, n, k);
+    return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 0>(c, seg, x, norm, eps, n, k);
 }
 
 #endif

@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 L=.devout/lizard
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   bash tests/gpu/device_check.sh | grep -E "test_gpu_ops:|FAILED|device_check"
-  for extra in ${TEST_ENVS:-LIZARD_GEMV_LOAD=4}; do
+  for extra in ${TEST_ENVS:-LIZARD_GEMV_LOAD=4 LIZARD_GEMV_SPLIT=1}; do
     env ${extra//+/ } timeout 300 .devout/test_gpu_ops >"$OUT/gpu_ops2.log" 2>&1
     echo "test_gpu_ops ($extra) rc=$?: $(tail -1 "$OUT/gpu_ops2.log")"
     cat "$OUT/gpu_ops2.log" >>"$OUT/gpu_ops.log"; rm -f "$OUT/gpu_ops2.log"

@@ -19,10 +19,13 @@ for v in lizard hybrid teacher; do
   timeout 150 $L bench --shape "llama3-8b-$v" --prompt "$prompts" --batch 1,16,64,256 \
     --context 2048,32768 ${BENCH_ARGS:-} --json "$OUT/bench-$v.jsonl" 2>&1 | tee -a "$OUT/logs.txt"
 done
-# the CUDA-core versions of the tensor-core kernels must stay correct too
+# the CUDA-core versions of the tensor-core kernels, and the decode GEMV of one warp a row, must stay
+# correct too
 if [ "${SKIP_CHECKS:-0}" != 1 ]; then
-  LIZARD_TC=0 .devout/test_gpu_ops > "$OUT/tc_off.log" 2>&1; echo "LIZARD_TC=0: $(tail -1 "$OUT/tc_off.log")"
-  cat "$OUT/tc_off.log" >> "$OUT/logs.txt"; rm -f "$OUT/tc_off.log"
+  for e in LIZARD_TC=0 LIZARD_GEMV_SPLIT=1; do
+    env $e .devout/test_gpu_ops > "$OUT/extra.log" 2>&1; echo "$e: $(tail -1 "$OUT/extra.log")"
+    cat "$OUT/extra.log" >> "$OUT/logs.txt"; rm -f "$OUT/extra.log"
+  done
 fi
 # WITH_TORCH=1: also the HF transformers baseline (about two minutes)
 if [ "${WITH_TORCH:-0}" = 1 ]; then

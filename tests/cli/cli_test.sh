@@ -122,6 +122,11 @@ expect_error "--max-tokens" "$LIZARD" generate --model "$M" --ids 1 --max-tokens
 expect_error "--top-p" "$LIZARD" generate --model "$M" --ids 1 --top-p 1.5
 expect_error "--format" "$LIZARD" generate --model "$M" --ids 1 --format xml
 expect_error "--device cuda" "$LIZARD" generate --model "$M" --ids 1 --device cuda
+# the CUDA backend's switches are read before it looks for a GPU: a bad one is refused by name
+if ! "$LIZARD" generate --model "$M" --ids 1 --device cuda 2>&1 | grep -q "no CUDA backend"; then
+  expect_error "LIZARD_GEMV_SPLIT=3" env LIZARD_GEMV_SPLIT=3 "$LIZARD" generate --model "$M" --ids 1 --device cuda
+  expect_error "LIZARD_FUSE=norm,bogus" env LIZARD_FUSE=norm,bogus "$LIZARD" generate --model "$M" --ids 1 --device cuda
+fi
 expect_error "--softmax-layers" "$LIZARD" generate --model "$M" --ids 1 --softmax-layers 0,9
 expect_error "unknown command" "$LIZARD" frobnicate
 expect_error "$TMP/nodir" "$LIZARD" forward --model "$TMP/nodir" --ids 1 --logits-out "$TMP/x.npy"

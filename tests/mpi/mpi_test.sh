@@ -78,30 +78,41 @@ rc=$?
   [ "$(grep -c 'rank 2:' "$TMP/bench")" = 3 ] && [ "$(grep -c '"kind": "rank"' "$TMP/bench.jsonl")" = 9 ] && ok ||
   bad "pipelined bench: rc=$rc $(cat "$TMP/bench" "$TMP/err" | head -5)"
 
-# a session written by 2 ranks (balanced), continued by 3 (by-type), then by one process: the same tokens as one run
+# a session written by 2 ranks (balanced), continued by 3 (by-type), then by one process: the same tokens as one run.
+# A step's exit status and stderr go into the failure line (a run that failed prints no ids).
 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 9 --temperature 0.9 --seed 5 --ignore-eos --format json >"$TMP/s0" 2>/dev/null
-run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
-  --session "$TMP/p.lzs" >"$TMP/s1" 2>/dev/null
-run 3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
-  --session "$TMP/p.lzs" --placement by-type >"$TMP/s2" 2>/dev/null
-"$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
-  --session "$TMP/p.lzs" >"$TMP/s3" 2>/dev/null
-joined=$(python3 -c "import json,sys; print(sum((json.load(open(f))['ids'] for f in sys.argv[1:]), []))" "$TMP/s1" "$TMP/s2" "$TMP/s3")
 whole=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ids'])" "$TMP/s0")
-[ "$joined" = "$whole" ] && ok || bad "session across plans: $joined vs $whole"
+steps="" # "name rc=N" of every step
+step() { # step NAME CMD...: stdout to $TMP/NAME, stderr to $TMP/NAME.err
+    local name=$1; shift
+    "$@" >"$TMP/$name" 2>"$TMP/$name.err"
+    steps="$steps $name rc=$?"
+}
+joined_ids() { python3 -c "import json,sys; print(sum((json.load(open(f))['ids'] for f in sys.argv[1:]), []))" "$@" 2>&1 | tail -1; }
+step_errors() { for f in "$@"; do grep -v '^$' "$TMP/$f.err" | head -3; done | head -c 1500; }
+step s1 run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
+  --session "$TMP/p.lzs"
+step s2 run 3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
+  --session "$TMP/p.lzs" --placement by-type
+step s3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
+  --session "$TMP/p.lzs"
+joined=$(joined_ids "$TMP/s1" "$TMP/s2" "$TMP/s3")
+[ "$joined" = "$whole" ] && ok || bad "session across plans: $joined vs $whole;$steps; $(step_errors s1 s2 s3)"
 # the same in version 3 (chunked, forced by LIZARD_SESSION_CHUNK_BYTES, which also makes the stage records
 # cross ranks in pieces of 512 bytes): 2 ranks write it, 3 ranks continue it
 # (writing it chunked again), one process finishes it
 rm -f "$TMP/q.lzs"
-LIZARD_SESSION_CHUNK_BYTES=512 run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 3 --temperature 0.9 --seed 5 \
-  --ignore-eos --format json --session "$TMP/q.lzs" >"$TMP/s1" 2>/dev/null
-[ "$(head -c 1 "$TMP/q.lzs" | od -An -tx1 | tr -d ' ')" != "0d" ] && ok || bad "2 ranks: not a chunked session file"
-LIZARD_SESSION_CHUNK_BYTES=512 run 3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos \
-  --format json --session "$TMP/q.lzs" --placement by-type >"$TMP/s2" 2>/dev/null
-"$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
-  --session "$TMP/q.lzs" >"$TMP/s3" 2>/dev/null
-joined=$(python3 -c "import json,sys; print(sum((json.load(open(f))['ids'] for f in sys.argv[1:]), []))" "$TMP/s1" "$TMP/s2" "$TMP/s3")
-[ "$joined" = "$whole" ] && ok || bad "chunked session across plans: $joined vs $whole"
+steps=""
+step c1 env LIZARD_SESSION_CHUNK_BYTES=512 timeout 120 mpirun -np 2 "$LIZARD" generate --model "$H" --ids $IDS \
+  --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json --session "$TMP/q.lzs"
+[ -s "$TMP/q.lzs" ] && [ "$(head -c 1 "$TMP/q.lzs" | od -An -tx1 | tr -d ' ')" != "0d" ] && ok ||
+  bad "2 ranks: not a chunked session file;$steps; $(step_errors c1)"
+step c2 env LIZARD_SESSION_CHUNK_BYTES=512 timeout 120 mpirun -np 3 "$LIZARD" generate --model "$H" --max-tokens 3 \
+  --temperature 0.9 --seed 5 --ignore-eos --format json --session "$TMP/q.lzs" --placement by-type
+step c3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
+  --session "$TMP/q.lzs"
+joined=$(joined_ids "$TMP/c1" "$TMP/c2" "$TMP/c3")
+[ "$joined" = "$whole" ] && ok || bad "chunked session across plans: $joined vs $whole;$steps; $(step_errors c1 c2 c3)"
 
 # a plan that does not match the job: refused, with the file named
 run 3 "$LIZARD" forward --model "$H" --ids 1 --logits-out "$TMP/x.npy" --plan "$TMP/plan.txt" >/dev/null 2>"$TMP/err"

@@ -15,6 +15,7 @@ LAUNCH=
 if [ -n "$NP" ]; then
     command -v mpirun >/dev/null || { echo "mpirun not found: skipped"; exit 77; }
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    export OMPI_MCA_orte_tmpdir_base="$TMP" # its own Open MPI session folders (suites run side by side)
     LAUNCH="mpirun -np $NP"
 fi
 . "$HERE/lib.sh"
