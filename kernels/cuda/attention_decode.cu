@@ -27,12 +27,14 @@
 //   writes them into the cache or ring), so no append launch. A ring row p % w held position
 //   p - w, which no window of this step reads.
 // DEC_MAX_SPLITS: the merge's m and l [splits][group] must fit in the rings' shared memory.
-#include <stdlib.h> // getenv, atoi
-
 #include "attention_decode.cuh"
 #include "attention_tile.cuh" // lz_load4
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
 #include "ptx.cuh" // lz_cp_async16, lz_ldsm_x4, lz_mma_bf16, lz_fast_exp2, lz_pack_bf16
+
+extern "C" {
+#include "env_switch.h" // lz_env_int
+}
 
 enum { DEC_WARPS = 4, DEC_MIN_KEYS = 64, DEC_MAX_SPLITS = 512, DEC_MAX_PARTIALS = 1 << 21 };
 #define DEC_LOG2E 1.4426950408889634f
@@ -581,11 +583,10 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
 // Once per backend (not per launch, so that decode steps can be captured in graphs): each kernel's
 // shared memory limit and how many of its blocks fit an SM (0: more shared memory than the GPU has).
 template <typename T> lz_status lz_attention_decode_init(lz_cuda_ctx *c) {
-    const char *env = getenv("LIZARD_DECODE_ATTN");
-    dec_blocks_per_sm = env && *env ? atoi(env) : -1;
-    env = getenv("LIZARD_DECODE_TC");
-    dec_tc_stages = env && *env ? atoi(env) : 3;
-    dec_tc_stages = dec_tc_stages == 2 || dec_tc_stages == 3 ? dec_tc_stages : 0;
+    LZ_TRY(lz_env_int("LIZARD_DECODE_ATTN", 0, 64, -1, &dec_blocks_per_sm)); // -1: by the batch
+    LZ_TRY(lz_env_int("LIZARD_DECODE_TC", 0, 3, 3, &dec_tc_stages));
+    if (dec_tc_stages == 1)
+        return lz_fail(LZ_ERR_INPUT, "LIZARD_DECODE_TC=1: not 0 (the CUDA-core loop), 2 or 3 ring stages");
     for (int group = 1; group <= 8; group *= 2)
         for (int d = 64; d <= 256; d *= 2)
             for (int tcs = 0; tcs <= 3; tcs++) {

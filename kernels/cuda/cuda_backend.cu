@@ -1,6 +1,7 @@
 // cuda_backend.cu - the CUDA backend: device memory, weight upload with dtype
 // conversion, the per-step batch upload, and the op table (one per activation
 // type) pointing at the launchers of this folder.
+#include <limits.h> // INT_MAX
 #include <stdlib.h> // getenv, malloc, free, atoi
 #include <stdio.h>  // fprintf
 #include <string.h> // memcpy, strcmp
@@ -10,6 +11,7 @@
 
 extern "C" {
 #include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16
+#include "env_switch.h"  // lz_env_int
 #include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
 }
 
@@ -914,6 +916,36 @@ static bool parse_fuse_dense(const char *v, unsigned *bits) {
     return true;
 }
 
+// The LIZARD_* switches of the context (docs/running.md) and the ops table they pick; a bad value is
+// an input error naming the variable.
+static lz_status read_switches(lz_cuda_ctx *c, int *table) {
+    // the switches back to older paths (for comparison, or as a fallback): each "0" turns one off
+    c->gemv_off = env_is_zero("LIZARD_GEMV");
+    c->tc_off = env_is_zero("LIZARD_TC");
+    c->flash_off = env_is_zero("LIZARD_FLASH");
+    const char *flash = getenv("LIZARD_FLASH");
+    c->flash_one_head = flash && strcmp(flash, "1") == 0;
+    c->fuse_off = env_is_zero("LIZARD_FUSE");
+    unsigned fuse_dense = 0;
+    if (!c->fuse_off && !parse_fuse_dense(getenv("LIZARD_FUSE"), &fuse_dense))
+        return lz_fail(LZ_ERR_INPUT, "LIZARD_FUSE=%s: not 0, gla, all or a list of norm,residual,swiglu",
+                       getenv("LIZARD_FUSE"));
+    *table = c->fuse_off ? 0 : 1 + (int)fuse_dense;
+    c->fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");
+    c->window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
+    c->pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains
+    // the decode GEMV's load variant (-1: by the step's tokens), its most warps a row, the fused
+    // GEMVs' largest step, and the batch sizes from which two decode kernels change
+    LZ_TRY(lz_env_int("LIZARD_GEMV_LOAD", 0, 5, -1, &c->gemv_load));
+    LZ_TRY(lz_env_int("LIZARD_GEMV_SPLIT", 1, 4, 4, &c->gemv_split));
+    if (c->gemv_split == 3)
+        return lz_fail(LZ_ERR_INPUT, "LIZARD_GEMV_SPLIT=3: not 1, 2 or 4");
+    LZ_TRY(lz_env_int("LIZARD_FUSE_TOKENS", 1, LZ_GEMV_MAX_TOKENS, 1, &c->fuse_tokens));
+    LZ_TRY(lz_env_int("LIZARD_WINDOW_SPLIT_MIN", 1, INT_MAX, 16, &c->window_split_min));
+    LZ_TRY(lz_env_int("LIZARD_GLA_STREAM_MIN", 0, INT_MAX, LZ_GLA_STREAM_MIN_DEFAULT, &c->gla_stream_min));
+    return LZ_OK;
+}
+
 extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, const lz_ops **ops) {
     if (dtype != LZ_DTYPE_BF16 && dtype != LZ_DTYPE_F32)
         return lz_fail(LZ_ERR_INPUT, "--dtype: the CUDA backend runs bf16 or fp32");
@@ -923,37 +955,12 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     be->dtype = dtype;
     const char *prof = getenv("LIZARD_PROFILE");
     be->prof.on = prof && *prof && strcmp(prof, "0") != 0;
-    // the switches back to older paths (for comparison, or as a fallback): each "0" turns one off
-    be->ctx.gemv_off = env_is_zero("LIZARD_GEMV");
-    be->ctx.tc_off = env_is_zero("LIZARD_TC");
-    be->ctx.flash_off = env_is_zero("LIZARD_FLASH");
-    const char *flash = getenv("LIZARD_FLASH");
-    be->ctx.flash_one_head = flash && strcmp(flash, "1") == 0;
-    be->ctx.fuse_off = env_is_zero("LIZARD_FUSE");
-    unsigned fuse_dense = 0;
-    if (!be->ctx.fuse_off && !parse_fuse_dense(getenv("LIZARD_FUSE"), &fuse_dense)) {
+    int table = 0;
+    const lz_status sw = read_switches(&be->ctx, &table);
+    if (sw != LZ_OK) {
         free(be);
-        return lz_fail(LZ_ERR_INPUT, "LIZARD_FUSE=%s: not 0, gla, all or a list of norm,residual,swiglu",
-                       getenv("LIZARD_FUSE"));
+        return sw;
     }
-    const int table = be->ctx.fuse_off ? 0 : 1 + (int)fuse_dense;
-    // the decode GEMV's load variant (-1: by the step's tokens) and the fused GEMVs' largest step
-    const char *load = getenv("LIZARD_GEMV_LOAD"), *fuse_tokens = getenv("LIZARD_FUSE_TOKENS");
-    be->ctx.gemv_load = load && *load ? atoi(load) : -1;
-    be->ctx.fuse_tokens = fuse_tokens && *fuse_tokens ? atoi(fuse_tokens) : 1;
-    const char *split = getenv("LIZARD_GEMV_SPLIT"); // the most warps a row of a one-token GEMV
-    be->ctx.gemv_split = split && *split ? atoi(split) : 4;
-    if (split && *split && strcmp(split, "1") != 0 && strcmp(split, "2") != 0 && strcmp(split, "4") != 0) {
-        free(be);
-        return lz_fail(LZ_ERR_INPUT, "LIZARD_GEMV_SPLIT=%s: not 1, 2 or 4", split);
-    }
-    be->ctx.fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");
-    be->ctx.window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
-    be->ctx.pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains
-    const char *split_min = getenv("LIZARD_WINDOW_SPLIT_MIN");
-    be->ctx.window_split_min = split_min && *split_min && atoi(split_min) > 0 ? atoi(split_min) : 16;
-    const char *stream_min = getenv("LIZARD_GLA_STREAM_MIN");
-    be->ctx.gla_stream_min = stream_min && *stream_min ? atoi(stream_min) : LZ_GLA_STREAM_MIN_DEFAULT;
     const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
     be->graphs.off = be->prof.on || (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
     lz_status s = init_device(be);
