@@ -103,12 +103,14 @@ joined=$(joined_ids "$TMP/s1" "$TMP/s2" "$TMP/s3")
 # (writing it chunked again), one process finishes it
 rm -f "$TMP/q.lzs"
 steps=""
-step c1 env LIZARD_SESSION_CHUNK_BYTES=512 timeout 120 mpirun -np 2 "$LIZARD" generate --model "$H" --ids $IDS \
-  --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json --session "$TMP/q.lzs"
+export LIZARD_SESSION_CHUNK_BYTES=512
+step c1 run 2 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos \
+  --format json --session "$TMP/q.lzs"
 [ -s "$TMP/q.lzs" ] && [ "$(head -c 1 "$TMP/q.lzs" | od -An -tx1 | tr -d ' ')" != "0d" ] && ok ||
   bad "2 ranks: not a chunked session file;$steps; $(step_errors c1)"
-step c2 env LIZARD_SESSION_CHUNK_BYTES=512 timeout 120 mpirun -np 3 "$LIZARD" generate --model "$H" --max-tokens 3 \
-  --temperature 0.9 --seed 5 --ignore-eos --format json --session "$TMP/q.lzs" --placement by-type
+step c2 run 3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
+  --session "$TMP/q.lzs" --placement by-type
+unset LIZARD_SESSION_CHUNK_BYTES
 step c3 "$LIZARD" generate --model "$H" --max-tokens 3 --temperature 0.9 --seed 5 --ignore-eos --format json \
   --session "$TMP/q.lzs"
 joined=$(joined_ids "$TMP/c1" "$TMP/c2" "$TMP/c3")
