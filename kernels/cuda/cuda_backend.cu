@@ -565,7 +565,8 @@ static lz_status norm_linear_many_forward(lz_cuda_ctx *c, int count, void *const
     return gemv_fused_forward<T>(c, seg, x, (const T *)norm->data, eps, LZ_GEMV_STORE, n, (int)ws[0]->cols);
 }
 
-template <typename T>
+// NORM_PROLOGUE: the RMSNorm inside the GEMV (LIZARD_FUSE=norm,swiglu), else its own launch first.
+template <typename T, bool NORM_PROLOGUE>
 static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const T *x, const lz_weight *norm, float eps,
                                      const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
                                      const lz_weight *bu, int n) {
@@ -583,6 +584,10 @@ static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const
     seg.m[0] = seg.m[1] = (int)wg->rows;
     seg.bias[0] = bg && bg->data ? (const T *)bg->data : NULL;
     seg.bias[1] = bu && bu->data ? (const T *)bu->data : NULL;
+    if (!NORM_PROLOGUE) {
+        LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
+        return gemv_fused_forward<T>(c, seg, xn, NULL, 0.0f, LZ_GEMV_SWIGLU, n, (int)wg->cols);
+    }
     return gemv_fused_forward<T>(c, seg, x, (const T *)norm->data, eps, LZ_GEMV_SWIGLU, n, (int)wg->cols);
 }
 
@@ -652,10 +657,11 @@ template <typename T> struct cuda_ops {
                                       const lz_weight *const *biases, int n) {
         return profiled(be, "norm_linear", [&] { return norm_linear_many_forward<T>(&be->ctx, count, outs, (T *)xn, (const T *)x, norm, eps, ws, biases, n); });
     }
+    template <bool NORM_PROLOGUE>
     static lz_status norm_swiglu(lz_backend *be, void *out, void *xn, void *up, const void *x, const lz_weight *norm,
                                  float eps, const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
                                  const lz_weight *bu, int n) {
-        return profiled(be, "norm_swiglu", [&] { return norm_swiglu_forward<T>(&be->ctx, (T *)out, (T *)xn, (T *)up, (const T *)x, norm, eps, wg, bg, wu, bu, n); });
+        return profiled(be, "norm_swiglu", [&] { return norm_swiglu_forward<T, NORM_PROLOGUE>(&be->ctx, (T *)out, (T *)xn, (T *)up, (const T *)x, norm, eps, wg, bg, wu, bu, n); });
     }
     static lz_status linear_residual(lz_backend *be, void *y, void *tmp, const void *x, const lz_weight *w,
                                      const lz_weight *bias, int n) {
@@ -781,8 +787,9 @@ template <typename T> static lz_ops make_ops(const char *name, int table) {
         o.gla_decode = cuda_ops<T>::gla_decode;
         if (dense & LZ_FUSE_NORM)
             o.norm_linear_many = cuda_ops<T>::norm_linear_many;
-        if (dense & LZ_FUSE_SWIGLU) // (the gate/up GEMV with the norm prologue)
-            o.norm_swiglu = cuda_ops<T>::norm_swiglu;
+        if (dense & LZ_FUSE_SWIGLU) // (the gate/up GEMV; the norm as its prologue too if the table folds norms)
+            o.norm_swiglu = dense & LZ_FUSE_NORM ? cuda_ops<T>::template norm_swiglu<true>
+                                                 : cuda_ops<T>::template norm_swiglu<false>;
         // either way a prompt's residual GEMMs accumulate in place; decode: the epilogue, or the GEMV then the add
         o.linear_residual = dense & LZ_FUSE_RESIDUAL ? cuda_ops<T>::linear_residual : cuda_ops<T>::linear_residual_gemm;
     }
@@ -933,6 +940,7 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     *table = c->fuse_off ? 0 : 1 + (int)fuse_dense;
     c->fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");
     c->window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
+    c->window_overlap = !env_is_zero("LIZARD_WINDOW_OVERLAP");
     c->pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains
     // the decode GEMV's load variant (-1: by the step's tokens), its most warps a row, the fused
     // GEMVs' largest step, and the batch sizes from which two decode kernels change

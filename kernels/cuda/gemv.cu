@@ -14,10 +14,10 @@ template <typename T> lz_status gemv_segments_forward(lz_cuda_ctx *c, lz_gemv_se
     for (int s = 0; s < seg.count; s++)
         seg.total_rows += seg.m[s];
     if (n <= 1 || (size_t)seg.total_rows * (size_t)n <= (size_t)32 * (size_t)c->n_sms)
-        return lz_gemv_launch<T, 1, 1, false, LZ_GEMV_STORE>(c, seg, x, NULL, 0.0f, n, k);
+        return lz_gemv_launch<T, 1, false, LZ_GEMV_STORE>(c, seg, x, NULL, 0.0f, n, k);
     if (n <= 4)
-        return lz_gemv_launch<T, 4, 1, false, LZ_GEMV_STORE>(c, seg, x, NULL, 0.0f, n, k);
-    return lz_gemv_launch<T, LZ_GEMV_MAX_TOKENS, 1, false, LZ_GEMV_STORE>(c, seg, x, NULL, 0.0f, n, k);
+        return lz_gemv_launch<T, 4, false, LZ_GEMV_STORE>(c, seg, x, NULL, 0.0f, n, k);
+    return lz_gemv_launch<T, LZ_GEMV_MAX_TOKENS, false, LZ_GEMV_STORE>(c, seg, x, NULL, 0.0f, n, k);
 }
 
 template <typename T>

@@ -4,20 +4,19 @@
 //     x[t]^2 (so no block waits for another) and multiplies its weights by the norm's weight;
 //     the row's dot product is scaled by rsqrt(mean(x^2) + eps) at the end;
 //   epilogue residual: out[t, row] += the row's result (o_proj and down_proj onto the residual stream);
-//   epilogue SwiGLU: the warp streams gate row r and up row r together and writes silu(gate) * up
-//     (the gate and up outputs never reach memory, and the SwiGLU launch goes).
+//   epilogue SwiGLU: two sibling warps stream gate row r and up row r, and the first writes
+//     silu(gate) * up (the gate and up outputs never reach memory, and the SwiGLU launch goes).
 // The epilogues round as the unfused ops do (the product to T, then the add or the SwiGLU).
 #include "gemv_kernel.cuh"
 
 template <typename T, bool NORM, int EPI>
 static lz_status by_tokens(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm, float eps, int n,
                            int k) {
-    constexpr int NW = EPI == LZ_GEMV_SWIGLU ? 2 : 1;
     if (n <= 1)
-        return lz_gemv_launch<T, 1, NW, NORM, EPI>(c, seg, x, norm, eps, n, k);
+        return lz_gemv_launch<T, 1, NORM, EPI>(c, seg, x, norm, eps, n, k);
     if (n <= 4)
-        return lz_gemv_launch<T, 4, NW, NORM, EPI>(c, seg, x, norm, eps, n, k);
-    return lz_gemv_launch<T, LZ_GEMV_MAX_TOKENS, NW, NORM, EPI>(c, seg, x, norm, eps, n, k);
+        return lz_gemv_launch<T, 4, NORM, EPI>(c, seg, x, norm, eps, n, k);
+    return lz_gemv_launch<T, LZ_GEMV_MAX_TOKENS, NORM, EPI>(c, seg, x, norm, eps, n, k);
 }
 
 template <typename T>

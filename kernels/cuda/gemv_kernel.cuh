@@ -1,17 +1,22 @@
 // gemv_kernel.cuh - the decode GEMV kernel that gemv.cu (plain) and gemv_fused.cu (norm prologue,
 // residual or SwiGLU epilogue) launch: out[n, m] = x[n, k] . W[m, k]^T for n <= LZ_GEMV_MAX_TOKENS.
 //
-// Memory-bound: one warp streams one weight row (NW = 2: the gate row and the up row together)
-// with 16-byte loads and applies it to NT tokens; each lane's first load goes before
-// griddepcontrol.wait (weights depend on no kernel), so a GEMV's loads start while the previous
-// kernel drains. LOAD picks the weight load's cache operators and the registers (LIZARD_GEMV_LOAD,
-// bf16 only): 0 plain (L1 and L2 as the hardware likes), 1 L2 evict-first (weights are read once a
-// step), 2 L1 no-allocate, 3 L2 fetches of 256 bytes; 4 and 5 are 0 and 2 held to 32 registers a
-// thread, so that 8 blocks fit an SM instead of 6 (one token: the q/k/v GEMV's 768 blocks then
-// take 73% of the slots, not 97%, and the next kernel's blocks find room while it runs).
+// Memory-bound: one warp streams one weight row with 16-byte loads and applies it to NT tokens;
+// each lane's first load goes before griddepcontrol.wait (weights depend on no kernel), so a GEMV's
+// loads start while the previous kernel drains. LOAD picks the weight load's cache operators and the
+// registers (LIZARD_GEMV_LOAD, bf16 only): 0 plain (L1 and L2 as the hardware likes), 1 L2
+// evict-first (weights are read once a step), 2 L1 no-allocate, 3 L2 fetches of 256 bytes; 4 and 5
+// are 0 and 2 held to 32 registers a thread, so that 8 blocks fit an SM instead of 6 (one token: the
+// q/k/v GEMV's 768 blocks then take 73% of the slots, not 97%, and the next kernel's blocks find
+// room while it runs).
 // SPLIT (LIZARD_GEMV_SPLIT, one token): warps a row, so that layers of few rows (o_proj, down_proj:
 // 4096) fill the GPU's thread slots with warps streaming a half or a quarter of a row each.
-//
+// The SwiGLU epilogue (PAIR): the gate row and the up row of an output go to two sibling warps of a
+// block, each streaming its whole row as a plain GEMV warp does, and they meet in shared memory; so
+// the fused GEMV keeps the plain one's registers (32, no spills) and 8 blocks an SM. H200, 8B shapes,
+// LIZARD_FUSE=residual,swiglu, batch 1, three rounds (session 10): teacher / hybrid / pure Lizard
+// 212.9 / 213.5 / 214.8 tok/s against 212.1 / 209.8 / 211.9 with both rows in one warp (two loads in
+// flight a lane, 38 registers, 6 blocks an SM), which was the kernel until then.
 // Tried on the H200 (8B shapes, session 7) and measured slower, so removed:
 // - the weights through a per-warp cp.async ring in shared memory, 2-8 chunks of 16 bytes in flight
 //   a lane: batch 1 207.9 -> 195-204 tok/s, batch 4 548 -> 330-394; the 128K-row lm_head took 311 us
@@ -21,6 +26,10 @@
 //   resident warps prefetch, 50 MB and more, is more than L2 keeps);
 // - weight loads as ld.global.nc.L1::no_allocate with an L2 policy: batch 1 207.9 -> 198.5,
 //   batch 4 548 -> 386.
+// Tried in session 10 and measured slower, so removed:
+// - 2-8 chunks a lane (not one) loaded before the wait, into shared memory by cp.async (no registers
+//   held): teacher batch 1 218.7 -> 216.1 (2), 210.9 (4), 186.1 (8) tok/s; pure Lizard 212.0 -> 213.5,
+//   209.6, 187.1; with the q/k/v GEMV also at 2 warps a row (1.45 waves), no change either.
 // Tried in session 8 and measured slower, so removed:
 // - the weights into shared memory by the copy engine (cp.async.bulk on an mbarrier ring, one lane
 //   of each warp issuing; 8 warps a block, 1-2 blocks an SM, the first slices requested before the
@@ -72,50 +81,48 @@ template <int SPLIT> __device__ __forceinline__ void lz_row_barrier(int group) {
 
 // SPLIT warps of one block per (output row of any segment, group of NT tokens), each taking every
 // SPLIT-th 32 x 16-byte chunk of the row; k % vec16<T>::N == 0. Split rows (no norm prologue) meet
-// at a named barrier of their SPLIT warps, and the first warp adds the partial sums in order.
-template <typename T, int NT, int NW, bool NORM, int EPI, int LOAD, int SPLIT>
+// at a named barrier of their SPLIT warps, and the first warp adds the partial sums in order. The
+// SwiGLU epilogue (PAIR, SPLIT = 2): the first warp streams the gate row, the second the up row.
+template <typename T, int NT, bool NORM, int EPI, int LOAD, int SPLIT>
 __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
     gemv_kernel(lz_gemv_segments<T> seg, const T *x, const T *norm, float eps, int n, int k, int n_groups) {
-    static_assert(SPLIT == 1 || (!NORM && (LZ_GEMV_BLOCK / 32) % SPLIT == 0), "split rows: no norm prologue");
+    constexpr bool PAIR = EPI == LZ_GEMV_SWIGLU; // gate and up rows on sibling warps
+    static_assert(!PAIR || SPLIT == 2, "SwiGLU: a gate warp and an up warp an output");
+    static_assert(SPLIT == 1 || ((PAIR || !NORM) && (LZ_GEMV_BLOCK / 32) % SPLIT == 0),
+                  "split rows: no norm prologue (each warp's sum of squares must span the row)");
     constexpr int V = vec16<T>::N;
     const int block_warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * (LZ_GEMV_BLOCK / 32) + block_warp) / SPLIT, part = block_warp % SPLIT;
     if (warp >= seg.total_rows * n_groups)
         return; // (the SPLIT warps of a row leave together: the barrier below waits for none of them)
     int row = warp % seg.total_rows, m = seg.m[0];
-    const T *w0 = seg.w[0], *w1 = seg.w[NW - 1], *bias0 = seg.bias[0], *bias1 = seg.bias[NW - 1];
+    const T *w = seg.w[0], *bias = seg.bias[0];
     T *out = seg.out[0];
-    if constexpr (NW == 1) { // this row's segment; constant indices keep seg in parameter space
+    if constexpr (PAIR) { // the second warp of the pair streams the up row
+        if (part == 1)
+            w = seg.w[1];
+    } else { // this row's segment; constant indices keep seg in parameter space
 #pragma unroll
         for (int s = 1; s < LZ_GEMV_MAX_SEGMENTS; s++)
             if (s < seg.count && row >= m) {
                 row -= m;
-                m = seg.m[s], w0 = seg.w[s], bias0 = seg.bias[s], out = seg.out[s];
+                m = seg.m[s], w = seg.w[s], bias = seg.bias[s], out = seg.out[s];
             }
     }
     const int t0 = (warp / seg.total_rows) * NT, nt = min(NT, n - t0);
-    const T *wr[NW];
-    wr[0] = w0 + (size_t)row * k;
-    if constexpr (NW == 2)
-        wr[NW - 1] = w1 + (size_t)row * k;
-    float acc[NW][NT], ss[NT];
+    const T *wr = w + (size_t)row * k;
+    float acc[NT], ss[NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        ss[t] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NW; j++)
-            acc[j][t] = 0.0f;
-    }
-    // the products of one chunk: weights wv (NW rows x V columns from column c) with every token
-    auto fma_chunk = [&](float (&wv)[NW][V], int c) {
+    for (int t = 0; t < NT; t++)
+        acc[t] = ss[t] = 0.0f;
+    // the products of one chunk: weights wv (V columns from column c) with every token
+    auto fma_chunk = [&](float (&wv)[V], int c) {
         if constexpr (NORM) {
             float g[V];
             vec16<T>::load(g, norm + c);
 #pragma unroll
-            for (int j = 0; j < NW; j++)
-#pragma unroll
-                for (int i = 0; i < V; i++)
-                    wv[j][i] *= g[i];
+            for (int i = 0; i < V; i++)
+                wv[i] *= g[i];
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -124,101 +131,88 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
                 vec16<T>::load(xv, x + (size_t)(t0 + t) * k + c);
 #pragma unroll
                 for (int i = 0; i < V; i++) {
-#pragma unroll
-                    for (int j = 0; j < NW; j++)
-                        acc[j][t] += wv[j][i] * xv[i];
+                    acc[t] += wv[i] * xv[i];
                     if constexpr (NORM)
                         ss[t] += xv[i] * xv[i];
                 }
             }
         }
     };
-    uint4 pre[NW]; // the first weights, loaded before the wait (raw: 4 registers a row, not 8)
-    const int c0 = (part * 32 + lane) * V, stride = 32 * V * SPLIT;
+    uint4 pre; // the first weights, loaded before the wait (raw: 4 registers, not 8)
+    const int c0 = ((PAIR ? 0 : part) * 32 + lane) * V, stride = 32 * V * (PAIR ? 1 : SPLIT);
     if (c0 < k)
-#pragma unroll
-        for (int j = 0; j < NW; j++)
-            pre[j] = lz_load_weight16<LOAD>(wr[j] + c0);
+        pre = lz_load_weight16<LOAD>(wr + c0);
     lz_pdl_wait();
     lz_pdl_launch_dependents();
     if (c0 < k) {
-        float wv[NW][V];
-#pragma unroll
-        for (int j = 0; j < NW; j++)
-            vec16<T>::load(wv[j], (const T *)&pre[j]);
+        float wv[V];
+        vec16<T>::load(wv, (const T *)&pre);
         fma_chunk(wv, c0);
     }
     for (int c = c0 + stride; c < k; c += stride) {
-        float wv[NW][V];
-#pragma unroll
-        for (int j = 0; j < NW; j++) {
-            const uint4 raw = lz_load_weight16<LOAD>(wr[j] + c);
-            vec16<T>::load(wv[j], (const T *)&raw);
-        }
+        float wv[V];
+        const uint4 raw = lz_load_weight16<LOAD>(wr + c);
+        vec16<T>::load(wv, (const T *)&raw);
         fma_chunk(wv, c);
     }
 
-    float sum0[NT], sum1[NT];
+    float sum[NT], up[NT]; // up: PAIR's second warp's sums
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        sum0[t] = lz_warp_sum(acc[0][t]), sum1[t] = NW == 2 ? lz_warp_sum(acc[NW - 1][t]) : 0.0f;
-        if constexpr (NORM) {
-            const float inv = rsqrtf(lz_warp_sum(ss[t]) / (float)k + eps);
-            sum0[t] *= inv, sum1[t] *= inv;
-        }
+        sum[t] = lz_warp_sum(acc[t]), up[t] = 0.0f;
+        if constexpr (NORM)
+            sum[t] *= rsqrtf(lz_warp_sum(ss[t]) / (float)k + eps);
     }
-    if constexpr (SPLIT > 1) { // the row's partial sums through shared memory to its first warp
-        __shared__ float partial[LZ_GEMV_BLOCK / 32][NT][NW];
+    if constexpr (SPLIT > 1) { // the row's partial sums (PAIR: the up row's sum) to its first warp
+        __shared__ float partial[LZ_GEMV_BLOCK / 32][NT];
         if (lane == 0)
 #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                partial[block_warp][t][0] = sum0[t];
-                if constexpr (NW == 2)
-                    partial[block_warp][t][1] = sum1[t];
-            }
+            for (int t = 0; t < NT; t++)
+                partial[block_warp][t] = sum[t];
         lz_row_barrier<SPLIT>(block_warp / SPLIT);
         if (part != 0)
             return;
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            sum0[t] = sum1[t] = 0.0f;
+            if constexpr (PAIR) {
+                up[t] = partial[block_warp + 1][t];
+            } else {
+                sum[t] = 0.0f;
 #pragma unroll
-            for (int p = 0; p < SPLIT; p++) {
-                sum0[t] += partial[block_warp + p][t][0];
-                if constexpr (NW == 2)
-                    sum1[t] += partial[block_warp + p][t][1];
+                for (int p = 0; p < SPLIT; p++)
+                    sum[t] += partial[block_warp + p][t];
             }
         }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        float r0 = sum0[t], r1 = sum1[t];
+        float r = sum[t];
         if (lane == 0 && t < nt) {
             T *o = out + (size_t)(t0 + t) * m + row;
-            if (bias0)
-                r0 += lz_to_float(bias0[row]);
+            if (bias)
+                r += lz_to_float(bias[row]);
             if constexpr (EPI == LZ_GEMV_SWIGLU) {
-                if (bias1)
-                    r1 += lz_to_float(bias1[row]);
+                const T *bias_up = seg.bias[1];
+                const float u_sum = up[t] + (bias_up ? lz_to_float(bias_up[row]) : 0.0f);
                 // rounded as the unfused path rounds: gate and up to T, then silu(gate) * up
-                const float g = lz_to_float(lz_from_float<T>(r0)), u = lz_to_float(lz_from_float<T>(r1));
+                const float g = lz_to_float(lz_from_float<T>(r)), u = lz_to_float(lz_from_float<T>(u_sum));
                 *o = lz_from_float<T>(g / (1.0f + expf(-g)) * u);
             } else if constexpr (EPI == LZ_GEMV_RESIDUAL) {
                 // the product rounded to T first, as the unfused GEMV then add would
-                *o = lz_from_float<T>(lz_to_float(*o) + lz_to_float(lz_from_float<T>(r0)));
+                *o = lz_from_float<T>(lz_to_float(*o) + lz_to_float(lz_from_float<T>(r)));
             } else {
-                *o = lz_from_float<T>(r0);
+                *o = lz_from_float<T>(r);
             }
         }
     }
 }
 
-template <typename T, int NT, int NW, bool NORM, int EPI, int LOAD, int SPLIT>
+template <typename T, int NT, bool NORM, int EPI, int LOAD, int SPLIT>
 static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm,
                                    float eps, int n, int k) {
     const int groups = (n + NT - 1) / NT;
     const int grid = (int)(((size_t)seg.total_rows * groups * SPLIT * 32 + LZ_GEMV_BLOCK - 1) / LZ_GEMV_BLOCK);
-    LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT, NW, NORM, EPI, LOAD, SPLIT>, dim3((unsigned)grid),
+    LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT, NORM, EPI, LOAD, SPLIT>, dim3((unsigned)grid),
                      dim3(LZ_GEMV_BLOCK), 0, seg, x, norm, eps, n, k, groups));
     LZ_LAUNCH_CHECK("gemv");
     return LZ_OK;
@@ -230,17 +224,21 @@ static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &se
 // without the norm prologue only. H200, 8B shapes, batch 1, session 9, four rounds in one run (tok/s):
 // teacher 212.2-213.0 -> 217.3-219.9 with 4 (216.9-219.6 with 2), hybrid 209.6-211.0 -> 212.8-214.7,
 // pure Lizard 209.8-210.8 -> 211.8-212.2; batch 4 (NT = 4, not split) the same.
-template <typename T, int NT, int NW, bool NORM, int EPI, int LOAD>
+template <typename T, int NT, bool NORM, int EPI, int LOAD>
 static lz_status lz_gemv_launch_split(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm,
                                       float eps, int n, int k) {
-    if constexpr (NT == 1 && !NORM) {
+    if constexpr (EPI == LZ_GEMV_SWIGLU) {
+        return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 2>(c, seg, x, norm, eps, n, k); // (PAIR)
+    } else if constexpr (NT == 1 && !NORM) {
         const size_t threads = (size_t)seg.total_rows * (size_t)n * 32, slots = (size_t)c->n_sms * 2048;
         if (c->gemv_split >= 4 && threads * 4 <= slots)
-            return lz_gemv_launch_as<T, NT, NW, NORM, EPI, LOAD, 4>(c, seg, x, norm, eps, n, k);
+            return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 4>(c, seg, x, norm, eps, n, k);
         if (c->gemv_split >= 2 && threads * 2 <= slots)
-            return lz_gemv_launch_as<T, NT, NW, NORM, EPI, LOAD, 2>(c, seg, x, norm, eps, n, k);
+            return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 2>(c, seg, x, norm, eps, n, k);
+        return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 1>(c, seg, x, norm, eps, n, k);
+    } else {
+        return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 1>(c, seg, x, norm, eps, n, k);
     }
-    return lz_gemv_launch_as<T, NT, NW, NORM, EPI, LOAD, 1>(c, seg, x, norm, eps, n, k);
 }
 
 // The load variant: LIZARD_GEMV_LOAD if set, else by what measured fastest (H200, 8B shapes, session
@@ -249,23 +247,23 @@ static lz_status lz_gemv_launch_split(lz_cuda_ctx *c, const lz_gemv_segments<T> 
 // 207 -> 209; 4, the same registers with plain loads, 207 -> 201; the residual epilogue takes it
 // too); the one-token GEMVs with the norm prologue or two rows 0 (their sums spill at 32 registers:
 // 4 took LIZARD_FUSE=all from 202 to 147).
-template <int NT, int NW, bool NORM> constexpr int lz_gemv_default_load() {
-    return NT > 1 ? 2 : NW == 1 && !NORM ? 5 : 0;
+template <int NT, bool NORM> constexpr int lz_gemv_default_load() {
+    return NT > 1 ? 2 : !NORM ? 5 : 0;
 }
-template <typename T, int NT, int NW, bool NORM, int EPI>
+template <typename T, int NT, bool NORM, int EPI>
 static lz_status lz_gemv_launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm, float eps,
                                 int n, int k) {
     if constexpr (sizeof(T) == 2) {
-        switch (c->gemv_load >= 0 ? c->gemv_load : lz_gemv_default_load<NT, NW, NORM>()) {
-        case 1: return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 1>(c, seg, x, norm, eps, n, k);
-        case 2: return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 2>(c, seg, x, norm, eps, n, k);
-        case 3: return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 3>(c, seg, x, norm, eps, n, k);
-        case 4: return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 4>(c, seg, x, norm, eps, n, k);
-        case 5: return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 5>(c, seg, x, norm, eps, n, k);
+        switch (c->gemv_load >= 0 ? c->gemv_load : lz_gemv_default_load<NT, NORM>()) {
+        case 1: return lz_gemv_launch_split<T, NT, NORM, EPI, 1>(c, seg, x, norm, eps, n, k);
+        case 2: return lz_gemv_launch_split<T, NT, NORM, EPI, 2>(c, seg, x, norm, eps, n, k);
+        case 3: return lz_gemv_launch_split<T, NT, NORM, EPI, 3>(c, seg, x, norm, eps, n, k);
+        case 4: return lz_gemv_launch_split<T, NT, NORM, EPI, 4>(c, seg, x, norm, eps, n, k);
+        case 5: return lz_gemv_launch_split<T, NT, NORM, EPI, 5>(c, seg, x, norm, eps, n, k);
         default: break;
         }
     }
-    return lz_gemv_launch_split<T, NT, NW, NORM, EPI, 0>(c, seg, x, norm, eps, n, k);
+    return lz_gemv_launch_split<T, NT, NORM, EPI, 0>(c, seg, x, norm, eps, n, k);
 }
 
 #endif

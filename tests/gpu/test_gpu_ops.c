@@ -248,7 +248,7 @@ static void test_fused_dense(backend *c, backend *g) {
     const int steps[6] = {1, 2, 3, 5, 8, 37};
     for (int wi = 0; wi < 2; wi++) {
         const int C = widths[wi], Tmax = 37;
-        if (!c->ops->norm_linear_many || !g->ops->norm_linear_many || !g->ops->norm_swiglu || !g->ops->linear_residual) {
+        if (!g->ops->norm_linear_many && !g->ops->norm_swiglu && !g->ops->linear_residual) {
             fprintf(stderr, "test_gpu_ops: %s: no fused dense ops (LIZARD_FUSE=0?)\n", dtype_name);
             return;
         }
@@ -274,19 +274,23 @@ static void test_fused_dense(backend *c, backend *g) {
             void *couts[3] = {co, co2, co3}, *gouts[3] = {go, go2, go3};
             const lz_weight *cws[3] = {&cw, &cw2, &cw3}, *gws[3] = {&gw, &gw2, &gw3};
             const lz_weight *cbs[3] = {&cb, NULL, NULL}, *gbs[3] = {&gb, NULL, NULL};
-            BOTH(c->ops->norm_linear_many(c->be, 3, couts, cxn, cx, &cn, 1e-5f, cws, cbs, T),
-                 g->ops->norm_linear_many(g->be, 3, gouts, gxn, gx, &gn, 1e-5f, gws, gbs, T));
-            compare("norm_linear_many (bias)", c, co, g, go, (size_t)T * O, tol);
-            compare("norm_linear_many (33 rows)", c, co2, g, go2, (size_t)T * O2, tol);
-            // T values only (one dot product per token): no averaging over a row, so bf16's rounding of the
-            // normalised input shows in full (measured 1.09e-2 on the H200 at 1e-2); held to the attention bound
-            compare("norm_linear_many (1 row)", c, co3, g, go3, (size_t)T, tol_attn);
+            if (g->ops->norm_linear_many) {
+                BOTH(c->ops->norm_linear_many(c->be, 3, couts, cxn, cx, &cn, 1e-5f, cws, cbs, T),
+                     g->ops->norm_linear_many(g->be, 3, gouts, gxn, gx, &gn, 1e-5f, gws, gbs, T));
+                compare("norm_linear_many (bias)", c, co, g, go, (size_t)T * O, tol);
+                compare("norm_linear_many (33 rows)", c, co2, g, go2, (size_t)T * O2, tol);
+                // T values only (one dot product per token): no averaging over a row, so bf16's rounding of the
+                // normalised input shows in full (measured 1.09e-2 on the H200 at 1e-2); held to the attention bound
+                compare("norm_linear_many (1 row)", c, co3, g, go3, (size_t)T, tol_attn);
+            }
             // MLP input: silu(gate) * up, the up projection with a bias
             void *cm = act(c, NULL, (size_t)T * I), *gm = act(g, NULL, (size_t)T * I);
             void *cup = act(c, NULL, (size_t)T * I), *gup = act(g, NULL, (size_t)T * I);
-            BOTH(c->ops->norm_swiglu(c->be, cm, cxn, cup, cx, &cn, 1e-5f, &cg, NULL, &cu, &cbu, T),
-                 g->ops->norm_swiglu(g->be, gm, gxn, gup, gx, &gn, 1e-5f, &gg, NULL, &gu, &gbu, T));
-            compare("norm_swiglu", c, cm, g, gm, (size_t)T * I, tol);
+            if (g->ops->norm_swiglu) {
+                BOTH(c->ops->norm_swiglu(c->be, cm, cxn, cup, cx, &cn, 1e-5f, &cg, NULL, &cu, &cbu, T),
+                     g->ops->norm_swiglu(g->be, gm, gxn, gup, gx, &gn, 1e-5f, &gg, NULL, &gu, &gbu, T));
+                compare("norm_swiglu", c, cm, g, gm, (size_t)T * I, tol);
+            }
             // residual: y += h . W^T + b (down_proj shape: I inputs, O outputs), and o_proj's (C inputs)
             void *cy = act(c, hy, (size_t)T * O), *gy = act(g, hy, (size_t)T * O);
             void *ch = act(c, hh, (size_t)T * I), *gh = act(g, hh, (size_t)T * I);
@@ -898,9 +902,7 @@ int main(void) {
     backend cpu, gpu;
     // every fused decode op in the table (the default leaves the dense ones out); LIZARD_FUSE=0 from outside
     // checks the plain table instead
-    const char *fuse = getenv("LIZARD_FUSE");
-    if (!fuse || strcmp(fuse, "0") != 0)
-        setenv("LIZARD_FUSE", "all", 1);
+    setenv("LIZARD_FUSE", "all", 0); // (another list from outside checks that table's fused ops)
     setenv("LIZARD_FUSE_TOKENS", "8", 0); // the fused GEMV at 1 to 8 tokens (the default fuses 1)
     setenv("LIZARD_GLA_STREAM_MIN", "8", 1); // both GLA decode paths in test_gla_decode
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
