@@ -732,6 +732,9 @@ static void cuda_destroy(lz_backend *be);
 // (gate and up rows streamed one after the other instead of side by side: 186.7 / 189.5 / 194.9,
 // so not kept). Over five runs the residual fold gave the teacher -1.3 to +5.1 tok/s (mean +2.0):
 // the size of the spread between invocations, kept because it never cost more than that.
+// SwiGLU on paired warps without the norm prologue (residual,swiglu; session 10, three rounds): teacher
+// 218.0 -> 212.9, hybrid 213.2 -> 213.6, pure Lizard 211.2 -> 214.8; again with the window overlap:
+// 217.5 -> 213.2, 219.1 -> 218.7, 222.0 -> 225.2. So it stays opt-in.
 // The dense decode ops the fused GEMV can take (LIZARD_FUSE=norm,residual,swiglu; all: every one).
 enum { LZ_FUSE_NORM = 1, LZ_FUSE_RESIDUAL = 2, LZ_FUSE_SWIGLU = 4, LZ_FUSE_DENSE_ALL = 7 };
 enum { FUSE_TABLES = 1 + LZ_FUSE_DENSE_ALL + 1 };
@@ -941,6 +944,7 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     c->fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");
     c->window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
     c->window_overlap = !env_is_zero("LIZARD_WINDOW_OVERLAP");
+    c->gla_early = !env_is_zero("LIZARD_GLA_EARLY");
     c->pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains
     // the decode GEMV's load variant (-1: by the step's tokens), its most warps a row, the fused
     // GEMVs' largest step, and the batch sizes from which two decode kernels change

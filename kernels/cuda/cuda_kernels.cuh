@@ -23,6 +23,7 @@ struct lz_cuda_ctx {
     bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
     bool fuse_off;         // LIZARD_FUSE=0: no fused ops, the unsplit GLA decode, the plain GEMV loop
     bool window_decode_off; // LIZARD_WINDOW_DECODE=0: decode steps' window on the tile kernel + ring store
+    bool gla_early;        // LIZARD_GLA_EARLY=0: the batch-1 GLA decode kernel loads nothing before its PDL wait
     bool window_overlap;   // LIZARD_WINDOW_OVERLAP=0: the batch-1 window kernel waits for the GLA kernel before it starts
     int window_split_min;  // LIZARD_WINDOW_SPLIT_MIN: decode steps of this many sequences on take the split kernel (default 16)
     int gla_stream_min;    // LIZARD_GLA_STREAM_MIN: decode steps of this many sequences on take gla_decode_stream.cu

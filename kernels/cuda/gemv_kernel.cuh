@@ -26,10 +26,12 @@
 //   resident warps prefetch, 50 MB and more, is more than L2 keeps);
 // - weight loads as ld.global.nc.L1::no_allocate with an L2 policy: batch 1 207.9 -> 198.5,
 //   batch 4 548 -> 386.
-// Tried in session 10 and measured slower, so removed:
+// Tried in session 10, not kept (slower, or mixed at 2 chunks):
 // - 2-8 chunks a lane (not one) loaded before the wait, into shared memory by cp.async (no registers
 //   held): teacher batch 1 218.7 -> 216.1 (2), 210.9 (4), 186.1 (8) tok/s; pure Lizard 212.0 -> 213.5,
-//   209.6, 187.1; with the q/k/v GEMV also at 2 warps a row (1.45 waves), no change either.
+//   209.6, 187.1 (hybrid 213.2 -> 213.8, 209.4, 184.7);
+// - the q/k/v GEMV (6144 rows) at 2 warps a row over 1.45 waves of thread slots: teacher / hybrid /
+//   pure Lizard 218.7 / 213.2 / 212.0 -> 218.1 / 213.6 / 211.0 tok/s, no gain.
 // Tried in session 8 and measured slower, so removed:
 // - the weights into shared memory by the copy engine (cp.async.bulk on an mbarrier ring, one lane
 //   of each warp issuing; 8 warps a block, 1-2 blocks an SM, the first slices requested before the
