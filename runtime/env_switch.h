@@ -7,5 +7,7 @@
 #include "error.h" // lz_status
 
 lz_status lz_env_int(const char *name, int lo, int hi, int def, int *out);
+/* The same for a switch that takes only the n values of allowed. */
+lz_status lz_env_int_in(const char *name, const int *allowed, int n, int def, int *out);
 
 #endif

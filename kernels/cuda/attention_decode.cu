@@ -33,7 +33,7 @@
 #include "ptx.cuh" // lz_cp_async16, lz_ldsm_x4, lz_mma_bf16, lz_fast_exp2, lz_pack_bf16
 
 extern "C" {
-#include "env_switch.h" // lz_env_int
+#include "env_switch.h" // lz_env_int, lz_env_int_in
 }
 
 enum { DEC_WARPS = 4, DEC_MIN_KEYS = 64, DEC_MAX_SPLITS = 512, DEC_MAX_PARTIALS = 1 << 21 };
@@ -584,9 +584,8 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
 // shared memory limit and how many of its blocks fit an SM (0: more shared memory than the GPU has).
 template <typename T> lz_status lz_attention_decode_init(lz_cuda_ctx *c) {
     LZ_TRY(lz_env_int("LIZARD_DECODE_ATTN", 0, 64, -1, &dec_blocks_per_sm)); // -1: by the batch
-    LZ_TRY(lz_env_int("LIZARD_DECODE_TC", 0, 3, 3, &dec_tc_stages));
-    if (dec_tc_stages == 1)
-        return lz_fail(LZ_ERR_INPUT, "LIZARD_DECODE_TC=1: not 0 (the CUDA-core loop), 2 or 3 ring stages");
+    static const int tc_stages[] = {0, 2, 3}; // 0: the CUDA-core loop; else the mma loop's ring stages
+    LZ_TRY(lz_env_int_in("LIZARD_DECODE_TC", tc_stages, 3, 3, &dec_tc_stages));
     for (int group = 1; group <= 8; group *= 2)
         for (int d = 64; d <= 256; d *= 2)
             for (int tcs = 0; tcs <= 3; tcs++) {

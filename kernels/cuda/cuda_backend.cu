@@ -11,7 +11,7 @@
 
 extern "C" {
 #include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16
-#include "env_switch.h"  // lz_env_int
+#include "env_switch.h"  // lz_env_int, lz_env_int_in
 #include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
 }
 
@@ -949,9 +949,8 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     // the decode GEMV's load variant (-1: by the step's tokens), its most warps a row, the fused
     // GEMVs' largest step, and the batch sizes from which two decode kernels change
     LZ_TRY(lz_env_int("LIZARD_GEMV_LOAD", 0, 5, -1, &c->gemv_load));
-    LZ_TRY(lz_env_int("LIZARD_GEMV_SPLIT", 1, 4, 4, &c->gemv_split));
-    if (c->gemv_split == 3)
-        return lz_fail(LZ_ERR_INPUT, "LIZARD_GEMV_SPLIT=3: not 1, 2 or 4");
+    static const int splits[] = {1, 2, 4};
+    LZ_TRY(lz_env_int_in("LIZARD_GEMV_SPLIT", splits, 3, 4, &c->gemv_split));
     LZ_TRY(lz_env_int("LIZARD_FUSE_TOKENS", 1, LZ_GEMV_MAX_TOKENS, 1, &c->fuse_tokens));
     LZ_TRY(lz_env_int("LIZARD_WINDOW_SPLIT_MIN", 1, INT_MAX, 16, &c->window_split_min));
     LZ_TRY(lz_env_int("LIZARD_GLA_STREAM_MIN", 0, INT_MAX, LZ_GLA_STREAM_MIN_DEFAULT, &c->gla_stream_min));

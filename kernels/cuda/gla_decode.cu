@@ -49,6 +49,13 @@ template <typename T> struct gd_params {
     bool early; // LIZARD_GLA_EARLY: S loaded and the maps' weights prefetched before the PDL wait
 };
 
+// The feature map's weight [d, f] that head hh of state head s's maps takes: the group's query heads
+// (hh < group), then the key head.
+template <typename T> __device__ __forceinline__ const T *gd_map_weight(const gd_params<T> &p, int s, int group, int hh) {
+    return hh < group ? p.wq + (size_t)(p.n_wq == 1 ? 0 : s * group + hh) * p.d * p.f
+                      : p.wk + (size_t)(p.n_wk == 1 ? 0 : s) * p.d * p.f;
+}
+
 // Shared-memory layout (floats), the same on host and device.
 struct gd_layout {
     int nh, group, cpb, qpr, rp, nred, fpb, vw, nv, parts;
@@ -117,9 +124,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
         if (p.early && j0 < f)
             for (int e = tid; e < L.nh * d; e += GD_THREADS) {
                 const int hh = e / d, i = e % d;
-                const T *W = hh < group ? p.wq + (size_t)(p.n_wq == 1 ? 0 : s * group + hh) * d * f
-                                        : p.wk + (size_t)(p.n_wk == 1 ? 0 : s) * d * f;
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(W + (size_t)i * f + j0));
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(gd_map_weight(p, s, group, hh) + (size_t)i * f + j0));
             }
     }
     if (p.early) {
@@ -149,8 +154,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
         const int j0 = r * L.fpb, nf = max(0, min(f, j0 + L.fpb) - j0), nv = nf / L.vw, items = L.nh * nv;
         for (int it = tid; it < items * L.parts; it += GD_THREADS) {
             const int part = it / items, e = it % items, hh = e / nv, jv = (e % nv) * L.vw;
-            const T *W = hh < group ? p.wq + (size_t)(p.n_wq == 1 ? 0 : s * group + hh) * d * f
-                                    : p.wk + (size_t)(p.n_wk == 1 ? 0 : s) * d * f;
+            const T *W = gd_map_weight(p, s, group, hh);
             const float *x = xs + hh * d;
             constexpr int VW = vec16<T>::N;
             float acc[VW];

@@ -1,5 +1,5 @@
-/* test_env_switch.c - lz_env_int: the default when unset or empty, whole numbers in range, and an
- * error naming the variable for anything else. */
+/* test_env_switch.c - lz_env_int and lz_env_int_in: the default when unset or empty, whole numbers in
+ * range (or in the list), and an error naming the variable for anything else. */
 #include <stdlib.h> // setenv, unsetenv
 
 #include "env_switch.h" // the code under test
@@ -32,5 +32,18 @@ int main(void) {
     setenv("LIZARD_TEST_SWITCH", "12", 1);
     int v = 0;
     CHECK_FAILS_WITH(lz_env_int("LIZARD_TEST_SWITCH", 1, 8, 4, &v), LZ_ERR_INPUT, "from 1 to 8");
+    // lz_env_int_in: only the listed values
+    static const int allowed[] = {1, 2, 4};
+    unsetenv("LIZARD_TEST_SWITCH");
+    CHECK(lz_env_int_in("LIZARD_TEST_SWITCH", allowed, 3, 4, &v) == LZ_OK && v == 4);
+    setenv("LIZARD_TEST_SWITCH", "2", 1);
+    CHECK(lz_env_int_in("LIZARD_TEST_SWITCH", allowed, 3, 4, &v) == LZ_OK && v == 2);
+    static const char *const not_listed[] = {"3", "0", "x", "2x", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof not_listed / sizeof *not_listed; i++) {
+        setenv("LIZARD_TEST_SWITCH", not_listed[i], 1);
+        v = 0;
+        CHECK_FAILS_WITH(lz_env_int_in("LIZARD_TEST_SWITCH", allowed, 3, 4, &v), LZ_ERR_INPUT, "expected one of 1, 2, 4");
+        CHECK_MSG(v == 4, "%s gave %d, not the default", not_listed[i], v);
+    }
     return lz_test_finish("test_env_switch");
 }
