@@ -725,7 +725,8 @@ static void cuda_destroy(lz_backend *be);
 
 // Which fused decode ops a table has (the stages compose the missing ones from the plain ops): table 0
 // none (LIZARD_FUSE=0); table 1 + bits the GLA decode and the dense ops of bits (LZ_FUSE_*). The
-// default is the GLA decode and the residual adds folded into o_proj's and down_proj's GEMVs.
+// default is the GLA decode, the residual adds folded into o_proj's and down_proj's GEMVs, and the
+// SwiGLU into the gate/up GEMV (its RMSNorm still a launch of its own).
 // Measured on the H200 (8B shapes, batch 1, session 8, against the GLA alone at 210.8 / 210.1 /
 // 210.3 tok/s for teacher / hybrid / pure Lizard): residual 215.9 / 211.4 / 211.5; the norm prologue
 // 203.9 / 201.8 / 202.2; norm and residual 202.7 / 203.1 / 204.1; all three 195.5 / 198.7 / 203.2
@@ -734,7 +735,13 @@ static void cuda_destroy(lz_backend *be);
 // the size of the spread between invocations, kept because it never cost more than that.
 // SwiGLU on paired warps without the norm prologue (residual,swiglu; session 10, three rounds): teacher
 // 218.0 -> 212.9, hybrid 213.2 -> 213.6, pure Lizard 211.2 -> 214.8; again with the window overlap:
-// 217.5 -> 213.2, 219.1 -> 218.7, 222.0 -> 225.2. So it stays opt-in.
+// 217.5 -> 213.2, 219.1 -> 218.7, 222.0 -> 225.2. On the halves of one warp (no shared memory;
+// session 11, three runs of two rounds, against residual alone): 219.9 / 224.1 / 231.2 against
+// 218.1 / 221.4 / 225.7; 219.5 / 222.4 / 229.8 against 218.7 / 220.2 / 225.0; 218.3 / 221.8 / 229.1
+// against 219.1 / 219.8 / 224.5: so it is the default now.
+// Tried in session 11 and not kept: RoPE inside the decode attention (q rotated in registers, the new
+// key as it is appended; the rope launch gone): teacher / hybrid 220.6 / 224.3 against 219.9 / 224.1
+// tok/s, inside the spread, and the kernel's registers moved (so it was taken out again).
 // The dense decode ops the fused GEMV can take (LIZARD_FUSE=norm,residual,swiglu; all: every one).
 enum { LZ_FUSE_NORM = 1, LZ_FUSE_RESIDUAL = 2, LZ_FUSE_SWIGLU = 4, LZ_FUSE_DENSE_ALL = 7 };
 enum { FUSE_TABLES = 1 + LZ_FUSE_DENSE_ALL + 1 };
@@ -895,13 +902,13 @@ static bool env_is_zero(const char *name) {
     return v && strcmp(v, "0") == 0;
 }
 
-// LIZARD_FUSE beyond "0": unset (the GLA decode and the residual epilogue), "gla" (the GLA decode
-// alone), "all" or "1" (every dense op), or a comma-separated list of norm, residual, swiglu. False
-// for anything else.
+// LIZARD_FUSE beyond "0": unset (the GLA decode, the residual and SwiGLU epilogues), "gla" (the GLA
+// decode alone), "all" or "1" (every dense op), or a comma-separated list of norm, residual, swiglu.
+// False for anything else.
 static bool parse_fuse_dense(const char *v, unsigned *bits) {
     *bits = 0;
     if (!v || !*v) {
-        *bits = LZ_FUSE_RESIDUAL;
+        *bits = LZ_FUSE_RESIDUAL | LZ_FUSE_SWIGLU;
         return true;
     }
     if (strcmp(v, "gla") == 0)

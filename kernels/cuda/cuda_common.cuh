@@ -44,8 +44,9 @@ template <> __device__ __forceinline__ __nv_bfloat16 lz_from_float<__nv_bfloat16
     return __float2bfloat16_rn(x);
 }
 
-__device__ __forceinline__ float lz_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1)
+// (from = 8: the sum over each half of the warp, lanes 0-15 and 16-31, in every lane of the half)
+__device__ __forceinline__ float lz_warp_sum(float v, int from = 16) {
+    for (int o = from; o > 0; o >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }

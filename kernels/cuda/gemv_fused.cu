@@ -4,7 +4,7 @@
 //     x[t]^2 (so no block waits for another) and multiplies its weights by the norm's weight;
 //     the row's dot product is scaled by rsqrt(mean(x^2) + eps) at the end;
 //   epilogue residual: out[t, row] += the row's result (o_proj and down_proj onto the residual stream);
-//   epilogue SwiGLU: two sibling warps stream gate row r and up row r, and the first writes
+//   epilogue SwiGLU: the two halves of a warp stream gate row r and up row r, and lane 0 writes
 //     silu(gate) * up (the gate and up outputs never reach memory, and the SwiGLU launch goes).
 // The epilogues round as the unfused ops do (the product to T, then the add or the SwiGLU).
 #include "gemv_kernel.cuh"

@@ -11,12 +11,15 @@
 // room while it runs).
 // SPLIT (LIZARD_GEMV_SPLIT, one token): warps a row, so that layers of few rows (o_proj, down_proj:
 // 4096) fill the GPU's thread slots with warps streaming a half or a quarter of a row each.
-// The SwiGLU epilogue (PAIR): the gate row and the up row of an output go to two sibling warps of a
-// block, each streaming its whole row as a plain GEMV warp does, and they meet in shared memory; so
-// the fused GEMV keeps the plain one's registers (32, no spills) and 8 blocks an SM. H200, 8B shapes,
-// LIZARD_FUSE=residual,swiglu, batch 1, three rounds (session 10): teacher / hybrid / pure Lizard
-// 212.9 / 213.5 / 214.8 tok/s against 212.1 / 209.8 / 211.9 with both rows in one warp (two loads in
-// flight a lane, 38 registers, 6 blocks an SM), which was the kernel until then.
+// The SwiGLU epilogue (HALVES): lanes 0-15 of a warp stream the gate row of an output and lanes 16-31
+// its up row, and the halves meet by a shuffle; so the fused GEMV keeps the plain one's registers
+// (32, no spills), 8 blocks an SM, and no shared memory. H200, 8B shapes, LIZARD_FUSE=residual,swiglu,
+// batch 1, two rounds (session 11): teacher / hybrid / pure Lizard 218.2-218.4 / 221.1-222.4 / 229.1
+// tok/s against 212.8-213.3 / 218.2-220.0 / 228.0-228.4 with the two rows on sibling warps meeting in
+// shared memory (session 10's kernel; with its preferred carveout at 100% of shared memory the
+// teacher recovered to 215-217 and pure Lizard fell to 221-222, so its cost came from how a little
+// static shared memory meets the decode attention's 70 KB rings, not from the loads), and 212.1 /
+// 209.8 / 211.9 (session 10) with both rows in one warp (38 registers, 6 blocks an SM).
 // Tried on the H200 (8B shapes, session 7) and measured slower, so removed:
 // - the weights through a per-warp cp.async ring in shared memory, 2-8 chunks of 16 bytes in flight
 //   a lane: batch 1 207.9 -> 195-204 tok/s, batch 4 548 -> 330-394; the 128K-row lm_head took 311 us
@@ -32,6 +35,10 @@
 //   209.6, 187.1 (hybrid 213.2 -> 213.8, 209.4, 184.7);
 // - the q/k/v GEMV (6144 rows) at 2 warps a row over 1.45 waves of thread slots: teacher / hybrid /
 //   pure Lizard 218.7 / 213.2 / 212.0 -> 218.1 / 213.6 / 211.0 tok/s, no gain.
+// Tried in session 11, not kept: o_proj's 32 MiB moved into L2 during the decode attention by a small
+// kernel of cp.async.bulk.prefetch.L2 before it (teacher / hybrid / pure Lizard 219.1 / 219.8 / 224.4 ->
+// 199.5 / 204.0 / 210.3 tok/s); every decode kernel's preferred carveout set to 100, 50 or 0% of
+// shared memory (-2 to -10%, 50% inside the spread).
 // Tried in session 8 and measured slower, so removed:
 // - the weights into shared memory by the copy engine (cp.async.bulk on an mbarrier ring, one lane
 //   of each warp issuing; 8 warps a block, 1-2 blocks an SM, the first slices requested before the
@@ -84,13 +91,14 @@ template <int SPLIT> __device__ __forceinline__ void lz_row_barrier(int group) {
 // SPLIT warps of one block per (output row of any segment, group of NT tokens), each taking every
 // SPLIT-th 32 x 16-byte chunk of the row; k % vec16<T>::N == 0. Split rows (no norm prologue) meet
 // at a named barrier of their SPLIT warps, and the first warp adds the partial sums in order. The
-// SwiGLU epilogue (PAIR, SPLIT = 2): the first warp streams the gate row, the second the up row.
+// SwiGLU epilogue (SPLIT = 1): lanes 0-15 stream the gate row and lanes 16-31 the up row (16 x 16
+// bytes a load each).
 template <typename T, int NT, bool NORM, int EPI, int LOAD, int SPLIT>
 __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
     gemv_kernel(lz_gemv_segments<T> seg, const T *x, const T *norm, float eps, int n, int k, int n_groups) {
-    constexpr bool PAIR = EPI == LZ_GEMV_SWIGLU; // gate and up rows on sibling warps
-    static_assert(!PAIR || SPLIT == 2, "SwiGLU: a gate warp and an up warp an output");
-    static_assert(SPLIT == 1 || ((PAIR || !NORM) && (LZ_GEMV_BLOCK / 32) % SPLIT == 0),
+    constexpr bool HALVES = EPI == LZ_GEMV_SWIGLU; // gate and up rows on the halves of a warp
+    static_assert(!HALVES || SPLIT == 1, "SwiGLU: gate and up on the two halves of one warp");
+    static_assert(SPLIT == 1 || (!NORM && (LZ_GEMV_BLOCK / 32) % SPLIT == 0),
                   "split rows: no norm prologue (each warp's sum of squares must span the row)");
     constexpr int V = vec16<T>::N;
     const int block_warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -100,8 +108,8 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
     int row = warp % seg.total_rows, m = seg.m[0];
     const T *w = seg.w[0], *bias = seg.bias[0];
     T *out = seg.out[0];
-    if constexpr (PAIR) { // the second warp of the pair streams the up row
-        if (part == 1)
+    if constexpr (HALVES) { // the second half of the warp streams the up row
+        if (lane >= 16)
             w = seg.w[1];
     } else { // this row's segment; constant indices keep seg in parameter space
 #pragma unroll
@@ -141,7 +149,7 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
         }
     };
     uint4 pre; // the first weights, loaded before the wait (raw: 4 registers, not 8)
-    const int c0 = ((PAIR ? 0 : part) * 32 + lane) * V, stride = 32 * V * (PAIR ? 1 : SPLIT);
+    const int c0 = HALVES ? (lane & 15) * V : (part * 32 + lane) * V, stride = HALVES ? 16 * V : 32 * V * SPLIT;
     if (c0 < k)
         pre = lz_load_weight16<LOAD>(wr + c0);
     lz_pdl_wait();
@@ -158,14 +166,21 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
         fma_chunk(wv, c);
     }
 
-    float sum[NT], up[NT]; // up: PAIR's second warp's sums
+    float sum[NT], up[NT]; // up: the up row's sums (HALVES: from the second half)
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        sum[t] = lz_warp_sum(acc[t]), up[t] = 0.0f;
-        if constexpr (NORM)
-            sum[t] *= rsqrtf(lz_warp_sum(ss[t]) / (float)k + eps);
+        if constexpr (HALVES) { // each half's sums (the xor offsets below 16 stay within a half)
+            sum[t] = lz_warp_sum(acc[t], 8);
+            if constexpr (NORM)
+                sum[t] *= rsqrtf(lz_warp_sum(ss[t], 8) / (float)k + eps);
+            up[t] = __shfl_sync(0xffffffffu, sum[t], 16);
+        } else {
+            sum[t] = lz_warp_sum(acc[t]), up[t] = 0.0f;
+            if constexpr (NORM)
+                sum[t] *= rsqrtf(lz_warp_sum(ss[t]) / (float)k + eps);
+        }
     }
-    if constexpr (SPLIT > 1) { // the row's partial sums (PAIR: the up row's sum) to its first warp
+    if constexpr (SPLIT > 1) { // the row's partial sums to its first warp
         __shared__ float partial[LZ_GEMV_BLOCK / 32][NT];
         if (lane == 0)
 #pragma unroll
@@ -176,14 +191,10 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
             return;
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            if constexpr (PAIR) {
-                up[t] = partial[block_warp + 1][t];
-            } else {
-                sum[t] = 0.0f;
+            sum[t] = 0.0f;
 #pragma unroll
-                for (int p = 0; p < SPLIT; p++)
-                    sum[t] += partial[block_warp + p][t];
-            }
+            for (int p = 0; p < SPLIT; p++)
+                sum[t] += partial[block_warp + p][t];
         }
     }
 #pragma unroll
@@ -229,9 +240,7 @@ static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &se
 template <typename T, int NT, bool NORM, int EPI, int LOAD>
 static lz_status lz_gemv_launch_split(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm,
                                       float eps, int n, int k) {
-    if constexpr (EPI == LZ_GEMV_SWIGLU) {
-        return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 2>(c, seg, x, norm, eps, n, k); // (PAIR)
-    } else if constexpr (NT == 1 && !NORM) {
+    if constexpr (NT == 1 && !NORM && EPI != LZ_GEMV_SWIGLU) {
         const size_t threads = (size_t)seg.total_rows * (size_t)n * 32, slots = (size_t)c->n_sms * 2048;
         if (c->gemv_split >= 4 && threads * 4 <= slots)
             return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 4>(c, seg, x, norm, eps, n, k);
