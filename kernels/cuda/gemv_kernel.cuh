@@ -166,19 +166,14 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
         fma_chunk(wv, c);
     }
 
-    float sum[NT], up[NT]; // up: the up row's sums (HALVES: from the second half)
+    float sum[NT], up[NT]; // HALVES: each half's sums (xor offsets below 16), up from the second half
+    constexpr int FROM = HALVES ? 8 : 16;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        if constexpr (HALVES) { // each half's sums (the xor offsets below 16 stay within a half)
-            sum[t] = lz_warp_sum(acc[t], 8);
-            if constexpr (NORM)
-                sum[t] *= rsqrtf(lz_warp_sum(ss[t], 8) / (float)k + eps);
-            up[t] = __shfl_sync(0xffffffffu, sum[t], 16);
-        } else {
-            sum[t] = lz_warp_sum(acc[t]), up[t] = 0.0f;
-            if constexpr (NORM)
-                sum[t] *= rsqrtf(lz_warp_sum(ss[t]) / (float)k + eps);
-        }
+        sum[t] = lz_warp_sum(acc[t], FROM);
+        if constexpr (NORM)
+            sum[t] *= rsqrtf(lz_warp_sum(ss[t], FROM) / (float)k + eps);
+        up[t] = HALVES ? __shfl_sync(0xffffffffu, sum[t], 16) : 0.0f;
     }
     if constexpr (SPLIT > 1) { // the row's partial sums to its first warp
         __shared__ float partial[LZ_GEMV_BLOCK / 32][NT];
