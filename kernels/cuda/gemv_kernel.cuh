@@ -251,8 +251,8 @@ static lz_status lz_gemv_launch_split(lz_cuda_ctx *c, const lz_gemv_segments<T> 
 // 7, each against plain loads in the same run): several tokens 2 (batch 4: 548 -> 569 tok/s, every
 // variant); the plain one-token GEMV 5 (batch 1: teacher 207 -> 213, hybrid 203 -> 205, pure Lizard
 // 207 -> 209; 4, the same registers with plain loads, 207 -> 201; the residual epilogue takes it
-// too); the one-token GEMVs with the norm prologue or two rows 0 (their sums spill at 32 registers:
-// 4 took LIZARD_FUSE=all from 202 to 147).
+// too, as does the SwiGLU epilogue on half-warps: 31 registers, no spills); the one-token GEMVs with
+// the norm prologue 0 (their sums spill at 32 registers: 4 took LIZARD_FUSE=all from 202 to 147).
 template <int NT, bool NORM> constexpr int lz_gemv_default_load() {
     return NT > 1 ? 2 : !NORM ? 5 : 0;
 }
