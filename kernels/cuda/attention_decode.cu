@@ -494,8 +494,8 @@ template <typename T> static dec_entry<T> *dec_find(int group, int d, int tcs) {
     return NULL;
 }
 
-// LIZARD_DECODE_ATTN: blocks an SM that the kernel's split count aims at (default: one wave for
-// the mma loop, 8 for the CUDA-core loop; 0: the older decode kernels of softmax_attention.cu);
+// LIZARD_DECODE_ATTN: blocks an SM that the kernel's split count aims at (default: by the batch and
+// the cache, below; 8 for the CUDA-core loop; 0: the older decode kernels of softmax_attention.cu);
 // LIZARD_DECODE_TC: the mma loop's ring stages (2 or 3, default 3), 0: the CUDA-core loop for bf16 too.
 static int dec_blocks_per_sm = -1;
 static int dec_tc_stages = 3;
@@ -544,11 +544,16 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
     // (sequence, kv head) pairs) one wave, as many blocks an SM as fit: 175 at 32K context (2)
     // against 163 (3), 155 (4), 136 (8); at batch 16 (128 pairs) 715-735 (3: 4 splits), 704 (8),
     // 659 (4: 5 splits, 2.4 waves), 630-643 (2); at batch 64 (2K) 6,195-6,283 (4 and 8), 5,992 (16).
-    // So one wave up to 32 pairs, 3 up to 256, else 4. The CUDA-core loop: 8.
+    // So 3 up to 256 pairs, else 4; the CUDA-core loop: 8. Up to 32 pairs (batch 4) one block an SM,
+    // except one sequence above 16K positions (as many as fit): session 12, two rounds, teacher at
+    // 2K / 8K / 32K, tok/s, one block an SM against as many as fit (2 with the 3-stage ring): batch 1
+    // 221.7 / 211.2 / 175.0 against 218.3 / 209.8 / 177.2; batch 2 321 / 300 / 234 against 313 / 289
+    // / 218; batch 4 584 / 515 / 344 against 572 / 494 / 330. (Half the splits: half the partials to
+    // merge, and no second, part-filled round of blocks where the splits are rounded up.)
     const int pairs = n * Hkv;
     int per_sm = dec_blocks_per_sm;
     if (per_sm < 0 && e->tcs && pairs <= 32)
-        per_sm = e->fit;
+        per_sm = n == 1 && capacity > 16384 ? e->fit : 1;
     else if (per_sm < 0)
         per_sm = !e->tcs ? 8 : pairs <= 256 ? 3 : 4;
     per_sm = per_sm > 0 ? per_sm : 1;

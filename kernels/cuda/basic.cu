@@ -414,9 +414,9 @@ static lz_status gemm_xwt(lz_cuda_ctx *c, T *out, const T *x, const T *w, int n,
 
 template <typename T>
 lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int in, int out_features) {
-    // Decode-sized steps and single-row outputs (the Lizard gate) are memory-bound: our GEMV.
+    // One-token steps and outputs of a few rows (the Lizard gate) are memory-bound: our GEMV.
     const bool vec_ok = in % (16 / (int)sizeof(T)) == 0;
-    if (!c->gemv_off && vec_ok && (n <= LZ_GEMV_MAX_TOKENS || out_features <= 4))
+    if (!c->gemv_off && vec_ok && (n <= c->gemv_tokens || out_features <= 4))
         return gemv_forward<T>(c, out, x, w, bias, n, in, out_features);
     LZ_TRY(gemm_xwt<T>(c, out, x, w, n, in, out_features, 0.0f));
     if (bias) {

@@ -15,6 +15,7 @@ struct lz_cuda_ctx {
     size_t scratch_bytes;
     bool buffers_moved;    // scratch or step arrays reallocated: recorded graphs are stale
     bool gemv_off;         // LIZARD_GEMV=0: every linear layer through cuBLAS (for comparison)
+    int gemv_tokens;       // LIZARD_GEMV_TOKENS: the largest step the decode GEMV takes (the rest: cuBLAS)
     int gemv_load;         // LIZARD_GEMV_LOAD: the decode GEMV's weight-load cache operators (gemv_kernel.cuh)
     int gemv_split;        // LIZARD_GEMV_SPLIT: the most warps a row of a one-token GEMV (gemv_kernel.cuh)
     int fuse_tokens;       // LIZARD_FUSE_TOKENS: the fused dense decode ops take steps of up to this many tokens
@@ -91,7 +92,10 @@ lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
                                    const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims);
 // The GLA decode step for many sequences (gla_decode_stream.cu): a launch for the gates and feature
 // maps (fp32 into scratch, gla_decode_stream_scratch bytes; z updated), then one that streams S.
-enum { LZ_GLA_STREAM_MIN_DEFAULT = 32 }; // H200, 8B shape: the split kernel is faster up to 16 sequences, the stream at 32
+// From 8 sequences on (H200, 8B pure Lizard, 2K, two rounds, session 12): 16 sequences 2,257-2,260
+// tok/s on the split kernel against 2,655-2,669 streamed (the split kernel 61.6 us a layer, the
+// two launches 15.7 + 12.5, Nsight Compute); 8: 611 against 616; 4: 571 against 565 (so not from 2).
+enum { LZ_GLA_STREAM_MIN_DEFAULT = 8 };
 template <typename T> bool gla_decode_stream_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims);
 template <typename T> size_t gla_decode_stream_scratch(const lz_attn_dims *dims, int n_seqs);
 template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c);
@@ -104,8 +108,13 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
                                    lz_layer_state *st, const lz_cuda_batch *b, const lz_batch *hb,
                                    const lz_attn_dims *dims);
 
-// Few-token linear layers (see gemv.cu); the launcher picks it below this size.
-enum { LZ_GEMV_MAX_TOKENS = 8, LZ_GEMV_MAX_SEGMENTS = 4 };
+// Few-token linear layers (see gemv.cu): the kernel takes up to LZ_GEMV_MAX_TOKENS tokens; the
+// launchers give it steps of up to LIZARD_GEMV_TOKENS (default LZ_GEMV_TOKENS_DEFAULT) and layers
+// of at most 4 rows (the Lizard gate) at any size. One token: at 2-8 tokens cuBLAS reads the
+// weights faster (H200, 8B shapes, 2K, session 12: teacher batch 2 / 4 / 8 310 / 577 / 630 tok/s
+// on the GEMV against 360 / 715 / 1,363 on cuBLAS; pure Lizard 324 / 571 / 612 against 356 / 686 /
+// 1,224): the GEMV's 4 or 8 tokens a warp multiply the loads of x by that many.
+enum { LZ_GEMV_MAX_TOKENS = 8, LZ_GEMV_MAX_SEGMENTS = 4, LZ_GEMV_TOKENS_DEFAULT = 1 };
 // Linear layers of one input launched together: out[s][n, m[s]] = x . w[s]^T (+ bias[s]).
 template <typename T> struct lz_gemv_segments {
     T *out[LZ_GEMV_MAX_SEGMENTS];

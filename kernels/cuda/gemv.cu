@@ -6,6 +6,7 @@
 // share a wave with large ones instead of running alone below the bandwidth.
 #include "gemv_kernel.cuh"
 
+// (The launchers give it one-token steps unless LIZARD_GEMV_TOKENS says more: cuda_kernels.cuh.)
 // Accumulators per warp follow the step's size: 1 token (batch-1 decode), up to 4, up to 8. A
 // layer of very few rows (the Lizard gate: one) takes one token a warp, so that its warps fill the
 // GPU: with 8 tokens a warp the gate of 64 sequences was one block, 28.8 µs a layer (H200).

@@ -904,6 +904,7 @@ int main(void) {
     // checks the plain table instead
     setenv("LIZARD_FUSE", "all", 0); // (another list from outside checks that table's fused ops)
     setenv("LIZARD_FUSE_TOKENS", "8", 0); // the fused GEMV at 1 to 8 tokens (the default fuses 1)
+    setenv("LIZARD_GEMV_TOKENS", "8", 0); // the GEMV at 2 to 8 tokens too (by default cuBLAS takes them)
     setenv("LIZARD_GLA_STREAM_MIN", "8", 1); // both GLA decode paths in test_gla_decode
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
     const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};
