@@ -36,7 +36,8 @@ extern "C" {
 #include "env_switch.h" // lz_env_int, lz_env_int_in
 }
 
-enum { DEC_WARPS = 4, DEC_MIN_KEYS = 64, DEC_MAX_SPLITS = 512, DEC_MAX_PARTIALS = 1 << 21 };
+// DEC_LONG_CACHE: above this capacity one sequence's split count aims at as many blocks an SM as fit
+enum { DEC_WARPS = 4, DEC_MIN_KEYS = 64, DEC_MAX_SPLITS = 512, DEC_MAX_PARTIALS = 1 << 21, DEC_LONG_CACHE = 16384 };
 #define DEC_LOG2E 1.4426950408889634f
 
 // TCS: 0 the CUDA-core loop, else the mma loop with TCS ring stages a warp (LIZARD_DECODE_TC).
@@ -548,12 +549,12 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
     // except one sequence above 16K positions (as many as fit): session 12, two rounds, teacher at
     // 2K / 8K / 32K, tok/s, one block an SM against as many as fit (2 with the 3-stage ring): batch 1
     // 221.7 / 211.2 / 175.0 against 218.3 / 209.8 / 177.2; batch 2 321 / 300 / 234 against 313 / 289
-    // / 218; batch 4 584 / 515 / 344 against 572 / 494 / 330. (Half the splits: half the partials to
-    // merge, and no second, part-filled round of blocks where the splits are rounded up.)
+    // / 218; batch 4 584 / 515 / 344 against 572 / 494 / 330. (Not separated: fewer partials to merge,
+    // or, at batch 2 and 4, the rounded-up split count of as-many-as-fit overfilling one wave.)
     const int pairs = n * Hkv;
     int per_sm = dec_blocks_per_sm;
     if (per_sm < 0 && e->tcs && pairs <= 32)
-        per_sm = n == 1 && capacity > 16384 ? e->fit : 1;
+        per_sm = n == 1 && capacity > DEC_LONG_CACHE ? e->fit : 1;
     else if (per_sm < 0)
         per_sm = !e->tcs ? 8 : pairs <= 256 ? 3 : 4;
     per_sm = per_sm > 0 ? per_sm : 1;

@@ -416,7 +416,7 @@ template <typename T>
 lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int in, int out_features) {
     // One-token steps and outputs of a few rows (the Lizard gate) are memory-bound: our GEMV.
     const bool vec_ok = in % (16 / (int)sizeof(T)) == 0;
-    if (!c->gemv_off && vec_ok && (n <= c->gemv_tokens || out_features <= 4))
+    if (vec_ok && (lz_gemv_takes_step(c, n) || (!c->gemv_off && out_features <= 4)))
         return gemv_forward<T>(c, out, x, w, bias, n, in, out_features);
     LZ_TRY(gemm_xwt<T>(c, out, x, w, n, in, out_features, 0.0f));
     if (bias) {

@@ -511,7 +511,7 @@ static lz_status cuda_p2p_recv(lz_backend *be, void *buf, size_t bytes, int peer
 template <typename T>
 static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *outs, const T *x,
                                      const lz_weight *const *ws, const lz_weight *const *biases, int n) {
-    bool together = !c->gemv_off && n <= c->gemv_tokens && count <= LZ_GEMV_MAX_SEGMENTS;
+    bool together = lz_gemv_takes_step(c, n) && count <= LZ_GEMV_MAX_SEGMENTS;
     for (int i = 0; i < count; i++)
         together &= ws[i]->cols == ws[0]->cols && ws[i]->cols % (16 / sizeof(T)) == 0;
     if (!together) {
@@ -534,7 +534,7 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
 
 // The fused ops (ops.h): one fused launch for decode-sized steps, the composition otherwise.
 template <typename T> static bool gemv_takes(const lz_cuda_ctx *c, const lz_weight *w, int n) {
-    return !c->gemv_off && n >= 1 && n <= c->gemv_tokens && w->cols % (16 / (int64_t)sizeof(T)) == 0;
+    return lz_gemv_takes_step(c, n) && w->cols % (16 / (int64_t)sizeof(T)) == 0;
 }
 // The fused GEMV takes steps of up to ctx->fuse_tokens tokens (LIZARD_FUSE_TOKENS, default 1): with 4
 // and 8 tokens a warp its per-warp norm sums made batch 4 slower than the composition (H200, 8B

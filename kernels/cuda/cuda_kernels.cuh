@@ -115,6 +115,10 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
 // on the GEMV against 360 / 715 / 1,363 on cuBLAS; pure Lizard 324 / 571 / 612 against 356 / 686 /
 // 1,224): the GEMV's 4 or 8 tokens a warp multiply the loads of x by that many.
 enum { LZ_GEMV_MAX_TOKENS = 8, LZ_GEMV_MAX_SEGMENTS = 4, LZ_GEMV_TOKENS_DEFAULT = 1 };
+// Whether the launchers give the GEMV a step of n tokens (the one place that decides it).
+static inline bool lz_gemv_takes_step(const lz_cuda_ctx *c, int n) {
+    return !c->gemv_off && n >= 1 && n <= c->gemv_tokens;
+}
 // Linear layers of one input launched together: out[s][n, m[s]] = x . w[s]^T (+ bias[s]).
 template <typename T> struct lz_gemv_segments {
     T *out[LZ_GEMV_MAX_SEGMENTS];
