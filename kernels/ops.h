@@ -166,6 +166,11 @@ typedef struct lz_ops {
     /* linear_residual: y[T, w->rows] += x . W^T (+ bias); tmp [T, w->rows] is the composition's (linear, add). */
     lz_status (*linear_residual)(lz_backend *be, void *y, void *tmp, const void *x, const lz_weight *w,
                                  const lz_weight *bias, int T);
+    /* linear_many_rope: a softmax layer's projections, linear_many of count 3 (outs: q [T, Hq, d], k [T, Hkv, d],
+     *   v), then rope on q and k (the composition: linear_many, rope). */
+    lz_status (*linear_many_rope)(lz_backend *be, int count, void *const *outs, const void *x,
+                                  const lz_weight *const *ws, const lz_weight *const *biases, int T,
+                                  const float *inv_freq, const lz_batch *batch, const lz_attn_dims *dims);
     /* y[T, C] += x[T, C] */
     lz_status (*add)(lz_backend *be, void *y, const void *x, size_t n);
     /* out[T, n] = silu(gate) * up, gate/up [T, n] */

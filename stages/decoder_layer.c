@@ -3,9 +3,11 @@
  *   x += down(silu(gate(n)) * up(n)),  n = post_attention_layernorm(x) */
 #include "decoder_layer.h"
 
+/* roped: the projections applied RoPE already (linear_many_rope) */
 static lz_status softmax_attention(lz_model *m, lz_layer_state *ls, lz_workspace *ws, const lz_batch *b,
-                                   const lz_attn_dims *dims) {
-    LZ_TRY(m->ops->rope(m->be, ws->q, ws->k, m->inv_freq, b, dims));
+                                   const lz_attn_dims *dims, bool roped) {
+    if (!roped)
+        LZ_TRY(m->ops->rope(m->be, ws->q, ws->k, m->inv_freq, b, dims));
     return m->ops->softmax_attention(m->be, ws->att, ws->q, ws->k, ws->v, ls, b, dims);
 }
 
@@ -65,14 +67,22 @@ lz_status lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls
     lz_attn_dims dims = ly->dims;
     dims.kv_capacity = kv_capacity;
 
-    { /* q, k, v (and a Lizard layer's gate) read the same input: one launch where the backend can */
+    /* q, k, v (and a Lizard layer's gate) read the same input: one launch where the backend can; a
+     * softmax layer's RoPE folded into it where the backend can (unless the norm is folded instead) */
+    const bool roped = ly->run_softmax && ops->linear_many_rope && !ops->norm_linear_many;
+    {
         void *outs[4] = {ws->q, ws->k, ws->v, ws->gate_logit};
         const lz_weight *w[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->gate};
         const lz_weight *bias[4] = {&ly->bq, &ly->bk, &ly->bv, NULL};
-        LZ_TRY(norm_linear_many(m, ws, ly->run_softmax ? 3 : 4, outs, &ly->input_norm, w, bias, T));
+        if (roped) {
+            LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, &ly->input_norm, T, eps));
+            LZ_TRY(ops->linear_many_rope(m->be, 3, outs, ws->xn, w, bias, T, m->inv_freq, b, &dims));
+        } else {
+            LZ_TRY(norm_linear_many(m, ws, ly->run_softmax ? 3 : 4, outs, &ly->input_norm, w, bias, T));
+        }
     }
     if (ly->run_softmax)
-        LZ_TRY(softmax_attention(m, ls, ws, b, &dims));
+        LZ_TRY(softmax_attention(m, ls, ws, b, &dims, roped));
     else
         LZ_TRY(lizard_attention(m, ly, ls, ws, b, &dims));
     LZ_TRY(linear_residual(m, ws, ws->att, &ly->wo, &ly->bo, T));

@@ -26,6 +26,15 @@
 // - the new key and value come from the k and v inputs (the block owning the last position also
 //   writes them into the cache or ring), so no append launch. A ring row p % w held position
 //   p - w, which no window of this step reads.
+// - after the PDL wait, q's loads go out before the owning block's append (they overlap), and the
+//   last split copies all partials into shared memory at once where they fit the rings (batch 1 of
+//   the 8B teacher at 2K: 17 splits, 35 KB), instead of a round trip for m and l and then one for each
+//   8 splits' accumulators. Session 13 (H200, 8B shapes, three rounds against session 12's kernel):
+//   teacher batch 1 226.3 -> 230.0 tok/s at 2K, 179.3 -> 184.9 at 32K (two rounds; 33 splits, merged
+//   from L2: the q loads alone); hybrid 226.8 -> 228.7; batch 16 and 64 within 1%. A globaltimer trace
+//   of one layer before the change (teacher, batch 1, 2K): blocks waited 2.0-2.4 us for the RoPE
+//   kernel, were past their tiles at 4.3-5.3 us, had written their partials at 5.3-6.3 and the last
+//   one began the merge at 6.5-6.7 us.
 // DEC_MAX_SPLITS: the merge's m and l [splits][group] must fit in the rings' shared memory.
 #include "attention_decode.cuh"
 #include "attention_tile.cuh" // lz_load4
@@ -155,15 +164,31 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
     lz_pdl_launch_dependents();
     const int Hq = Hkv * G;
     const T *qg = q + ((size_t)t * Hq + (size_t)g * G) * D; // the group's heads are adjacent
-    if constexpr (!TC)
+    // q first, so that its loads and the append's are in flight together. mma: lane holds rows (query
+    // heads) r and r + 8 of the 16-row tiles, key / dim pair 2 cq + {0, 1}; q as the A operand, rows
+    // past G zero.
+    const int r = lane >> 2, cq = lane & 3;
+    uint32_t qa[TC ? D / 16 : 1][4];
+    if constexpr (TC) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            const int c0 = kk * 16 + 2 * cq;
+            qa[kk][0] = r < G ? *(const uint32_t *)(qg + r * D + c0) : 0u;
+            qa[kk][1] = r + 8 < G ? *(const uint32_t *)(qg + (r + 8) * D + c0) : 0u;
+            qa[kk][2] = r < G ? *(const uint32_t *)(qg + r * D + c0 + 8) : 0u;
+            qa[kk][3] = r + 8 < G ? *(const uint32_t *)(qg + (r + 8) * D + c0 + 8) : 0u;
+        }
+    } else {
         for (int e = threadIdx.x; e < G * D; e += blockDim.x)
             qs[e] = lz_to_float(qg[e]);
+    }
     if (split == active - 1) // owns position p: append this step's key and value to the cache
         for (int x = threadIdx.x; x < D; x += blockDim.x) {
             kc[crow(p) + x] = k[nrow + x];
             vc[crow(p) + x] = v[nrow + x];
         }
-    __syncthreads();
+    if constexpr (!TC)
+        __syncthreads(); // qs (the mma's q is in registers, the rings are per warp, the cache is not read back)
 
     const float scale = rsqrtf((float)D) * DEC_LOG2E; // exp2 below
     float *ws = (float *)dec_sm, *mine = ws + warp * G * (D + 2); // the warps' (m [G], l [G], acc [G][D])
@@ -180,17 +205,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
         return k0;
     };
     if constexpr (TC) {
-        // lane: rows (query heads) r and r + 8 of the 16-row tiles, key / dim pair 2 cq + {0, 1}
-        const int r = lane >> 2, cq = lane & 3;
-        uint32_t qa[D / 16][4]; // q as the A operand, rows past G zero
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const int c0 = kk * 16 + 2 * cq;
-            qa[kk][0] = r < G ? *(const uint32_t *)(qg + r * D + c0) : 0u;
-            qa[kk][1] = r + 8 < G ? *(const uint32_t *)(qg + (r + 8) * D + c0) : 0u;
-            qa[kk][2] = r < G ? *(const uint32_t *)(qg + r * D + c0 + 8) : 0u;
-            qa[kk][3] = r + 8 < G ? *(const uint32_t *)(qg + (r + 8) * D + c0 + 8) : 0u;
-        }
         float o[D / 8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 #pragma unroll
         for (int nd = 0; nd < D / 8; nd++)
@@ -405,15 +419,32 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
     if (!*flag)
         return;
     __threadfence();
-    // The last split merges all of them, from L2 (other SMs wrote them). The splits' m and l first,
-    // into shared memory (the rings are free), turned into weights; then each thread sums 4-column
-    // groups over the splits, 8 splits' loads in flight.
+    // The last split merges all of them, from L2 (other SMs wrote them). Where they fit the rings
+    // (17 splits of the 8B shape: 35 KB), all records are copied into shared memory at once (one
+    // round trip, not one for m and l and then one per 8 splits); else m and l go there and the
+    // accumulators are read from L2, 8 splits' loads in flight. The m are turned into weights.
     const float *pp = partial + pair * splits * REC;
-    float *wt = (float *)dec_sm, *lt = wt + active * G, *Msum = lt + active * G, *Lsum = Msum + G;
-    for (int e = threadIdx.x; e < active * G; e += blockDim.x) {
-        const float *o = pp + (size_t)(e / G) * REC + G * D + e % G;
-        wt[e] = __ldcg(o);
-        lt[e] = __ldcg(o + G);
+    const bool staged = ((size_t)active * (REC + 2 * G) + 2 * G) * sizeof(float) <= dec_ring_bytes<T, DPL, TCS>();
+    float *rec = (float *)dec_sm; // staged: the records [active][REC]
+    float *wt = rec + (staged ? (size_t)active * REC : 0), *lt = wt + active * G, *Msum = lt + active * G,
+          *Lsum = Msum + G;
+    if (staged) {
+        for (int e = threadIdx.x; e < active * REC / 4; e += blockDim.x)
+            lz_cp_async16(rec + 4 * e, pp + 4 * e);
+        lz_cp_async_commit();
+        lz_cp_async_wait<0>();
+        __syncthreads();
+        for (int e = threadIdx.x; e < active * G; e += blockDim.x) {
+            const float *o = rec + (size_t)(e / G) * REC + G * D + e % G;
+            wt[e] = o[0];
+            lt[e] = o[G];
+        }
+    } else {
+        for (int e = threadIdx.x; e < active * G; e += blockDim.x) {
+            const float *o = pp + (size_t)(e / G) * REC + G * D + e % G;
+            wt[e] = __ldcg(o);
+            lt[e] = __ldcg(o + G);
+        }
     }
     __syncthreads();
     for (int h = warp; h < G; h += NW) {
@@ -431,6 +462,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
             Msum[h] = M, Lsum[h] = L;
     }
     __syncthreads();
+    const float *acc_base = staged ? rec : pp;
     constexpr int U = (G * D / 4 + NW * 32 - 1) / (NW * 32); // 4-column groups a thread
     float4 A[U];
 #pragma unroll
@@ -438,13 +470,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
         A[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
     for (int s = 0; s < active; s++) {
-        const float4 *o = (const float4 *)(pp + (size_t)s * REC);
+        const float4 *o = (const float4 *)(acc_base + (size_t)s * REC);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int e = threadIdx.x + u * NW * 32;
             if (e < G * D / 4) {
                 const float c = wt[s * G + e * 4 / D];
-                const float4 a = __ldcg(o + e);
+                const float4 a = staged ? o[e] : __ldcg(o + e); // (ld.global.cg would not read shared memory)
                 A[u].x += c * a.x, A[u].y += c * a.y, A[u].z += c * a.z, A[u].w += c * a.w;
             }
         }

@@ -506,6 +506,20 @@ static lz_status cuda_p2p_recv(lz_backend *be, void *buf, size_t bytes, int peer
     return profiled(be, "p2p_recv", [&] { return lz_nccl_recv(&be->ctx, be->nccl, buf, bytes, peer); });
 }
 
+// The GEMV's segments for linear layers of one input (count <= LZ_GEMV_MAX_SEGMENTS).
+template <typename T>
+static lz_gemv_segments<T> gemv_segments_of(int count, void *const *outs, const lz_weight *const *ws,
+                                            const lz_weight *const *biases) {
+    lz_gemv_segments<T> seg = {};
+    seg.count = count;
+    for (int i = 0; i < count; i++) {
+        const lz_weight *b = biases ? biases[i] : NULL;
+        seg.out[i] = (T *)outs[i], seg.w[i] = (const T *)ws[i]->data, seg.m[i] = (int)ws[i]->rows;
+        seg.bias[i] = b && b->data ? (const T *)b->data : NULL;
+    }
+    return seg;
+}
+
 // Linear layers of one input: one GEMV launch when the step is decode-sized
 // (see gemv.cu), else one product each.
 template <typename T>
@@ -522,13 +536,7 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
         }
         return LZ_OK;
     }
-    lz_gemv_segments<T> seg = {};
-    seg.count = count;
-    for (int i = 0; i < count; i++) {
-        const lz_weight *b = biases ? biases[i] : NULL;
-        seg.out[i] = (T *)outs[i], seg.w[i] = (const T *)ws[i]->data, seg.m[i] = (int)ws[i]->rows;
-        seg.bias[i] = b && b->data ? (const T *)b->data : NULL;
-    }
+    lz_gemv_segments<T> seg = gemv_segments_of<T>(count, outs, ws, biases);
     return gemv_segments_forward<T>(c, seg, x, n, (int)ws[0]->cols);
 }
 
@@ -555,13 +563,7 @@ static lz_status norm_linear_many_forward(lz_cuda_ctx *c, int count, void *const
         LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
         return linear_many_forward<T>(c, count, outs, xn, ws, biases, n);
     }
-    lz_gemv_segments<T> seg = {};
-    seg.count = count;
-    for (int i = 0; i < count; i++) {
-        const lz_weight *b = biases ? biases[i] : NULL;
-        seg.out[i] = (T *)outs[i], seg.w[i] = (const T *)ws[i]->data, seg.m[i] = (int)ws[i]->rows;
-        seg.bias[i] = b && b->data ? (const T *)b->data : NULL;
-    }
+    lz_gemv_segments<T> seg = gemv_segments_of<T>(count, outs, ws, biases);
     return gemv_fused_forward<T>(c, seg, x, (const T *)norm->data, eps, LZ_GEMV_STORE, n, (int)ws[0]->cols);
 }
 
@@ -608,6 +610,28 @@ static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *
     seg.count = 1;
     seg.out[0] = y, seg.w[0] = (const T *)w->data, seg.bias[0] = b, seg.m[0] = (int)w->rows;
     return gemv_fused_forward<T>(c, seg, x, NULL, 0.0f, LZ_GEMV_RESIDUAL, n, (int)w->cols);
+}
+
+// q, k, v then RoPE on q and k. One-token steps: the GEMV's RoPE epilogue (the rope launch goes);
+// otherwise the composition.
+template <typename T>
+static lz_status linear_many_rope_forward(lz_cuda_ctx *c, int count, void *const *outs, const T *x,
+                                          const lz_weight *const *ws, const lz_weight *const *biases, int n,
+                                          const float *inv_freq, const lz_cuda_batch *b, const lz_attn_dims *d) {
+    const int hd = d->head_dim, rope_rows = (d->n_heads + d->n_kv_heads) * hd;
+    bool fused = count == 3 && ws[0]->rows == (int64_t)d->n_heads * hd && ws[1]->rows == (int64_t)d->n_kv_heads * hd;
+    int64_t total = 0;
+    for (int i = 0; i < count && fused; i++) {
+        fused = fused_gemv_takes<T>(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
+        total += ws[i]->rows;
+    }
+    if (!fused || total > INT_MAX || !lz_gemv_rope_fits(n, rope_rows, (int)total, hd)) {
+        LZ_TRY(linear_many_forward<T>(c, count, outs, x, ws, biases, n));
+        return rope_forward<T>(c, (T *)outs[0], (T *)outs[1], inv_freq, b, n, d);
+    }
+    lz_gemv_segments<T> seg = gemv_segments_of<T>(count, outs, ws, biases);
+    seg.rope_freq = inv_freq, seg.rope_pos = b->token_pos, seg.rope_rows = rope_rows, seg.rope_half = hd / 2;
+    return gemv_fused_forward<T>(c, seg, x, NULL, 0.0f, LZ_GEMV_ROPE, n, (int)ws[0]->cols);
 }
 
 // Many sequences: the feature maps then the state streamed (two launches); few: gates, feature maps
@@ -671,6 +695,12 @@ template <typename T> struct cuda_ops {
                                           const lz_weight *bias, int n) {
         return profiled(be, "linear_residual", [&] { return linear_residual_forward<T, false>(&be->ctx, (T *)y, (T *)tmp, (const T *)x, w, bias, n); });
     }
+    static lz_status linear_many_rope(lz_backend *be, int count, void *const *outs, const void *x,
+                                      const lz_weight *const *ws, const lz_weight *const *biases, int n,
+                                      const float *inv_freq, const lz_batch *b, const lz_attn_dims *d) {
+        return profiled(be, "linear_rope", [&] { return linear_many_rope_forward<T>(&be->ctx, count, outs, (const T *)x, ws, biases, n,
+                                               inv_freq, &be->batch, d); });
+    }
     static lz_status gla_decode(lz_backend *be, void *out, const void *q, const void *k, const void *v,
                                 const void *gate_logit, const lz_weight *fq, const lz_weight *fk, bool exp_map,
                                 lz_layer_state *st, const lz_batch *b, const lz_attn_dims *d) {
@@ -725,8 +755,9 @@ static void cuda_destroy(lz_backend *be);
 
 // Which fused decode ops a table has (the stages compose the missing ones from the plain ops): table 0
 // none (LIZARD_FUSE=0); table 1 + bits the GLA decode and the dense ops of bits (LZ_FUSE_*). The
-// default is the GLA decode, the residual adds folded into o_proj's and down_proj's GEMVs, and the
-// SwiGLU into the gate/up GEMV (its RMSNorm still a launch of its own).
+// default is the GLA decode, the residual adds folded into o_proj's and down_proj's GEMVs, the
+// SwiGLU into the gate/up GEMV (its RMSNorm still a launch of its own) and a softmax layer's RoPE
+// into its q/k/v GEMV.
 // Measured on the H200 (8B shapes, batch 1, session 8, against the GLA alone at 210.8 / 210.1 /
 // 210.3 tok/s for teacher / hybrid / pure Lizard): residual 215.9 / 211.4 / 211.5; the norm prologue
 // 203.9 / 201.8 / 202.2; norm and residual 202.7 / 203.1 / 204.1; all three 195.5 / 198.7 / 203.2
@@ -742,8 +773,12 @@ static void cuda_destroy(lz_backend *be);
 // Tried in session 11 and not kept: RoPE inside the decode attention (q rotated in registers, the new
 // key as it is appended; the rope launch gone): teacher / hybrid 220.6 / 224.3 against 219.9 / 224.1
 // tok/s, inside the spread, and the kernel's registers moved (so it was taken out again).
-// The dense decode ops the fused GEMV can take (LIZARD_FUSE=norm,residual,swiglu; all: every one).
-enum { LZ_FUSE_NORM = 1, LZ_FUSE_RESIDUAL = 2, LZ_FUSE_SWIGLU = 4, LZ_FUSE_DENSE_ALL = 7 };
+// RoPE in the q/k/v GEMV's epilogue instead (LZ_FUSE_ROPE, the default since session 13; not with the
+// norm prologue, whose GEMV takes the Lizard gate too): three rounds, batch 1, 2K, teacher 226.0 ->
+// 228.6 tok/s, hybrid 227.5 -> 229.0; batch 4 (cuBLAS and the rope launch either way) 741.9 / 740.4.
+// (Skipping the rope launch altogether measured 4,475 -> 4,405 us a teacher step, the most to gain.)
+// The dense decode ops the fused GEMV can take (LIZARD_FUSE=norm,residual,swiglu,rope; all: every one).
+enum { LZ_FUSE_NORM = 1, LZ_FUSE_RESIDUAL = 2, LZ_FUSE_SWIGLU = 4, LZ_FUSE_ROPE = 8, LZ_FUSE_DENSE_ALL = 15 };
 enum { FUSE_TABLES = 1 + LZ_FUSE_DENSE_ALL + 1 };
 template <typename T> static lz_ops make_ops(const char *name, int table) {
     lz_ops o = {};
@@ -802,17 +837,20 @@ template <typename T> static lz_ops make_ops(const char *name, int table) {
                                                  : cuda_ops<T>::template norm_swiglu<false>;
         // either way a prompt's residual GEMMs accumulate in place; decode: the epilogue, or the GEMV then the add
         o.linear_residual = dense & LZ_FUSE_RESIDUAL ? cuda_ops<T>::linear_residual : cuda_ops<T>::linear_residual_gemm;
+        if (dense & LZ_FUSE_ROPE)
+            o.linear_many_rope = cuda_ops<T>::linear_many_rope;
     }
     return o;
 }
 
 #define LZ_OPS_PAIR(t) {make_ops<float>("cuda-fp32", t), make_ops<__nv_bfloat16>("cuda-bf16", t)}
 static const lz_ops cuda_ops_table[FUSE_TABLES][2] = { // [table][bf16?]
-    LZ_OPS_PAIR(0), LZ_OPS_PAIR(1), LZ_OPS_PAIR(2), LZ_OPS_PAIR(3), LZ_OPS_PAIR(4),
-    LZ_OPS_PAIR(5), LZ_OPS_PAIR(6), LZ_OPS_PAIR(7), LZ_OPS_PAIR(8),
+    LZ_OPS_PAIR(0),  LZ_OPS_PAIR(1),  LZ_OPS_PAIR(2),  LZ_OPS_PAIR(3),  LZ_OPS_PAIR(4),  LZ_OPS_PAIR(5),
+    LZ_OPS_PAIR(6),  LZ_OPS_PAIR(7),  LZ_OPS_PAIR(8),  LZ_OPS_PAIR(9),  LZ_OPS_PAIR(10), LZ_OPS_PAIR(11),
+    LZ_OPS_PAIR(12), LZ_OPS_PAIR(13), LZ_OPS_PAIR(14), LZ_OPS_PAIR(15), LZ_OPS_PAIR(16),
 };
 #undef LZ_OPS_PAIR
-static_assert(FUSE_TABLES == 9, "one LZ_OPS_PAIR a table");
+static_assert(FUSE_TABLES == 17, "one LZ_OPS_PAIR a table");
 
 // Creation ------------------------------------------------------------------------
 
@@ -903,12 +941,13 @@ static bool env_is_zero(const char *name) {
 }
 
 // LIZARD_FUSE beyond "0": unset (the GLA decode, the residual and SwiGLU epilogues), "gla" (the GLA
-// decode alone), "all" or "1" (every dense op), or a comma-separated list of norm, residual, swiglu.
+// decode alone), "all" or "1" (every dense op), or a comma-separated list of norm, residual, swiglu,
+// rope.
 // False for anything else.
 static bool parse_fuse_dense(const char *v, unsigned *bits) {
     *bits = 0;
     if (!v || !*v) {
-        *bits = LZ_FUSE_RESIDUAL | LZ_FUSE_SWIGLU;
+        *bits = LZ_FUSE_RESIDUAL | LZ_FUSE_SWIGLU | LZ_FUSE_ROPE;
         return true;
     }
     if (strcmp(v, "gla") == 0)
@@ -918,7 +957,7 @@ static bool parse_fuse_dense(const char *v, unsigned *bits) {
         return true;
     }
     static const struct { const char *name; unsigned bit; } ops[] = {
-        {"norm", LZ_FUSE_NORM}, {"residual", LZ_FUSE_RESIDUAL}, {"swiglu", LZ_FUSE_SWIGLU}};
+        {"norm", LZ_FUSE_NORM}, {"residual", LZ_FUSE_RESIDUAL}, {"swiglu", LZ_FUSE_SWIGLU}, {"rope", LZ_FUSE_ROPE}};
     for (const char *p = v; *p;) {
         const size_t len = strcspn(p, ",");
         unsigned bit = 0;
@@ -945,7 +984,7 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     c->fuse_off = env_is_zero("LIZARD_FUSE");
     unsigned fuse_dense = 0;
     if (!c->fuse_off && !parse_fuse_dense(getenv("LIZARD_FUSE"), &fuse_dense))
-        return lz_fail(LZ_ERR_INPUT, "LIZARD_FUSE=%s: not 0, gla, all or a list of norm,residual,swiglu",
+        return lz_fail(LZ_ERR_INPUT, "LIZARD_FUSE=%s: not 0, gla, all or a list of norm,residual,swiglu,rope",
                        getenv("LIZARD_FUSE"));
     *table = c->fuse_off ? 0 : 1 + (int)fuse_dense;
     c->fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");

@@ -5,7 +5,10 @@
 //     the row's dot product is scaled by rsqrt(mean(x^2) + eps) at the end;
 //   epilogue residual: out[t, row] += the row's result (o_proj and down_proj onto the residual stream);
 //   epilogue SwiGLU: the two halves of a warp stream gate row r and up row r, and lane 0 writes
-//     silu(gate) * up (the gate and up outputs never reach memory, and the SwiGLU launch goes).
+//     silu(gate) * up (the gate and up outputs never reach memory, and the SwiGLU launch goes);
+//   epilogue RoPE (q, k, v of a softmax layer, one token): a block's warps take rows i .. i + 3 and
+//     i + d/2 .. i + d/2 + 3 of a head, meet in shared memory and write the rotated pairs (the rope
+//     launch goes).
 // The epilogues round as the unfused ops do (the product to T, then the add or the SwiGLU).
 #include "gemv_kernel.cuh"
 
@@ -34,6 +37,12 @@ lz_status gemv_fused_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x
     seg.total_rows = 0;
     for (int s = 0; s < seg.count; s++)
         seg.total_rows += seg.m[s];
+    if (epilogue == LZ_GEMV_ROPE) {
+        if (norm || !lz_gemv_rope_fits(n, seg.rope_rows, seg.total_rows, 2 * seg.rope_half))
+            return lz_fail(LZ_ERR_INTERNAL, "fused GEMV: RoPE on %d of %d rows, %d tokens", seg.rope_rows,
+                           seg.total_rows, n);
+        return lz_gemv_launch<T, 1, false, LZ_GEMV_ROPE>(c, seg, x, norm, eps, n, k);
+    }
     if (epilogue == LZ_GEMV_RESIDUAL) // (no norm: o_proj and down_proj read attention / MLP outputs)
         return norm ? lz_fail(LZ_ERR_INTERNAL, "fused GEMV: a norm with the residual epilogue")
                     : by_tokens<T, false, LZ_GEMV_RESIDUAL>(c, seg, x, norm, eps, n, k);

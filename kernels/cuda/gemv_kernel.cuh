@@ -20,6 +20,15 @@
 // teacher recovered to 215-217 and pure Lizard fell to 221-222, so its cost came from how a little
 // static shared memory meets the decode attention's 70 KB rings, not from the loads), and 212.1 /
 // 209.8 / 211.9 (session 10) with both rows in one warp (38 registers, 6 blocks an SM).
+// The RoPE epilogue (ROPE, a softmax layer's q, k, v at one token): the 8 warps of a block stream rows
+// i .. i + 3 and i + d/2 .. i + d/2 + 3 of one head (rows permuted within the head), meet in 32 bytes
+// of shared memory and write the rotated pairs with rope.cu's arithmetic (rope_rotate.cuh), so the
+// rope launch goes (cuda_backend.cu has the measurements).
+// Tried in session 13, not kept (batch 1, 2K, teacher / hybrid / pure Lizard, three rounds in one
+// run, tok/s, against 222.8 / 226.7 / 230.6): the next 16 bytes of weights loaded before the current
+// ones' products, 221.5 / 224.4 / 227.6 (4 bytes of spills at 32 registers; 223.1 / 223.6 / 228.2 with
+// LIZARD_GEMV_LOAD=2); the same with the token test dropped at one token (no spills), 222.8 / 224.3 /
+// 229.0. (cuobjdump: the loop as it is already keeps two weight loads a lane in flight.)
 // Tried on the H200 (8B shapes, session 7) and measured slower, so removed:
 // - the weights through a per-warp cp.async ring in shared memory, 2-8 chunks of 16 bytes in flight
 //   a lane: batch 1 207.9 -> 195-204 tok/s, batch 4 548 -> 330-394; the 128K-row lm_head took 311 us
@@ -53,6 +62,7 @@
 
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
+#include "rope_rotate.cuh" // lz_rope_rotate
 
 enum { LZ_GEMV_BLOCK = 256 };
 
@@ -105,7 +115,14 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
     const int warp = (blockIdx.x * (LZ_GEMV_BLOCK / 32) + block_warp) / SPLIT, part = block_warp % SPLIT;
     if (warp >= seg.total_rows * n_groups)
         return; // (the SPLIT warps of a row leave together: the barrier below waits for none of them)
-    int row = warp % seg.total_rows, m = seg.m[0];
+    const int warp_row = warp % seg.total_rows;
+    int row = warp_row, m = seg.m[0];
+    if constexpr (EPI == LZ_GEMV_ROPE) { // rows i and i + d/2 of a head on warps w and w + 4 of a block
+        if (warp_row < seg.rope_rows) {
+            const int d = 2 * seg.rope_half, r = warp_row % d, w = r & 7;
+            row = warp_row - r + (r >> 3) * 4 + (w & 3) + (w >> 2) * seg.rope_half;
+        }
+    }
     const T *w = seg.w[0], *bias = seg.bias[0];
     T *out = seg.out[0];
     if constexpr (HALVES) { // the second half of the warp streams the up row
@@ -192,6 +209,23 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
                 sum[t] += partial[block_warp + p][t];
         }
     }
+    if constexpr (EPI == LZ_GEMV_ROPE) { // (one token a warp, whole blocks: lz_gemv_rope_fits)
+        if (warp_row < seg.rope_rows) {
+            __shared__ float pair_sums[LZ_GEMV_BLOCK / 32];
+            float r = sum[0] + (bias ? lz_to_float(bias[row]) : 0.0f);
+            if (lane == 0) // rounded to T as the unrotated output would be, then rotated as rope.cu does
+                pair_sums[block_warp] = lz_to_float(lz_from_float<T>(r));
+            __syncthreads();
+            if (lane == 0) {
+                const int i = block_warp & 3;
+                float x0, x1;
+                lz_rope_rotate(pair_sums[i], pair_sums[i + 4], (float)seg.rope_pos[t0], seg.rope_freq[row % seg.rope_half],
+                               &x0, &x1);
+                out[(size_t)t0 * m + row] = lz_from_float<T>(block_warp < 4 ? x0 : x1);
+            }
+            return;
+        }
+    }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         float r = sum[t];
@@ -235,7 +269,7 @@ static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &se
 template <typename T, int NT, bool NORM, int EPI, int LOAD>
 static lz_status lz_gemv_launch_split(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm,
                                       float eps, int n, int k) {
-    if constexpr (NT == 1 && !NORM && EPI != LZ_GEMV_SWIGLU) {
+    if constexpr (NT == 1 && !NORM && EPI != LZ_GEMV_SWIGLU && EPI != LZ_GEMV_ROPE) {
         const size_t threads = (size_t)seg.total_rows * (size_t)n * 32, slots = (size_t)c->n_sms * 2048;
         if (c->gemv_split >= 4 && threads * 4 <= slots)
             return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 4>(c, seg, x, norm, eps, n, k);

@@ -3,6 +3,7 @@
 // (pdl.cuh): at one token a step it is all launch latency.
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
+#include "rope_rotate.cuh" // lz_rope_rotate
 
 // grid (tokens, Hq + Hkv), block: half head_dim
 template <typename T>
@@ -13,10 +14,10 @@ __global__ void rope_kernel(T *q, T *k, const float *inv_freq, const int32_t *to
     T *x = h < Hq ? q + ((size_t)t * Hq + h) * d : k + ((size_t)t * Hkv + (h - Hq)) * d;
     const float p = (float)token_pos[t];
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float angle = p * inv_freq[j], cs = cosf(angle), sn = sinf(angle);
-        const float a = lz_to_float(x[j]), b = lz_to_float(x[j + half]);
-        x[j] = lz_from_float<T>(a * cs - b * sn);
-        x[j + half] = lz_from_float<T>(b * cs + a * sn);
+        float r0, r1;
+        lz_rope_rotate(lz_to_float(x[j]), lz_to_float(x[j + half]), p, inv_freq[j], &r0, &r1);
+        x[j] = lz_from_float<T>(r0);
+        x[j + half] = lz_from_float<T>(r1);
     }
 }
 

@@ -314,6 +314,66 @@ static void test_fused_dense(backend *c, backend *g) {
     }
 }
 
+/* linear_many_rope (a softmax layer's q, k, v with RoPE folded into the GEMV) against the CPU's composition
+ * (linear_many, rope): one-token steps on the fused epilogue (head_dim a multiple of 8), at positions far
+ * from 0 (large angles); head_dim 20 and a 3-sequence step on the composition. */
+static void test_linear_rope(backend *c, backend *g) {
+    if (!g->ops->linear_many_rope) {
+        fprintf(stderr, "test_gpu_ops: %s: no linear_many_rope in this table\n", dtype_name);
+        return;
+    }
+    typedef struct { int Hq, Hkv, d, C, n, pos[3]; } rope_case;
+    static const rope_case cases[] = {
+        {8, 2, 128, 96, 1, {7}},         // LLaMA head_dim, group 4
+        {4, 4, 64, 1000, 1, {100000}},   // group 1, a long row, a large angle
+        {3, 1, 32, 64, 1, {0}},          // position 0 (no rotation), 3 query heads
+        {2, 1, 20, 48, 1, {50}},         // head_dim 20: not whole blocks of 8 rows, the composition
+        {4, 2, 64, 96, 3, {5, 77, 4000}}, // three sequences: the composition
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const rope_case *k = &cases[ci];
+        const int T = k->n, C = k->C, nq = k->Hq * k->d, nk = k->Hkv * k->d;
+        const int lens[3] = {1, 1, 1};
+        batch_buf bb;
+        make_batch(&bb, T, lens, k->pos);
+        begin(c, &bb), begin(g, &bb);
+        lz_attn_dims dims = {k->Hq, k->Hkv, k->d, 1, 0, k->Hkv, 8, 4, 0, true};
+        float freq[64];
+        for (int j = 0; j < k->d / 2; j++)
+            freq[j] = 1.0f / powf(500000.0f, 2.0f * j / k->d);
+        float *cf = f32buf(c, freq, k->d / 2), *gf = f32buf(g, freq, k->d / 2);
+        float *hx = rand_host((size_t)T * C, -2, 2), *hwq = rand_host((size_t)nq * C, -0.3f, 0.3f);
+        float *hwk = rand_host((size_t)nk * C, -0.3f, 0.3f), *hwv = rand_host((size_t)nk * C, -0.3f, 0.3f);
+        float *hbq = rand_host(nq, -1, 1);
+        lz_weight cwq = weight(c, hwq, nq, C), gwq = weight(g, hwq, nq, C), cwk = weight(c, hwk, nk, C);
+        lz_weight gwk = weight(g, hwk, nk, C), cwv = weight(c, hwv, nk, C), gwv = weight(g, hwv, nk, C);
+        lz_weight cbq = weight(c, hbq, 1, nq), gbq = weight(g, hbq, 1, nq);
+        void *cx = act(c, hx, (size_t)T * C), *gx = act(g, hx, (size_t)T * C);
+        void *cq = act(c, NULL, (size_t)T * nq), *gq = act(g, NULL, (size_t)T * nq);
+        void *ck = act(c, NULL, (size_t)T * nk), *gk = act(g, NULL, (size_t)T * nk);
+        void *cv = act(c, NULL, (size_t)T * nk), *gv = act(g, NULL, (size_t)T * nk);
+        void *couts[3] = {cq, ck, cv}, *gouts[3] = {gq, gk, gv};
+        const lz_weight *cws[3] = {&cwq, &cwk, &cwv}, *gws[3] = {&gwq, &gwk, &gwv};
+        const lz_weight *cbs[3] = {&cbq, NULL, NULL}, *gbs[3] = {&gbq, NULL, NULL};
+        BOTH(c->ops->linear_many(c->be, 3, couts, cx, cws, cbs, T),
+             g->ops->linear_many_rope(g->be, 3, gouts, gx, gws, gbs, T, gf, &bb.b, &dims));
+        CHECK_MSG(c->ops->rope(c->be, cq, ck, cf, &bb.b, &dims) == LZ_OK, "cpu: %s", lz_error_message());
+        char what[96];
+        snprintf(what, sizeof what, "linear_many_rope q (Hq %d, d %d, %d tokens)", k->Hq, k->d, T);
+        compare(what, c, cq, g, gq, (size_t)T * nq, tol);
+        snprintf(what, sizeof what, "linear_many_rope k (Hkv %d, d %d)", k->Hkv, k->d);
+        compare(what, c, ck, g, gk, (size_t)T * nk, tol);
+        compare("linear_many_rope v", c, cv, g, gv, (size_t)T * nk, tol);
+        lz_weight *all_c[] = {&cwq, &cwk, &cwv, &cbq}, *all_g[] = {&gwq, &gwk, &gwv, &gbq};
+        for (size_t i = 0; i < 4; i++)
+            c->ops->free_weight(c->be, all_c[i]), g->ops->free_weight(g->be, all_g[i]);
+        void *bufs_c[] = {cx, cq, ck, cv, cf}, *bufs_g[] = {gx, gq, gk, gv, gf};
+        for (size_t i = 0; i < 5; i++)
+            c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
+        free(hx), free(hwq), free(hwk), free(hwv), free(hbq);
+    }
+}
+
 typedef struct {
     int Hq, Hkv, Hs, d, f, w, m;
     bool normalize, exp_map;
@@ -920,6 +980,7 @@ int main(void) {
         // Hq Hkv  d  window cap  n  positions (the first step's)
         {32, 8, 128, 0, 2048, 1, {2045}},                      // LLaMA-3-8B, one sequence filling the cache
         {32, 8, 128, 0, 4096, 1, {100}},                       // capacity far above the length
+        {32, 8, 128, 0, 17000, 1, {16990}},                    // above 16K: 33 splits, merged from L2
         {32, 8, 128, 0, 2100, 5, {0, 5, 63, 700, 2090}},       // an empty cache, mixed lengths
         {4, 4, 64, 0, 3000, 37, {0,    1,    7,    31,   32,   33,   63,   64,   65,  127,  128, 200, 255,
                                  256,  257,  511,  700,  750,  751,  1000, 1024, 1500, 1600, 2000, 2047, 2048,
@@ -951,6 +1012,7 @@ int main(void) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_attention_ops(&cpu, &gpu, &shapes[i]);
         test_fused_dense(&cpu, &gpu);
+        test_linear_rope(&cpu, &gpu);
         const lizard_shape decode_shapes[] = {
             // Hq Hkv Hs  d    f   w  m  norm   exp    gate logits
             {32, 8, 8, 128, 128, 8, 4, true, false, -3, 3},  // LLaMA-3-8B's Lizard layer
