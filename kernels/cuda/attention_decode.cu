@@ -434,17 +434,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
         lz_cp_async_commit();
         lz_cp_async_wait<0>();
         __syncthreads();
-        for (int e = threadIdx.x; e < active * G; e += blockDim.x) {
-            const float *o = rec + (size_t)(e / G) * REC + G * D + e % G;
-            wt[e] = o[0];
-            lt[e] = o[G];
-        }
-    } else {
-        for (int e = threadIdx.x; e < active * G; e += blockDim.x) {
-            const float *o = pp + (size_t)(e / G) * REC + G * D + e % G;
-            wt[e] = __ldcg(o);
-            lt[e] = __ldcg(o + G);
-        }
+    }
+    const float *src = staged ? rec : pp; // the records, in shared memory or in L2
+    auto load = [staged](const auto *p) { return staged ? *p : __ldcg(p); }; // (ld.global.cg: not shared)
+    for (int e = threadIdx.x; e < active * G; e += blockDim.x) {
+        const float *o = src + (size_t)(e / G) * REC + G * D + e % G;
+        wt[e] = load(o);
+        lt[e] = load(o + G);
     }
     __syncthreads();
     for (int h = warp; h < G; h += NW) {
@@ -462,7 +458,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
             Msum[h] = M, Lsum[h] = L;
     }
     __syncthreads();
-    const float *acc_base = staged ? rec : pp;
     constexpr int U = (G * D / 4 + NW * 32 - 1) / (NW * 32); // 4-column groups a thread
     float4 A[U];
 #pragma unroll
@@ -470,13 +465,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
         A[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
     for (int s = 0; s < active; s++) {
-        const float4 *o = (const float4 *)(acc_base + (size_t)s * REC);
+        const float4 *o = (const float4 *)(src + (size_t)s * REC);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int e = threadIdx.x + u * NW * 32;
             if (e < G * D / 4) {
                 const float c = wt[s * G + e * 4 / D];
-                const float4 a = staged ? o[e] : __ldcg(o + e); // (ld.global.cg would not read shared memory)
+                const float4 a = load(o + e);
                 A[u].x += c * a.x, A[u].y += c * a.y, A[u].z += c * a.z, A[u].w += c * a.w;
             }
         }

@@ -618,19 +618,20 @@ template <typename T>
 static lz_status linear_many_rope_forward(lz_cuda_ctx *c, int count, void *const *outs, const T *x,
                                           const lz_weight *const *ws, const lz_weight *const *biases, int n,
                                           const float *inv_freq, const lz_cuda_batch *b, const lz_attn_dims *d) {
-    const int hd = d->head_dim, rope_rows = (d->n_heads + d->n_kv_heads) * hd;
+    const int hd = d->head_dim;
     bool fused = count == 3 && ws[0]->rows == (int64_t)d->n_heads * hd && ws[1]->rows == (int64_t)d->n_kv_heads * hd;
     int64_t total = 0;
     for (int i = 0; i < count && fused; i++) {
         fused = fused_gemv_takes<T>(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
         total += ws[i]->rows;
     }
-    if (!fused || total > INT_MAX || !lz_gemv_rope_fits(n, rope_rows, (int)total, hd)) {
+    if (!fused || total > INT_MAX ||
+        !lz_gemv_rope_fits(n, (int)ws[0]->rows, (int)ws[1]->rows, (int)total, hd)) {
         LZ_TRY(linear_many_forward<T>(c, count, outs, x, ws, biases, n));
         return rope_forward<T>(c, (T *)outs[0], (T *)outs[1], inv_freq, b, n, d);
     }
     lz_gemv_segments<T> seg = gemv_segments_of<T>(count, outs, ws, biases);
-    seg.rope_freq = inv_freq, seg.rope_pos = b->token_pos, seg.rope_rows = rope_rows, seg.rope_half = hd / 2;
+    seg.rope_freq = inv_freq, seg.rope_pos = b->token_pos, seg.rope_half = hd / 2;
     return gemv_fused_forward<T>(c, seg, x, NULL, 0.0f, LZ_GEMV_ROPE, n, (int)ws[0]->cols);
 }
 

@@ -125,11 +125,11 @@ template <typename T> struct lz_gemv_segments {
     const T *w[LZ_GEMV_MAX_SEGMENTS], *bias[LZ_GEMV_MAX_SEGMENTS];
     int m[LZ_GEMV_MAX_SEGMENTS];
     int count, total_rows;
-    // LZ_GEMV_ROPE: the first rope_rows rows (q's and k's heads of 2 * rope_half rows) rotated at
+    // LZ_GEMV_ROPE: segments 0 and 1 (q's and k's heads of 2 * rope_half rows) rotated at
     // rope_pos[token] with rope_freq [rope_half]
     const float *rope_freq;
     const int32_t *rope_pos;
-    int rope_rows, rope_half;
+    int rope_half;
 };
 template <typename T> lz_status gemv_segments_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, int n, int k);
 template <typename T>
@@ -138,13 +138,14 @@ lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *
 //   norm (NULL: none): x is RMS-normalised per token with weight norm [k] and eps on the way in;
 //   LZ_GEMV_STORE: out = x . W^T (+ bias); LZ_GEMV_RESIDUAL: out += x . W^T (+ bias);
 //   LZ_GEMV_SWIGLU: two segments of equal rows (gate, up), out[0] = silu(gate) * up;
-//   LZ_GEMV_ROPE: LZ_GEMV_STORE, then RoPE on the rows of seg.rope_rows (one token, no norm; see
+//   LZ_GEMV_ROPE: LZ_GEMV_STORE, then RoPE on segments 0 and 1 (q, k; one token, no norm; see
 //     lz_gemv_rope_fits).
 enum lz_gemv_epilogue { LZ_GEMV_STORE, LZ_GEMV_RESIDUAL, LZ_GEMV_SWIGLU, LZ_GEMV_ROPE };
-// Whether the RoPE epilogue takes q, k, v of these rows and head_dim: a block's 8 warps hold rows
-// i .. i + 3 and i + d/2 .. i + d/2 + 3 of one head, so rows and heads come in whole blocks.
-static inline bool lz_gemv_rope_fits(int n, int rope_rows, int total_rows, int head_dim) {
-    return n == 1 && head_dim % 8 == 0 && rope_rows % head_dim == 0 && total_rows % 8 == 0 && rope_rows <= total_rows;
+// Whether the RoPE epilogue takes a step of n tokens with q rows m_q, k rows m_k, total_rows in all
+// and head_dim: a block's 8 warps hold rows i .. i + 3 and i + d/2 .. i + d/2 + 3 of one head, so
+// every head and every segment comes in whole blocks.
+static inline bool lz_gemv_rope_fits(int n, int m_q, int m_k, int total_rows, int head_dim) {
+    return n == 1 && head_dim % 8 == 0 && m_q % head_dim == 0 && m_k % head_dim == 0 && total_rows % 8 == 0;
 }
 template <typename T>
 lz_status gemv_fused_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, const T *norm, float eps,

@@ -38,8 +38,8 @@ lz_status gemv_fused_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x
     for (int s = 0; s < seg.count; s++)
         seg.total_rows += seg.m[s];
     if (epilogue == LZ_GEMV_ROPE) {
-        if (norm || !lz_gemv_rope_fits(n, seg.rope_rows, seg.total_rows, 2 * seg.rope_half))
-            return lz_fail(LZ_ERR_INTERNAL, "fused GEMV: RoPE on %d of %d rows, %d tokens", seg.rope_rows,
+        if (norm || seg.count < 2 || !lz_gemv_rope_fits(n, seg.m[0], seg.m[1], seg.total_rows, 2 * seg.rope_half))
+            return lz_fail(LZ_ERR_INTERNAL, "fused GEMV: RoPE on %d + %d of %d rows, %d tokens", seg.m[0], seg.m[1],
                            seg.total_rows, n);
         return lz_gemv_launch<T, 1, false, LZ_GEMV_ROPE>(c, seg, x, norm, eps, n, k);
     }

@@ -116,9 +116,10 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
     if (warp >= seg.total_rows * n_groups)
         return; // (the SPLIT warps of a row leave together: the barrier below waits for none of them)
     const int warp_row = warp % seg.total_rows;
+    const bool rotated = EPI == LZ_GEMV_ROPE && warp_row < seg.m[0] + seg.m[1]; // a row of q or k
     int row = warp_row, m = seg.m[0];
     if constexpr (EPI == LZ_GEMV_ROPE) { // rows i and i + d/2 of a head on warps w and w + 4 of a block
-        if (warp_row < seg.rope_rows) {
+        if (rotated) {
             const int d = 2 * seg.rope_half, r = warp_row % d, w = r & 7;
             row = warp_row - r + (r >> 3) * 4 + (w & 3) + (w >> 2) * seg.rope_half;
         }
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
         }
     }
     if constexpr (EPI == LZ_GEMV_ROPE) { // (one token a warp, whole blocks: lz_gemv_rope_fits)
-        if (warp_row < seg.rope_rows) {
+        if (rotated) {
             __shared__ float pair_sums[LZ_GEMV_BLOCK / 32];
             float r = sum[0] + (bias ? lz_to_float(bias[row]) : 0.0f);
             if (lane == 0) // rounded to T as the unrotated output would be, then rotated as rope.cu does
