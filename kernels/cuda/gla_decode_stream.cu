@@ -6,7 +6,7 @@
 //           a sequence; the blocks of a state head's phi_k also write z = gamma z + phi_k (z is
 //           read by no other block of this launch);
 //   stream: per (slice of GS_COLS value columns, state head, sequence), no cluster, no atomics:
-//           every thread issues its GS_ROWS float4 loads of S (32 KiB per block at d = 128) before
+//           every thread issues its GS_ROWS float4 loads of S (64 KiB per block at d = 128) before
 //           anything else, then S = gamma S + phi_k v^T over all 2f rows of its columns, stored,
 //           with the numerators phi_q^T S of the group's query heads reduced in the block, and
 //           the denominators phi_q . z from the z that prep wrote.
@@ -22,6 +22,10 @@
 // weight's 128 rows all held at once would take two), the weight's first rows loaded into registers
 // while the previous kernel drains, z copied while u is computed, a tile's phi at once.
 //
+// The stream blocks took 32 columns and 8 rows a thread (32 KiB, 3 blocks an SM) until session 14;
+// 64 columns and 16 rows (64 KiB, 128 registers, 2 blocks an SM: a third more bytes in flight) took
+// pure Lizard (H200, 2K, tok/s, two rounds) at batch 16 from 2,632-2,649 to 2,670-2,673, at 64 from
+// 8,358-8,373 to 8,386-8,438, at 256 from 15,847-15,942 to 16,191-16,235.
 // Programmatic dependent launch (pdl.cuh): prep loads its weights before griddepcontrol.wait and
 // lets the stream kernel launch only after the wait; so when a stream block starts, every kernel
 // before prep has completed (each waited for its own predecessor), and nothing that writes S can
@@ -32,28 +36,19 @@
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 #include "ptx.cuh" // lz_cp_async4, lz_log_sigmoid
 #include "gla_decode_common.cuh" // gd_sum_over_warp, gd_store_partial, gd_write_out
+#include "gla_decode_stream.cuh" // gs_params, the tensor-core prep
 
 enum {
     GP_THREADS = 256,
     GP_SEQS = 8,             // sequences per prep block (a multiple of 4), one warp each for phi
     GP_WR = 8,               // weight rows a prep thread holds per pass
     GS_THREADS = 256,
-    GS_COLS = 32,            // value columns per stream block (fewer where d asks)
-    GS_ROWS = 8,             // float4 rows in flight per thread
+    GS_COLS = 64,            // value columns per stream block (fewer where d asks)
+    GS_ROWS = 16,            // float4 rows in flight per thread
     GS_WARPS = GS_THREADS / 32,
     GS_MAX_GROUP = 16,
 };
 
-template <typename T> struct gs_params {
-    T *out;                    // [n, Hq, d]
-    const T *q, *k, *v, *gate; // q [n, Hq, d], k and v [n, Hkv, d], gate logits [n] (one token per sequence)
-    const T *wq, *wk;          // [n_wq, d, f], [n_wk, d, f] (1 row: shared by all heads)
-    float *S, *z;              // [slots, Hs, F, d], [slots, Hs, F]
-    float *phi_q, *phi_k;      // scratch: [n_seqs, Hq, F], [n_seqs, Hs, F]
-    const int32_t *start, *slot;
-    int n_seqs, Hq, Hkv, Hs, d, f, n_wq, n_wk, cols;
-    bool normalize, exp_map;
-};
 
 // Shared memory of the prep kernel in floats: x [d][GP_SEQS], the row groups' partial sums
 // [RG][GP_SEQS][f] (RG = GP_THREADS / (f / VF)), u [GP_SEQS][f], z [GP_SEQS][2f].
@@ -254,7 +249,7 @@ template <typename T, int G> __global__ void __launch_bounds__(GS_THREADS) gla_d
             }
         }
     }
-    // numerators over the row lanes: shuffles within the warp (qpr is a power of two <= 8), then warps
+    // numerators over the row lanes: shuffles within the warp (qpr is a power of two <= 16), then warps
     gd_sum_over_warp<G>(acc, qpr);
     if (lane < qpr)
         gd_store_partial<G>(red, acc, warp, group, cols, cq);
@@ -311,10 +306,14 @@ lz_status gla_decode_stream_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
     p.cols = stream_cols(p.d);
     p.phi_q = (float *)c->scratch;
     p.phi_k = p.phi_q + (size_t)n * p.Hq * 2 * p.f;
-    const dim3 prep_grid((unsigned)(p.Hq + p.Hs), (unsigned)((n + GP_SEQS - 1) / GP_SEQS));
-    const int vf = prep_vf<T>(p.f, wq, wk);
-    LZ_TRY(lz_launch(c, "gla decode (prep)", vf == 4 ? gla_decode_prep_kernel<T, 4> : gla_decode_prep_kernel<T, 1>,
-                     prep_grid, dim3(GP_THREADS), gs_prep_smem(p.d, p.f, vf), p));
+    if (gla_decode_prep_tc_fits<T>(c, p)) {
+        LZ_TRY(gla_decode_prep_tc<T>(c, p));
+    } else {
+        const dim3 prep_grid((unsigned)(p.Hq + p.Hs), (unsigned)((n + GP_SEQS - 1) / GP_SEQS));
+        const int vf = prep_vf<T>(p.f, wq, wk);
+        LZ_TRY(lz_launch(c, "gla decode (prep)", vf == 4 ? gla_decode_prep_kernel<T, 4> : gla_decode_prep_kernel<T, 1>,
+                         prep_grid, dim3(GP_THREADS), gs_prep_smem(p.d, p.f, vf), p));
+    }
     const int group = p.Hq / p.Hs;
     const size_t smem = gs_stream_smem(group, 2 * p.f, p.cols);
     if (group == 1)
@@ -338,7 +337,7 @@ template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c) {
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
-    return LZ_OK;
+    return gla_decode_prep_tc_init<T>(c);
 }
 
 #define LZ_GLA_DECODE_STREAM(T)                                                                                    \
