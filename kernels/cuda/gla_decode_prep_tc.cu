@@ -12,7 +12,6 @@
 // The CUDA-core prep stays for fp32 (exactness checks), LIZARD_TC=0 and shapes this one does not take.
 #include <mma.h> // nvcuda::wmma
 #include <stdint.h> // uintptr_t
-#include <type_traits> // std::is_same
 
 #include "gla_decode_stream.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
@@ -171,35 +170,20 @@ __global__ void __launch_bounds__(PT_THREADS, 3) gla_decode_prep_tc_kernel(gs_pa
     }
 }
 
-template <typename T> bool gla_decode_prep_tc_fits(const lz_cuda_ctx *c, const gs_params<T> &p) {
-    if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
-        return false;
-    } else {
-        const uintptr_t rows = (uintptr_t)p.wq | (uintptr_t)p.wk | (uintptr_t)p.q | (uintptr_t)p.k;
-        return !c->tc_off && p.d % 16 == 0 && p.f % 32 == 0 && p.f <= 32 * PT_ZH && (rows & 15) == 0 &&
-               pt_smem(p.d, p.f) <= c->max_smem;
-    }
+bool gla_decode_prep_tc_fits(const lz_cuda_ctx *c, const gs_params<__nv_bfloat16> &p) {
+    const uintptr_t rows = (uintptr_t)p.wq | (uintptr_t)p.wk | (uintptr_t)p.q | (uintptr_t)p.k;
+    return !c->tc_off && p.d % 16 == 0 && p.f % 32 == 0 && p.f <= 32 * PT_ZH && (rows & 15) == 0 &&
+           pt_smem(p.d, p.f) <= c->max_smem;
 }
 
-template <typename T> lz_status gla_decode_prep_tc(lz_cuda_ctx *c, const gs_params<T> &p) {
-    if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
-        return lz_fail(LZ_ERR_INTERNAL, "gla decode (prep, tensor cores): bf16 only");
-    } else {
-        const dim3 grid((unsigned)(p.Hq + p.Hs), (unsigned)((p.n_seqs + PT_SEQS - 1) / PT_SEQS));
-        return lz_launch(c, "gla decode (prep, tensor cores)", gla_decode_prep_tc_kernel, grid, dim3(PT_THREADS),
-                         pt_smem(p.d, p.f), p);
-    }
+lz_status gla_decode_prep_tc(lz_cuda_ctx *c, const gs_params<__nv_bfloat16> &p) {
+    const dim3 grid((unsigned)(p.Hq + p.Hs), (unsigned)((p.n_seqs + PT_SEQS - 1) / PT_SEQS));
+    return lz_launch(c, "gla decode (prep, tensor cores)", gla_decode_prep_tc_kernel, grid, dim3(PT_THREADS),
+                     pt_smem(p.d, p.f), p);
 }
 
-template <typename T> lz_status gla_decode_prep_tc_init(lz_cuda_ctx *c) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value)
-        LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_prep_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)c->max_smem));
+lz_status gla_decode_prep_tc_init(lz_cuda_ctx *c) {
+    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_prep_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)c->max_smem));
     return LZ_OK;
 }
-
-#define LZ_GLA_DECODE_PREP_TC(T)                                                                                   \
-    template bool gla_decode_prep_tc_fits<T>(const lz_cuda_ctx *, const gs_params<T> &);                          \
-    template lz_status gla_decode_prep_tc<T>(lz_cuda_ctx *, const gs_params<T> &);                                \
-    template lz_status gla_decode_prep_tc_init<T>(lz_cuda_ctx *);
-LZ_INSTANTIATE(LZ_GLA_DECODE_PREP_TC)

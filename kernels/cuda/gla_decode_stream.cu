@@ -31,6 +31,7 @@
 // before prep has completed (each waited for its own predecessor), and nothing that writes S can
 // still be running: the stream kernel issues its S loads (L2-only, ld.global.cg) before its own wait.
 #include <stdint.h> // uintptr_t
+#include <type_traits> // std::is_same
 
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
@@ -289,6 +290,17 @@ template <typename T, int G> static lz_status launch_stream(lz_cuda_ctx *c, cons
                      dim3((unsigned)(p.d / p.cols), (unsigned)p.Hs, (unsigned)p.n_seqs), dim3(GS_THREADS), smem, p);
 }
 
+// The first launch: bf16 on tensor cores where the shape allows (gla_decode_prep_tc.cu), else CUDA cores.
+template <typename T> static lz_status launch_prep(lz_cuda_ctx *c, const gs_params<T> &p) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)
+        if (gla_decode_prep_tc_fits(c, p))
+            return gla_decode_prep_tc(c, p);
+    const dim3 grid((unsigned)(p.Hq + p.Hs), (unsigned)((p.n_seqs + GP_SEQS - 1) / GP_SEQS));
+    const int vf = prep_vf<T>(p.f, p.wq, p.wk);
+    return lz_launch(c, "gla decode (prep)", vf == 4 ? gla_decode_prep_kernel<T, 4> : gla_decode_prep_kernel<T, 1>,
+                     grid, dim3(GP_THREADS), gs_prep_smem(p.d, p.f, vf), p);
+}
+
 template <typename T>
 lz_status gla_decode_stream_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *gate_logit,
                                     const T *wq, int n_wq, const T *wk, int n_wk, bool exp_map, lz_layer_state *st,
@@ -306,14 +318,7 @@ lz_status gla_decode_stream_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
     p.cols = stream_cols(p.d);
     p.phi_q = (float *)c->scratch;
     p.phi_k = p.phi_q + (size_t)n * p.Hq * 2 * p.f;
-    if (gla_decode_prep_tc_fits<T>(c, p)) {
-        LZ_TRY(gla_decode_prep_tc<T>(c, p));
-    } else {
-        const dim3 prep_grid((unsigned)(p.Hq + p.Hs), (unsigned)((n + GP_SEQS - 1) / GP_SEQS));
-        const int vf = prep_vf<T>(p.f, wq, wk);
-        LZ_TRY(lz_launch(c, "gla decode (prep)", vf == 4 ? gla_decode_prep_kernel<T, 4> : gla_decode_prep_kernel<T, 1>,
-                         prep_grid, dim3(GP_THREADS), gs_prep_smem(p.d, p.f, vf), p));
-    }
+    LZ_TRY(launch_prep<T>(c, p));
     const int group = p.Hq / p.Hs;
     const size_t smem = gs_stream_smem(group, 2 * p.f, p.cols);
     if (group == 1)
@@ -337,7 +342,9 @@ template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c) {
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
-    return gla_decode_prep_tc_init<T>(c);
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)
+        return gla_decode_prep_tc_init(c);
+    return LZ_OK;
 }
 
 #define LZ_GLA_DECODE_STREAM(T)                                                                                    \

@@ -17,10 +17,11 @@ template <typename T> struct gs_params {
     bool normalize, exp_map;
 };
 
-// The bf16 tensor-core prep (phi_q, phi_k and z for the stream kernel): where it takes the shape
-// (bf16, LIZARD_TC on, d a multiple of 16, f of 32 up to 128, 16-byte aligned rows), and its launch.
-template <typename T> bool gla_decode_prep_tc_fits(const lz_cuda_ctx *c, const gs_params<T> &p);
-template <typename T> lz_status gla_decode_prep_tc(lz_cuda_ctx *c, const gs_params<T> &p);
-template <typename T> lz_status gla_decode_prep_tc_init(lz_cuda_ctx *c);
+// The bf16 tensor-core prep (phi_q, phi_k and z for the stream kernel, gla_decode_prep_tc.cu): where
+// it takes the shape (LIZARD_TC on, d a multiple of 16, f of 32 up to 128, 16-byte aligned rows), its
+// launch, and its once-per-backend setup.
+bool gla_decode_prep_tc_fits(const lz_cuda_ctx *c, const gs_params<__nv_bfloat16> &p);
+lz_status gla_decode_prep_tc(lz_cuda_ctx *c, const gs_params<__nv_bfloat16> &p);
+lz_status gla_decode_prep_tc_init(lz_cuda_ctx *c);
 
 #endif
