@@ -4,7 +4,8 @@
 //           read once for the tile straight into registers (loaded before the PDL wait), then
 //           phi = [softmax(u) ++ softmax(-u)] (or [exp(u) ++ exp(-u)]) as fp32 into scratch, a warp
 //           a sequence; the blocks of a state head's phi_k also write z = gamma z + phi_k (z is
-//           read by no other block of this launch);
+//           read by no other block of this launch); bf16 takes the tensor-core prep where the shape
+//           allows (gla_decode_prep_tc.cu: 32 sequences a tile, the weight in shared memory);
 //   stream: per (slice of GS_COLS value columns, state head, sequence), no cluster, no atomics:
 //           every thread issues its GS_ROWS float4 loads of S (64 KiB per block at d = 128) before
 //           anything else, then S = gamma S + phi_k v^T over all 2f rows of its columns, stored,
@@ -258,7 +259,7 @@ template <typename T, int G> __global__ void __launch_bounds__(GS_THREADS) gla_d
     gd_write_out<T>(p.out + ((size_t)row * p.Hq + s * group) * d + c0, d, red, GS_WARPS, group, cols, dens, p.normalize);
 }
 
-// Value columns per stream block: 32, or the largest power-of-two multiple of 4 dividing d.
+// Value columns per stream block: GS_COLS, or the largest power-of-two multiple of 4 dividing d.
 static int stream_cols(int d) {
     for (int c = GS_COLS; c >= 4; c /= 2)
         if (d % c == 0)
