@@ -61,6 +61,9 @@ lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes) {
     if (bytes <= ctx->scratch_bytes)
         return LZ_OK;
     LZ_CUDA_TRY(cudaStreamSynchronize(ctx->stream)); // earlier kernels may still use the old scratch
+    for (int i = 0; i < LZ_SIDE_STREAMS; i++)
+        if (ctx->side[i])
+            LZ_CUDA_TRY(cudaStreamSynchronize(ctx->side[i]));
     if (ctx->scratch)
         LZ_CUDA_TRY(cudaFree(ctx->scratch));
     ctx->scratch = NULL;
@@ -529,12 +532,27 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
     for (int i = 0; i < count; i++)
         together &= ws[i]->cols == ws[0]->cols && ws[i]->cols % (16 / sizeof(T)) == 0;
     if (!together) {
-        for (int i = 0; i < count; i++) {
+        auto one = [&](int i) {
             const lz_weight *b = biases ? biases[i] : NULL;
-            LZ_TRY(linear_forward<T>(c, (T *)outs[i], x, (const T *)ws[i]->data, b && b->data ? (const T *)b->data : NULL,
-                                     n, (int)ws[i]->cols, (int)ws[i]->rows));
+            return linear_forward<T>(c, (T *)outs[i], x, (const T *)ws[i]->data, b && b->data ? (const T *)b->data : NULL,
+                                     n, (int)ws[i]->cols, (int)ws[i]->rows);
+        };
+        // side by side (LIZARD_FORK): q, k, v and the gate (3 or 4 layers), or the MLP's gate and up (2)
+        const unsigned op = count >= 3 ? LZ_FORK_QKV : LZ_FORK_MLP;
+        const int sides = count - 1 < LZ_SIDE_STREAMS ? count - 1 : LZ_SIDE_STREAMS;
+        if (sides < 1 || !(c->fork_ops & op) || n > c->fork_tokens) {
+            for (int i = 0; i < count; i++)
+                LZ_TRY(one(i));
+            return LZ_OK;
         }
-        return LZ_OK;
+        LZ_TRY(lz_cuda_fork(c, sides));
+        lz_status s = one(0); // the first (q, the largest) on the main stream, launched first
+        for (int i = 1; i < count && s == LZ_OK; i++) {
+            lz_on_side side(c, (i - 1) % sides);
+            s = one(i);
+        }
+        const lz_status j = lz_cuda_join(c, sides); // joined even after a failure: a recording must end
+        return s != LZ_OK ? s : j;
     }
     lz_gemv_segments<T> seg = gemv_segments_of<T>(count, outs, ws, biases);
     return gemv_segments_forward<T>(c, seg, x, n, (int)ws[0]->cols);
@@ -872,6 +890,7 @@ static void cuda_destroy(lz_backend *be) {
         print_profile(&be->prof);
     cuda_graph_reset(be);
     lz_nccl_free(be->nccl);
+    lz_cuda_side_destroy(&be->ctx);
     if (be->cublas_workspace)
         cudaFree(be->cublas_workspace);
     cudaStreamSynchronize(be->ctx.stream);
@@ -916,7 +935,9 @@ static lz_status init_device(lz_backend *be) {
     LZ_CUDA_TRY(cudaMalloc(&be->cublas_workspace, ws_bytes));
     LZ_CUBLAS_TRY(cublasSetWorkspace(be->ctx.cublas, be->cublas_workspace, ws_bytes));
     // fp32 runs are exactness checks: no TF32 shortcuts
-    LZ_CUBLAS_TRY(cublasSetMathMode(be->ctx.cublas, be->dtype == LZ_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+    const cublasMath_t math = be->dtype == LZ_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
+    LZ_CUBLAS_TRY(cublasSetMathMode(be->ctx.cublas, math));
+    LZ_TRY(lz_cuda_side_create(&be->ctx, ws_bytes, math));
     if (be->dtype == LZ_DTYPE_BF16) {
         LZ_TRY(gla_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(gla_decode_init<__nv_bfloat16>(&be->ctx));
@@ -941,6 +962,26 @@ static bool env_is_zero(const char *name) {
     return v && strcmp(v, "0") == 0;
 }
 
+// A comma-separated list of names into the OR of their bits (added to *bits); false on a name not in names.
+struct named_bit {
+    const char *name;
+    unsigned bit;
+};
+static bool parse_bit_list(const char *v, const named_bit *names, size_t n_names, unsigned *bits) {
+    for (const char *p = v; *p;) {
+        const size_t len = strcspn(p, ",");
+        unsigned bit = 0;
+        for (size_t i = 0; i < n_names; i++)
+            if (len == strlen(names[i].name) && strncmp(p, names[i].name, len) == 0)
+                bit = names[i].bit;
+        if (!bit)
+            return false;
+        *bits |= bit;
+        p += len + (p[len] == ',');
+    }
+    return true;
+}
+
 // LIZARD_FUSE beyond "0": unset (the GLA decode, the residual and SwiGLU epilogues), "gla" (the GLA
 // decode alone), "all" or "1" (every dense op), or a comma-separated list of norm, residual, swiglu,
 // rope.
@@ -957,20 +998,22 @@ static bool parse_fuse_dense(const char *v, unsigned *bits) {
         *bits = LZ_FUSE_DENSE_ALL;
         return true;
     }
-    static const struct { const char *name; unsigned bit; } ops[] = {
+    static const named_bit ops[] = {
         {"norm", LZ_FUSE_NORM}, {"residual", LZ_FUSE_RESIDUAL}, {"swiglu", LZ_FUSE_SWIGLU}, {"rope", LZ_FUSE_ROPE}};
-    for (const char *p = v; *p;) {
-        const size_t len = strcspn(p, ",");
-        unsigned bit = 0;
-        for (const auto &op : ops)
-            if (len == strlen(op.name) && strncmp(p, op.name, len) == 0)
-                bit = op.bit;
-        if (!bit)
-            return false;
-        *bits |= bit;
-        p += len + (p[len] == ',');
-    }
-    return true;
+    return parse_bit_list(v, ops, sizeof ops / sizeof ops[0], bits);
+}
+
+// LIZARD_FORK: unset or "all" (both), "0" (none), or a comma-separated list of qkv, mlp. False for
+// anything else.
+static bool parse_fork(const char *v, unsigned *bits) {
+    *bits = LZ_FORK_QKV | LZ_FORK_MLP;
+    if (!v || !*v || strcmp(v, "all") == 0)
+        return true;
+    *bits = 0;
+    if (strcmp(v, "0") == 0)
+        return true;
+    static const named_bit ops[] = {{"qkv", LZ_FORK_QKV}, {"mlp", LZ_FORK_MLP}};
+    return parse_bit_list(v, ops, sizeof ops / sizeof ops[0], bits);
 }
 
 // The LIZARD_* switches of the context (docs/running.md) and the ops table they pick; a bad value is
@@ -1002,6 +1045,9 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     LZ_TRY(lz_env_int("LIZARD_GEMV_TOKENS", 1, LZ_GEMV_MAX_TOKENS, LZ_GEMV_TOKENS_DEFAULT, &c->gemv_tokens));
     LZ_TRY(lz_env_int("LIZARD_WINDOW_SPLIT_MIN", 1, INT_MAX, 16, &c->window_split_min));
     LZ_TRY(lz_env_int("LIZARD_GLA_STREAM_MIN", 0, INT_MAX, LZ_GLA_STREAM_MIN_DEFAULT, &c->gla_stream_min));
+    if (!parse_fork(getenv("LIZARD_FORK"), &c->fork_ops))
+        return lz_fail(LZ_ERR_INPUT, "LIZARD_FORK=%s: not 0, all or a list of qkv,mlp", getenv("LIZARD_FORK"));
+    LZ_TRY(lz_env_int("LIZARD_FORK_TOKENS", 1, INT_MAX, LZ_FORK_TOKENS_DEFAULT, &c->fork_tokens));
     return LZ_OK;
 }
 

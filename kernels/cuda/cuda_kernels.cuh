@@ -6,6 +6,9 @@
 
 #include "cuda_common.cuh" // lz_cuda_batch, checks
 
+// LIZARD_FORK's ops: a layer's q/k/v/gate GEMMs, the MLP's gate/up GEMMs; LIZARD_FORK_TOKENS's default.
+enum { LZ_SIDE_STREAMS = 3, LZ_FORK_QKV = 1, LZ_FORK_MLP = 2, LZ_FORK_TOKENS_DEFAULT = 32 };
+
 struct lz_cuda_ctx {
     cudaStream_t stream;
     cublasHandle_t cublas;
@@ -32,10 +35,41 @@ struct lz_cuda_ctx {
     bool fmap_prompt_off;  // LIZARD_FMAP_PROMPT=0: the bf16 prompt feature maps on the WMMA kernel (feature_map.cu)
     unsigned *attn_count;  // decode attention: per (sequence, kv head) arrival counters, zero between launches
     int attn_count_n;
+    // Side streams (side_streams.cu): independent launches of a step side by side with the main
+    // stream's (a layer's k, v and gate GEMMs beside q's), each with its own cuBLAS handle and
+    // workspace. The ops switch c->stream and c->cublas to a side
+    // stream's while they launch onto it (lz_on_side).
+    cudaStream_t side[LZ_SIDE_STREAMS];
+    cublasHandle_t side_cublas[LZ_SIDE_STREAMS];
+    void *side_workspace[LZ_SIDE_STREAMS];
+    cudaEvent_t fork_event, join_event[LZ_SIDE_STREAMS];
+    unsigned fork_ops;     // LIZARD_FORK: which ops take side streams (LZ_FORK_* bits; 0: none)
+    int fork_tokens;       // LIZARD_FORK_TOKENS: linear layers side by side on steps of at most this many tokens
 };
 
-// Grows ctx->scratch to at least `bytes` (synchronising the stream first).
+// Grows ctx->scratch to at least `bytes` (synchronising the streams first).
 lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes);
+
+// Side streams (side_streams.cu). create: the streams, handles (math mode as the main one's) and
+// events; destroy: what create made (safe on a partial create). fork: sides 0 .. n - 1 wait for the
+// main stream's work so far; join: the main stream waits for theirs. Under graph capture the sides
+// join the recording at the fork and must be joined before it ends.
+lz_status lz_cuda_side_create(lz_cuda_ctx *c, size_t workspace_bytes, cublasMath_t math);
+void lz_cuda_side_destroy(lz_cuda_ctx *c);
+lz_status lz_cuda_fork(lz_cuda_ctx *c, int n);
+lz_status lz_cuda_join(lz_cuda_ctx *c, int n);
+// While alive, launches through c go to side stream i.
+struct lz_on_side {
+    lz_cuda_ctx *c;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    lz_on_side(lz_cuda_ctx *ctx, int i) : c(ctx), stream(ctx->stream), cublas(ctx->cublas) {
+        c->stream = c->side[i], c->cublas = c->side_cublas[i];
+    }
+    ~lz_on_side() { c->stream = stream, c->cublas = cublas; }
+    lz_on_side(const lz_on_side &) = delete;
+    lz_on_side &operator=(const lz_on_side &) = delete;
+};
 
 template <typename T> lz_status embedding_forward(lz_cuda_ctx *c, T *out, const T *table, const int32_t *ids, int n, int C);
 template <typename T> lz_status rmsnorm_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, int n, int C, float eps);

@@ -127,6 +127,8 @@ if ! "$LIZARD" generate --model "$M" --ids 1 --device cuda 2>&1 | grep -q "no CU
   expect_error "LIZARD_GEMV_SPLIT=3" env LIZARD_GEMV_SPLIT=3 "$LIZARD" generate --model "$M" --ids 1 --device cuda
   expect_error "LIZARD_FUSE=norm,bogus" env LIZARD_FUSE=norm,bogus "$LIZARD" generate --model "$M" --ids 1 --device cuda
   expect_error "LIZARD_GEMV_LOAD=9" env LIZARD_GEMV_LOAD=9 "$LIZARD" generate --model "$M" --ids 1 --device cuda
+  expect_error "LIZARD_FORK=qkv,window" env LIZARD_FORK=qkv,window "$LIZARD" generate --model "$M" --ids 1 --device cuda
+  expect_error "LIZARD_FORK_TOKENS" env LIZARD_FORK_TOKENS=0 "$LIZARD" generate --model "$M" --ids 1 --device cuda
 fi
 expect_error "--softmax-layers" "$LIZARD" generate --model "$M" --ids 1 --softmax-layers 0,9
 expect_error "unknown command" "$LIZARD" frobnicate

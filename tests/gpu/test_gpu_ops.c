@@ -105,6 +105,28 @@ static void compare(const char *what, backend *cpu, void *c, backend *gpu, void 
     free(hg);
 }
 
+/* Outputs that are one dot product each, y_t = x_t . w (T tokens of a one-row layer, x [T, C]): the
+ * error measured against the size of the products summed, sqrt(sum_t sum_k (x_tk w_k)^2), where that is
+ * larger than |y|. bf16's rounding of the inputs errs by about 2^-9 of each product whatever the sum, so
+ * a sum that cancels towards zero shows it in full relative to itself: over 96 random products at one
+ * token, 13.6% of draws exceed 1e-2 (a simulation of the rounding alone), and this suite's data drew
+ * such sums (0.075 and 0.052) once tests added before it moved the random stream. */
+static void compare_dots(const char *what, backend *cpu, void *c, backend *gpu, void *g, const float *x, const float *w,
+                         int T, int C, double limit) {
+    float *hc = download(cpu, c, (size_t)T), *hg = download(gpu, g, (size_t)T);
+    double num = 0, den = 0, terms = 0;
+    for (int t = 0; t < T; t++) {
+        const double d = (double)hg[t] - hc[t];
+        num += d * d, den += (double)hc[t] * hc[t];
+        for (int k = 0; k < C; k++)
+            terms += ((double)x[(size_t)t * C + k] * w[k]) * ((double)x[(size_t)t * C + k] * w[k]);
+    }
+    const double e = num != num ? INFINITY : sqrt(num / (den > terms ? den : terms > 0 ? terms : 1));
+    CHECK_MSG(e <= limit, "%s %s: rel err %.3g > %.3g (of the products' size)", dtype_name, what, e, limit);
+    free(hc);
+    free(hg);
+}
+
 /* A batch of sequences with the given lengths and starting positions. */
 typedef struct {
     int n;
@@ -174,7 +196,7 @@ static void test_dense_ops(backend *c, backend *g) {
                  g->ops->linear_many(g->be, 3, gouts, gx, gws, gbs, steps[i]));
             compare("linear_many (bias)", c, co, g, go, (size_t)steps[i] * O, tol);
             compare("linear_many (33 rows)", c, c2, g, g2, (size_t)steps[i] * 33, tol);
-            compare("linear_many (1 row)", c, c3, g, g3, (size_t)steps[i], tol);
+            compare_dots("linear_many (1 row)", c, c3, g, g3, hx, hw3, steps[i], C, tol);
         }
         free(hw2), free(hw3);
     }
@@ -258,6 +280,15 @@ static void test_fused_dense(backend *c, backend *g) {
         float *hg = rand_host((size_t)I * C, -0.1f, 0.1f), *hu = rand_host((size_t)I * C, -0.1f, 0.1f);
         float *hbu = rand_host(I, -0.5f, 0.5f), *hd = rand_host((size_t)O * I, -0.3f, 0.3f);
         float *hy = rand_host((size_t)Tmax * O, -1, 1), *hh = rand_host((size_t)Tmax * I, -1, 1);
+        float *hxn = malloc(sizeof(float) * (size_t)Tmax * C); // rmsnorm(x) * n, as the 1-row segment reads it
+        for (int t = 0; t < Tmax; t++) {
+            double ss = 0;
+            for (int k = 0; k < C; k++)
+                ss += (double)hx[(size_t)t * C + k] * hx[(size_t)t * C + k];
+            const double inv = 1.0 / sqrt(ss / C + 1e-5);
+            for (int k = 0; k < C; k++)
+                hxn[(size_t)t * C + k] = (float)(hx[(size_t)t * C + k] * inv * hn[k]);
+        }
         lz_weight cn = weight(c, hn, 1, C), gn = weight(g, hn, 1, C);
         lz_weight cw = weight(c, hw, O, C), gw = weight(g, hw, O, C), cw2 = weight(c, hw2, O2, C);
         lz_weight gw2 = weight(g, hw2, O2, C), cw3 = weight(c, hw3, 1, C), gw3 = weight(g, hw3, 1, C);
@@ -280,8 +311,9 @@ static void test_fused_dense(backend *c, backend *g) {
                 compare("norm_linear_many (bias)", c, co, g, go, (size_t)T * O, tol);
                 compare("norm_linear_many (33 rows)", c, co2, g, go2, (size_t)T * O2, tol);
                 // T values only (one dot product per token): no averaging over a row, so bf16's rounding of the
-                // normalised input shows in full (measured 1.09e-2 on the H200 at 1e-2); held to the attention bound
-                compare("norm_linear_many (1 row)", c, co3, g, go3, (size_t)T, tol_attn);
+                // normalised input shows in full (measured 1.09e-2 on the H200 at 1e-2); held to the attention
+                // bound, against the products' size (compare_dots)
+                compare_dots("norm_linear_many (1 row)", c, co3, g, go3, hxn, hw3, T, C, tol_attn);
             }
             // MLP input: silu(gate) * up, the up projection with a bias
             void *cm = act(c, NULL, (size_t)T * I), *gm = act(g, NULL, (size_t)T * I);
@@ -309,7 +341,7 @@ static void test_fused_dense(backend *c, backend *g) {
         for (size_t i = 0; i < sizeof all_c / sizeof all_c[0]; i++)
             c->ops->free_weight(c->be, all_c[i]), g->ops->free_weight(g->be, all_g[i]);
         c->ops->free(c->be, cx), g->ops->free(g->be, gx);
-        free(hx), free(hn), free(hw), free(hw2), free(hw3), free(hb), free(hg), free(hu), free(hbu), free(hd), free(hy),
+        free(hx), free(hxn), free(hn), free(hw), free(hw2), free(hw3), free(hb), free(hg), free(hu), free(hbu), free(hd), free(hy),
             free(hh);
     }
 }
@@ -597,7 +629,10 @@ static void test_feature_maps(backend *c, backend *g) {
                      gb->ops->feature_map(gb->be, go, gx, &gw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map));
                 char what[96];
                 snprintf(what, sizeof what, "feature_map%s shape %zu T=%d", mi ? " LIZARD_FMAP_PROMPT=0" : "", si, T);
-                compare(what, c, co, gb, go, no, tol);
+                // in bf16 held to the attention bound: phi is an exponential of u = x . W, so u's absolute
+                // error from bf16 inputs (~2^-9 of the products' size) is phi's relative error (1.05e-2 seen
+                // on the H200 at 1e-2, exp map, d = 128)
+                compare(what, c, co, gb, go, no, modes == 2 ? tol_attn : tol);
                 c->ops->free(c->be, cx), gb->ops->free(gb->be, gx), c->ops->free(c->be, co), gb->ops->free(gb->be, go);
                 free(hx);
             }
@@ -966,6 +1001,7 @@ int main(void) {
     setenv("LIZARD_FUSE_TOKENS", "8", 0); // the fused GEMV at 1 to 8 tokens (the default fuses 1)
     setenv("LIZARD_GEMV_TOKENS", "8", 0); // the GEMV at 2 to 8 tokens too (by default cuBLAS takes them)
     setenv("LIZARD_GLA_STREAM_MIN", "8", 1); // both GLA decode paths in test_gla_decode
+    setenv("LIZARD_FORK_TOKENS", "64", 0);   // the 37-token steps' linear layers side by side too (default: 32)
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
     const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};
     const prompt_shape prompts[] = {

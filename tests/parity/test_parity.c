@@ -7,7 +7,10 @@
  *   2. the same prompt fed in pieces of 5 tokens (state carried across steps);
  *   3. the prompt fed one token at a time through the decode path (recurrent
  *      GLA, ring, KV cache): the logits of every position again <= 1e-4;
- *   4. greedy continuation: the same ids. */
+ *   4. greedy continuation: the same ids;
+ *   5. the decode path again with N_COPIES copies of the prompt in one batch, started on
+ *      three successive steps (mixed positions; then steps of N_COPIES sequences, which
+ *      the CUDA backend records and replays as graphs): every copy's logits <= 1e-4. */
 #include <jansson.h> // json_load_file
 #include <math.h>    // sqrt
 #include <stdio.h>   // snprintf
@@ -48,9 +51,10 @@ typedef struct {
     int n_greedy;
 } run_spec;
 
-static lz_status open_engine(lz_engine *e, const char *model_dir, const run_spec *r, int context, int chunk) {
+static lz_status open_engine_slots(lz_engine *e, const char *model_dir, const run_spec *r, int context, int chunk,
+                                   int n_slots) {
     lz_engine_options o = {.model_dir = model_dir, .device = DEVICE, .dtype = DTYPE, .softmax_layers = r->softmax_layers,
-                           .n_slots = 1, .max_context = context, .prefill_chunk = chunk};
+                           .n_slots = n_slots, .max_context = context, .prefill_chunk = chunk};
     lz_status s = lz_engine_open(e, &o);
     if (s != LZ_OK && strstr(lz_error_message(), "no CUDA device")) {
         fprintf(stderr, "skipped: %s\n", lz_error_message());
@@ -58,6 +62,10 @@ static lz_status open_engine(lz_engine *e, const char *model_dir, const run_spec
     }
     CHECK_MSG(s == LZ_OK, "%s: open: %s", r->name, lz_error_message());
     return s;
+}
+
+static lz_status open_engine(lz_engine *e, const char *model_dir, const run_spec *r, int context, int chunk) {
+    return open_engine_slots(e, model_dir, r, context, chunk, 1);
 }
 
 static void check_prefill(const char *model_dir, const run_spec *r, const int32_t *ids, int T, const float *ref,
@@ -111,6 +119,41 @@ static void check_decode_and_greedy(const char *model_dir, const run_spec *r, co
     lz_engine_close(&e);
 }
 
+/* Copy j starts on step j % 3 in slot N_COPIES - 1 - j (rows and slots in opposite orders). */
+enum { N_COPIES = 20 };
+static void check_batched_decode(const char *model_dir, const run_spec *r, const int32_t *ids, int T,
+                                 const float *ref) {
+    lz_engine e;
+    if (open_engine_slots(&e, model_dir, r, T, 512, N_COPIES) != LZ_OK)
+        return;
+    const int V = e.model.cfg.vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)N_COPIES * V);
+    float *mine = malloc(sizeof(float) * (size_t)N_COPIES * T * V); /* [copy][position][V] */
+    lz_status s = LZ_OK;
+    for (int step = 0; step < T + 2 && s == LZ_OK; step++) {
+        int32_t slots[N_COPIES], step_ids[N_COPIES], copy[N_COPIES];
+        int n = 0;
+        for (int j = 0; j < N_COPIES; j++) {
+            const int p = step - j % 3;
+            if (p >= 0 && p < T)
+                slots[n] = N_COPIES - 1 - j, step_ids[n] = ids[p], copy[n++] = j;
+        }
+        s = lz_engine_decode(&e, n, slots, step_ids, logits);
+        for (int i = 0; i < n && s == LZ_OK; i++)
+            memcpy(mine + ((size_t)copy[i] * T + (step - copy[i] % 3)) * V, logits + (size_t)i * V, sizeof(float) * V);
+    }
+    CHECK_MSG(s == LZ_OK, "%s: batched decode: %s", r->name, lz_error_message());
+    double worst = 0;
+    for (int j = 0; j < N_COPIES && s == LZ_OK; j++) {
+        const double err = rel_err(mine + (size_t)j * T * V, ref, (size_t)T * V);
+        worst = err > worst ? err : worst;
+        CHECK_MSG(err <= TOLERANCE, "%s: batched decode, copy %d: logits rel err %.3g > %g", r->name, j, err, TOLERANCE);
+    }
+    fprintf(stderr, "  %-22s %d copies at once rel err %.2e (the worst)\n", r->name, N_COPIES, worst);
+    free(logits), free(mine);
+    lz_engine_close(&e);
+}
+
 static void check_run(const char *dir, const char *model_dir, const run_spec *r, const int32_t *ids, int T) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, r->logits_file);
@@ -125,6 +168,7 @@ static void check_run(const char *dir, const char *model_dir, const run_spec *r,
         check_prefill(model_dir, r, ids, T, ref, 512);
         check_prefill(model_dir, r, ids, T, ref, 5);
         check_decode_and_greedy(model_dir, r, ids, T, ref);
+        check_batched_decode(model_dir, r, ids, T, ref);
     }
     free(ref);
 }

@@ -1,0 +1,66 @@
+// side_streams.cu - the side streams of a CUDA context (cuda_kernels.cuh): independent launches of a
+// step side by side (LIZARD_FORK). At 16 sequences a Lizard layer's k and v GEMMs read 8 MiB each at
+// ~1.3 TB/s (48 blocks and a split-K reduction each; Nsight Compute, H200, session 15), q's 33 MiB at
+// 2.8 TB/s, and the gate's GEMV is a launch of 8 blocks: one after another they leave most of the GPU
+// idle. Side by side, decode at 2-32 sequences gained 4-9% (docs/benchmarks.md, session 17).
+#include "cuda_kernels.cuh"
+
+lz_status lz_cuda_side_create(lz_cuda_ctx *c, size_t workspace_bytes, cublasMath_t math) {
+    LZ_CUDA_TRY(cudaEventCreateWithFlags(&c->fork_event, cudaEventDisableTiming));
+    for (int i = 0; i < LZ_SIDE_STREAMS; i++) {
+        LZ_CUDA_TRY(cudaStreamCreateWithFlags(&c->side[i], cudaStreamNonBlocking));
+        LZ_CUDA_TRY(cudaEventCreateWithFlags(&c->join_event[i], cudaEventDisableTiming));
+        LZ_CUBLAS_TRY(cublasCreate(&c->side_cublas[i]));
+        LZ_CUBLAS_TRY(cublasSetStream(c->side_cublas[i], c->side[i]));
+        // its own workspace: two GEMMs side by side must not share split-K partials
+        LZ_CUDA_TRY(cudaMalloc(&c->side_workspace[i], workspace_bytes));
+        LZ_CUBLAS_TRY(cublasSetWorkspace(c->side_cublas[i], c->side_workspace[i], workspace_bytes));
+        LZ_CUBLAS_TRY(cublasSetMathMode(c->side_cublas[i], math));
+    }
+    return LZ_OK;
+}
+
+void lz_cuda_side_destroy(lz_cuda_ctx *c) {
+    for (int i = 0; i < LZ_SIDE_STREAMS; i++) {
+        if (c->side[i])
+            cudaStreamSynchronize(c->side[i]);
+        if (c->side_cublas[i])
+            cublasDestroy(c->side_cublas[i]);
+        if (c->side_workspace[i])
+            cudaFree(c->side_workspace[i]);
+        if (c->join_event[i])
+            cudaEventDestroy(c->join_event[i]);
+        if (c->side[i])
+            cudaStreamDestroy(c->side[i]);
+        c->side[i] = NULL, c->side_cublas[i] = NULL, c->side_workspace[i] = NULL, c->join_event[i] = NULL;
+    }
+    if (c->fork_event)
+        cudaEventDestroy(c->fork_event);
+    c->fork_event = NULL;
+}
+
+lz_status lz_cuda_fork(lz_cuda_ctx *c, int n) {
+    if (n < 0 || n > LZ_SIDE_STREAMS)
+        return lz_fail(LZ_ERR_INTERNAL, "cuda: fork onto %d side streams (at most %d)", n, LZ_SIDE_STREAMS);
+    if (n == 0)
+        return LZ_OK;
+    LZ_CUDA_TRY(cudaEventRecord(c->fork_event, c->stream));
+    for (int i = 0; i < n; i++)
+        LZ_CUDA_TRY(cudaStreamWaitEvent(c->side[i], c->fork_event, 0));
+    return LZ_OK;
+}
+
+// Every side is joined even when one fails (a recording with a side left out cannot end).
+lz_status lz_cuda_join(lz_cuda_ctx *c, int n) {
+    if (n < 0 || n > LZ_SIDE_STREAMS)
+        return lz_fail(LZ_ERR_INTERNAL, "cuda: join of %d side streams (at most %d)", n, LZ_SIDE_STREAMS);
+    cudaError_t first = cudaSuccess;
+    for (int i = 0; i < n; i++) {
+        cudaError_t e = cudaEventRecord(c->join_event[i], c->side[i]);
+        if (e == cudaSuccess)
+            e = cudaStreamWaitEvent(c->stream, c->join_event[i], 0);
+        first = first != cudaSuccess ? first : e;
+    }
+    LZ_CUDA_TRY(first);
+    return LZ_OK;
+}
