@@ -60,10 +60,8 @@ struct lz_backend {
 lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes) {
     if (bytes <= ctx->scratch_bytes)
         return LZ_OK;
-    LZ_CUDA_TRY(cudaStreamSynchronize(ctx->stream)); // earlier kernels may still use the old scratch
-    for (int i = 0; i < LZ_SIDE_STREAMS; i++)
-        if (ctx->side[i])
-            LZ_CUDA_TRY(cudaStreamSynchronize(ctx->side[i]));
+    // earlier kernels may still use the old scratch (side-stream work is joined into this stream)
+    LZ_CUDA_TRY(cudaStreamSynchronize(ctx->stream));
     if (ctx->scratch)
         LZ_CUDA_TRY(cudaFree(ctx->scratch));
     ctx->scratch = NULL;

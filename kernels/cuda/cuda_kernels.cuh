@@ -37,8 +37,8 @@ struct lz_cuda_ctx {
     int attn_count_n;
     // Side streams (side_streams.cu): independent launches of a step side by side with the main
     // stream's (a layer's k, v and gate GEMMs beside q's), each with its own cuBLAS handle and
-    // workspace. The ops switch c->stream and c->cublas to a side
-    // stream's while they launch onto it (lz_on_side).
+    // workspace. The ops switch c->stream and c->cublas to a side stream's while they launch onto
+    // it (lz_on_side), and join the side back into c->stream before they return.
     cudaStream_t side[LZ_SIDE_STREAMS];
     cublasHandle_t side_cublas[LZ_SIDE_STREAMS];
     void *side_workspace[LZ_SIDE_STREAMS];
@@ -47,7 +47,7 @@ struct lz_cuda_ctx {
     int fork_tokens;       // LIZARD_FORK_TOKENS: linear layers side by side on steps of at most this many tokens
 };
 
-// Grows ctx->scratch to at least `bytes` (synchronising the streams first).
+// Grows ctx->scratch to at least `bytes` (synchronising the stream first).
 lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes);
 
 // Side streams (side_streams.cu). create: the streams, handles (math mode as the main one's) and
