@@ -13,7 +13,8 @@
 // cut, need a mask. The same function as attention_tc_kernel (attention_tc.cu),
 // which stays as the fallback (LIZARD_FLASH=0, head_dim other than 64 or 128).
 #include "cuda_kernels.cuh" // lz_cuda_ctx, checks
-#include "ptx.cuh"          // lz_cp_async16, lz_ldsm_x4, lz_mma_bf16, lz_fast_exp2
+#include "flash_fragments.cuh" // the masking, online softmax and store both flash kernels share
+#include "ptx.cuh"          // lz_cp_async16, lz_ldsm_x4, lz_mma_bf16
 
 typedef __nv_bfloat16 bf16;
 
@@ -56,7 +57,6 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
                            const int32_t *chunk_len, const int32_t *token_seq, const int32_t *slot,
                            const int32_t *token_pos, int n_chunks, int Hq, int Hkv, int capacity, int sw,
                            float scale_log2) {
-    constexpr int UPR = D / 8;                        // 16-byte units per row
     constexpr uint32_t TILE = sizeof(bf16) * FB * D; // bytes of one [FB][D] tile
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr int NT = flash_threads<HPB>();
@@ -64,49 +64,26 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
     const int c = n_chunks - 1 - (int)blockIdx.y, tid = threadIdx.x, lane = tid & 31;
     const int hh = (tid >> 5) / WARPS_PER_HEAD, warp = (tid >> 5) % WARPS_PER_HEAD; // head in block, warp in head
     const int h0 = blockIdx.x * HPB, h = h0 + hh;
-    const int row0 = chunk_row0[c], L = chunk_len[c];
-    const int p0 = token_pos[row0], p_last = token_pos[row0 + L - 1];
-    const int k_first = sw > 0 && p0 - sw + 1 > 0 ? p0 - sw + 1 : 0;
-    const int n_tiles = (p_last - k_first) / FB + 1; // tile j: keys p_last - 64 j - 63 .. p_last - 64 j
-    const size_t kv_row = (size_t)Hkv * D;
-    const size_t kv_base = (size_t)slot[token_seq[row0]] * capacity * kv_row + (size_t)(h0 / (Hq / Hkv)) * D;
-    const bf16 *kb = kc + kv_base, *vb = vc + kv_base;
-
-    // K, V of tile j into buffer buf; keys before k_first (or before 0) become zeros
-    auto load_kv = [&](int j, int buf) {
-        const int t0 = p_last - (FB - 1) - FB * j;
-#pragma unroll
-        for (int i = 0; i < FB * UPR / NT; i++) {
-            const int e = tid + i * NT, r = e / UPR, u = e % UPR, t = t0 + r;
-            const bool ok = t >= k_first;
-            const size_t off = ok ? (size_t)t * kv_row + u * 8 : 0;
-            const uint32_t dst = buf * TILE + swz<D>(r, u);
-            lz_cp_async16(sK0 + dst, kb + off, ok);
-            lz_cp_async16(sV0 + dst, vb + off, ok);
-        }
-    };
-#pragma unroll
-    for (int i = 0; i < HPB * FB * UPR / NT; i++) { // Q rows past the chunk become zeros
-        const int e = tid + i * NT, qh = e / (FB * UPR), r = e / UPR % FB, u = e % UPR;
-        const bool ok = r < L;
-        lz_cp_async16(sQ + qh * TILE + swz<D>(r, u), q + (ok ? ((size_t)(row0 + r) * Hq + h0 + qh) * D + u * 8 : 0), ok);
-    }
-    load_kv(0, 0);
+    const flash_chunk<FB, D> ch(c, h0 / (Hq / Hkv), kc, vc, chunk_row0, chunk_len, token_seq, slot, token_pos, Hkv,
+                                capacity, sw);
+    const auto sw_tile = [](int r, int u) { return swz<D>(r, u); };
+    flash_load_q<NT, HPB>(ch, q, Hq, h0, tid, sQ, TILE, sw_tile);
+    flash_load_kv<NT>(ch, 0, tid, sK0, sV0, sw_tile);
     lz_cp_async_commit();
 
     const int gr = lane >> 2, qd = lane & 3;            // the quad (row) and the lane in it (column pair)
-    const int rA = warp * 16 + gr, pA = p0 + rA, pB = pA + 8; // this lane's rows rA, rA + 8 and their positions
+    const int rA = warp * 16 + gr, pA = ch.p0 + rA; // this lane's rows rA and rA + 8, rA's position
     uint32_t qf[D / 16][4];
     float o[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f}; // running max (log2 units), this lane's sum
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f}; // running max (raw scores), this lane's sum
 
-    for (int j = 0; j < n_tiles; j++) {
+    for (int j = 0; j < ch.n_tiles; j++) {
         const int buf = j & 1;
-        if (j + 1 < n_tiles) { // the next tile streams in while this one is computed
-            load_kv(j + 1, buf ^ 1);
+        if (j + 1 < ch.n_tiles) { // the next tile streams in while this one is computed
+            flash_load_kv<NT>(ch, j + 1, tid, sK0 + (buf ^ 1) * TILE, sV0 + (buf ^ 1) * TILE, sw_tile);
             lz_cp_async_commit();
             lz_cp_async_wait<1>();
         } else {
@@ -138,68 +115,14 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
             }
         }
 
-        // scale into log2 units; mask where some key of the tile is past a row, before k_first or out of the window
-        const int t0 = p_last - (FB - 1) - FB * j;
-        const bool masked = t0 + FB - 1 > p0 || t0 < k_first || (sw > 0 && t0 <= p_last - sw);
-        if (masked) {
-#pragma unroll
-            for (int n = 0; n < FB / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int t = t0 + 8 * n + 2 * qd + (e & 1), p = e < 2 ? pA : pB;
-                    const bool visible = t >= k_first && t <= p && (sw <= 0 || t > p - sw);
-                    s[n][e] = visible ? s[n][e] * scale_log2 : -INFINITY;
-                }
-        } else {
-#pragma unroll
-            for (int n = 0; n < FB / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    s[n][e] *= scale_log2;
-        }
-
-        // online softmax: the row max over the quad, rescale the running sum and O
-        float mx[2] = {m_r[0], m_r[1]};
-#pragma unroll
-        for (int n = 0; n < FB / 8; n++) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
-        }
-        float base[2], alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            base[r] = mx[r] == -INFINITY ? 0.0f : mx[r]; // a row with no visible key yet: every p is 0
-            alpha[r] = lz_fast_exp2(m_r[r] - base[r]);
-            m_r[r] = mx[r];
-        }
-        float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int n = 0; n < FB / 8; n++) {
-            s[n][0] = lz_fast_exp2(s[n][0] - base[0]);
-            s[n][1] = lz_fast_exp2(s[n][1] - base[0]);
-            s[n][2] = lz_fast_exp2(s[n][2] - base[1]);
-            s[n][3] = lz_fast_exp2(s[n][3] - base[1]);
-            sum[0] += s[n][0] + s[n][1];
-            sum[1] += s[n][2] + s[n][3];
-        }
-        l_r[0] = l_r[0] * alpha[0] + sum[0];
-        l_r[1] = l_r[1] * alpha[1] + sum[1];
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            o[n][0] *= alpha[0];
-            o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1];
-            o[n][3] *= alpha[1];
-        }
+        flash_mask<FB / 8>(s, ch.t0(j), ch.p0, ch.p_last, ch.k_first, sw, pA, qd);
+        flash_online_softmax<FB / 8, D / 8, false>(s, o, m_r, l_r, scale_log2);
 
         // O += P V: P's A fragment for keys 16 kk .. 16 kk + 15 is n-tiles 2 kk and 2 kk + 1 of S
 #pragma unroll
         for (int kk = 0; kk < FB / 16; kk++) {
-            const uint32_t a[4] = {lz_pack_bf16(s[2 * kk][0], s[2 * kk][1]), lz_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                   lz_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                   lz_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t a[4];
+            flash_pack_p<FB / 8>(s, kk, a);
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) { // output columns 16 dp .. 16 dp + 15: two n-tiles
                 uint32_t b0, b1, b2, b3;
@@ -212,24 +135,7 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
         __syncthreads(); // every warp is done with this buffer before the next iteration refills it
     }
 
-    // O / l for the rows of the chunk (every one of them saw its own key, so l > 0)
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 1);
-        l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
-        inv[r] = 1.0f / l_r[r];
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int i = rA + 8 * r;
-        if (i >= L)
-            continue;
-        bf16 *orow = out + ((size_t)(row0 + i) * Hq + h) * D + 2 * qd;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            *(__nv_bfloat162 *)(orow + 8 * n) = __floats2bfloat162_rn(o[n][2 * r] * inv[r], o[n][2 * r + 1] * inv[r]);
-    }
+    flash_store_rows<D>(out, o, l_r, ch.row0, ch.L, rA, Hq, h, qd);
 }
 
 } // namespace

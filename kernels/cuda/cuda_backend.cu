@@ -8,6 +8,7 @@
 #include <time.h>   // clock_gettime
 
 #include "cuda_kernels.cuh"
+#include "wgmma.cuh" // lz_wgmma_built
 
 extern "C" {
 #include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16
@@ -925,6 +926,7 @@ static lz_status init_device(lz_backend *be) {
     LZ_CUDA_TRY(cudaGetDeviceProperties(&prop, be->device));
     be->ctx.n_sms = prop.multiProcessorCount;
     be->ctx.max_smem = prop.sharedMemPerBlockOptin;
+    be->ctx.wgmma = be->ctx.wgmma && prop.major == 9 && prop.minor == 0; // sm_90a code runs on 9.0 only
     LZ_CUDA_TRY(cudaStreamCreateWithFlags(&be->ctx.stream, cudaStreamNonBlocking));
     LZ_CUBLAS_TRY(cublasCreate(&be->ctx.cublas));
     LZ_CUBLAS_TRY(cublasSetStream(be->ctx.cublas, be->ctx.stream));
@@ -945,6 +947,7 @@ static lz_status init_device(lz_backend *be) {
         LZ_TRY(lz_attention_tc_init(&be->ctx));
         LZ_TRY(lz_feature_map_tc_init(&be->ctx));
         LZ_TRY(lz_attention_flash_init(&be->ctx));
+        LZ_TRY(lz_attention_wgmma_init(&be->ctx));
     } else {
         LZ_TRY(gla_init<float>(&be->ctx));
         LZ_TRY(gla_decode_init<float>(&be->ctx));
@@ -1023,6 +1026,7 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     c->flash_off = env_is_zero("LIZARD_FLASH");
     const char *flash = getenv("LIZARD_FLASH");
     c->flash_one_head = flash && strcmp(flash, "1") == 0;
+    c->wgmma = lz_wgmma_built() && !env_is_zero("LIZARD_WGMMA"); // and a 9.0 device (init_device)
     c->fuse_off = env_is_zero("LIZARD_FUSE");
     unsigned fuse_dense = 0;
     if (!c->fuse_off && !parse_fuse_dense(getenv("LIZARD_FUSE"), &fuse_dense))

@@ -25,6 +25,8 @@ struct lz_cuda_ctx {
     bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
     bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)
     bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
+    bool wgmma;            // the prompt attention may take attention_wgmma.cu: an sm_90a build on a
+                           // compute capability 9.0 device, and not LIZARD_WGMMA=0
     bool fuse_off;         // LIZARD_FUSE=0: no fused ops, the unsplit GLA decode, the plain GEMV loop
     bool window_decode_off; // LIZARD_WINDOW_DECODE=0: decode steps' window on the tile kernel + ring store
     bool gla_early;        // LIZARD_GLA_EARLY=0: the batch-1 GLA decode kernel loads nothing before its PDL wait
@@ -224,6 +226,13 @@ lz_status lz_attention_tc(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat1
                           const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int n_chunks,
                           int Hq, int Hkv, int d, int capacity, int sliding_window);
 // The same, FlashAttention-2 style (bf16, head_dim 64 or 128; attention_flash.cu).
+// The same on Hopper's wgmma (bf16, head_dim 128, an even GQA group; attention_wgmma.cu).
+bool lz_attention_wgmma_fits(const lz_cuda_ctx *c, int d, int Hq, int Hkv, int n_chunks);
+lz_status lz_attention_wgmma_init(lz_cuda_ctx *c);
+lz_status lz_attention_wgmma(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *kc,
+                             const __nv_bfloat16 *vc, const int32_t *chunk_row0, const int32_t *chunk_len,
+                             const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int n_chunks,
+                             int Hq, int Hkv, int capacity, int sliding_window);
 bool lz_attention_flash_fits(const lz_cuda_ctx *c, int d, int Hq, int Hkv, int n_chunks);
 lz_status lz_attention_flash_init(lz_cuda_ctx *c);
 lz_status lz_attention_flash(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *kc,

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # device_decode_ab.sh - on the GPU machine (binaries from tests/gpu/pack_devout.sh): the GPU suites,
-# then batch 1 and 4 decode of the 8B shapes under each of CONFIGS side by side, all in one run on
+# then batch 1 and 4 decode (or prompts) of the 8B shapes under each of CONFIGS side by side, all in one run on
 # one machine; optionally (PROFILE=1) where a prompt's time goes by op (LIZARD_PROFILE=1) at 2K and,
 # for the teacher, 32K. A config is environment assignments joined by '+', "-" for the defaults:
 #   CONFIGS="- LIZARD_FUSE=gla LIZARD_FUSE=norm,residual LIZARD_FUSE=all+LIZARD_GEMV_LOAD=0"
-# TEST_ENVS: more test_gpu_ops runs, one a config of the same form.
+# TEST_ENVS: more test_gpu_ops runs, one a config of the same form. PROMPTS (e.g. 2048,32768): prompt
+# throughput instead of decode. PROFILE_CONFIGS, PROFILE_RUNS (variant:length ...): the profiles' list.
 set -uo pipefail
 bash tests/gpu/unpack_devout.sh
 export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
@@ -23,22 +24,27 @@ for round in $(seq "${ROUNDS:-1}"); do
     for cfg in ${CONFIGS:--}; do
       envs=(); [ "$cfg" = - ] || envs=(${cfg//+/ })
       rm -f "$OUT/tmp.jsonl" # (a failed run must not leave the previous config's figures under its name)
-      env "${envs[@]}" timeout 90 $L bench \
-        --shape "llama3-8b-$v" --prompt 0 --batch ${BATCHES:-1,4} --context ${CONTEXT:-2048} --steps 64 \
+      if [ -n "${PROMPTS:-}" ]; then what=(--prompt "$PROMPTS" --batch 0)
+      else what=(--prompt 0 --batch "${BATCHES:-1,4}" --context "${CONTEXT:-2048}" --steps 64); fi
+      env "${envs[@]}" timeout 90 $L bench --shape "llama3-8b-$v" "${what[@]}" \
         --json "$OUT/tmp.jsonl" >/dev/null 2>"$OUT/err.txt" || { echo "bench $v $cfg failed"; tail -2 "$OUT/err.txt"; }
       [ -f "$OUT/tmp.jsonl" ] || { echo "$v $cfg: no figures"; continue; }
       sed "s/^{/{\"variant\": \"$v\", \"config\": \"$cfg\", \"round\": $round, /" "$OUT/tmp.jsonl" >>"$OUT/ab.jsonl"
       printf '%-8s %-52s ' "$v" "$cfg"
-      python3 -c 'import json,sys; print("  ".join("b%d %.1f (%.0f%%)" % (j["batch"], j["tok_s"], 100*j["tok_s"]/j["bound_tok_s"]) for j in map(json.loads, open(sys.argv[1])) if j["kind"]=="decode"))' "$OUT/tmp.jsonl"
+      python3 -c 'import json,sys; print("  ".join("%s%d %.1f (%.0f%%)" % ("b" if j["kind"] == "decode" else "p", j["batch"] if j["kind"] == "decode" else j["prompt"], j["tok_s"], 100*j["tok_s"]/j["bound_tok_s"]) for j in map(json.loads, open(sys.argv[1])) if j["kind"] in ("decode", "prompt")))' "$OUT/tmp.jsonl"
     done
   done
 done
 rm -f "$OUT/tmp.jsonl" "$OUT/err.txt"
 if [ "${PROFILE:-0}" = 1 ]; then
-  for vp in hybrid:2048 teacher:2048 lizard:2048 teacher:32768; do
-    v=${vp%%:*} p=${vp##*:}
-    LIZARD_PROFILE=1 timeout 90 $L bench --shape "llama3-8b-$v" --prompt "$p" --batch 0 --no-ceilings >"$OUT/tmp.txt" 2>&1
-    { echo "== prompt profile $v $p"; grep -E "prompt|profile|^  " "$OUT/tmp.txt"; } | tee -a "$OUT/profile.txt"
+  for cfg in ${PROFILE_CONFIGS:--}; do
+    envs=(); [ "$cfg" = - ] || envs=(${cfg//+/ })
+    for vp in ${PROFILE_RUNS:-hybrid:2048 teacher:2048 lizard:2048 teacher:32768}; do
+      v=${vp%%:*} p=${vp##*:}
+      env "${envs[@]}" LIZARD_PROFILE=1 timeout 90 $L bench --shape "llama3-8b-$v" --prompt "$p" --batch 0 \
+        --no-ceilings >"$OUT/tmp.txt" 2>&1
+      { echo "== prompt profile $v $p $cfg"; grep -E "prompt|profile|^  " "$OUT/tmp.txt"; } | tee -a "$OUT/profile.txt"
+    done
   done
   rm -f "$OUT/tmp.txt"
 fi

@@ -3,7 +3,7 @@
  * of the GLA chunk, T < w, batches of mixed lengths, state carried across
  * steps, gates near 0 and 1), with poisoned outputs so that an unwritten
  * element fails; the prompt softmax attention alone on its own shapes, bf16
- * also with LIZARD_FLASH=1 and =0 (each kernel of that path); its decode steps alone (1, 5, 37
+ * also with LIZARD_WGMMA=0, LIZARD_FLASH=1 and =0 (each kernel of that path); its decode steps alone (1, 5, 37
  * sequences, three steps a cache; also with LIZARD_DECODE_ATTN=1 and =0); the fused decode ops (GEMV
  * prologues/epilogues, the split, fused and streamed GLA decode for 1 to 70 sequences, LLaMA-3-8B's
  * Lizard shape among others) against the CPU's compositions. fp32: rel err
@@ -1006,7 +1006,9 @@ int main(void) {
     const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};
     const prompt_shape prompts[] = {
         // Hq Hkv  d  window
-        {8, 2, 128, 0},   // GQA group 4 (two heads per flash block), LLaMA head_dim
+        {8, 2, 128, 0},   // GQA group 4 (two heads per flash block), LLaMA head_dim: the wgmma kernel on sm_90a
+        {16, 8, 128, 0},  // group 2, the wgmma kernel's other pairing
+        {8, 2, 128, 100}, // group 4 with a sliding window, on the wgmma kernel
         {4, 4, 64, 0},    // group 1 (one head per block)
         {4, 4, 128, 100}, // sliding window (Mistral) shorter than the prompts
         {8, 2, 64, 37},   // window off the tile grid, group 4
@@ -1071,16 +1073,20 @@ int main(void) {
             test_gla_chunked(&cpu, &gpu, &gla_cases[i]);
         gpu.ops->destroy(gpu.be);
     }
-    // the bf16 prompt attention again with one query head per flash block, then on the older WMMA kernel
-    const char *flash_modes[2] = {"1", "0"};
-    for (int mi = 0; mi < 2; mi++) {
-        setenv("LIZARD_FLASH", flash_modes[mi], 1);
-        open_gpu(&gpu, LZ_DTYPE_BF16, mi == 0 ? "bf16 LIZARD_FLASH=1" : "bf16 LIZARD_FLASH=0");
+    // the bf16 prompt attention again on the mma.sync flash kernel where wgmma took it, with one query
+    // head per flash block, then on the older WMMA kernel
+    const char *flash_vars[3] = {"LIZARD_WGMMA", "LIZARD_FLASH", "LIZARD_FLASH"};
+    const char *flash_modes[3] = {"0", "1", "0"};
+    for (int mi = 0; mi < 3; mi++) {
+        char name[64];
+        snprintf(name, sizeof name, "bf16 %s=%s", flash_vars[mi], flash_modes[mi]);
+        setenv(flash_vars[mi], flash_modes[mi], 1);
+        open_gpu(&gpu, LZ_DTYPE_BF16, name);
         for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
             test_softmax_prompt(&cpu, &gpu, &prompts[i]);
         gpu.ops->destroy(gpu.be);
+        unsetenv(flash_vars[mi]);
     }
-    unsetenv("LIZARD_FLASH");
     // the decode attention with one block an SM (one split for most shapes: whole sequences a block,
     // output written directly), then on the older kernels (kv_append and a merge kernel)
     const char *decode_modes[2] = {"1", "0"};
