@@ -16,7 +16,7 @@
 // 34% slower at 128 registers, spilling, and 21% slower at one block an SM).
 #include "cuda_kernels.cuh"     // lz_cuda_ctx, checks
 #include "flash_fragments.cuh" // the masking, online softmax and store both flash kernels share
-#include "ptx.cuh"             // lz_smem_u32
+#include "ptx.cuh"             // lz_smem_u32, lz_bar_sync, lz_bar_arrive
 #include "wgmma.cuh"           // lz_wgmma_*
 
 typedef __nv_bfloat16 bf16;
@@ -36,6 +36,10 @@ __device__ __forceinline__ uint32_t wswz(int r, int u) {
 }
 
 // grid (Hq / 2, chunks), block 256. Chunks run last first (the heaviest blocks start first).
+// The two warpgroups take turns at the tensor cores within a tile (S of head 0, S of head 1, PV of
+// head 0, PV of head 1), so that each one's softmax runs while the other's products do; named
+// barriers 1 (head 0's turn) and 2 (head 1's) order the issues (measured +1.3% at a 32K prompt
+// against no order: the two blocks an SM already overlap much of it).
 __global__ void __launch_bounds__(WTHREADS, 2)
     attention_wgmma_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const int32_t *chunk_row0,
                            const int32_t *chunk_len, const int32_t *token_seq, const int32_t *slot,
@@ -80,6 +84,8 @@ __global__ void __launch_bounds__(WTHREADS, 2)
 #pragma unroll
         for (int n = 0; n < WB / 8; n++)
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        if (hh == 1)
+            lz_bar_sync<2>(WTHREADS); // head 1's S after head 0's
         lz_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < WD / 16; kk++) {
@@ -87,6 +93,10 @@ __global__ void __launch_bounds__(WTHREADS, 2)
             lz_wgmma_64x64_ss(&s[0][0], lz_wgmma_desc(sQ + at), lz_wgmma_desc(sK + at));
         }
         lz_wgmma_commit();
+        if (hh == 0)
+            lz_bar_arrive<2>(WTHREADS); // head 1's S may go
+        if (hh == 1)
+            lz_bar_arrive<1>(WTHREADS); // head 0's PV may go
         lz_wgmma_wait<0>();
 
         flash_mask<WB / 8>(s, ch.t0(j), ch.p0, ch.p_last, ch.k_first, sw, pA, qd);
@@ -97,6 +107,10 @@ __global__ void __launch_bounds__(WTHREADS, 2)
 #pragma unroll
         for (int kk = 0; kk < WB / 16; kk++)
             flash_pack_p<WB / 8>(s, kk, a[kk]);
+        if (hh == 0)
+            lz_bar_sync<1>(WTHREADS); // head 0's PV after head 1's S
+        if (hh == 1)
+            lz_bar_sync<2>(WTHREADS); // head 1's PV after head 0's
         lz_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < WB / 16; kk++) {
@@ -104,6 +118,8 @@ __global__ void __launch_bounds__(WTHREADS, 2)
             lz_wgmma_64x64_rs<1>(&o[8][0], a[kk], lz_wgmma_desc(sV + HALF + kk * 2048));
         }
         lz_wgmma_commit();
+        if (hh == 0)
+            lz_bar_arrive<2>(WTHREADS); // head 1's PV may go
         lz_wgmma_wait<0>();
         __syncthreads(); // every warpgroup is done with this buffer before the next iteration refills it
     }
@@ -114,9 +130,10 @@ __global__ void __launch_bounds__(WTHREADS, 2)
 } // namespace
 
 lz_status lz_attention_wgmma_init(lz_cuda_ctx *c) {
-    if (c->wgmma && WSMEM <= c->max_smem)
-        LZ_CUDA_TRY(
-            cudaFuncSetAttribute(attention_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WSMEM));
+    if (!c->wgmma || WSMEM > c->max_smem)
+        return LZ_OK;
+    LZ_CUDA_TRY(
+        cudaFuncSetAttribute(attention_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WSMEM));
     return LZ_OK;
 }
 

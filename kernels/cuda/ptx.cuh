@@ -52,6 +52,16 @@ __device__ __forceinline__ void lz_mma_bf16(float *c, const uint32_t *a, uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Named barriers (0 is __syncthreads'; the id a constant, so that the kernel reserves no more
+// barriers than it names): sync waits until `count` threads have arrived at barrier ID, counting
+// itself; arrive counts this thread and goes on. count: a multiple of 32.
+template <int ID> __device__ __forceinline__ void lz_bar_sync(int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "r"(count) : "memory");
+}
+template <int ID> __device__ __forceinline__ void lz_bar_arrive(int count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "r"(count) : "memory");
+}
+
 // 2^x in one MUFU instruction (exp2f adds a denormal-range fix-up); 2^-inf = 0.
 __device__ __forceinline__ float lz_fast_exp2(float x) {
     float y;
