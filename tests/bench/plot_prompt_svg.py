@@ -16,11 +16,13 @@ def series(ab_path, torch_path):
     for row in map(json.loads, filter(str.strip, open(ab_path))):
         if row.get("kind") == "prompt":
             cfg = "" if row["config"] == "-" else ", " + row["config"].replace("LIZARD_", "")
-            lines.setdefault((row["variant"], row["variant"] + cfg, cfg != ""), []).append((row["prompt"], row["tok_s"]))
+            key = (row["variant"], row["variant"] + cfg, cfg != "")  # (color, label, dashed)
+            lines.setdefault(key, []).append((row["prompt"], row["tok_s"]))
     if torch_path:
         for row in map(json.loads, filter(str.strip, open(torch_path))):
             if row.get("kind") == "hf-prompt":
-                lines.setdefault(("hf", "HF transformers SDPA, teacher", False), []).append((row["prompt"], row["tok_s"]))
+                key = ("hf", "HF transformers SDPA, teacher", False)
+                lines.setdefault(key, []).append((row["prompt"], row["tok_s"]))
     return {k: sorted(v) for k, v in lines.items()}
 
 
