@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(WTHREADS, 2)
         lz_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < WB / 16; kk++) {
-            lz_wgmma_64x64_rs<1>(&o[0][0], a[kk], lz_wgmma_desc(sV + kk * 2048));
-            lz_wgmma_64x64_rs<1>(&o[8][0], a[kk], lz_wgmma_desc(sV + HALF + kk * 2048));
+            lz_wgmma_64x64_rs_bt(&o[0][0], a[kk], lz_wgmma_desc(sV + kk * 2048));
+            lz_wgmma_64x64_rs_bt(&o[8][0], a[kk], lz_wgmma_desc(sV + HALF + kk * 2048));
         }
         lz_wgmma_commit();
         if (hh == 0)
