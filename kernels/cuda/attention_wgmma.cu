@@ -68,13 +68,8 @@ __global__ void __launch_bounds__(WTHREADS, 2)
 
     for (int j = 0; j < ch.n_tiles; j++) {
         const int buf = j & 1;
-        if (j + 1 < ch.n_tiles) { // the next tile streams in while this one is computed
-            flash_load_kv<WTHREADS>(ch, j + 1, tid, sK0 + (buf ^ 1) * TILE, sV0 + (buf ^ 1) * TILE, sw_tile);
-            lz_cp_async_commit();
-            lz_cp_async_wait<1>();
-        } else {
-            lz_cp_async_wait<0>();
-        }
+        // the next tile streams in while this one is computed
+        flash_next_tile<WTHREADS>(ch, j, tid, sK0, sV0, TILE, sw_tile);
         lz_fence_proxy_async(); // this thread's cp.async writes, before the tensor cores read them
         __syncthreads();
         const uint32_t sK = sK0 + buf * TILE, sV = sV0 + buf * TILE;

@@ -50,6 +50,21 @@ __device__ __forceinline__ void flash_load_kv(const flash_chunk<FB, D> &ch, int 
     }
 }
 
+// Before tile j's products: tile j + 1 (if any) starts streaming into the other of the two buffers
+// (tile_bytes apart from sK0, sV0), and this thread waits for its copies of tile j (and of Q).
+template <int NT, int FB, int D, typename Swz>
+__device__ __forceinline__ void flash_next_tile(const flash_chunk<FB, D> &ch, int j, int tid, uint32_t sK0,
+                                                uint32_t sV0, uint32_t tile_bytes, Swz swz) {
+    if (j + 1 < ch.n_tiles) {
+        const uint32_t other = ((j & 1) ^ 1) * tile_bytes;
+        flash_load_kv<NT>(ch, j + 1, tid, sK0 + other, sV0 + other, swz);
+        lz_cp_async_commit();
+        lz_cp_async_wait<1>();
+    } else {
+        lz_cp_async_wait<0>();
+    }
+}
+
 // The chunk's rows of query heads h0 .. h0 + HPB - 1 into tiles of tile_bytes from sQ; rows past
 // the chunk become zeros.
 template <int NT, int HPB, int FB, int D, typename Swz>
