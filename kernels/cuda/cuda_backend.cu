@@ -1037,6 +1037,7 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     c->window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
     c->window_overlap = !env_is_zero("LIZARD_WINDOW_OVERLAP");
     c->gla_early = !env_is_zero("LIZARD_GLA_EARLY");
+    c->gla_ring = !env_is_zero("LIZARD_GLA_RING");
     c->pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains
     // the decode GEMV's load variant (-1: by the step's tokens), its most warps a row, the fused
     // GEMVs' largest step, and the batch sizes from which two decode kernels change
@@ -1046,6 +1047,9 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     LZ_TRY(lz_env_int("LIZARD_FUSE_TOKENS", 1, LZ_GEMV_MAX_TOKENS, 1, &c->fuse_tokens));
     LZ_TRY(lz_env_int("LIZARD_GEMV_TOKENS", 1, LZ_GEMV_MAX_TOKENS, LZ_GEMV_TOKENS_DEFAULT, &c->gemv_tokens));
     LZ_TRY(lz_env_int("LIZARD_WINDOW_SPLIT_MIN", 1, INT_MAX, 16, &c->window_split_min));
+    LZ_TRY(lz_env_int("LIZARD_GLA_RING_BLOCKS", 0, INT_MAX, 0, &c->gla_ring_blocks));
+    LZ_TRY(lz_env_int("LIZARD_WINDOW_RING", 0, INT_MAX, LZ_WINDOW_RING_MIN_DEFAULT, &c->window_ring_min));
+    LZ_TRY(lz_env_int("LIZARD_WINDOW_RING_BLOCKS", 0, INT_MAX, 0, &c->window_ring_blocks));
     LZ_TRY(lz_env_int("LIZARD_GLA_STREAM_MIN", 0, INT_MAX, LZ_GLA_STREAM_MIN_DEFAULT, &c->gla_stream_min));
     if (!parse_fork(getenv("LIZARD_FORK"), &c->fork_ops))
         return lz_fail(LZ_ERR_INPUT, "LIZARD_FORK=%s: not 0, all or a list of qkv,mlp", getenv("LIZARD_FORK"));

@@ -33,6 +33,10 @@ struct lz_cuda_ctx {
     bool window_overlap;   // LIZARD_WINDOW_OVERLAP=0: the batch-1 window kernel waits for the GLA kernel before it starts
     int window_split_min;  // LIZARD_WINDOW_SPLIT_MIN: decode steps of this many sequences on take the split kernel (default 16)
     int gla_stream_min;    // LIZARD_GLA_STREAM_MIN: decode steps of this many sequences on take gla_decode_stream.cu
+    bool gla_ring;         // LIZARD_GLA_RING=0: the streamed GLA decode's update on the stream kernel, not the ring
+    int gla_ring_blocks;   // LIZARD_GLA_RING_BLOCKS: the ring kernel's blocks (default 0: one an SM; tests: few, many items each)
+    int window_ring_min;   // LIZARD_WINDOW_RING: decode steps of this many sequences on take window_decode_ring.cu (0: none)
+    int window_ring_blocks; // LIZARD_WINDOW_RING_BLOCKS: that kernel's blocks (default 0: one an SM; tests: few)
     bool pdl;              // LIZARD_PDL: kernels launched through lz_launch start as programmatic dependents (pdl.cuh)
     bool fmap_prompt_off;  // LIZARD_FMAP_PROMPT=0: the bf16 prompt feature maps on the WMMA kernel (feature_map.cu)
     unsigned *attn_count;  // decode attention: per (sequence, kv head) arrival counters, zero between launches
@@ -132,6 +136,10 @@ lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
 // tok/s on the split kernel against 2,655-2,669 streamed (the split kernel 61.6 us a layer, the
 // two launches 15.7 + 12.5, Nsight Compute); 8: 611 against 616; 4: 571 against 565 (so not from 2).
 enum { LZ_GLA_STREAM_MIN_DEFAULT = 8 };
+// The window branch of decode steps from this many sequences on takes the persistent kernel
+// (window_decode_ring.cu; bf16). On the H200 (8B pure Lizard, 2K, session 20) against the split
+// kernel: +1.5% at 64 and 256 sequences; at 16, +1% with the kernel's first version (not kept).
+enum { LZ_WINDOW_RING_MIN_DEFAULT = 32 };
 template <typename T> bool gla_decode_stream_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims);
 template <typename T> size_t gla_decode_stream_scratch(const lz_attn_dims *dims, int n_seqs);
 template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c);

@@ -320,6 +320,8 @@ lz_status gla_decode_stream_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
     p.phi_q = (float *)c->scratch;
     p.phi_k = p.phi_q + (size_t)n * p.Hq * 2 * p.f;
     LZ_TRY(launch_prep<T>(c, p));
+    if (gla_decode_ring_fits<T>(c, p))
+        return gla_decode_ring<T>(c, p);
     const int group = p.Hq / p.Hs;
     const size_t smem = gs_stream_smem(group, 2 * p.f, p.cols);
     if (group == 1)
@@ -343,6 +345,7 @@ template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c) {
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
     LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_stream_kernel<T, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    LZ_TRY(gla_decode_ring_init<T>(c));
     if constexpr (std::is_same<T, __nv_bfloat16>::value)
         return gla_decode_prep_tc_init(c);
     return LZ_OK;

@@ -27,6 +27,7 @@
 #include "attention_tile.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
 #include "ptx.cuh" // lz_cp_async16, lz_cp_async_commit, lz_cp_async_wait
+#include "window_decode_ring.cuh" // the persistent decode kernel of large batches
 
 namespace cg = cooperative_groups;
 
@@ -467,6 +468,12 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     // against 201.8).
     const bool decode = !c->fuse_off && !c->window_decode_off && hb->n_tokens == hb->n_seqs;
     const bool split_first = hb->n_seqs >= c->window_split_min;
+    if (decode) {
+        const wr_params<T> rp = {out, q, k, v, (T *)st->ring_k, (T *)st->ring_v, meta, b->token_seq, b->slot,
+                                 b->token_pos, n, Hq, Hkv, d, w, dims->n_meta, alpha};
+        if (window_decode_ring_fits<T>(c, rp))
+            return window_decode_ring<T>(c, rp);
+    }
     if (decode && !split_first && window_decode_fits<T>(c, hb, dims, out, q, k, v, st->ring_k, st->ring_v))
         return group <= 4 ? window_decode<T, 4>(c, out, q, k, v, meta, alpha, st, b, hb, dims)
                           : window_decode<T, 8>(c, out, q, k, v, meta, alpha, st, b, hb, dims);
@@ -502,6 +509,7 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
 // the tensor-core kernel takes 87 KB at head_dim 128.
 template <typename T> lz_status window_init(lz_cuda_ctx *c) {
     LZ_CUDA_TRY(cudaFuncSetAttribute(window_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->max_smem));
+    LZ_TRY(window_decode_ring_init<T>(c));
     if (sizeof(T) == 2)
         LZ_TRY(lz_window_tc_init(c));
     return LZ_OK;

@@ -492,6 +492,17 @@ static void test_attention_ops(backend *c, backend *g, const lizard_shape *sh) {
     free(hS), free(hz), free(hring), free(hkv);
 }
 
+/* The shapes of the GLA decode tests (test_gla_decode). */
+static const lizard_shape gla_decode_shapes[] = {
+    // Hq Hkv Hs  d    f   w  m  norm   exp    gate logits
+    {32, 8, 8, 128, 128, 8, 4, true, false, -3, 3},  // LLaMA-3-8B's Lizard layer
+    {16, 2, 2, 64, 32, 8, 4, true, false, 8, 12},    // 8 query heads a state head, gates near 1
+    {16, 1, 1, 32, 16, 8, 4, false, false, -3, 3},   // 16 a state head, no normaliser
+    {8, 2, 8, 32, 12, 8, 2, true, true, -3, 3},      // per-query-head state, exp map, f not of whole vectors
+    {2, 2, 2, 16, 8, 4, 1, true, false, -14, -9},    // gates near 0, 2 blocks a cluster
+    {6, 3, 3, 24, 20, 4, 1, true, false, -3, 3},     // d = 24: clusters of 2, odd head counts
+};
+
 /* The GLA decode step: the fused op (gates, feature maps, update; gla_decode) and the split
  * gla_recurrent, each on its own copy of the state, against the CPU, for 1, 3, 8 and 40 sequences
  * (one token each; slots scattered over 48, not in row order) over two steps (the state carried),
@@ -707,7 +718,8 @@ static void test_window_prompts(backend *c, backend *g) {
 }
 
 /* The window branch on decode steps (window_decode_kernel below 16 sequences, attention_decode.cu's
- * split kernel from there; both also store the new keys into the ring: clusters of 8 blocks down to 1
+ * split kernel from there, window_decode_ring.cu's persistent kernel from LIZARD_WINDOW_RING
+ * sequences in bf16; all also store the new keys into the ring: clusters of 8 blocks down to 1
  * as the batch grows, several staging passes for long windows):
  * 1, 3, 8 and 70 sequences of one token each, four steps in a row on the same rings (what a step
  * stores is what the next reads), positions below w, crossing w, at it and far past it; LLaMA-3-8B's
@@ -1051,17 +1063,8 @@ int main(void) {
             test_attention_ops(&cpu, &gpu, &shapes[i]);
         test_fused_dense(&cpu, &gpu);
         test_linear_rope(&cpu, &gpu);
-        const lizard_shape decode_shapes[] = {
-            // Hq Hkv Hs  d    f   w  m  norm   exp    gate logits
-            {32, 8, 8, 128, 128, 8, 4, true, false, -3, 3},  // LLaMA-3-8B's Lizard layer
-            {16, 2, 2, 64, 32, 8, 4, true, false, 8, 12},    // 8 query heads a state head, gates near 1
-            {16, 1, 1, 32, 16, 8, 4, false, false, -3, 3},   // 16 a state head, no normaliser
-            {8, 2, 8, 32, 12, 8, 2, true, true, -3, 3},      // per-query-head state, exp map, f not of whole vectors
-            {2, 2, 2, 16, 8, 4, 1, true, false, -14, -9},    // gates near 0, 2 blocks a cluster
-            {6, 3, 3, 24, 20, 4, 1, true, false, -3, 3},     // d = 24: clusters of 2, odd head counts
-        };
-        for (size_t i = 0; i < sizeof decode_shapes / sizeof decode_shapes[0]; i++)
-            test_gla_decode(&cpu, &gpu, &decode_shapes[i], i % 2 == 0);
+        for (size_t i = 0; i < sizeof gla_decode_shapes / sizeof gla_decode_shapes[0]; i++)
+            test_gla_decode(&cpu, &gpu, &gla_decode_shapes[i], i % 2 == 0);
         test_feature_maps(&cpu, &gpu);
         test_window_prompts(&cpu, &gpu);
         test_window_decode(&cpu, &gpu);
@@ -1109,8 +1112,32 @@ int main(void) {
     test_window_decode(&cpu, &gpu);
     gpu.ops->destroy(gpu.be);
     unsetenv("LIZARD_DECODE_TC");
+    // the GLA decode's state update on gla_decode_ring.cu with three blocks walking all items (a ring of
+    // stages refilled many times), then on the stream kernel it replaces
+    const char *gla_ring_vars[2] = {"LIZARD_GLA_RING_BLOCKS", "LIZARD_GLA_RING"};
+    const char *gla_ring_vals[2] = {"3", "0"};
+    for (int mi = 0; mi < 2; mi++)
+        for (int di = 0; di < 2; di++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s %s=%s", di == 0 ? "fp32" : "bf16", gla_ring_vars[mi], gla_ring_vals[mi]);
+            setenv(gla_ring_vars[mi], gla_ring_vals[mi], 1);
+            open_gpu(&gpu, dtypes[di], name);
+            for (size_t i = 0; i < 2; i++)
+                test_gla_decode(&cpu, &gpu, &gla_decode_shapes[i], i % 2 == 0);
+            gpu.ops->destroy(gpu.be);
+            unsetenv(gla_ring_vars[mi]);
+        }
+    // the window's decode steps on the persistent kernel (window_decode_ring.cu) at every batch size,
+    // three blocks walking all items (a ring of stages refilled many times)
+    setenv("LIZARD_WINDOW_RING", "1", 1);
+    setenv("LIZARD_WINDOW_RING_BLOCKS", "3", 1);
+    open_gpu(&gpu, LZ_DTYPE_BF16, "bf16 LIZARD_WINDOW_RING=1 LIZARD_WINDOW_RING_BLOCKS=3");
+    test_window_decode(&cpu, &gpu);
+    gpu.ops->destroy(gpu.be);
+    unsetenv("LIZARD_WINDOW_RING_BLOCKS");
     // the window's decode steps on the split kernel (attention_decode.cu) at every batch size: one
     // split a ring (the default), then several (the last split merges, meta logits in the merge)
+    setenv("LIZARD_WINDOW_RING", "0", 1);
     setenv("LIZARD_WINDOW_SPLIT_MIN", "1", 1);
     for (int mi = 0; mi < 4; mi++) {
         const int di = mi % 2;
@@ -1125,6 +1152,7 @@ int main(void) {
     }
     unsetenv("LIZARD_DECODE_ATTN");
     unsetenv("LIZARD_WINDOW_SPLIT_MIN");
+    unsetenv("LIZARD_WINDOW_RING");
     // the window's decode steps on the older path (the tile kernel and the ring store)
     setenv("LIZARD_WINDOW_DECODE", "0", 1);
     for (int di = 0; di < 2; di++) {
