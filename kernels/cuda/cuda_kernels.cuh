@@ -137,9 +137,10 @@ lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
 // two launches 15.7 + 12.5, Nsight Compute); 8: 611 against 616; 4: 571 against 565 (so not from 2).
 enum { LZ_GLA_STREAM_MIN_DEFAULT = 8 };
 // The window branch of decode steps from this many sequences on takes the persistent kernel
-// (window_decode_ring.cu; bf16). On the H200 (8B pure Lizard, 2K, session 20) against the split
-// kernel: +1.5% at 64 and 256 sequences; at 16, +1% with the kernel's first version (not kept).
-enum { LZ_WINDOW_RING_MIN_DEFAULT = 32 };
+// (window_decode_ring.cu; bf16, a 9.0 device). On the H200 (8B pure Lizard, 2K, session 20) against
+// the split kernel: +2.2% at 16 sequences, +0.5-1.3% at 64, +2.0% at 256. Below 16 the cluster kernel
+// of window_attention.cu takes the window (LIZARD_WINDOW_SPLIT_MIN); the ring was not measured there.
+enum { LZ_WINDOW_RING_MIN_DEFAULT = 16 };
 template <typename T> bool gla_decode_stream_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims);
 template <typename T> size_t gla_decode_stream_scratch(const lz_attn_dims *dims, int n_seqs);
 template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c);

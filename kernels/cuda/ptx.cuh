@@ -39,6 +39,45 @@ __device__ __forceinline__ void lz_cp_async_wait_upto(int pending) {
         lz_cp_async_wait<3>();
 }
 
+// mbarriers and the copy engine's tensor copies (sm_90; a device pass for an older target compiles
+// them to a trap, and their kernels check the code's version before they launch): a barrier counts
+// `count` arrivals and the bytes it was told to expect; a phase completes when both reach zero.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define LZ_SM90_ASM(...) __trap()
+#else
+#define LZ_SM90_ASM(...) asm volatile(__VA_ARGS__)
+#endif
+__device__ __forceinline__ void lz_mbar_init(uint64_t *bar, unsigned count) {
+    LZ_SM90_ASM("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(lz_smem_u32(bar)), "r"(count) : "memory");
+}
+// One arrival that also adds `bytes` to the phase's expected transaction count.
+__device__ __forceinline__ void lz_mbar_arrive_expect_tx(uint64_t *bar, unsigned bytes) {
+    LZ_SM90_ASM("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n" ::"r"(lz_smem_u32(bar)), "r"(bytes) : "memory");
+}
+// Until the phase of parity `parity` has completed (its writes visible to this thread).
+__device__ __forceinline__ void lz_mbar_wait(uint64_t *bar, unsigned parity) {
+    LZ_SM90_ASM("{\n"
+                ".reg .pred done;\n"
+                "WAIT_%=:\n"
+                "mbarrier.try_wait.parity.shared.b64 done, [%0], %1;\n"
+                "@!done bra WAIT_%=;\n"
+                "}\n" ::"r"(lz_smem_u32(bar)),
+                "r"(parity)
+                : "memory");
+}
+// Orders this thread's generic-proxy shared-memory accesses (ordinary stores, cp.async) before later
+// async-proxy ones (wgmma's reads, the copy engine's writes), and a barrier's initialisation before
+// the copy engine signals it: in each writing thread, before the barrier.
+__device__ __forceinline__ void lz_fence_proxy_async() { LZ_SM90_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// A box of a 4-d tensor (map: a __grid_constant__ CUtensorMap) at coordinates c0..c3 (innermost
+// first) into shared memory at dst, completing on bar.
+__device__ __forceinline__ void lz_tma_load_4d(void *dst, const void *map, int c0, int c1, int c2, int c3, uint64_t *bar) {
+    LZ_SM90_ASM("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+                "%3, %4, %5}], [%6];\n" ::"r"(lz_smem_u32(dst)),
+                "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(lz_smem_u32(bar))
+                : "memory");
+}
+
 // Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void lz_ldsm_x4(uint32_t *r, uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

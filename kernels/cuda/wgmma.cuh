@@ -8,6 +8,8 @@
 
 #include <stdint.h> // uint32_t, uint64_t
 
+#include "ptx.cuh" // lz_fence_proxy_async
+
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define LZ_WGMMA_UNAVAILABLE 1 // a device pass for another target: the helpers compile to a trap
 #endif
@@ -52,13 +54,8 @@ template <int N> __device__ __forceinline__ void lz_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
-// Shared memory written by ordinary stores or cp.async (the generic proxy) that wgmma (the async
-// proxy) reads next: each writing thread fences after its writes land, before the barrier.
-__device__ __forceinline__ void lz_fence_proxy_async() {
-#ifndef LZ_WGMMA_UNAVAILABLE
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
+// (Shared memory written by ordinary stores or cp.async that wgmma reads next: lz_fence_proxy_async,
+// ptx.cuh, in each writing thread after its writes land, before the barrier.)
 
 // d[64 x 64] += A[64 x 16] B[16 x 64], bf16 in, fp32 accumulators (32 a thread, in the m16n8
 // layout: warp w of the warpgroup holds rows 16 w .. 16 w + 15); A and B K-major in shared memory.

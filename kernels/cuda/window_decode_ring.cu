@@ -1,7 +1,8 @@
 // window_decode_ring.cu - the Lizard window branch of a decode step at large batches as a persistent
 // kernel: one block an SM walks the (sequence, kv head) items, each item's whole window (w keys and
-// values, 64 KB at LLaMA-3-8B's shape) already on its way into a ring of shared-memory stages
-// (cp.async) while the block computes the item before.
+// values, 64 KB at LLaMA-3-8B's shape) already on its way into a ring of shared-memory stages (the
+// copy engine: one thread issues an item's tensor copies, an mbarrier a stage) while the block
+// computes the item before.
 // Why: attention_decode.cu's split kernel gives each item a block of its own, which loads its window
 // once, computes, merges its warps and exits; at 256 sequences of the 8B shape it read the 134 MB of
 // rings at 2.0 TB/s (67.4 us a layer, Nsight Compute, session 14) against 4.1 TB/s for a read-only
@@ -9,48 +10,58 @@
 // An item in two phases (see the kernel) so that no warp's partial softmax has to be merged: the
 // scores q K^T of all keys into shared memory, then every warp takes 16 of the value dims over all
 // keys. Ring rows are read in ring order (softmax does not care; a row is masked by the position it
-// holds). Rows in shared memory are 16-byte chunks swizzled by row (chunk c of row r at c ^ (r % 8)),
-// so ldmatrix's eight rows fall in different banks without padding.
-// Measured (H200, Nsight Compute, 256 sequences of the 8B shape, a layer; session 20):
-// - the first version (8 warps on 16-key tiles, each its own online softmax, the warps' [G][d]
-//   partials merged through shared memory): 68-72 us, no better than the split kernel; 2 warps a
-//   scheduler issuing every 3 cycles, ~1,200 instructions a warp an item;
-// - the two phases with run-time loop bounds and index divisions: 74 us; with the copies alone (no
-//   compute) 48 us, the compute alone (no ring copies) 51 us: both issue-bound, they overlap badly;
-// - this version (the window's tiles at compile time, constant shared-memory offsets, the items'
-//   indices advanced without dividing): 62.9 us (2.2 TB/s); copies alone 47.7 us (2.9 TB/s: what
-//   cp.async from 8 warps, two items in flight, gets here), compute alone 42.4 us. Pure Lizard at 2K
-//   (tok/s, two rounds, against LIZARD_WINDOW_RING=0): 64 sequences 8,335-8,354 -> 8,463-8,487, 256
-//   sequences 16,653-16,691 -> 16,917-17,003.
+// holds). Rows in shared memory are 64-dim blocks in the copy engine's 128-byte swizzle (chunk c of
+// row r at c ^ (r % 8)), so ldmatrix's eight rows fall in different banks.
+// Measured (H200, Nsight Compute, 256 sequences of the 8B shape, a layer; session 20; the versions
+// before this one are in git history):
+// - 8 warps on 16-key tiles, each its own online softmax, the warps' [G][d] partials merged through
+//   shared memory, windows by cp.async from all threads: 68-72 us, no better than the split kernel
+//   (2 warps a scheduler issuing every 3 cycles, ~1,200 instructions a warp an item);
+// - the two phases, cp.async: 74 us with run-time loop bounds and index divisions (copies alone 48
+//   us, compute alone 51: both issue-bound, and they overlap badly); 62.9 us with the window's tiles
+//   at compile time, constant shared-memory offsets and no divisions (copies alone still 47.7 us:
+//   2.9 TB/s is what cp.async from 8 warps with two items in flight got);
+// - the windows by the copy engine (this version): 58.9 us (2.4 TB/s), 14.1M instructions against
+//   16.1M. Pure Lizard at 2K (tok/s, two rounds, one machine; LIZARD_WINDOW_RING=0 is the split
+//   kernel): 16 sequences 2,874-2,878 -> 2,937-2,942, 64: 8,407-8,449 -> 8,493-8,518, 256: 17,242-17,312
+//   -> 17,608-17,646.
 #include "window_decode_ring.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
-#include "ptx.cuh" // lz_cp_async16, lz_ldsm_x4(_trans), lz_mma_bf16, lz_fast_exp2, lz_pack_bf16
+#include "ptx.cuh" // lz_cp_async16, lz_mbar_*, lz_tma_load_4d, lz_ldsm_x4(_trans), lz_mma_bf16, lz_fast_exp2
 
+#include <cuda.h>         // CUtensorMap (the types only: the encoder comes from the driver at run time)
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h> // PFN_cuTensorMapEncodeTiled
+#include <stdint.h>       // uintptr_t
 
 enum { WR_THREADS = 256, WR_WARPS = WR_THREADS / 32, WR_KT = 16, WR_MAX_STAGES = 4 };
 #define WR_LOG2E 1.4426950408889634f
 
-// A stage in bytes: keys [rows][d] and values [rows][d] (bf16, rows = w rounded up to 16), q [G][d],
-// out_old [G][d], the item's token, kv head, position, ring row and slot. After the stages: the
-// scores [G][rows + 8] (fp32; the padding puts a quad's four query-head rows in different banks).
+// A stage in bytes (each part a multiple of 1024 where the copy engine writes it, as its 128-byte
+// swizzle wants): keys and values as d / 64 blocks each of [rows][64] bf16 (rows = w rounded up to
+// 16), q [G][d], out_old [G][d], the new key [d] and value [d], the item's indices. After the stages:
+// the scores [G][rows + 8] (fp32; the padding puts a quad's four query-head rows in different
+// banks), the new key's scores [8], the stages' mbarriers.
 struct wr_layout {
     int rows, d, group;
-    __host__ __device__ size_t q_off() const { return (size_t)2 * rows * d * 2; }
+    __host__ __device__ size_t block_bytes() const { return (size_t)rows * 128; } // [rows][64] bf16
+    __host__ __device__ size_t v_off() const { return (size_t)(d / 64) * block_bytes(); }
+    __host__ __device__ size_t q_off() const { return 2 * v_off(); }
     __host__ __device__ size_t old_off() const { return q_off() + (size_t)group * d * 2; }
-    __host__ __device__ size_t meta_off() const { return old_off() + (size_t)group * d * 2; }
-    __host__ __device__ size_t stage_bytes() const { return meta_off() + 32; }
+    __host__ __device__ size_t new_off() const { return old_off() + (size_t)group * d * 2; }
+    __host__ __device__ size_t meta_off() const { return new_off() + (size_t)2 * d * 2; }
+    __host__ __device__ size_t stage_bytes() const { return (meta_off() + 32 + 1023) / 1024 * 1024; }
     __host__ __device__ int score_ld() const { return rows + 8; }
-    __host__ __device__ size_t score_bytes() const { return (size_t)group * score_ld() * 4; }
+    __host__ __device__ size_t score_bytes() const { return ((size_t)group * score_ld() * 4 + 15) / 16 * 16; }
+    __host__ __device__ size_t fixed_bytes() const { return score_bytes() + 32 + 8 * WR_MAX_STAGES; }
+    // shared memory to ask for: the stages, the fixed part and the slack of aligning to 1024
+    __host__ __device__ size_t smem(int stages) const { return 1024 + stages * stage_bytes() + fixed_bytes(); }
 };
 
-// Element offset of chunk c (8 bf16) of row r in a swizzled [rows][d] block.
-template <int D> __device__ __forceinline__ int wr_at(int r, int c) { return r * D + ((c ^ (r & 7)) << 3); }
-
-// Whether ring row r holds a key of the window of position p (pr = p % w): the position it holds,
-// p - ((pr - r) mod w), is at least 0 (rows of a sequence shorter than w were never written).
-__device__ __forceinline__ bool wr_valid(int r, int p, int pr, int w) {
-    return r < w && p - (pr >= r ? pr - r : pr - r + w) >= 0;
+// Element offset of 16-byte chunk ch (dims 8 ch .. 8 ch + 7) of row r in a key or value region: the
+// block of dims 64 (ch / 8) .., the copy engine's 128-byte swizzle (chunk c of row r at c ^ (r % 8)).
+__device__ __forceinline__ int wr_at(int rows, int r, int ch) {
+    return (ch >> 3) * rows * 64 + r * 64 + (((ch & 7) ^ (r & 7)) << 3);
 }
 
 // An item's token and kv head, advanced by the grid without dividing
@@ -64,73 +75,77 @@ struct wr_item {
 };
 
 // grid (blocks), block WR_THREADS; items it = blockIdx.x + j gridDim.x: (token it / Hkv, kv head
-// it % Hkv). Per item two phases: warps take 16-key tiles (warp, warp + 8, ...) and write q K^T (the
-// group's heads as the mma's rows, masked, log2 units) to the scores; after a barrier each warp takes
-// 16 value dims (warp) over all keys: the softmax's maximum and weights from the scores (every warp
-// the same, no merge), P V on the mma, the result onto the GLA output. NT: the window's 16-key tiles
-// when known at compile time (w of 64 or 128: unrolled loops, constant offsets), else 0.
+// it % Hkv). An item's window comes in by the copy engine (four tensor copies at d = 128, one thread
+// issuing them, an mbarrier a stage), its small arrays by cp.async. The ring's row p % w holds the
+// key of position p - w (or nothing): it is masked, and the new key joins as one more score, its
+// value added after the product. Then two phases: warps take 16-key tiles (warp, warp + 8, ...) and
+// write q K^T (the group's heads as the mma's rows, masked, log2 units) to the scores; after a
+// barrier each warp takes 16 value dims (warp) over all keys: the softmax's maximum and weights from
+// the scores (every warp the same, no merge), P V on the mma, the result onto the GLA output. NT: the
+// window's 16-key tiles when known at compile time (w of 64 or 128: unrolled loops), else 0.
 template <int G, int D, int NT>
 __global__ void __launch_bounds__(WR_THREADS, 1)
-    window_decode_ring_kernel(wr_params<__nv_bfloat16> p, int stages) {
+    window_decode_ring_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
+                              wr_params<__nv_bfloat16> p, int stages) {
     typedef __nv_bfloat16 T;
-    constexpr int CH = D / 8, RS = WR_THREADS / CH; // 16-byte chunks a row; rows a copy pass
-    static_assert(G <= 8 && RS % 8 == 0, "8 query heads at most; a thread's chunks keep their swizzle");
+    constexpr int CH = D / 8, HALVES = D / 64; // 16-byte chunks a row; 64-dim blocks
+    static_assert(G <= 8 && D % 64 == 0, "8 query heads at most; whole 64-dim blocks");
     extern __shared__ float4 wr_sm4[];
-    unsigned char *sm = (unsigned char *)wr_sm4;
+    unsigned char *sm = (unsigned char *)(((uintptr_t)wr_sm4 + 1023) & ~(uintptr_t)1023);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, w = p.w, Hkv = p.Hkv;
     const int n_tiles = NT ? NT : (w + WR_KT - 1) / WR_KT, rows = n_tiles * WR_KT, n_items = p.n * Hkv;
     const wr_layout L = {rows, D, G};
     const size_t stage_bytes = L.stage_bytes(), ring_row = (size_t)Hkv * D;
-    float *scores = (float *)(sm + stages * stage_bytes);
+    float *scores = (float *)(sm + stages * stage_bytes), *snew = (float *)((unsigned char *)scores + L.score_bytes());
+    uint64_t *bars = (uint64_t *)(snew + 8);
     const int sld = L.score_ld();
-    // the ring rows of an item (all but row pr = pos % w) into stage st: this thread's chunk column cc
-    // of rows r0, r0 + RS, ... (one swizzle: RS is a multiple of 8); rows of no key zero-filled
-    const int cc = tid % CH, r0 = tid / CH;
-    auto copy_ring = [&](int st, int g, int pos, int pr, int slot) {
-        const bool full = pos >= w - 1; // every row below w holds a key of the window
-        T *ks = (T *)(sm + st * stage_bytes) + wr_at<D>(r0, cc), *vs = ks + (size_t)rows * D;
-        const size_t base = ((size_t)slot * w + r0) * ring_row + (size_t)g * D + cc * 8;
-        const T *gk = p.ring_k + base, *gv = p.ring_v + base;
+    if (tid == 0) {
+        for (int j = 0; j < stages; j++)
+            lz_mbar_init(&bars[j], 1);
+        lz_fence_proxy_async(); // (the initialisations, before the copy engine signals the barriers)
+    }
+    // rows w .. rows - 1 of every stage: zeros (the copies write rows below w only)
+    for (int e = tid; e < stages * 2 * HALVES * (rows - w) * 8; e += WR_THREADS) {
+        const int c = e % 8, r = w + (e / 8) % (rows - w), blk = e / (8 * (rows - w));
+        *(float4 *)(sm + (size_t)(blk / (2 * HALVES)) * stage_bytes + (size_t)(blk % (2 * HALVES)) * L.block_bytes() +
+                    (size_t)r * 128 + c * 16) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    __syncthreads();
+    // an item's window into stage st (thread 0): the keys' and values' 64-dim blocks of kv head g
+    auto copy_ring = [&](int st, int g, int slot) {
+        unsigned char *stage = sm + st * stage_bytes;
+        lz_mbar_arrive_expect_tx(&bars[st], (unsigned)(2 * HALVES * w * 128));
 #pragma unroll
-        for (int j = 0; j < (NT ? NT * WR_KT / RS : 1 << 20); j++) {
-            const int r = r0 + j * RS;
-            if (!NT && r >= rows)
-                break;
-            if (r == pr)
-                continue;
-            const bool ok = full ? r < w : wr_valid(r, pos, pr, w);
-            lz_cp_async16(ks + j * RS * D, ok ? gk + j * RS * ring_row : p.ring_k, ok);
-            lz_cp_async16(vs + j * RS * D, ok ? gv + j * RS * ring_row : p.ring_v, ok);
+        for (int h = 0; h < HALVES; h++) {
+            lz_tma_load_4d(stage + h * L.block_bytes(), &tk, 64 * h, g, 0, slot, &bars[st]);
+            lz_tma_load_4d(stage + L.v_off() + h * L.block_bytes(), &tv, 64 * h, g, 0, slot, &bars[st]);
         }
     };
     // what earlier kernels of the step wrote (after the PDL wait): q, the GLA output, the new key and
-    // value (into row pr); and the item's indices
-    auto copy_small = [&](int st, int t, int g, int pos, int pr, int slot) {
+    // value; and the item's indices
+    auto copy_small = [&](int st, int t, int g, int pos, int slot) {
         unsigned char *stage = sm + st * stage_bytes;
-        T *ks = (T *)stage, *vs = ks + (size_t)rows * D;
         const size_t qrow = ((size_t)t * p.Hq + (size_t)g * G) * D, krow = ((size_t)t * Hkv + g) * D;
         for (int e = tid; e < G * CH; e += WR_THREADS) {
             lz_cp_async16(stage + L.q_off() + e * 16, p.q + qrow + e * 8);
             lz_cp_async16(stage + L.old_off() + e * 16, p.out + qrow + e * 8);
         }
-        if (tid < CH) {
-            lz_cp_async16(ks + wr_at<D>(pr, tid), p.k + krow + tid * 8);
-            lz_cp_async16(vs + wr_at<D>(pr, tid), p.v + krow + tid * 8);
-        }
+        if (tid < 2 * CH)
+            lz_cp_async16(stage + L.new_off() + tid * 16, (tid < CH ? p.k + krow : p.v + krow - 8 * CH) + tid * 8);
         if (tid == 0) {
             int *meta = (int *)(stage + L.meta_off());
-            meta[0] = t, meta[1] = g, meta[2] = pos, meta[3] = pr, meta[4] = slot;
+            meta[0] = t, meta[1] = g, meta[2] = pos, meta[3] = slot;
         }
     };
 
-    // prologue: items 0 .. stages - 2 of this block, the rings before the wait (written by earlier
+    // prologue: items 0 .. stages - 2 of this block, the windows before the wait (written by earlier
     // steps; the step's arrays were copied in before its first kernel), the rest after it
     const int dt = (int)gridDim.x / Hkv, dg = (int)gridDim.x % Hkv;
-    wr_item first = {(int)blockIdx.x / Hkv, (int)blockIdx.x % Hkv}, nx = first;
-    for (int j = 0; j < stages - 1 && nx.t < p.n; j++, nx.advance(dt, dg, Hkv)) {
-        const int pos = p.token_pos[nx.t];
-        copy_ring(j, nx.g, pos, pos % w, p.slot[p.token_seq[nx.t]]);
-    }
+    const wr_item first = {(int)blockIdx.x / Hkv, (int)blockIdx.x % Hkv};
+    wr_item nx = first;
+    if (tid == 0)
+        for (int j = 0; j < stages - 1 && nx.t < p.n; j++, nx.advance(dt, dg, Hkv))
+            copy_ring(j, nx.g, p.slot[p.token_seq[nx.t]]);
     // the meta logits' mass in log2 units: mm + log2(lm)
     float mm = -INFINITY, lm = 0.0f;
     if (p.n_meta > 0) {
@@ -143,10 +158,8 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
     lz_pdl_wait(); // q, k, v, out come from earlier kernels of the step
     lz_pdl_launch_dependents();
     nx = first;
-    for (int j = 0; j < stages - 1 && nx.t < p.n; j++, nx.advance(dt, dg, Hkv)) {
-        const int pos = p.token_pos[nx.t];
-        copy_small(j, nx.t, nx.g, pos, pos % w, p.slot[p.token_seq[nx.t]]);
-    }
+    for (int j = 0; j < stages - 1 && nx.t < p.n; j++, nx.advance(dt, dg, Hkv))
+        copy_small(j, nx.t, nx.g, p.token_pos[nx.t], p.slot[p.token_seq[nx.t]]);
     lz_cp_async_commit();
     // nx: the next item to request; its position and slot loaded an item ahead of their use
     int next_pos = nx.t < p.n ? p.token_pos[nx.t] : 0, next_slot = nx.t < p.n ? p.slot[p.token_seq[nx.t]] : 0;
@@ -154,22 +167,29 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
     const int r8 = lane >> 2, cq = lane & 3; // mma fragments: row (query head) r8 (rows 8-15 zero); pairs 2 cq
     for (int i = 0, it = blockIdx.x; it < n_items; i++, it += gridDim.x) {
         lz_cp_async_wait_upto(min(i, stages - 2)); // (the prologue is one group, then one an item)
+        lz_mbar_wait(&bars[i % stages], (unsigned)(i / stages) & 1u);
         __syncthreads(); // the item's stage is complete; the stage refilled below and the scores are free
         if (nx.t < p.n) {
-            const int st = (i + stages - 1) % stages, pr = next_pos % w;
-            copy_ring(st, nx.g, next_pos, pr, next_slot);
-            copy_small(st, nx.t, nx.g, next_pos, pr, next_slot);
+            const int st = (i + stages - 1) % stages;
+            if (tid == 0)
+                copy_ring(st, nx.g, next_slot);
+            copy_small(st, nx.t, nx.g, next_pos, next_slot);
             nx.advance(dt, dg, Hkv);
             if (nx.t < p.n)
                 next_pos = p.token_pos[nx.t], next_slot = p.slot[p.token_seq[nx.t]];
         }
         lz_cp_async_commit(); // (empty at the end: one group an item keeps the count)
 
-        const unsigned char *stage = sm + (i % stages) * stage_bytes;
-        const T *ks = (const T *)stage, *vs = ks + (size_t)rows * D, *qs = (const T *)(stage + L.q_off());
+        unsigned char *stage = sm + (i % stages) * stage_bytes;
+        const T *ks = (const T *)stage, *qs = (const T *)(stage + L.q_off());
+        T *vs = (T *)(stage + L.v_off());
+        const T *knew = (const T *)(stage + L.new_off()), *vnew = knew + D;
         const int *meta = (const int *)(stage + L.meta_off());
-        const int t = meta[0], g = meta[1], pos = meta[2], pr = meta[3], slot = meta[4];
+        const int t = meta[0], g = meta[1], pos = meta[2], slot = meta[3], pr = pos % w;
+        // keys of the window in the ring: rows below w but pr (position p - w) once it is full, else
+        // rows below pos (positions 0 .. p - 1; row pr = p and above never written)
         const bool full = pos >= w - 1;
+        const int key_end = full ? w : pos;
         // phase 1: the scores of the warp's tiles
         if (warp < n_tiles) {
             uint32_t qa[D / 16][2]; // q as the A operand: rows r8 (columns +0, +8); rows 8-15 zero
@@ -180,9 +200,8 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
                 qa[kk][1] = r8 < G ? *(const uint32_t *)(qs + r8 * D + c0 + 8) : 0u;
             }
             // x4: keys 0-7 dims +0 / +8, keys 8-15 dims +0 / +8: the B operands of both key halves;
-            // a lane's row is k0 + (lane >> 4) 8 + lane % 8 (its swizzle lane % 8), its chunk 2 kk + khalf
-            const int khalf = (lane >> 3) & 1, sw = lane & 7;
-            const T *krow = ks + ((lane >> 4) * 8 + sw) * D;
+            // a lane's row is k0 + (lane >> 4) 8 + lane % 8, its chunk 2 kk + khalf
+            const int khalf = (lane >> 3) & 1, kr = (lane >> 4) * 8 + (lane & 7);
             for (int tile = warp; tile < n_tiles; tile += WR_WARPS) {
                 const int k0 = tile * WR_KT;
                 float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}}; // keys 0-7, 8-15
@@ -190,7 +209,7 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
                 for (int kk = 0; kk < D / 16; kk++) {
                     uint32_t b[4];
                     const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
-                    lz_ldsm_x4(b, lz_smem_u32(krow + k0 * D + (((2 * kk + khalf) ^ sw) << 3)));
+                    lz_ldsm_x4(b, lz_smem_u32(ks + wr_at(rows, k0 + kr, 2 * kk + khalf)));
                     lz_mma_bf16(s[0], a, b[0], b[1]);
                     lz_mma_bf16(s[1], a, b[2], b[3]);
                 }
@@ -198,25 +217,45 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
 #pragma unroll
                     for (int h2 = 0; h2 < 2; h2++) {
                         const int key = k0 + h2 * 8 + 2 * cq;
-                        const bool in0 = full ? key < w : wr_valid(key, pos, pr, w);
-                        const bool in1 = full ? key + 1 < w : wr_valid(key + 1, pos, pr, w);
+                        const bool in0 = key < key_end && key != pr, in1 = key + 1 < key_end && key + 1 != pr;
                         *(float2 *)(scores + r8 * sld + key) =
                             make_float2(in0 ? s[h2][0] * scale : -INFINITY, in1 ? s[h2][1] * scale : -INFINITY);
                     }
             }
         }
+        if (warp == WR_WARPS - 1) { // the new key's scores q . k_new, a query head at a time
+            for (int h = 0; h < G; h++) {
+                float acc = 0.0f;
+                for (int x = 2 * lane; x < D; x += 64) {
+                    const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)(qs + h * D + x));
+                    const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)(knew + x));
+                    acc += a.x * b.x + a.y * b.y;
+                }
+                acc = lz_warp_sum(acc);
+                if (lane == 0)
+                    snew[h] = acc * scale;
+            }
+        }
         // this step's key and value into the rings' row pr (global; no item of this step reads it)
         if (tid < 2 * CH) {
-            const int c = tid % CH;
-            const T *src = (tid < CH ? ks : vs) + wr_at<D>(pr, c);
-            T *dst = (tid < CH ? p.ring_k : p.ring_v) + ((size_t)slot * w + pr) * ring_row + (size_t)g * D + c * 8;
-            *(float4 *)dst = *(const float4 *)src;
+            T *dst = (tid < CH ? p.ring_k : p.ring_v) + ((size_t)slot * w + pr) * ring_row + (size_t)g * D + (tid % CH) * 8;
+            *(float4 *)dst = *(const float4 *)(knew + tid * 8);
+        }
+        // value rows of no key (weight 0) to zeros, so that what they hold cannot reach the product
+        // as NaN: row pr, and rows pr .. w - 1 before the ring is full. (Then the copy engine writes
+        // this stage again: the fence orders these stores before it.)
+        const int z0 = pr, nz = full ? 1 : w - pos;
+        if (tid < nz * CH) {
+            for (int e = tid; e < nz * CH; e += WR_THREADS)
+                *(float4 *)(vs + wr_at(rows, z0 + e / CH, e % CH)) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            lz_fence_proxy_async();
         }
         __syncthreads(); // the scores are complete
         // phase 2: value dims 16 warp .. + 15 of every query head; lane: head r8, keys 16 kk + 2 cq + {0, 1, 8, 9}
         if (16 * warp < D) {
             const float *sr = scores + (r8 < G ? r8 : 0) * sld + 2 * cq;
-            float m = -INFINITY;
+            const float sn = snew[r8 < G ? r8 : 0];
+            float m = sn;
 #pragma unroll
             for (int kk = 0; kk < (NT ? NT : 1 << 20); kk++) {
                 if (!NT && kk >= n_tiles)
@@ -225,12 +264,12 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
                 m = fmaxf(m, fmaxf(fmaxf(a.x, a.y), fmaxf(b.x, b.y)));
             }
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2)); // finite for heads < G: row pr holds a key
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2)); // finite: the new key's score
             float o[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}}, l = 0.0f;
             // x4.trans: keys 0-7 / 8-15 of dims 16 warp + 0-7 and + 8-15: the B operands of both dim
-            // tiles; a lane's row 16 kk + vr (swizzle vr % 8 = lane % 8), its chunk 2 warp + lane / 16
+            // tiles; a lane's row 16 kk + vr, its chunk 2 warp + lane / 16
             const int vr = ((lane >> 3) & 1) * 8 + (lane & 7);
-            const T *vrow = vs + vr * D + (((2 * warp + (lane >> 4)) ^ (lane & 7)) << 3);
+            const T *vrow = vs + wr_at(rows, vr, 2 * warp + (lane >> 4));
 #pragma unroll
             for (int kk = 0; kk < (NT ? NT : 1 << 20); kk++) {
                 if (!NT && kk >= n_tiles)
@@ -243,36 +282,53 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
                 l += (e0 + e1) + (e2 + e3);
                 const uint32_t pa[4] = {lz_pack_bf16(e0, e1), 0u, lz_pack_bf16(e2, e3), 0u};
                 uint32_t bv[4];
-                lz_ldsm_x4_trans(bv, lz_smem_u32(vrow + 16 * kk * D));
+                lz_ldsm_x4_trans(bv, lz_smem_u32(vrow + 16 * kk * 64)); // (16 rows on: the same swizzle)
                 lz_mma_bf16(o[0], pa, bv[0], bv[1]);
                 lz_mma_bf16(o[1], pa, bv[2], bv[3]);
             }
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
-            if (r8 < G) { // onto the GLA output, the meta logits' mass in the denominator
-                const float inv = p.alpha / (l + lm * exp2f(mm - m));
+            if (r8 < G) { // the new key's value, then onto the GLA output, the meta logits' mass in the denominator
+                const float pn = lz_fast_exp2(sn - m);
+                const float inv = p.alpha / (l + pn + lm * exp2f(mm - m));
                 const T *old = (const T *)(stage + L.old_off()) + r8 * D;
                 T *dst = p.out + ((size_t)t * p.Hq + (size_t)g * G + r8) * D;
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
                     const int x = 16 * warp + 8 * j + 2 * cq;
-                    const __nv_bfloat162 prev = *(const __nv_bfloat162 *)(old + x);
-                    *(__nv_bfloat162 *)(dst + x) = __floats2bfloat162_rn(__low2float(prev) + o[j][0] * inv,
-                                                                         __high2float(prev) + o[j][1] * inv);
+                    const float2 vn = __bfloat1622float2(*(const __nv_bfloat162 *)(vnew + x));
+                    const float2 prev = __bfloat1622float2(*(const __nv_bfloat162 *)(old + x));
+                    *(__nv_bfloat162 *)(dst + x) = __floats2bfloat162_rn(prev.x + (o[j][0] + pn * vn.x) * inv,
+                                                                         prev.y + (o[j][1] + pn * vn.y) * inv);
                 }
             }
         }
     }
-    lz_cp_async_wait<0>(); // (nothing left in flight at exit)
+    lz_cp_async_wait<0>(); // (nothing left in flight at exit: every stage's copies were waited for)
+}
+
+// cuTensorMapEncodeTiled from the driver (the runtime links no libcuda); NULL where unavailable.
+static PFN_cuTensorMapEncodeTiled_v12000 wr_encode;
+
+// The rings [slots][w][Hkv][d] as a 4-d tensor (d innermost) of boxes [w][64] with the 128-byte
+// swizzle. The slot extent is a bound no slot reaches (the map is recorded into graphs, replayed with
+// other slots).
+static bool wr_map(CUtensorMap *map, const void *ring, int d, int Hkv, int w) {
+    const cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)Hkv, (cuuint64_t)w, (cuuint64_t)1 << 24};
+    const cuuint64_t strides[3] = {(cuuint64_t)d * 2, (cuuint64_t)Hkv * d * 2, (cuuint64_t)w * Hkv * d * 2};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)w, 1}, elem[4] = {1, 1, 1, 1};
+    return wr_encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)ring, dims, strides, box, elem,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // Stages that fit the SM's shared memory (at most WR_MAX_STAGES).
 static int wr_stages(const lz_cuda_ctx *c, int w, int d, int group) {
     const wr_layout L = {(w + WR_KT - 1) / WR_KT * WR_KT, d, group};
-    if (L.score_bytes() >= c->max_smem)
-        return 0;
-    const size_t n = (c->max_smem - L.score_bytes()) / L.stage_bytes();
-    return (int)(n < (size_t)WR_MAX_STAGES ? n : (size_t)WR_MAX_STAGES);
+    int n = 0;
+    while (n < WR_MAX_STAGES && L.smem(n + 1) <= c->max_smem)
+        n++;
+    return n;
 }
 
 template <typename T> bool window_decode_ring_fits(const lz_cuda_ctx *c, const wr_params<T> &p) {
@@ -282,8 +338,9 @@ template <typename T> bool window_decode_ring_fits(const lz_cuda_ctx *c, const w
         const int group = p.Hq / p.Hkv;
         const uintptr_t align = (uintptr_t)p.out | (uintptr_t)p.q | (uintptr_t)p.k | (uintptr_t)p.v |
                                 (uintptr_t)p.ring_k | (uintptr_t)p.ring_v;
-        return c->window_ring_min > 0 && p.n >= c->window_ring_min && !c->tc_off && (p.d == 64 || p.d == 128) &&
-               group >= 1 && group <= 8 && p.w >= 1 && (align & 15) == 0 && wr_stages(c, p.w, p.d, group) >= 2;
+        return wr_encode && c->window_ring_min > 0 && p.n >= c->window_ring_min && !c->tc_off &&
+               (p.d == 64 || p.d == 128) && group >= 1 && group <= 8 && p.w >= 1 && p.w <= 256 &&
+               (align & 15) == 0 && wr_stages(c, p.w, p.d, group) >= 2;
     }
 }
 
@@ -291,8 +348,11 @@ template <int G, int D, int NT> static lz_status wr_launch(lz_cuda_ctx *c, const
     const int stages = wr_stages(c, p.w, D, G), items = p.n * p.Hkv;
     const wr_layout L = {(p.w + WR_KT - 1) / WR_KT * WR_KT, D, G};
     const int blocks = min(items, c->window_ring_blocks > 0 ? c->window_ring_blocks : c->n_sms);
+    CUtensorMap tk, tv;
+    if (!wr_map(&tk, p.ring_k, D, p.Hkv, p.w) || !wr_map(&tv, p.ring_v, D, p.Hkv, p.w))
+        return lz_fail(LZ_ERR_INTERNAL, "window decode (ring): cuTensorMapEncodeTiled failed (w %d, d %d)", p.w, D);
     return lz_launch(c, "window decode (ring)", window_decode_ring_kernel<G, D, NT>, dim3((unsigned)blocks),
-                     dim3(WR_THREADS), stages * L.stage_bytes() + L.score_bytes(), p, stages);
+                     dim3(WR_THREADS), L.smem(stages), tk, tv, p, stages);
 }
 
 // the window's tiles at compile time for w of 64 and 128 (113 to 128 keys take 8 tiles, ...)
@@ -332,8 +392,16 @@ template <int G, int D> static lz_status wr_init_one(lz_cuda_ctx *c) {
     return LZ_OK;
 }
 
+// The kernels' shared memory limits; the tensor-map encoder (without it the kernel is not used).
 template <typename T> lz_status window_decode_ring_init(lz_cuda_ctx *c) {
     if constexpr (sizeof(T) == 2) {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) ==
+                cudaSuccess &&
+            found == cudaDriverEntryPointSuccess)
+            wr_encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+        (void)cudaGetLastError(); // (a missing entry point leaves no error behind)
         LZ_TRY((wr_init_one<1, 64>(c)));
         LZ_TRY((wr_init_one<2, 64>(c)));
         LZ_TRY((wr_init_one<4, 64>(c)));
@@ -342,6 +410,10 @@ template <typename T> lz_status window_decode_ring_init(lz_cuda_ctx *c) {
         LZ_TRY((wr_init_one<2, 128>(c)));
         LZ_TRY((wr_init_one<4, 128>(c)));
         LZ_TRY((wr_init_one<8, 128>(c)));
+        cudaFuncAttributes fa;
+        LZ_CUDA_TRY(cudaFuncGetAttributes(&fa, window_decode_ring_kernel<4, 128, 8>));
+        if (fa.binaryVersion < 90) // (a build for an older target: the copy engine's instructions trap)
+            wr_encode = NULL;
     }
     return LZ_OK;
 }
