@@ -1,11 +1,11 @@
-// gla_decode_common.cuh - the read-out both GLA decode kernels end with (gla_decode.cu's split
-// kernel and gla_decode_stream.cu's stream kernel): each thread holds the numerators of one column
+// gla_decode_common.cuh - the read-out the GLA decode kernels end with (gla_decode.cu's split
+// kernel, gla_decode_stream.cu's stream kernel, gla_decode_ring.cu's ring kernel): each thread holds the numerators of one column
 // quad for each query head of the group, summed over the state rows it walked; the rows are summed
 // across a warp's lanes, then across partial rows in shared memory, and divided by the denominators.
 #ifndef LZ_GLA_DECODE_COMMON_CUH
 #define LZ_GLA_DECODE_COMMON_CUH
 
-#include "cuda_kernels.cuh" // lz_from_float
+#include "cuda_kernels.cuh" // lz_from_float, lz_warp_sum
 
 // One row a of this thread's column quad: S_new = gamma S + phi_k[a] v (returned, for the caller to
 // store), and its share phi_q_g[a] S_new of each query head's numerator (phis: the group's phi_q, F a head).
@@ -25,6 +25,20 @@ __device__ __forceinline__ float4 gd_update_row(float4 st, float gamma, float pk
         }
     }
     return sv;
+}
+
+// The denominators phi_q_g . z of the group's query heads into dens, a warp per head (this thread's
+// warp and lane of the block's n_warps; phis: the group's phi_q, F a head).
+__device__ __forceinline__ void gd_denominators(float *dens, const float *phis, const float *zs, int F, int group,
+                                                int warp, int lane, int n_warps) {
+    for (int g = warp; g < group; g += n_warps) {
+        float acc = 0.0f;
+        for (int a = lane; a < F; a += 32)
+            acc += phis[g * F + a] * zs[a];
+        acc = lz_warp_sum(acc);
+        if (lane == 0)
+            dens[g] = acc;
+    }
 }
 
 // Sums acc over the lanes of a warp that hold the same column quad (lanes qpr, 2 qpr, ... apart;

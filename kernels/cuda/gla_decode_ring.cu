@@ -18,7 +18,7 @@
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 #include "ptx.cuh" // lz_cp_async16, lz_cp_async4, lz_log_sigmoid
-#include "gla_decode_common.cuh" // gd_update_row, gd_sum_over_warp, gd_store_partial, gd_write_out
+#include "gla_decode_common.cuh" // gd_update_row, gd_denominators, gd_sum_over_warp, gd_store_partial, gd_write_out
 #include "gla_decode_stream.cuh" // gs_params
 
 enum {
@@ -129,15 +129,8 @@ template <typename T, int G> __global__ void __launch_bounds__(GR_THREADS, 1) gl
         const int half = sizeof(T) == 2 ? (int)(((uintptr_t)(p.gate + row) >> 1) & 1) : 0; // at odd addresses)
         const float gate = lz_to_float(gate_word[half]);
         const float gamma = expf(lz_log_sigmoid(gate));
-        if (p.normalize) // denominators phi_q_g . z_new: a warp per query head of the group
-            for (int g = warp; g < group; g += GR_WARPS) {
-                float acc = 0.0f;
-                for (int a = lane; a < F; a += 32)
-                    acc += phis[g * F + a] * zs[a];
-                acc = lz_warp_sum(acc);
-                if (lane == 0)
-                    dens[g] = acc;
-            }
+        if (p.normalize) // denominators phi_q_g . z_new
+            gd_denominators(dens, phis, zs, F, group, warp, lane, GR_WARPS);
         float acc[G][4];
 #pragma unroll
         for (int g = 0; g < G; g++)

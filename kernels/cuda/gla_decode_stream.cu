@@ -37,7 +37,7 @@
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 #include "ptx.cuh" // lz_cp_async4, lz_log_sigmoid
-#include "gla_decode_common.cuh" // gd_sum_over_warp, gd_store_partial, gd_write_out
+#include "gla_decode_common.cuh" // gd_denominators, gd_sum_over_warp, gd_store_partial, gd_write_out
 #include "gla_decode_stream.cuh" // gs_params, the tensor-core prep
 
 enum {
@@ -220,14 +220,7 @@ template <typename T, int G> __global__ void __launch_bounds__(GS_THREADS) gla_d
     // denominators phi_q_g . z_new: one warp per query head of the group
     const int warp = tid >> 5, lane = tid & 31;
     if (p.normalize)
-        for (int g = warp; g < group; g += GS_WARPS) {
-            float acc = 0.0f;
-            for (int a = lane; a < F; a += 32)
-                acc += phis[g * F + a] * zs[a];
-            acc = lz_warp_sum(acc);
-            if (lane == 0)
-                dens[g] = acc;
-        }
+        gd_denominators(dens, phis, zs, F, group, warp, lane, GS_WARPS);
     // S: update, store, numerators
     float acc[G][4];
 #pragma unroll

@@ -1,5 +1,6 @@
 // window_decode_ring.cuh - the Lizard window branch of a decode step as a persistent kernel
-// (window_decode_ring.cu): large batches, bf16, head_dim 64 or 128, up to 8 query heads a kv head.
+// (window_decode_ring.cu): large batches, bf16, head_dim 64 or 128, up to 8 query heads a kv head,
+// windows of up to 256 keys, code built for sm_90 or later (the copy engine's tensor copies).
 #ifndef LZ_WINDOW_DECODE_RING_CUH
 #define LZ_WINDOW_DECODE_RING_CUH
 
@@ -18,7 +19,8 @@ template <typename T> struct wr_params {
     float alpha;
 };
 
-// Whether the kernel takes this step (LIZARD_WINDOW_RING, the shape, alignment, shared memory).
+// Whether the kernel takes this step (LIZARD_WINDOW_RING, LIZARD_TC, the shape, alignment, shared
+// memory, the driver's tensor-map encoder).
 template <typename T> bool window_decode_ring_fits(const lz_cuda_ctx *c, const wr_params<T> &p);
 template <typename T> lz_status window_decode_ring(lz_cuda_ctx *c, const wr_params<T> &p);
 // Once per backend: the kernels' shared memory limits.
