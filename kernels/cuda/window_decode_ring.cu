@@ -58,6 +58,9 @@ struct wr_layout {
     __host__ __device__ size_t smem(int stages) const { return 1024 + stages * stage_bytes() + fixed_bytes(); }
 };
 
+// The window's 16-key tiles (its rows in shared memory: w rounded up to a tile)
+__host__ __device__ constexpr int wr_tiles(int w) { return (w + WR_KT - 1) / WR_KT; }
+
 // Element offset of 16-byte chunk ch (dims 8 ch .. 8 ch + 7) of row r in a key or value region: the
 // block of dims 64 (ch / 8) .., the copy engine's 128-byte swizzle (chunk c of row r at c ^ (r % 8)).
 __device__ __forceinline__ int wr_at(int rows, int r, int ch) {
@@ -93,7 +96,7 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
     extern __shared__ float4 wr_sm4[];
     unsigned char *sm = (unsigned char *)(((uintptr_t)wr_sm4 + 1023) & ~(uintptr_t)1023);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, w = p.w, Hkv = p.Hkv;
-    const int n_tiles = NT ? NT : (w + WR_KT - 1) / WR_KT, rows = n_tiles * WR_KT, n_items = p.n * Hkv;
+    const int n_tiles = NT ? NT : wr_tiles(w), rows = n_tiles * WR_KT, n_items = p.n * Hkv;
     const wr_layout L = {rows, D, G};
     const size_t stage_bytes = L.stage_bytes(), ring_row = (size_t)Hkv * D;
     float *scores = (float *)(sm + stages * stage_bytes), *snew = (float *)((unsigned char *)scores + L.score_bytes());
@@ -324,7 +327,7 @@ static bool wr_map(CUtensorMap *map, const void *ring, int d, int Hkv, int w) {
 
 // Stages that fit the SM's shared memory (at most WR_MAX_STAGES).
 static int wr_stages(const lz_cuda_ctx *c, int w, int d, int group) {
-    const wr_layout L = {(w + WR_KT - 1) / WR_KT * WR_KT, d, group};
+    const wr_layout L = {WR_KT * wr_tiles(w), d, group};
     int n = 0;
     while (n < WR_MAX_STAGES && L.smem(n + 1) <= c->max_smem)
         n++;
@@ -346,7 +349,7 @@ template <typename T> bool window_decode_ring_fits(const lz_cuda_ctx *c, const w
 
 template <int G, int D, int NT> static lz_status wr_launch(lz_cuda_ctx *c, const wr_params<__nv_bfloat16> &p) {
     const int stages = wr_stages(c, p.w, D, G), items = p.n * p.Hkv;
-    const wr_layout L = {(p.w + WR_KT - 1) / WR_KT * WR_KT, D, G};
+    const wr_layout L = {WR_KT * wr_tiles(p.w), D, G};
     const int blocks = min(items, c->window_ring_blocks > 0 ? c->window_ring_blocks : c->n_sms);
     CUtensorMap tk, tv;
     if (!wr_map(&tk, p.ring_k, D, p.Hkv, p.w) || !wr_map(&tv, p.ring_v, D, p.Hkv, p.w))
@@ -357,7 +360,7 @@ template <int G, int D, int NT> static lz_status wr_launch(lz_cuda_ctx *c, const
 
 // the window's tiles at compile time for w of 64 and 128 (113 to 128 keys take 8 tiles, ...)
 template <int G, int D> static lz_status wr_launch_tiles(lz_cuda_ctx *c, const wr_params<__nv_bfloat16> &p) {
-    const int tiles = (p.w + WR_KT - 1) / WR_KT;
+    const int tiles = wr_tiles(p.w);
     if (tiles == 8)
         return wr_launch<G, D, 8>(c, p);
     if (tiles == 4)
