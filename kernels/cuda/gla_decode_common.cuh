@@ -68,12 +68,12 @@ __device__ __forceinline__ void gd_store_partial(float *red, const float (&acc)[
 }
 
 // out[g * d + c] = (sum of the n_rows partial rows) / dens[g] (or the sum, !normalize), for the
-// group's query heads g and the block's cols columns; every thread of the block takes a share.
-// out points at column c0 of the group's first query head of this sequence.
+// group's query heads g and the block's cols columns; threads 0 .. n_threads - 1 of the block (by
+// default all) take a share. out points at column c0 of the group's first query head of this sequence.
 template <typename T>
 __device__ __forceinline__ void gd_write_out(T *out, int d, const float *red, int n_rows, int group, int cols,
-                                             const float *dens, bool normalize) {
-    for (int e = threadIdx.x; e < group * cols; e += blockDim.x) {
+                                             const float *dens, bool normalize, int n_threads = blockDim.x) {
+    for (int e = threadIdx.x; e < group * cols; e += n_threads) {
         const int g = e / cols, c = e % cols;
         float num = 0.0f;
         for (int i = 0; i < n_rows; i++)

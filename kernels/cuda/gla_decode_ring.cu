@@ -1,34 +1,45 @@
 // gla_decode_ring.cu - the state update of the streamed GLA decode (gla_decode_stream.cu's second
 // launch) as a persistent kernel: one block an SM walks work items (value-column slice, state head,
 // sequence: the stream kernel's blocks) with the next items' state slices already on their way into
-// a ring of shared-memory stages (cp.async), so that the SM's reads never stop while it updates,
-// stores and reduces the current slice.
+// a ring of shared-memory stages, so that the SM's reads never stop while it updates, stores and
+// reduces the current slice. A producer warp fills the stages (the copy engine: tensor copies of the
+// state slice, bulk copies of the small arrays; full and empty mbarriers a stage), eight consumer
+// warps update.
 // Why: the stream kernel loads its 64 KiB slice, then updates and stores it, then reduces, then
 // exits; its reads come in bursts, and at 256 sequences of the 8B shape it moved its 512 MB (read +
-// written) at 2.98 TB/s, 70% of the copy rate, with DRAM 63% busy and 65% of cycles without an
-// eligible warp (Nsight Compute, session 14), the same with 2 or 3 blocks an SM.
+// written) at 2.98 TB/s, 70% of the copy rate (171.9 us a layer, Nsight Compute, session 14).
 // Per item, a stage holds the slice of S [F][cols] and the small arrays the update needs (the group's
-// phi_q, phi_k, z after prep's update, the value columns, the gate logit, the item's row and slot), so
-// that no load of the item waits on L2 while the block computes. The state's rows a thread copies
-// are the rows it updates (no barrier between copy and use); the small arrays are shared, so an item
-// starts at a barrier. The first stages' state slices are requested before the PDL wait (no earlier
-// kernel writes S: see gla_decode_stream.cu), their small arrays after it.
+// phi_q, phi_k, z after prep's update, the value columns; the gate logit, row and slot as indices).
+// The first stages' state slices are requested before the PDL wait (no earlier kernel writes S: see
+// gla_decode_stream.cu), their small arrays after it.
+// Measured (H200, Nsight Compute, 256 sequences of the 8B shape, a layer):
+// - session 19: cp.async from all threads, two barriers an item: 155.8-157.1 us (3.26-3.37 TB/s).
+//   Its stall samples (session 21): 15% issuing the copies (16 cp.async a thread an item, each with
+//   its address arithmetic), 18% on the small copies and index loads, 12% at the two barriers;
+// - session 21, this version: the producer warp, a thread's rows in quads (a quad's phi_q and phi_k
+//   in one 16-byte load each), the partial rows behind a split barrier: 142.9 us (3.68 TB/s, 94% of
+//   the in-place stream's 3.84-3.95). The numerators meeting by shared-memory atomicAdd instead
+//   measured 148.9 us (a float add to shared memory is a compare-and-swap loop: 12% of the samples);
+//   two teams of consumer warps (544 threads, at most 96 registers: spills) 161.1 us.
 #include <stdint.h> // uintptr_t
 
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
-#include "ptx.cuh" // lz_cp_async16, lz_cp_async4, lz_log_sigmoid
-#include "gla_decode_common.cuh" // gd_update_row, gd_denominators, gd_sum_over_warp, gd_store_partial, gd_write_out
+#include "ptx.cuh" // lz_mbar_*, lz_tma_load_3d, lz_bulk_load, lz_bar_sync, lz_log_sigmoid
+#include "tensor_map.cuh" // lz_tensor_map_encoder, lz_kernel_is_sm90
+#include "gla_decode_common.cuh" // gd_denominators, gd_sum_over_warp
 #include "gla_decode_stream.cuh" // gs_params
 
 enum {
-    GR_THREADS = 256,
-    GR_WARPS = GR_THREADS / 32,
-    GR_MAX_STAGES = 4, // (items in flight: stages - 1)
+    GR_CONSUMERS = 256, // 8 warps update an item; one more warp fills the stages
+    GR_WARPS = GR_CONSUMERS / 32,
+    GR_THREADS = GR_CONSUMERS + 32,
+    GR_MAX_STAGES = 4,
+    GR_BOX_ROWS = 256, // the copy engine's boxes: at most 256 rows
 };
 
-// A stage's layout in bytes (every part a multiple of 16): S [F][cols] fp32, phi_q [group][F], phi_k
-// [F], z [F], v [cols] of T, the gate logit's aligned 4 bytes, the item's row and slot.
+// A stage's layout in bytes (every part a multiple of 16, as the copy engine wants): S [F][cols] fp32,
+// phi_q [group][F], phi_k [F], z [F], v [cols] of T, the item's indices.
 struct gr_layout {
     int F, cols, group, v_bytes;
     __host__ __device__ size_t s_off() const { return 0; }
@@ -36,171 +47,256 @@ struct gr_layout {
     __host__ __device__ size_t phik_off() const { return phiq_off() + (size_t)group * F * 4; }
     __host__ __device__ size_t z_off() const { return phik_off() + (size_t)F * 4; }
     __host__ __device__ size_t v_off() const { return z_off() + (size_t)F * 4; }
-    __host__ __device__ size_t gate_off() const { return v_off() + (size_t)((v_bytes + 15) / 16 * 16); }
-    __host__ __device__ size_t meta_off() const { return gate_off() + 16; }
-    __host__ __device__ size_t stage_bytes() const { return meta_off() + 16; }
-    // after the stages: the numerators' partial rows [warps][group][cols] and the denominators
-    __host__ __device__ size_t fixed_bytes() const { return (size_t)GR_WARPS * group * cols * 4 + 16 * ((group + 3) / 4); }
+    __host__ __device__ size_t meta_off() const { return v_off() + (size_t)((v_bytes + 15) / 16 * 16); }
+    __host__ __device__ size_t stage_bytes() const { return (meta_off() + 16 + 127) / 128 * 128; }
+    // after the stages: the numerators' partial rows [warps][group][cols], two buffers of the
+    // denominators [16], the stages' full and empty mbarriers
+    __host__ __device__ size_t red_floats() const { return (size_t)GR_WARPS * group * cols + 2 * 16; }
+    __host__ __device__ size_t fixed_bytes() const { return red_floats() * 4 + 2 * 8 * GR_MAX_STAGES; }
+};
+
+// The item's indices in a stage (written by the producer before it arrives on the stage's barrier)
+struct gr_meta {
+    int row, slot;
+    float gate;
 };
 
 // grid (blocks), block GR_THREADS; items it = blockIdx.x + j gridDim.x, it -> (column slice it % ncx,
-// state head (it / ncx) % Hs, sequence it / (ncx Hs)). Thread: column quad cq, rows rl, rl + rp, ...
-template <typename T, int G> __global__ void __launch_bounds__(GR_THREADS, 1) gla_decode_ring_kernel(gs_params<T> p, int stages) {
-    extern __shared__ float4 gr_sm4[];
-    unsigned char *sm = (unsigned char *)gr_sm4;
-    const int cols = p.cols, d = p.d, F = 2 * p.f, group = p.Hq / p.Hs, ncx = d / cols;
-    const gr_layout L = {F, cols, group, (int)(cols * sizeof(T))};
+// state head (it / ncx) % Hs, sequence it / (ncx Hs)), item j of a block in stage j % stages. The last
+// warp's first lane runs ahead of the consumers: it waits until a stage is given back (its empty
+// barrier: every consumer warp arrives once it has read the stage), writes the next item's indices and
+// gate logit into it and has the copy engine fill it (S's slice by tensor copies of up to 256 rows,
+// the small arrays by bulk copies), completing on the stage's full barrier. So no consumer thread
+// issues a copy or waits on an index load. Consumer thread: column quad cq, row quads 4 rl, 4 (rl +
+// rp), ... (a quad's phi_q and phi_k in one load each). The warps' partial numerators meet in shared
+// memory; a split barrier (arrive after the write-out, wait before the next item's partial rows) keeps
+// the next item's update from waiting on this one's write-out.
+template <typename T, int G>
+__global__ void __launch_bounds__(GR_THREADS, 1)
+    gla_decode_ring_kernel(const __grid_constant__ CUtensorMap ts, gs_params<T> p, int stages) {
+    extern __shared__ __align__(128) unsigned char gr_sm[];
+    // (the copy engine's tensor copies want 128-byte aligned destinations; offsets from the array
+    // itself, so that the compiler emits shared-memory instructions)
+    unsigned char *sm = gr_sm + ((128u - (lz_smem_u32(gr_sm) & 127u)) & 127u);
+    const int cols = p.cols, d = p.d, F = 2 * p.f, ncx = d / cols;
+    const gr_layout L = {F, cols, G, (int)(cols * sizeof(T))};
     const size_t stage_bytes = L.stage_bytes();
-    float *red = (float *)(sm + stages * stage_bytes), *dens = red + (size_t)GR_WARPS * group * cols;
-    const int qpr = cols / 4, rp = GR_THREADS / qpr, tid = threadIdx.x, cq = tid % qpr, rl = tid / qpr;
+    float *red = (float *)(sm + stages * stage_bytes), *dens2 = red + GR_WARPS * G * cols; // dens2: [2][16]
+    uint64_t *full = (uint64_t *)(red + L.red_floats()), *empty = full + GR_MAX_STAGES;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int n_items = ncx * p.Hs * p.n_seqs;
-    // the state rows of item it (this thread's share) into stage `st`; row and slot are its sequence's
-    auto copy_state = [&](int it, int st, int slot) {
-        const int cx = it % ncx, s = (it / ncx) % p.Hs;
-        const float *src = p.S + ((size_t)slot * p.Hs + s) * F * d + cx * cols + cq * 4;
-        float *dst = (float *)(sm + st * stage_bytes + L.s_off()) + cq * 4;
-        for (int a = rl; a < F; a += rp)
-            lz_cp_async16(dst + (size_t)a * cols, src + (size_t)a * d);
-    };
-    // the item's small arrays (written by prep, so after the PDL wait), shared by the block's threads
-    auto copy_small = [&](int it, int st, int row, int slot) {
-        const int cx = it % ncx, s = (it / ncx) % p.Hs, q = it / (ncx * p.Hs);
-        unsigned char *stage = sm + st * stage_bytes;
-        const float *pq = p.phi_q + ((size_t)q * p.Hq + s * group) * F, *pk = p.phi_k + ((size_t)q * p.Hs + s) * F;
-        const float *z = p.z + ((size_t)slot * p.Hs + s) * F;
-        for (int e = tid * 4; e < group * F; e += GR_THREADS * 4)
-            lz_cp_async16(stage + L.phiq_off() + e * 4, pq + e);
-        for (int e = tid * 4; e < F; e += GR_THREADS * 4) {
-            lz_cp_async16(stage + L.phik_off() + e * 4, pk + e);
-            lz_cp_async16(stage + L.z_off() + e * 4, z + e);
+    if (tid == 0) {
+        for (int j = 0; j < stages; j++) {
+            lz_mbar_init(&full[j], 1);
+            lz_mbar_init(&empty[j], GR_WARPS);
         }
-        const int vh = p.Hs == p.Hkv ? s : s / (p.Hq / p.Hkv);
-        const T *v = p.v + ((size_t)row * p.Hkv + vh) * d + cx * cols;
-        for (int e = tid * 16; e < cols * (int)sizeof(T); e += GR_THREADS * 16)
-            lz_cp_async16(stage + L.v_off() + e, (const unsigned char *)v + e);
-        if (tid == 0) { // the aligned 4 bytes holding the gate logit (bf16: it and its neighbour)
-            const uintptr_t g = (uintptr_t)(p.gate + row);
-            lz_cp_async4(stage + L.gate_off(), (const void *)(g & ~(uintptr_t)3));
-            int *meta = (int *)(stage + L.meta_off());
-            meta[0] = row, meta[1] = slot;
-        }
-    };
-    auto seq_of = [&](int it) { return it / (ncx * p.Hs); };
-
-    // prologue: items 0 .. stages - 2 of this block (the state before the wait, the rest after it)
-    int it = blockIdx.x;
-    for (int j = 0; j < stages - 1; j++) {
-        const int ij = it + j * (int)gridDim.x;
-        if (ij < n_items)
-            copy_state(ij, j, p.slot[seq_of(ij)]); // (the step's arrays come from a copy before its first kernel)
+        lz_fence_proxy_async(); // (the initialisations, before the copy engine signals the barriers)
     }
-    lz_pdl_wait(); // prep's phi and z; q, k, v, gate from earlier kernels
+    __syncthreads();
+
+    if (warp == GR_WARPS) { // the producer
+        if (lane != 0) {
+            lz_pdl_wait(), lz_pdl_launch_dependents();
+            return;
+        }
+        const int box_rows = F < GR_BOX_ROWS ? F : GR_BOX_ROWS;
+        const unsigned s_bytes = (unsigned)(F * cols * 4), small_bytes = (unsigned)((G + 2) * F * 4 + cols * sizeof(T));
+        const auto seq_of = [&](int it) { return it / (ncx * p.Hs); };
+        // its S slice (no earlier kernel of the step writes S) by tensor copies of up to 256 rows
+        auto load_state = [&](int st, int it, int slot) {
+            const int cx = it % ncx, s = (it / ncx) % p.Hs;
+            for (int r0 = 0; r0 < F; r0 += box_rows)
+                lz_tma_load_3d(sm + st * stage_bytes + L.s_off() + (size_t)r0 * cols * 4, &ts, cx * cols, r0,
+                               slot * p.Hs + s, &full[st]);
+        };
+        // its small arrays (written by prep and earlier kernels of the step: after the PDL wait)
+        auto load_small = [&](int st, int it, int row, int slot) {
+            unsigned char *stage = sm + st * stage_bytes;
+            const int cx = it % ncx, s = (it / ncx) % p.Hs, q = it / (ncx * p.Hs);
+            lz_bulk_load(stage + L.phiq_off(), p.phi_q + ((size_t)q * p.Hq + s * G) * F, G * F * 4, &full[st]);
+            lz_bulk_load(stage + L.phik_off(), p.phi_k + ((size_t)q * p.Hs + s) * F, F * 4, &full[st]);
+            lz_bulk_load(stage + L.z_off(), p.z + ((size_t)slot * p.Hs + s) * F, F * 4, &full[st]);
+            const int vh = p.Hs == p.Hkv ? s : s / (p.Hq / p.Hkv);
+            lz_bulk_load(stage + L.v_off(), p.v + ((size_t)row * p.Hkv + vh) * d + cx * cols, cols * sizeof(T), &full[st]);
+        };
+        // the first stages' S slices before the wait; the arrival (after the gate logit, which the
+        // barrier's release then publishes) and the small arrays after it
+        int i = 0;
+        for (int it = blockIdx.x; i < stages && it < n_items; i++, it += gridDim.x) {
+            gr_meta *m = (gr_meta *)(sm + i * stage_bytes + L.meta_off());
+            m->row = p.start[seq_of(it)], m->slot = p.slot[seq_of(it)];
+            lz_mbar_expect_tx(&full[i], s_bytes);
+            load_state(i, it, m->slot);
+        }
+        lz_pdl_wait(); // prep's phi and z; v and the gate from earlier kernels
+        lz_pdl_launch_dependents();
+        for (int j = 0, it = blockIdx.x; j < i; j++, it += gridDim.x) {
+            gr_meta *m = (gr_meta *)(sm + j * stage_bytes + L.meta_off());
+            m->gate = lz_to_float(p.gate[m->row]);
+            lz_mbar_arrive_expect_tx(&full[j], small_bytes);
+            load_small(j, it, m->row, m->slot);
+        }
+        int st = i % stages;
+        unsigned parity = (unsigned)(i / stages) & 1u;
+        for (int it = blockIdx.x + i * gridDim.x; it < n_items; it += gridDim.x) {
+            const int row = p.start[seq_of(it)], slot = p.slot[seq_of(it)];
+            const float gate = lz_to_float(p.gate[row]);
+            lz_mbar_wait(&empty[st], parity ^ 1u); // the consumers are done with the stage
+            *(gr_meta *)(sm + st * stage_bytes + L.meta_off()) = {row, slot, gate};
+            lz_mbar_arrive_expect_tx(&full[st], s_bytes + small_bytes); // (release: the indices)
+            load_state(st, it, slot);
+            load_small(st, it, row, slot);
+            if (++st == stages)
+                st = 0, parity ^= 1u;
+        }
+        return;
+    }
+
+    lz_pdl_wait(); // (out is written below; S's rows are stored to global)
     lz_pdl_launch_dependents();
-    for (int j = 0; j < stages - 1; j++) {
-        const int ij = it + j * (int)gridDim.x;
-        if (ij < n_items)
-            copy_small(ij, j, p.start[seq_of(ij)], p.slot[seq_of(ij)]);
-    }
-    lz_cp_async_commit();
-    // the row and slot of the next item to request, loaded an item ahead of their use
-    int next = it + (stages - 1) * (int)gridDim.x;
-    int next_row = next < n_items ? p.start[seq_of(next)] : 0, next_slot = next < n_items ? p.slot[seq_of(next)] : 0;
-    const int warp = tid >> 5, lane = tid & 31;
-    for (int i = 0; it < n_items; i++, it += gridDim.x, next += gridDim.x) {
-        lz_cp_async_wait_upto(min(i, stages - 2)); // (the prologue is one group, then one an item)
-        __syncthreads(); // the item's small arrays; the stage refilled below is no longer read
-        if (next < n_items) {
-            const int st = (i + stages - 1) % stages;
-            copy_state(next, st, next_slot);
-            copy_small(next, st, next_row, next_slot);
-        }
-        lz_cp_async_commit(); // (empty at the end: one group an item keeps the count)
-        const int after = next + (int)gridDim.x;
-        if (after < n_items)
-            next_row = p.start[seq_of(after)], next_slot = p.slot[seq_of(after)];
-
-        const unsigned char *stage = sm + (i % stages) * stage_bytes;
+    const int qpr = cols / 4, rp = GR_CONSUMERS / qpr, cq = tid % qpr, rl = tid / qpr;
+    int st = 0;
+    unsigned parity = 0, buf = 0;
+    for (int it = blockIdx.x; it < n_items; it += gridDim.x, buf ^= 1u) {
+        lz_mbar_wait(&full[st], parity);
+        const unsigned char *stage = sm + st * stage_bytes;
         const float *Ss = (const float *)(stage + L.s_off()), *phis = (const float *)(stage + L.phiq_off());
         const float *pk = (const float *)(stage + L.phik_off()), *zs = (const float *)(stage + L.z_off());
         const T *vs = (const T *)(stage + L.v_off());
-        const int row = ((const int *)(stage + L.meta_off()))[0], slot = ((const int *)(stage + L.meta_off()))[1];
+        const gr_meta meta = *(const gr_meta *)(stage + L.meta_off());
         const int cx = it % ncx, s = (it / ncx) % p.Hs, c0 = cx * cols;
-        const T *gate_word = (const T *)(stage + L.gate_off()); // (bf16: the logit is the word's upper half
-        const int half = sizeof(T) == 2 ? (int)(((uintptr_t)(p.gate + row) >> 1) & 1) : 0; // at odd addresses)
-        const float gate = lz_to_float(gate_word[half]);
-        const float gamma = expf(lz_log_sigmoid(gate));
+        float *dens = dens2 + buf * 16;
+        const float gamma = expf(lz_log_sigmoid(meta.gate));
         if (p.normalize) // denominators phi_q_g . z_new
-            gd_denominators(dens, phis, zs, F, group, warp, lane, GR_WARPS);
+            gd_denominators(dens, phis, zs, F, G, warp, lane, GR_WARPS);
         float acc[G][4];
 #pragma unroll
         for (int g = 0; g < G; g++)
             acc[g][0] = acc[g][1] = acc[g][2] = acc[g][3] = 0.0f;
         const float4 v4 = make_float4(lz_to_float(vs[cq * 4]), lz_to_float(vs[cq * 4 + 1]), lz_to_float(vs[cq * 4 + 2]),
                                       lz_to_float(vs[cq * 4 + 3]));
-        float *Sh = p.S + ((size_t)slot * p.Hs + s) * F * d + c0 + cq * 4;
-#pragma unroll 4
-        for (int a = rl; a < F; a += rp) {
-            const float4 st = *(const float4 *)(Ss + (size_t)a * cols + cq * 4);
-            __stcs((float4 *)(Sh + (size_t)a * d), gd_update_row<G>(st, gamma, pk[a], v4, phis, F, a, group, acc));
+        float *Sh = p.S + ((size_t)meta.slot * p.Hs + s) * F * d + c0 + cq * 4;
+        // rows a .. a + 3: S_new = gamma S + phi_k[a] v (stored), its share phi_q_g[a] S_new of each numerator
+#pragma unroll 2
+        for (int a = 4 * rl; a < F; a += 4 * rp) {
+            const float4 k4 = *(const float4 *)(pk + a);
+            const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
+            float4 sv[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float4 sj = *(const float4 *)(Ss + (size_t)(a + j) * cols + cq * 4);
+                sv[j] = make_float4(gamma * sj.x + kr[j] * v4.x, gamma * sj.y + kr[j] * v4.y,
+                                    gamma * sj.z + kr[j] * v4.z, gamma * sj.w + kr[j] * v4.w);
+                __stcs((float4 *)(Sh + (size_t)(a + j) * d), sv[j]);
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float4 w4 = *(const float4 *)(phis + g * F + a);
+                const float wr[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    acc[g][0] += wr[j] * sv[j].x, acc[g][1] += wr[j] * sv[j].y;
+                    acc[g][2] += wr[j] * sv[j].z, acc[g][3] += wr[j] * sv[j].w;
+                }
+            }
         }
+        __syncwarp();
+        if (lane == 0)
+            lz_mbar_arrive(&empty[st]); // (release: this warp's reads of the stage are done)
         gd_sum_over_warp<G>(acc, qpr);
+        // the partial rows are free once every thread has written out the previous item (barrier 2:
+        // they arrived there after it, long before this wait)
+        if (it != (int)blockIdx.x)
+            lz_bar_sync<2>(GR_CONSUMERS);
         if (lane < qpr)
-            gd_store_partial<G>(red, acc, warp, group, cols, cq);
-        __syncthreads();
-        gd_write_out<T>(p.out + ((size_t)row * p.Hq + s * group) * d + c0, d, red, GR_WARPS, group, cols, dens,
-                        p.normalize);
+            gd_store_partial<G>(red, acc, warp, G, cols, cq);
+        lz_bar_sync<1>(GR_CONSUMERS); // the partial rows and denominators complete
+        gd_write_out<T>(p.out + ((size_t)meta.row * p.Hq + s * G) * d + c0, d, red, GR_WARPS, G, cols, dens,
+                        p.normalize, GR_CONSUMERS);
+        lz_bar_arrive<2>(GR_CONSUMERS);
+        if (++st == stages)
+            st = 0, parity ^= 1u;
     }
-    lz_cp_async_wait<0>(); // (nothing left in flight at exit)
+    if ((int)blockIdx.x < n_items)
+        lz_bar_sync<2>(GR_CONSUMERS); // (the last item's arrivals, matched)
+}
+
+// The driver's tensor-map encoder; NULL where unavailable or the kernels were built for an older target.
+static PFN_cuTensorMapEncodeTiled_v12000 gr_encode;
+
+// S [slots][Hs][F][d] fp32 as a 3-d tensor (d innermost, then F, then slot * Hs + head) of boxes
+// [rows][cols]. The third extent is a bound no slot reaches (the map is recorded into graphs).
+static bool gr_map(CUtensorMap *map, const float *S, int d, int F, int cols) {
+    const cuuint64_t dims[3] = {(cuuint64_t)d, (cuuint64_t)F, (cuuint64_t)1 << 30};
+    const cuuint64_t strides[2] = {(cuuint64_t)d * 4, (cuuint64_t)F * d * 4};
+    const cuuint32_t box[3] = {(cuuint32_t)cols, (cuuint32_t)(F < GR_BOX_ROWS ? F : GR_BOX_ROWS), 1},
+                     elem[3] = {1, 1, 1};
+    return gr_encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)S, dims, strides, box, elem,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // Stages that fit beside the fixed part (at most GR_MAX_STAGES), for `cols` value columns an item.
 template <typename T> static int ring_stages(const lz_cuda_ctx *c, int F, int cols, int group) {
     const gr_layout L = {F, cols, group, (int)(cols * sizeof(T))};
-    if (L.fixed_bytes() >= c->max_smem)
+    if (128 + L.fixed_bytes() >= c->max_smem)
         return 0;
-    return (int)min((size_t)GR_MAX_STAGES, (c->max_smem - L.fixed_bytes()) / L.stage_bytes());
+    return (int)min((size_t)GR_MAX_STAGES, (c->max_smem - 128 - L.fixed_bytes()) / L.stage_bytes());
 }
 
 template <typename T> bool gla_decode_ring_fits(const lz_cuda_ctx *c, const gs_params<T> &p) {
     const int F = 2 * p.f, group = p.Hq / p.Hs;
     const uintptr_t align = (uintptr_t)p.S | (uintptr_t)p.z | (uintptr_t)p.phi_q | (uintptr_t)p.phi_k | (uintptr_t)p.v;
-    if (!c->gla_ring || p.cols < 4 || GR_THREADS % (p.cols / 4) != 0 || F % 4 != 0 || p.d % 4 != 0 ||
-        (p.cols * sizeof(T)) % 16 != 0 || (p.d * sizeof(T)) % 16 != 0 || (align & 15) != 0 ||
-        ((uintptr_t)p.gate & (sizeof(T) - 1)) != 0)
+    // (a group of 1, 2, 4, 8 or 16 query heads a state head: the kernel's G is the group itself;
+    // the copy engine's boxes: whole 16-byte rows, at most 256 of them or a multiple of 256)
+    if (!c->gla_ring || !gr_encode || (group & (group - 1)) != 0 || group > 16 || p.cols < 4 || p.cols > 256 ||
+        GR_CONSUMERS % (p.cols / 4) != 0 || F % 4 != 0 || (F > GR_BOX_ROWS && F % GR_BOX_ROWS != 0) ||
+        p.d % 4 != 0 || (p.cols * sizeof(T)) % 16 != 0 || (p.d * sizeof(T)) % 16 != 0 || (align & 15) != 0)
         return false;
     return ring_stages<T>(c, F, p.cols, group) >= 3;
 }
 
 template <typename T, int G> static lz_status launch_ring(lz_cuda_ctx *c, const gs_params<T> &p) {
-    const int F = 2 * p.f, group = p.Hq / p.Hs, stages = ring_stages<T>(c, F, p.cols, group);
-    const gr_layout L = {F, p.cols, group, (int)(p.cols * sizeof(T))};
-    const size_t smem = stages * L.stage_bytes() + L.fixed_bytes();
+    const int F = 2 * p.f, stages = ring_stages<T>(c, F, p.cols, G);
+    const gr_layout L = {F, p.cols, G, (int)(p.cols * sizeof(T))};
+    const size_t smem = 128 + stages * L.stage_bytes() + L.fixed_bytes();
     const int items = (p.d / p.cols) * p.Hs * p.n_seqs;
     const int blocks = min(items, c->gla_ring_blocks > 0 ? c->gla_ring_blocks : c->n_sms);
-    return lz_launch(c, "gla decode (ring)", gla_decode_ring_kernel<T, G>, dim3((unsigned)blocks), dim3(GR_THREADS),
-                     smem, p, stages);
+    CUtensorMap ts;
+    if (!gr_map(&ts, p.S, p.d, F, p.cols))
+        return lz_fail(LZ_ERR_INTERNAL, "gla decode (ring): cuTensorMapEncodeTiled failed (d %d, F %d, cols %d)", p.d,
+                       F, p.cols);
+    return lz_launch(c, "gla decode (ring)", gla_decode_ring_kernel<T, G>, dim3((unsigned)blocks),
+                     dim3(GR_THREADS), smem, ts, p, stages);
 }
 
 template <typename T> lz_status gla_decode_ring(lz_cuda_ctx *c, const gs_params<T> &p) {
-    const int group = p.Hq / p.Hs;
-    if (group == 1)
-        return launch_ring<T, 1>(c, p);
-    if (group == 2)
-        return launch_ring<T, 2>(c, p);
-    if (group <= 4)
-        return launch_ring<T, 4>(c, p);
-    if (group <= 8)
-        return launch_ring<T, 8>(c, p);
-    return launch_ring<T, 16>(c, p);
+    switch (p.Hq / p.Hs) {
+    case 1: return launch_ring<T, 1>(c, p);
+    case 2: return launch_ring<T, 2>(c, p);
+    case 4: return launch_ring<T, 4>(c, p);
+    case 8: return launch_ring<T, 8>(c, p);
+    default: return launch_ring<T, 16>(c, p);
+    }
+}
+
+template <typename T, int G> static lz_status gr_init_one(lz_cuda_ctx *c) {
+    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_ring_kernel<T, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)c->max_smem));
+    return LZ_OK;
 }
 
 template <typename T> lz_status gla_decode_ring_init(lz_cuda_ctx *c) {
-    const int max = (int)c->max_smem;
-    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_ring_kernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
-    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_ring_kernel<T, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
-    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_ring_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
-    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_ring_kernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
-    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_ring_kernel<T, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, max));
+    LZ_TRY((gr_init_one<T, 1>(c)));
+    LZ_TRY((gr_init_one<T, 2>(c)));
+    LZ_TRY((gr_init_one<T, 4>(c)));
+    LZ_TRY((gr_init_one<T, 8>(c)));
+    LZ_TRY((gr_init_one<T, 16>(c)));
+    gr_encode = lz_tensor_map_encoder();
+    bool sm90;
+    LZ_TRY(lz_kernel_is_sm90((const void *)gla_decode_ring_kernel<T, 4>, &sm90));
+    if (!sm90)
+        gr_encode = NULL;
     return LZ_OK;
 }
 

@@ -54,6 +54,10 @@ __device__ __forceinline__ void lz_mbar_init(uint64_t *bar, unsigned count) {
 __device__ __forceinline__ void lz_mbar_arrive_expect_tx(uint64_t *bar, unsigned bytes) {
     LZ_SM90_ASM("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n" ::"r"(lz_smem_u32(bar)), "r"(bytes) : "memory");
 }
+// Adds `bytes` to the phase's expected transaction count without arriving (the arrival comes later).
+__device__ __forceinline__ void lz_mbar_expect_tx(uint64_t *bar, unsigned bytes) {
+    LZ_SM90_ASM("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(lz_smem_u32(bar)), "r"(bytes) : "memory");
+}
 // Until the phase of parity `parity` has completed (its writes visible to this thread).
 __device__ __forceinline__ void lz_mbar_wait(uint64_t *bar, unsigned parity) {
     LZ_SM90_ASM("{\n"
@@ -65,6 +69,11 @@ __device__ __forceinline__ void lz_mbar_wait(uint64_t *bar, unsigned parity) {
                 "r"(parity)
                 : "memory");
 }
+// One arrival (release: this thread's earlier shared-memory accesses are done before the phase can
+// complete), e.g. a consumer giving a stage back to the thread that refills it.
+__device__ __forceinline__ void lz_mbar_arrive(uint64_t *bar) {
+    LZ_SM90_ASM("mbarrier.arrive.shared.b64 _, [%0];\n" ::"r"(lz_smem_u32(bar)) : "memory");
+}
 // Orders this thread's generic-proxy shared-memory accesses (ordinary stores, cp.async) before later
 // async-proxy ones (wgmma's reads, the copy engine's writes), and a barrier's initialisation before
 // the copy engine signals it: in each writing thread, before the barrier.
@@ -75,6 +84,22 @@ __device__ __forceinline__ void lz_tma_load_4d(void *dst, const void *map, int c
     LZ_SM90_ASM("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
                 "%3, %4, %5}], [%6];\n" ::"r"(lz_smem_u32(dst)),
                 "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(lz_smem_u32(bar))
+                : "memory");
+}
+
+// A box of a 3-d tensor, the same way.
+__device__ __forceinline__ void lz_tma_load_3d(void *dst, const void *map, int c0, int c1, int c2, uint64_t *bar) {
+    LZ_SM90_ASM("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+                "%3, %4}], [%5];\n" ::"r"(lz_smem_u32(dst)),
+                "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(lz_smem_u32(bar))
+                : "memory");
+}
+// `bytes` contiguous bytes global -> shared by the copy engine, completing on bar (dst, src and bytes
+// multiples of 16).
+__device__ __forceinline__ void lz_bulk_load(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+    LZ_SM90_ASM("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                    lz_smem_u32(dst)),
+                "l"(src), "r"(bytes), "r"(lz_smem_u32(bar))
                 : "memory");
 }
 

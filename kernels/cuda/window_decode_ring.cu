@@ -1,8 +1,9 @@
 // window_decode_ring.cu - the Lizard window branch of a decode step at large batches as a persistent
 // kernel: one block an SM walks the (sequence, kv head) items, each item's whole window (w keys and
-// values, 64 KB at LLaMA-3-8B's shape) already on its way into a ring of shared-memory stages (the
-// copy engine: one thread issues an item's tensor copies, an mbarrier a stage) while the block
-// computes the item before.
+// values, 64 KB at LLaMA-3-8B's shape) already on its way into a ring of shared-memory stages while
+// the block computes the item before. A producer warp fills the stages (the copy engine: tensor copies
+// of the window, bulk copies of the small arrays; full and empty mbarriers a stage), eight consumer
+// warps compute.
 // Why: attention_decode.cu's split kernel gives each item a block of its own, which loads its window
 // once, computes, merges its warps and exits; at 256 sequences of the 8B shape it read the 134 MB of
 // rings at 2.0 TB/s (67.4 us a layer, Nsight Compute, session 14) against 4.1 TB/s for a read-only
@@ -12,36 +13,35 @@
 // keys. Ring rows are read in ring order (softmax does not care; a row is masked by the position it
 // holds). Rows in shared memory are 64-dim blocks in the copy engine's 128-byte swizzle (chunk c of
 // row r at c ^ (r % 8)), so ldmatrix's eight rows fall in different banks.
-// Measured (H200, Nsight Compute, 256 sequences of the 8B shape, a layer; session 20; the versions
-// before this one are in git history):
-// - 8 warps on 16-key tiles, each its own online softmax, the warps' [G][d] partials merged through
-//   shared memory, windows by cp.async from all threads: 68-72 us, no better than the split kernel
-//   (2 warps a scheduler issuing every 3 cycles, ~1,200 instructions a warp an item);
-// - the two phases, cp.async: 74 us with run-time loop bounds and index divisions (copies alone 48
-//   us, compute alone 51: both issue-bound, and they overlap badly); 62.9 us with the window's tiles
-//   at compile time, constant shared-memory offsets and no divisions (copies alone still 47.7 us:
-//   2.9 TB/s is what cp.async from 8 warps with two items in flight got);
-// - the windows by the copy engine (this version): 58.9 us (2.4 TB/s), 14.1M instructions against
-//   16.1M. Pure Lizard at 2K (tok/s, two rounds, one machine; LIZARD_WINDOW_RING=0 is the split
-//   kernel): 16 sequences 2,874-2,878 -> 2,937-2,942, 64: 8,407-8,449 -> 8,493-8,518, 256: 17,242-17,312
-//   -> 17,608-17,646.
+// Measured (H200, Nsight Compute, 256 sequences of the 8B shape, a layer; the versions before this
+// one are in git history):
+// - session 20: 8 warps on 16-key tiles, each its own online softmax, partials merged: 68-72 us; the
+//   two phases on cp.async: 62.9-74 us; the windows by the copy engine, issued by thread 0 of the
+//   block, indices loaded by every thread: 57.8-58.9 us (2.4 TB/s). Its stall samples (session 21):
+//   a fifth on the next item's slot (two dependent global loads that all threads waited for), an
+//   eighth at the barrier after phase 1 (one warp computed the new key's G dot products alone, the
+//   others waited), shared memory through generic loads (the aligned base came from an integer cast);
+// - session 21, this version: the producer warp (it alone waits on index loads, runs stages ahead),
+//   the new key's scores as one more mma column, scores double-buffered (one barrier an item), offsets
+//   from the shared array (ld.shared): 43.5 us (3.3 TB/s), 11.4M instructions against 14.1M; 28% of
+//   the samples now wait for the stage's data. Two teams of eight consumer warps on alternate items
+//   (544 threads, 3 stages) measured 44.6 us against 43.7 for one, and no faster end to end: removed.
 #include "window_decode_ring.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
-#include "ptx.cuh" // lz_cp_async16, lz_mbar_*, lz_tma_load_4d, lz_ldsm_x4(_trans), lz_mma_bf16, lz_fast_exp2
+#include "ptx.cuh" // lz_mbar_*, lz_tma_load_4d, lz_bulk_load, lz_ldsm_x4(_trans), lz_mma_bf16, lz_fast_exp2
+#include "tensor_map.cuh" // lz_tensor_map_encoder, lz_kernel_is_sm90
 
-#include <cuda.h>         // CUtensorMap (the types only: the encoder comes from the driver at run time)
 #include <cuda_bf16.h>
-#include <cudaTypedefs.h> // PFN_cuTensorMapEncodeTiled
-#include <stdint.h>       // uintptr_t
+#include <stdint.h> // uintptr_t
 
-enum { WR_THREADS = 256, WR_WARPS = WR_THREADS / 32, WR_KT = 16, WR_MAX_STAGES = 4 };
+enum { WR_WARPS = 8, WR_CONSUMERS = WR_WARPS * 32, WR_THREADS = WR_CONSUMERS + 32, WR_KT = 16, WR_MAX_STAGES = 6 };
 #define WR_LOG2E 1.4426950408889634f
 
 // A stage in bytes (each part a multiple of 1024 where the copy engine writes it, as its 128-byte
 // swizzle wants): keys and values as d / 64 blocks each of [rows][64] bf16 (rows = w rounded up to
 // 16), q [G][d], out_old [G][d], the new key [d] and value [d], the item's indices. After the stages:
-// the scores [G][rows + 8] (fp32; the padding puts a quad's four query-head rows in different
-// banks), the new key's scores [8], the stages' mbarriers.
+// two score buffers [G][rows + 8] (fp32; the padding puts a quad's four query-head rows in different
+// banks) and two of the new key's scores [8], then the stages' full and empty mbarriers.
 struct wr_layout {
     int rows, d, group;
     __host__ __device__ size_t block_bytes() const { return (size_t)rows * 128; } // [rows][64] bf16
@@ -53,7 +53,8 @@ struct wr_layout {
     __host__ __device__ size_t stage_bytes() const { return (meta_off() + 32 + 1023) / 1024 * 1024; }
     __host__ __device__ int score_ld() const { return rows + 8; }
     __host__ __device__ size_t score_bytes() const { return ((size_t)group * score_ld() * 4 + 15) / 16 * 16; }
-    __host__ __device__ size_t fixed_bytes() const { return score_bytes() + 32 + 8 * WR_MAX_STAGES; }
+    // two buffers of scores and two of the new key's scores, the mbarriers
+    __host__ __device__ size_t fixed_bytes() const { return 2 * score_bytes() + 2 * 32 + 2 * 8 * WR_MAX_STAGES; }
     // shared memory to ask for: the stages, the fixed part and the slack of aligning to 1024
     __host__ __device__ size_t smem(int stages) const { return 1024 + stages * stage_bytes() + fixed_bytes(); }
 };
@@ -67,7 +68,7 @@ __device__ __forceinline__ int wr_at(int rows, int r, int ch) {
     return (ch >> 3) * rows * 64 + r * 64 + (((ch & 7) ^ (r & 7)) << 3);
 }
 
-// An item's token and kv head, advanced by the grid without dividing
+// An item's token and kv head, advanced by a stride of items without dividing
 struct wr_item {
     int t, g;
     __device__ void advance(int dt, int dg, int Hkv) {
@@ -77,15 +78,37 @@ struct wr_item {
     }
 };
 
-// grid (blocks), block WR_THREADS; items it = blockIdx.x + j gridDim.x: (token it / Hkv, kv head
-// it % Hkv). An item's window comes in by the copy engine (four tensor copies at d = 128, one thread
-// issuing them, an mbarrier a stage), its small arrays by cp.async. The ring's row p % w holds the
-// key of position p - w (or nothing): it is masked, and the new key joins as one more score, its
-// value added after the product. Then two phases: warps take 16-key tiles (warp, warp + 8, ...) and
-// write q K^T (the group's heads as the mma's rows, masked, log2 units) to the scores; after a
-// barrier each warp takes 16 value dims (warp) over all keys: the softmax's maximum and weights from
-// the scores (every warp the same, no merge), P V on the mma, the result onto the GLA output. NT: the
-// window's 16-key tiles when known at compile time (w of 64 or 128: unrolled loops), else 0.
+// A stage's index and the parity of its current use, advanced by `step` items (step <= stages)
+struct wr_slot {
+    int st;
+    unsigned parity;
+    __device__ void advance(int step, int stages) {
+        st += step;
+        if (st >= stages)
+            st -= stages, parity ^= 1u;
+    }
+};
+
+// The item's indices in a stage (written by the producer before it arrives on the stage's barrier)
+struct wr_meta {
+    int t, g, pos, slot, ring_row, key_end;
+};
+
+// grid (blocks), block WR_CONSUMERS consumer threads and one producer warp; items it = blockIdx.x + j
+// gridDim.x: (token it / Hkv, kv head it % Hkv), item j of a block in stage j % stages. The producer
+// warp's first lane runs ahead of the consumers: it waits until a stage is given back (its empty
+// barrier: each consumer warp arrives once it has read the stage), writes the next item's indices into
+// it and has the copy engine fill it (the window by two tensor copies a 64-dim block, q, the GLA output
+// and the new key and value by bulk copies), all completing on the stage's full barrier. So no
+// consumer thread issues a copy or waits on an index load. The ring's row p % w holds the key of
+// position p - w (or nothing): it is masked, and the new key joins as one more score, its value added
+// after the product. An item in two phases: warps take 16-key tiles (warp, warp + 8, ...) and write
+// q K^T (the group's heads as the mma's rows, masked, log2 units) to the scores (the last warp also the
+// new key's, by one more column of mma); after a barrier each warp takes 16 value dims over all keys:
+// the softmax's maximum and weights from the scores (every warp the same, no merge), P V on the mma,
+// the result onto the GLA output. Scores double-buffered: the next item's phase 1 may start while a
+// warp still reads this one's. NT: the window's 16-key tiles when known at compile time (w of 64 or
+// 128: unrolled loops), else 0.
 template <int G, int D, int NT>
 __global__ void __launch_bounds__(WR_THREADS, 1)
     window_decode_ring_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv,
@@ -93,62 +116,82 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
     typedef __nv_bfloat16 T;
     constexpr int CH = D / 8, HALVES = D / 64; // 16-byte chunks a row; 64-dim blocks
     static_assert(G <= 8 && D % 64 == 0, "8 query heads at most; whole 64-dim blocks");
-    extern __shared__ float4 wr_sm4[];
-    unsigned char *sm = (unsigned char *)(((uintptr_t)wr_sm4 + 1023) & ~(uintptr_t)1023);
+    extern __shared__ __align__(1024) unsigned char wr_sm[];
+    // (offsets from the shared array itself, so that the compiler emits shared-memory instructions)
+    unsigned char *sm = wr_sm + ((1024u - (lz_smem_u32(wr_sm) & 1023u)) & 1023u);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, w = p.w, Hkv = p.Hkv;
     const int n_tiles = NT ? NT : wr_tiles(w), rows = n_tiles * WR_KT, n_items = p.n * Hkv;
     const wr_layout L = {rows, D, G};
     const size_t stage_bytes = L.stage_bytes(), ring_row = (size_t)Hkv * D;
-    float *scores = (float *)(sm + stages * stage_bytes), *snew = (float *)((unsigned char *)scores + L.score_bytes());
-    uint64_t *bars = (uint64_t *)(snew + 8);
-    const int sld = L.score_ld();
+    unsigned char *fixed = sm + stages * stage_bytes;
+    uint64_t *full = (uint64_t *)(fixed + 2 * L.score_bytes() + 2 * 32), *empty = full + WR_MAX_STAGES;
     if (tid == 0) {
-        for (int j = 0; j < stages; j++)
-            lz_mbar_init(&bars[j], 1);
+        for (int j = 0; j < stages; j++) {
+            lz_mbar_init(&full[j], 1);
+            lz_mbar_init(&empty[j], WR_WARPS);
+        }
         lz_fence_proxy_async(); // (the initialisations, before the copy engine signals the barriers)
     }
     // rows w .. rows - 1 of every stage: zeros (the copies write rows below w only)
-    for (int e = tid; e < stages * 2 * HALVES * (rows - w) * 8; e += WR_THREADS) {
+    for (int e = tid; e < stages * 2 * HALVES * (rows - w) * 8; e += blockDim.x) {
         const int c = e % 8, r = w + (e / 8) % (rows - w), blk = e / (8 * (rows - w));
         *(float4 *)(sm + (size_t)(blk / (2 * HALVES)) * stage_bytes + (size_t)(blk % (2 * HALVES)) * L.block_bytes() +
                     (size_t)r * 128 + c * 16) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
+    lz_fence_proxy_async(); // (the zeros, before the copy engine writes the stages)
     __syncthreads();
-    // an item's window into stage st (thread 0): the keys' and values' 64-dim blocks of kv head g
-    auto copy_ring = [&](int st, int g, int slot) {
-        unsigned char *stage = sm + st * stage_bytes;
-        lz_mbar_arrive_expect_tx(&bars[st], (unsigned)(2 * HALVES * w * 128));
-#pragma unroll
-        for (int h = 0; h < HALVES; h++) {
-            lz_tma_load_4d(stage + h * L.block_bytes(), &tk, 64 * h, g, 0, slot, &bars[st]);
-            lz_tma_load_4d(stage + L.v_off() + h * L.block_bytes(), &tv, 64 * h, g, 0, slot, &bars[st]);
-        }
-    };
-    // what earlier kernels of the step wrote (after the PDL wait): q, the GLA output, the new key and
-    // value; and the item's indices
-    auto copy_small = [&](int st, int t, int g, int pos, int slot) {
-        unsigned char *stage = sm + st * stage_bytes;
-        const size_t qrow = ((size_t)t * p.Hq + (size_t)g * G) * D, krow = ((size_t)t * Hkv + g) * D;
-        for (int e = tid; e < G * CH; e += WR_THREADS) {
-            lz_cp_async16(stage + L.q_off() + e * 16, p.q + qrow + e * 8);
-            lz_cp_async16(stage + L.old_off() + e * 16, p.out + qrow + e * 8);
-        }
-        if (tid < 2 * CH)
-            lz_cp_async16(stage + L.new_off() + tid * 16, (tid < CH ? p.k + krow : p.v + krow - 8 * CH) + tid * 8);
-        if (tid == 0) {
-            int *meta = (int *)(stage + L.meta_off());
-            meta[0] = t, meta[1] = g, meta[2] = pos, meta[3] = slot;
-        }
-    };
-
-    // prologue: items 0 .. stages - 2 of this block, the windows before the wait (written by earlier
-    // steps; the step's arrays were copied in before its first kernel), the rest after it
     const int dt = (int)gridDim.x / Hkv, dg = (int)gridDim.x % Hkv;
-    const wr_item first = {(int)blockIdx.x / Hkv, (int)blockIdx.x % Hkv};
-    wr_item nx = first;
-    if (tid == 0)
-        for (int j = 0; j < stages - 1 && nx.t < p.n; j++, nx.advance(dt, dg, Hkv))
-            copy_ring(j, nx.g, p.slot[p.token_seq[nx.t]]);
+
+    if (warp == WR_WARPS) { // the producer
+        if (lane != 0) {
+            lz_pdl_wait(), lz_pdl_launch_dependents();
+            return;
+        }
+        const unsigned ring_bytes = 2 * HALVES * w * 128, small_bytes = 2 * G * D * 2 + 2 * D * 2;
+        // an item's indices and window into stage st (once the stage is free)
+        auto fill_ring = [&](int st, wr_item x) {
+            unsigned char *stage = sm + st * stage_bytes;
+            const int pos = p.token_pos[x.t], slot = p.slot[p.token_seq[x.t]], pr = pos % w;
+            *(wr_meta *)(stage + L.meta_off()) = {x.t, x.g, pos, slot, pr, pos >= w - 1 ? w : pos};
+            lz_mbar_arrive_expect_tx(&full[st], ring_bytes + small_bytes); // (release: the indices above)
+#pragma unroll
+            for (int h = 0; h < HALVES; h++) {
+                lz_tma_load_4d(stage + h * L.block_bytes(), &tk, 64 * h, x.g, 0, slot, &full[st]);
+                lz_tma_load_4d(stage + L.v_off() + h * L.block_bytes(), &tv, 64 * h, x.g, 0, slot, &full[st]);
+            }
+        };
+        // what earlier kernels of the step wrote (after the PDL wait): q, the GLA output, the new key and value
+        auto fill_small = [&](int st, wr_item x) {
+            unsigned char *stage = sm + st * stage_bytes;
+            const size_t qrow = ((size_t)x.t * p.Hq + (size_t)x.g * G) * D, krow = ((size_t)x.t * Hkv + x.g) * D;
+            lz_bulk_load(stage + L.q_off(), p.q + qrow, G * D * 2, &full[st]);
+            lz_bulk_load(stage + L.old_off(), p.out + qrow, G * D * 2, &full[st]);
+            lz_bulk_load(stage + L.new_off(), p.k + krow, D * 2, &full[st]);
+            lz_bulk_load(stage + L.new_off() + D * 2, p.v + krow, D * 2, &full[st]);
+        };
+        // the first stages' windows before the wait (written by earlier steps; the step's index arrays
+        // were copied in before its first kernel), their small arrays after it
+        wr_item x = {(int)blockIdx.x / Hkv, (int)blockIdx.x % Hkv};
+        int i = 0;
+        for (wr_item y = x; i < stages && y.t < p.n; i++, y.advance(dt, dg, Hkv))
+            fill_ring(i, y);
+        lz_pdl_wait();
+        lz_pdl_launch_dependents();
+        for (int j = 0; j < i; j++, x.advance(dt, dg, Hkv))
+            fill_small(j, x);
+        wr_slot s = {0, 0u}; // (stage of item i, parity of its use)
+        for (int j = 0; j < i; j++)
+            s.advance(1, stages);
+        for (; x.t < p.n; i++, x.advance(dt, dg, Hkv), s.advance(1, stages)) {
+            lz_mbar_wait(&empty[s.st], s.parity ^ 1u); // the consumers are done with the stage
+            fill_ring(s.st, x);
+            fill_small(s.st, x);
+        }
+        return;
+    }
+
+    lz_pdl_wait(); // (the rings' rows written below: no earlier kernel of the step reads them)
+    lz_pdl_launch_dependents();
     // the meta logits' mass in log2 units: mm + log2(lm)
     float mm = -INFINITY, lm = 0.0f;
     if (p.n_meta > 0) {
@@ -158,43 +201,26 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
             lm += expf(__bfloat162float(p.meta[j]) - mm);
         mm *= WR_LOG2E;
     }
-    lz_pdl_wait(); // q, k, v, out come from earlier kernels of the step
-    lz_pdl_launch_dependents();
-    nx = first;
-    for (int j = 0; j < stages - 1 && nx.t < p.n; j++, nx.advance(dt, dg, Hkv))
-        copy_small(j, nx.t, nx.g, p.token_pos[nx.t], p.slot[p.token_seq[nx.t]]);
-    lz_cp_async_commit();
-    // nx: the next item to request; its position and slot loaded an item ahead of their use
-    int next_pos = nx.t < p.n ? p.token_pos[nx.t] : 0, next_slot = nx.t < p.n ? p.slot[p.token_seq[nx.t]] : 0;
     const float scale = rsqrtf((float)D) * WR_LOG2E; // exp2 below
     const int r8 = lane >> 2, cq = lane & 3; // mma fragments: row (query head) r8 (rows 8-15 zero); pairs 2 cq
-    for (int i = 0, it = blockIdx.x; it < n_items; i++, it += gridDim.x) {
-        lz_cp_async_wait_upto(min(i, stages - 2)); // (the prologue is one group, then one an item)
-        lz_mbar_wait(&bars[i % stages], (unsigned)(i / stages) & 1u);
-        __syncthreads(); // the item's stage is complete; the stage refilled below and the scores are free
-        if (nx.t < p.n) {
-            const int st = (i + stages - 1) % stages;
-            if (tid == 0)
-                copy_ring(st, nx.g, next_slot);
-            copy_small(st, nx.t, nx.g, next_pos, next_slot);
-            nx.advance(dt, dg, Hkv);
-            if (nx.t < p.n)
-                next_pos = p.token_pos[nx.t], next_slot = p.slot[p.token_seq[nx.t]];
-        }
-        lz_cp_async_commit(); // (empty at the end: one group an item keeps the count)
-
-        unsigned char *stage = sm + (i % stages) * stage_bytes;
+    const int sld = L.score_ld();
+    wr_slot s = {0, 0u};
+    unsigned buf = 0;
+    for (int it = blockIdx.x; it < n_items; it += gridDim.x, s.advance(1, stages), buf ^= 1u) {
+        lz_mbar_wait(&full[s.st], s.parity);
+        unsigned char *stage = sm + s.st * stage_bytes;
+        float *scores = (float *)(fixed + buf * L.score_bytes());
+        float *snew = (float *)(fixed + 2 * L.score_bytes() + buf * 32);
         const T *ks = (const T *)stage, *qs = (const T *)(stage + L.q_off());
         T *vs = (T *)(stage + L.v_off());
         const T *knew = (const T *)(stage + L.new_off()), *vnew = knew + D;
-        const int *meta = (const int *)(stage + L.meta_off());
-        const int t = meta[0], g = meta[1], pos = meta[2], slot = meta[3], pr = pos % w;
+        const wr_meta meta = *(const wr_meta *)(stage + L.meta_off());
+        const int pr = meta.ring_row, key_end = meta.key_end;
         // keys of the window in the ring: rows below w but pr (position p - w) once it is full, else
-        // rows below pos (positions 0 .. p - 1; row pr = p and above never written)
-        const bool full = pos >= w - 1;
-        const int key_end = full ? w : pos;
-        // phase 1: the scores of the warp's tiles
-        if (warp < n_tiles) {
+        // rows below pos (positions 0 .. p - 1; row pr = p and above never written): key_end
+        // phase 1: the scores of the warp's tiles; the last warp also the new key's
+        const bool new_key = warp == WR_WARPS - 1;
+        if (warp < n_tiles || new_key) {
             uint32_t qa[D / 16][2]; // q as the A operand: rows r8 (columns +0, +8); rows 8-15 zero
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
@@ -202,19 +228,31 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
                 qa[kk][0] = r8 < G ? *(const uint32_t *)(qs + r8 * D + c0) : 0u;
                 qa[kk][1] = r8 < G ? *(const uint32_t *)(qs + r8 * D + c0 + 8) : 0u;
             }
+            if (new_key) { // q . k_new as column 0 of one more mma (lanes 0-3 hold it as the B operand)
+                float sn[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+                    const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+                    const uint32_t b0 = lane < 4 ? *(const uint32_t *)(knew + kk * 16 + 2 * cq) : 0u;
+                    const uint32_t b1 = lane < 4 ? *(const uint32_t *)(knew + kk * 16 + 8 + 2 * cq) : 0u;
+                    lz_mma_bf16(sn, a, b0, b1);
+                }
+                if (cq == 0 && r8 < G)
+                    snew[r8] = sn[0] * scale;
+            }
             // x4: keys 0-7 dims +0 / +8, keys 8-15 dims +0 / +8: the B operands of both key halves;
             // a lane's row is k0 + (lane >> 4) 8 + lane % 8, its chunk 2 kk + khalf
             const int khalf = (lane >> 3) & 1, kr = (lane >> 4) * 8 + (lane & 7);
             for (int tile = warp; tile < n_tiles; tile += WR_WARPS) {
                 const int k0 = tile * WR_KT;
-                float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}}; // keys 0-7, 8-15
+                float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}}; // keys 0-7, 8-15
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) {
                     uint32_t b[4];
                     const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
                     lz_ldsm_x4(b, lz_smem_u32(ks + wr_at(rows, k0 + kr, 2 * kk + khalf)));
-                    lz_mma_bf16(s[0], a, b[0], b[1]);
-                    lz_mma_bf16(s[1], a, b[2], b[3]);
+                    lz_mma_bf16(sc[0], a, b[0], b[1]);
+                    lz_mma_bf16(sc[1], a, b[2], b[3]);
                 }
                 if (r8 < G)
 #pragma unroll
@@ -222,38 +260,26 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
                         const int key = k0 + h2 * 8 + 2 * cq;
                         const bool in0 = key < key_end && key != pr, in1 = key + 1 < key_end && key + 1 != pr;
                         *(float2 *)(scores + r8 * sld + key) =
-                            make_float2(in0 ? s[h2][0] * scale : -INFINITY, in1 ? s[h2][1] * scale : -INFINITY);
+                            make_float2(in0 ? sc[h2][0] * scale : -INFINITY, in1 ? sc[h2][1] * scale : -INFINITY);
                     }
-            }
-        }
-        if (warp == WR_WARPS - 1) { // the new key's scores q . k_new, a query head at a time
-            for (int h = 0; h < G; h++) {
-                float acc = 0.0f;
-                for (int x = 2 * lane; x < D; x += 64) {
-                    const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)(qs + h * D + x));
-                    const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)(knew + x));
-                    acc += a.x * b.x + a.y * b.y;
-                }
-                acc = lz_warp_sum(acc);
-                if (lane == 0)
-                    snew[h] = acc * scale;
             }
         }
         // this step's key and value into the rings' row pr (global; no item of this step reads it)
         if (tid < 2 * CH) {
-            T *dst = (tid < CH ? p.ring_k : p.ring_v) + ((size_t)slot * w + pr) * ring_row + (size_t)g * D + (tid % CH) * 8;
+            T *dst = (tid < CH ? p.ring_k : p.ring_v) + ((size_t)meta.slot * w + pr) * ring_row + (size_t)meta.g * D +
+                     (tid % CH) * 8;
             *(float4 *)dst = *(const float4 *)(knew + tid * 8);
         }
         // value rows of no key (weight 0) to zeros, so that what they hold cannot reach the product
-        // as NaN: row pr, and rows pr .. w - 1 before the ring is full. (Then the copy engine writes
-        // this stage again: the fence orders these stores before it.)
-        const int z0 = pr, nz = full ? 1 : w - pos;
+        // as NaN: row pr, and rows pr .. w - 1 before the ring is full. (The copy engine writes this
+        // stage again later: the fence orders these stores before it.)
+        const int nz = key_end == w ? 1 : w - meta.pos;
         if (tid < nz * CH) {
-            for (int e = tid; e < nz * CH; e += WR_THREADS)
-                *(float4 *)(vs + wr_at(rows, z0 + e / CH, e % CH)) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int e = tid; e < nz * CH; e += WR_CONSUMERS)
+                *(float4 *)(vs + wr_at(rows, pr + e / CH, e % CH)) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             lz_fence_proxy_async();
         }
-        __syncthreads(); // the scores are complete
+        lz_bar_sync<1>(WR_CONSUMERS); // the scores are complete, the zeros written
         // phase 2: value dims 16 warp .. + 15 of every query head; lane: head r8, keys 16 kk + 2 cq + {0, 1, 8, 9}
         if (16 * warp < D) {
             const float *sr = scores + (r8 < G ? r8 : 0) * sld + 2 * cq;
@@ -295,7 +321,7 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
                 const float pn = lz_fast_exp2(sn - m);
                 const float inv = p.alpha / (l + pn + lm * exp2f(mm - m));
                 const T *old = (const T *)(stage + L.old_off()) + r8 * D;
-                T *dst = p.out + ((size_t)t * p.Hq + (size_t)g * G + r8) * D;
+                T *dst = p.out + ((size_t)meta.t * p.Hq + (size_t)meta.g * G + r8) * D;
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
                     const int x = 16 * warp + 8 * j + 2 * cq;
@@ -306,11 +332,13 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
                 }
             }
         }
+        __syncwarp();
+        if (lane == 0)
+            lz_mbar_arrive(&empty[s.st]); // (release: this warp's reads of the stage are done)
     }
-    lz_cp_async_wait<0>(); // (nothing left in flight at exit: every stage's copies were waited for)
 }
 
-// cuTensorMapEncodeTiled from the driver (the runtime links no libcuda); NULL where unavailable.
+// The driver's tensor-map encoder; NULL where unavailable or the kernels were built for an older target.
 static PFN_cuTensorMapEncodeTiled_v12000 wr_encode;
 
 // The rings [slots][w][Hkv][d] as a 4-d tensor (d innermost) of boxes [w][64] with the 128-byte
@@ -341,9 +369,10 @@ template <typename T> bool window_decode_ring_fits(const lz_cuda_ctx *c, const w
         const int group = p.Hq / p.Hkv;
         const uintptr_t align = (uintptr_t)p.out | (uintptr_t)p.q | (uintptr_t)p.k | (uintptr_t)p.v |
                                 (uintptr_t)p.ring_k | (uintptr_t)p.ring_v;
+        // (a group of 1, 2, 4 or 8 query heads: the kernel's G is the group itself)
         return wr_encode && c->window_ring_min > 0 && p.n >= c->window_ring_min && !c->tc_off &&
-               (p.d == 64 || p.d == 128) && group >= 1 && group <= 8 && p.w >= 1 && p.w <= 256 &&
-               (align & 15) == 0 && wr_stages(c, p.w, p.d, group) >= 2;
+               (p.d == 64 || p.d == 128) && (group == 1 || group == 2 || group == 4 || group == 8) && p.w >= 1 &&
+               p.w <= 256 && (align & 15) == 0 && wr_stages(c, p.w, p.d, group) >= 2;
     }
 }
 
@@ -369,14 +398,12 @@ template <int G, int D> static lz_status wr_launch_tiles(lz_cuda_ctx *c, const w
 }
 
 template <int D> static lz_status wr_launch_group(lz_cuda_ctx *c, const wr_params<__nv_bfloat16> &p) {
-    const int group = p.Hq / p.Hkv;
-    if (group == 1)
-        return wr_launch_tiles<1, D>(c, p);
-    if (group == 2)
-        return wr_launch_tiles<2, D>(c, p);
-    if (group <= 4)
-        return wr_launch_tiles<4, D>(c, p);
-    return wr_launch_tiles<8, D>(c, p);
+    switch (p.Hq / p.Hkv) {
+    case 1: return wr_launch_tiles<1, D>(c, p);
+    case 2: return wr_launch_tiles<2, D>(c, p);
+    case 4: return wr_launch_tiles<4, D>(c, p);
+    default: return wr_launch_tiles<8, D>(c, p);
+    }
 }
 
 template <typename T> lz_status window_decode_ring(lz_cuda_ctx *c, const wr_params<T> &p) {
@@ -398,13 +425,7 @@ template <int G, int D> static lz_status wr_init_one(lz_cuda_ctx *c) {
 // The kernels' shared memory limits; the tensor-map encoder (without it the kernel is not used).
 template <typename T> lz_status window_decode_ring_init(lz_cuda_ctx *c) {
     if constexpr (sizeof(T) == 2) {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult found;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) ==
-                cudaSuccess &&
-            found == cudaDriverEntryPointSuccess)
-            wr_encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-        (void)cudaGetLastError(); // (a missing entry point leaves no error behind)
+        wr_encode = lz_tensor_map_encoder();
         LZ_TRY((wr_init_one<1, 64>(c)));
         LZ_TRY((wr_init_one<2, 64>(c)));
         LZ_TRY((wr_init_one<4, 64>(c)));
@@ -413,9 +434,9 @@ template <typename T> lz_status window_decode_ring_init(lz_cuda_ctx *c) {
         LZ_TRY((wr_init_one<2, 128>(c)));
         LZ_TRY((wr_init_one<4, 128>(c)));
         LZ_TRY((wr_init_one<8, 128>(c)));
-        cudaFuncAttributes fa;
-        LZ_CUDA_TRY(cudaFuncGetAttributes(&fa, window_decode_ring_kernel<4, 128, 8>));
-        if (fa.binaryVersion < 90) // (a build for an older target: the copy engine's instructions trap)
+        bool sm90;
+        LZ_TRY(lz_kernel_is_sm90((const void *)window_decode_ring_kernel<4, 128, 8>, &sm90));
+        if (!sm90)
             wr_encode = NULL;
     }
     return LZ_OK;

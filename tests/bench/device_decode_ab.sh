@@ -4,10 +4,12 @@
 # one machine; optionally (PROFILE=1) where a prompt's time goes by op (LIZARD_PROFILE=1) at 2K and,
 # for the teacher, 32K. A config is environment assignments joined by '+', "-" for the defaults:
 #   CONFIGS="- LIZARD_FUSE=gla LIZARD_FUSE=norm,residual LIZARD_FUSE=all+LIZARD_GEMV_LOAD=0"
-# TEST_ENVS: more test_gpu_ops runs, one a config of the same form. PROMPTS (e.g. 2048,32768): prompt
-# throughput instead of decode. PROFILE_CONFIGS, PROFILE_RUNS (variant:length ...): the profiles' list.
+# TEST_ENVS: more test_gpu_ops runs, one a config of the same form. A config's LZ_BIN=base runs the
+# lizard of .devpack/base.tgz (tests/gpu/pack_devout.sh of another commit, copied there) instead.
+# PROMPTS (e.g. 2048,32768): prompt throughput instead of decode. PROFILE_CONFIGS, PROFILE_RUNS (variant:length ...): the profiles' list.
 set -uo pipefail
 bash tests/gpu/unpack_devout.sh
+if [ -f .devpack/base.tgz ]; then rm -rf .devbase && mkdir -p .devbase && tar -C .devbase -xzf .devpack/base.tgz; fi
 export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 L=.devout/lizard
@@ -23,10 +25,11 @@ for round in $(seq "${ROUNDS:-1}"); do
   for v in ${VARIANTS:-teacher hybrid lizard}; do
     for cfg in ${CONFIGS:--}; do
       envs=(); [ "$cfg" = - ] || envs=(${cfg//+/ })
+      bin=$L; for e in "${envs[@]}"; do [ "$e" = LZ_BIN=base ] && bin=.devbase/lizard; done
       rm -f "$OUT/tmp.jsonl" # (a failed run must not leave the previous config's figures under its name)
       if [ -n "${PROMPTS:-}" ]; then what=(--prompt "$PROMPTS" --batch 0)
       else what=(--prompt 0 --batch "${BATCHES:-1,4}" --context "${CONTEXT:-2048}" --steps 64); fi
-      env "${envs[@]}" timeout 90 $L bench --shape "llama3-8b-$v" "${what[@]}" \
+      env "${envs[@]}" timeout 90 $bin bench --shape "llama3-8b-$v" "${what[@]}" \
         --json "$OUT/tmp.jsonl" >/dev/null 2>"$OUT/err.txt" || { echo "bench $v $cfg failed"; tail -2 "$OUT/err.txt"; }
       [ -f "$OUT/tmp.jsonl" ] || { echo "$v $cfg: no figures"; continue; }
       sed "s/^{/{\"variant\": \"$v\", \"config\": \"$cfg\", \"round\": $round, /" "$OUT/tmp.jsonl" >>"$OUT/ab.jsonl"

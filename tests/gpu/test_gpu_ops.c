@@ -1115,7 +1115,7 @@ int main(void) {
     gpu.ops->destroy(gpu.be);
     unsetenv("LIZARD_DECODE_TC");
     // the GLA decode's state update on gla_decode_ring.cu with three blocks walking all items (a ring of
-    // stages refilled many times), then on the stream kernel it replaces
+    // stages refilled many times; every shape), then on the stream kernel it replaces (two shapes)
     const char *gla_ring_vars[2] = {"LIZARD_GLA_RING_BLOCKS", "LIZARD_GLA_RING"};
     const char *gla_ring_vals[2] = {"3", "0"};
     for (int mi = 0; mi < 2; mi++)
@@ -1124,7 +1124,7 @@ int main(void) {
             snprintf(name, sizeof name, "%s %s=%s", di == 0 ? "fp32" : "bf16", gla_ring_vars[mi], gla_ring_vals[mi]);
             setenv(gla_ring_vars[mi], gla_ring_vals[mi], 1);
             open_gpu(&gpu, dtypes[di], name);
-            for (size_t i = 0; i < 2; i++)
+            for (size_t i = 0; i < (mi == 0 ? sizeof gla_decode_shapes / sizeof gla_decode_shapes[0] : 2); i++)
                 test_gla_decode(&cpu, &gpu, &gla_decode_shapes[i], i % 2 == 0);
             gpu.ops->destroy(gpu.be);
             unsetenv(gla_ring_vars[mi]);
