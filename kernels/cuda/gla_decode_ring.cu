@@ -17,10 +17,12 @@
 //   Its stall samples (session 21): 15% issuing the copies (16 cp.async a thread an item, each with
 //   its address arithmetic), 18% on the small copies and index loads, 12% at the two barriers;
 // - session 21, this version: the producer warp, a thread's rows in quads (a quad's phi_q and phi_k
-//   in one 16-byte load each), the partial rows behind a split barrier: 142.9 us (3.68 TB/s, 94% of
-//   the in-place stream's 3.84-3.95). The numerators meeting by shared-memory atomicAdd instead
-//   measured 148.9 us (a float add to shared memory is a compare-and-swap loop: 12% of the samples);
-//   two teams of consumer warps (544 threads, at most 96 registers: spills) 161.1 us.
+//   in one 16-byte load each): 143.6 us (3.67 TB/s, 94% of the in-place stream's 3.84-3.95). A first
+//   build with an arrive/sync pair on a second barrier instead of the barrier before the partial rows
+//   measured 142.9 us, but one thread's arrive and later sync could land in the same instance. The
+//   numerators meeting by shared-memory atomicAdd measured 148.9 us (a float add to shared memory is
+//   a compare-and-swap loop: 12% of the samples); two teams of consumer warps (544 threads, at most
+//   96 registers: spills) 161.1 us.
 #include <stdint.h> // uintptr_t
 
 #include "cuda_kernels.cuh"
@@ -69,8 +71,8 @@ struct gr_meta {
 // the small arrays by bulk copies), completing on the stage's full barrier. So no consumer thread
 // issues a copy or waits on an index load. Consumer thread: column quad cq, row quads 4 rl, 4 (rl +
 // rp), ... (a quad's phi_q and phi_k in one load each). The warps' partial numerators meet in shared
-// memory; a split barrier (arrive after the write-out, wait before the next item's partial rows) keeps
-// the next item's update from waiting on this one's write-out.
+// memory between two barriers (one buffer: two would leave room for two stages only); the stage is
+// given back before them, and the denominators are double-buffered.
 template <typename T, int G>
 __global__ void __launch_bounds__(GR_THREADS, 1)
     gla_decode_ring_kernel(const __grid_constant__ CUtensorMap ts, gs_params<T> p, int stages) {
@@ -204,21 +206,15 @@ __global__ void __launch_bounds__(GR_THREADS, 1)
         if (lane == 0)
             lz_mbar_arrive(&empty[st]); // (release: this warp's reads of the stage are done)
         gd_sum_over_warp<G>(acc, qpr);
-        // the partial rows are free once every thread has written out the previous item (barrier 2:
-        // they arrived there after it, long before this wait)
-        if (it != (int)blockIdx.x)
-            lz_bar_sync<2>(GR_CONSUMERS);
+        lz_bar_sync<1>(GR_CONSUMERS); // every thread has written out the previous item: the partial rows are free
         if (lane < qpr)
             gd_store_partial<G>(red, acc, warp, G, cols, cq);
         lz_bar_sync<1>(GR_CONSUMERS); // the partial rows and denominators complete
         gd_write_out<T>(p.out + ((size_t)meta.row * p.Hq + s * G) * d + c0, d, red, GR_WARPS, G, cols, dens,
                         p.normalize, GR_CONSUMERS);
-        lz_bar_arrive<2>(GR_CONSUMERS);
         if (++st == stages)
             st = 0, parity ^= 1u;
     }
-    if ((int)blockIdx.x < n_items)
-        lz_bar_sync<2>(GR_CONSUMERS); // (the last item's arrivals, matched)
 }
 
 // The driver's tensor-map encoder; NULL where unavailable or the kernels were built for an older target.
