@@ -724,7 +724,8 @@ static void test_window_prompts(backend *c, backend *g) {
  * 1, 3, 8 and 70 sequences of one token each, four steps in a row on the same rings (what a step
  * stores is what the next reads), positions below w, crossing w, at it and far past it; LLaMA-3-8B's
  * shape, group 8, an odd group, a long window, head_dim 256 (fp32: the tile kernel) and 24 (the tile
- * kernel), w = 64 and w = 100 (the persistent kernel's tile counts known and not, padding rows). */
+ * kernel), w = 64 and w = 100 (the persistent kernel's tile counts known and not, padding rows), group 3
+ * at head_dim 128 (which the persistent kernel leaves to the split kernel). */
 static void test_window_decode(backend *c, backend *g) {
     typedef struct {
         int Hq, Hkv, d, w, m;
@@ -738,6 +739,7 @@ static void test_window_decode(backend *c, backend *g) {
         {4, 2, 24, 8, 1},     // a key row not of 16-byte vectors
         {8, 2, 128, 64, 2},   // w = 64 (the persistent kernel's 4-tile instance)
         {4, 1, 64, 100, 1},   // a window of whole tiles and 4 rows (its padding rows)
+        {12, 4, 128, 32, 2},  // group 3 at head_dim 128 (not the persistent kernel's: its groups are 1, 2, 4, 8)
     };
     enum { MAX_SEQS = 70 };
     const int n_slots = MAX_SEQS + 2, n_steps = 4, batches[4] = {1, 3, 8, MAX_SEQS};
