@@ -28,8 +28,8 @@
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 #include "ptx.cuh" // lz_mbar_*, lz_tma_load_3d, lz_bulk_load, lz_bar_sync, lz_log_sigmoid
-#include "tensor_map.cuh" // lz_tensor_map_encoder, lz_kernel_is_sm90
-#include "gla_decode_common.cuh" // gd_denominators, gd_sum_over_warp
+#include "tensor_map.cuh" // lz_tensor_map_encoder_for
+#include "gla_decode_common.cuh" // gd_denominators, gd_sum_over_warp, gd_store_partial, gd_write_out
 #include "gla_decode_stream.cuh" // gs_params
 
 enum {
@@ -288,12 +288,7 @@ template <typename T> lz_status gla_decode_ring_init(lz_cuda_ctx *c) {
     LZ_TRY((gr_init_one<T, 4>(c)));
     LZ_TRY((gr_init_one<T, 8>(c)));
     LZ_TRY((gr_init_one<T, 16>(c)));
-    gr_encode = lz_tensor_map_encoder();
-    bool sm90;
-    LZ_TRY(lz_kernel_is_sm90((const void *)gla_decode_ring_kernel<T, 4>, &sm90));
-    if (!sm90)
-        gr_encode = NULL;
-    return LZ_OK;
+    return lz_tensor_map_encoder_for((const void *)gla_decode_ring_kernel<T, 4>, &gr_encode);
 }
 
 #define LZ_GLA_DECODE_RING(T)                                                                                     \

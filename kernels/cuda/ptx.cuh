@@ -26,18 +26,6 @@ __device__ __forceinline__ void lz_cp_async_commit() { asm volatile("cp.async.co
 template <int N> __device__ __forceinline__ void lz_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-// The same for a count known at run time (the persistent rings: pending = min(item, stages - 2));
-// above 3 it waits for 3, which is only stricter.
-__device__ __forceinline__ void lz_cp_async_wait_upto(int pending) {
-    if (pending <= 0)
-        lz_cp_async_wait<0>();
-    else if (pending == 1)
-        lz_cp_async_wait<1>();
-    else if (pending == 2)
-        lz_cp_async_wait<2>();
-    else
-        lz_cp_async_wait<3>();
-}
 
 // mbarriers and the copy engine's tensor copies (sm_90; a device pass for an older target compiles
 // them to a trap, and their kernels check the code's version before they launch): a barrier counts

@@ -1,7 +1,8 @@
 // tensor_map.cu - the driver's tensor-map encoder (see tensor_map.cuh).
 #include "tensor_map.cuh"
 
-PFN_cuTensorMapEncodeTiled_v12000 lz_tensor_map_encoder(void) {
+// The driver's encoder, looked up once; NULL where unavailable.
+static PFN_cuTensorMapEncodeTiled_v12000 driver_encoder(void) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode;
     static bool looked;
     if (!looked) {
@@ -17,9 +18,9 @@ PFN_cuTensorMapEncodeTiled_v12000 lz_tensor_map_encoder(void) {
     return encode;
 }
 
-lz_status lz_kernel_is_sm90(const void *kernel, bool *yes) {
+lz_status lz_tensor_map_encoder_for(const void *kernel, PFN_cuTensorMapEncodeTiled_v12000 *encode) {
     cudaFuncAttributes fa;
     LZ_CUDA_TRY(cudaFuncGetAttributes(&fa, kernel));
-    *yes = fa.binaryVersion >= 90;
+    *encode = fa.binaryVersion >= 90 ? driver_encoder() : NULL;
     return LZ_OK;
 }

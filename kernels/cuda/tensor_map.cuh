@@ -9,11 +9,9 @@
 
 #include "cuda_kernels.cuh"
 
-// The encoder, looked up once (NULL where unavailable); clears the error a failed lookup leaves.
-PFN_cuTensorMapEncodeTiled_v12000 lz_tensor_map_encoder(void);
-
-// Whether kernel's code was built for sm_90 or later (older targets compile the copy engine's
-// instructions to traps).
-lz_status lz_kernel_is_sm90(const void *kernel, bool *yes);
+// The encoder for a kernel that takes tensor maps: the driver's (looked up once), or NULL where the
+// driver lacks it or the kernel's code was built for a target before sm_90 (there the copy engine's
+// instructions compile to traps), so that its launcher falls back.
+lz_status lz_tensor_map_encoder_for(const void *kernel, PFN_cuTensorMapEncodeTiled_v12000 *encode);
 
 #endif

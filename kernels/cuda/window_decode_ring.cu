@@ -29,7 +29,7 @@
 #include "window_decode_ring.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 #include "ptx.cuh" // lz_mbar_*, lz_tma_load_4d, lz_bulk_load, lz_ldsm_x4(_trans), lz_mma_bf16, lz_fast_exp2
-#include "tensor_map.cuh" // lz_tensor_map_encoder, lz_kernel_is_sm90
+#include "tensor_map.cuh" // lz_tensor_map_encoder_for
 
 #include <cuda_bf16.h>
 #include <stdint.h> // uintptr_t
@@ -425,7 +425,6 @@ template <int G, int D> static lz_status wr_init_one(lz_cuda_ctx *c) {
 // The kernels' shared memory limits; the tensor-map encoder (without it the kernel is not used).
 template <typename T> lz_status window_decode_ring_init(lz_cuda_ctx *c) {
     if constexpr (sizeof(T) == 2) {
-        wr_encode = lz_tensor_map_encoder();
         LZ_TRY((wr_init_one<1, 64>(c)));
         LZ_TRY((wr_init_one<2, 64>(c)));
         LZ_TRY((wr_init_one<4, 64>(c)));
@@ -434,10 +433,7 @@ template <typename T> lz_status window_decode_ring_init(lz_cuda_ctx *c) {
         LZ_TRY((wr_init_one<2, 128>(c)));
         LZ_TRY((wr_init_one<4, 128>(c)));
         LZ_TRY((wr_init_one<8, 128>(c)));
-        bool sm90;
-        LZ_TRY(lz_kernel_is_sm90((const void *)window_decode_ring_kernel<4, 128, 8>, &sm90));
-        if (!sm90)
-            wr_encode = NULL;
+        LZ_TRY(lz_tensor_map_encoder_for((const void *)window_decode_ring_kernel<4, 128, 8>, &wr_encode));
     }
     return LZ_OK;
 }
