@@ -7,6 +7,7 @@
 #include <stdint.h> // uintptr_t
 
 #include "cuda_kernels.cuh"
+#include "linear_skinny.cuh" // linear_skinny_takes, linear_skinny_forward
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
 #include "ptx.cuh" // lz_log_sigmoid
 
@@ -418,6 +419,11 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
     const bool vec_ok = in % (16 / (int)sizeof(T)) == 0;
     if (vec_ok && (lz_gemv_takes_step(c, n) || (!c->gemv_off && out_features <= 4)))
         return gemv_forward<T>(c, out, x, w, bias, n, in, out_features);
+    if constexpr (sizeof(T) == 2) { // decode steps of a few tokens: one persistent launch (linear_skinny.cu)
+        const lz_skinny_segment seg = {out, w, bias, out_features};
+        if (linear_skinny_takes(c, 1, &seg, x, n, in))
+            return linear_skinny_forward(c, 1, &seg, x, n, in, false);
+    }
     LZ_TRY(gemm_xwt<T>(c, out, x, w, n, in, out_features, 0.0f));
     if (bias) {
         const size_t total = (size_t)n * out_features;
@@ -431,6 +437,11 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
 // residual stream without writing the product and reading it back in a separate add.
 template <typename T>
 lz_status linear_accumulate_forward(lz_cuda_ctx *c, T *y, const T *x, const T *w, int n, int in, int out_features) {
+    if constexpr (sizeof(T) == 2) {
+        const lz_skinny_segment seg = {y, w, NULL, out_features};
+        if (linear_skinny_takes(c, 1, &seg, x, n, in))
+            return linear_skinny_forward(c, 1, &seg, x, n, in, true);
+    }
     return gemm_xwt<T>(c, y, x, w, n, in, out_features, 1.0f);
 }
 

@@ -8,6 +8,7 @@
 #include <time.h>   // clock_gettime
 
 #include "cuda_kernels.cuh"
+#include "linear_skinny.cuh" // linear_skinny_takes, linear_skinny_forward, _init, _destroy
 #include "wgmma.cuh" // lz_wgmma_built
 
 extern "C" {
@@ -528,6 +529,17 @@ template <typename T>
 static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *outs, const T *x,
                                      const lz_weight *const *ws, const lz_weight *const *biases, int n) {
     bool together = lz_gemv_takes_step(c, n) && count <= LZ_GEMV_MAX_SEGMENTS;
+    if constexpr (sizeof(T) == 2) { // decode steps of a few tokens: one persistent launch for all of them
+        lz_skinny_segment seg[LZ_SKINNY_MAX_SEGMENTS];
+        bool skinny = !together && count <= LZ_SKINNY_MAX_SEGMENTS;
+        for (int i = 0; i < count && skinny; i++) {
+            const lz_weight *b = biases ? biases[i] : NULL;
+            seg[i] = {(T *)outs[i], (const T *)ws[i]->data, b && b->data ? (const T *)b->data : NULL, (int)ws[i]->rows};
+            skinny = ws[i]->cols == ws[0]->cols;
+        }
+        if (skinny && linear_skinny_takes(c, count, seg, x, n, (int)ws[0]->cols))
+            return linear_skinny_forward(c, count, seg, x, n, (int)ws[0]->cols, false);
+    }
     for (int i = 0; i < count; i++)
         together &= ws[i]->cols == ws[0]->cols && ws[i]->cols % (16 / sizeof(T)) == 0;
     if (!together) {
@@ -890,6 +902,7 @@ static void cuda_destroy(lz_backend *be) {
     cuda_graph_reset(be);
     lz_nccl_free(be->nccl);
     lz_cuda_side_destroy(&be->ctx);
+    linear_skinny_destroy(&be->ctx);
     if (be->cublas_workspace)
         cudaFree(be->cublas_workspace);
     cudaStreamSynchronize(be->ctx.stream);
@@ -948,6 +961,7 @@ static lz_status init_device(lz_backend *be) {
         LZ_TRY(lz_feature_map_tc_init(&be->ctx));
         LZ_TRY(lz_attention_flash_init(&be->ctx));
         LZ_TRY(lz_attention_wgmma_init(&be->ctx));
+        LZ_TRY(linear_skinny_init(&be->ctx));
     } else {
         LZ_TRY(gla_init<float>(&be->ctx));
         LZ_TRY(gla_decode_init<float>(&be->ctx));
@@ -1054,6 +1068,8 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     if (!parse_fork(getenv("LIZARD_FORK"), &c->fork_ops))
         return lz_fail(LZ_ERR_INPUT, "LIZARD_FORK=%s: not 0, all or a list of qkv,mlp", getenv("LIZARD_FORK"));
     LZ_TRY(lz_env_int("LIZARD_FORK_TOKENS", 1, INT_MAX, LZ_FORK_TOKENS_DEFAULT, &c->fork_tokens));
+    LZ_TRY(lz_env_int("LIZARD_SKINNY_TOKENS", 0, LZ_SKINNY_MAX_TOKENS, LZ_SKINNY_TOKENS_DEFAULT, &c->skinny_tokens));
+    LZ_TRY(lz_env_int("LIZARD_SKINNY_BLOCKS", 0, INT_MAX, 0, &c->skinny_blocks));
     return LZ_OK;
 }
 

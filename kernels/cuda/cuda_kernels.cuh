@@ -41,6 +41,12 @@ struct lz_cuda_ctx {
     bool fmap_prompt_off;  // LIZARD_FMAP_PROMPT=0: the bf16 prompt feature maps on the WMMA kernel (feature_map.cu)
     unsigned *attn_count;  // decode attention: per (sequence, kv head) arrival counters, zero between launches
     int attn_count_n;
+    // linear_skinny.cu (bf16 linear layers at 2 .. LIZARD_SKINNY_TOKENS tokens; 0: cuBLAS takes them):
+    // its blocks (LIZARD_SKINNY_BLOCKS, default one an SM), partial sums and tile counters
+    int skinny_tokens;
+    int skinny_blocks;
+    float *skinny_partials;
+    unsigned *skinny_counters;
     // Side streams (side_streams.cu): independent launches of a step side by side with the main
     // stream's (a layer's k, v and gate GEMMs beside q's), each with its own cuBLAS handle and
     // workspace. The ops switch c->stream and c->cublas to a side stream's while they launch onto
@@ -51,6 +57,7 @@ struct lz_cuda_ctx {
     cudaEvent_t fork_event, join_event[LZ_SIDE_STREAMS];
     unsigned fork_ops;     // LIZARD_FORK: which ops take side streams (LZ_FORK_* bits; 0: none)
     int fork_tokens;       // LIZARD_FORK_TOKENS: linear layers side by side on steps of at most this many tokens
+    bool on_side;          // launching onto a side stream now (lz_on_side)
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).
@@ -70,9 +77,9 @@ struct lz_on_side {
     cudaStream_t stream;
     cublasHandle_t cublas;
     lz_on_side(lz_cuda_ctx *ctx, int i) : c(ctx), stream(ctx->stream), cublas(ctx->cublas) {
-        c->stream = c->side[i], c->cublas = c->side_cublas[i];
+        c->stream = c->side[i], c->cublas = c->side_cublas[i], c->on_side = true;
     }
-    ~lz_on_side() { c->stream = stream, c->cublas = cublas; }
+    ~lz_on_side() { c->stream = stream, c->cublas = cublas, c->on_side = false; }
     lz_on_side(const lz_on_side &) = delete;
     lz_on_side &operator=(const lz_on_side &) = delete;
 };

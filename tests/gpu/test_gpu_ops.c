@@ -346,6 +346,96 @@ static void test_fused_dense(backend *c, backend *g) {
     }
 }
 
+/* linear_skinny.cu (bf16 linear layers at 2 to 64 tokens, one persistent launch) against the CPU, on a
+ * backend opened with LIZARD_SKINNY_BLOCKS=blocks ("0": one block an SM) and the GEMV at one token only:
+ * layers of rows off the 64-row tiles (130, 33, 1) and a whole one (64), inputs off the 256-input
+ * stages (96, 1000) and LLaMA's 4096, steps at every mma width and off its 8-token tiles, one to four
+ * layers a launch, a bias, and the accumulating form (o and down onto the residual). Few blocks split
+ * most row tiles between blocks (partial sums met by the tile counters). Each launch runs twice: the
+ * results must agree bit for bit (the partials are added in block order whoever arrives last). */
+static void open_gpu(backend *g, lz_dtype dt, const char *name);
+static void test_skinny_linear(backend *c, const char *blocks) {
+    backend gb, *g = &gb;
+    char name[80];
+    snprintf(name, sizeof name, "bf16 skinny LIZARD_SKINNY_BLOCKS=%s", blocks);
+    char gemv_tokens[16];
+    snprintf(gemv_tokens, sizeof gemv_tokens, "%s", getenv("LIZARD_GEMV_TOKENS") ? getenv("LIZARD_GEMV_TOKENS") : "");
+    setenv("LIZARD_GEMV_TOKENS", "1", 1);
+    setenv("LIZARD_SKINNY_TOKENS", "64", 1);
+    setenv("LIZARD_SKINNY_BLOCKS", blocks, 1);
+    open_gpu(g, LZ_DTYPE_BF16, name);
+    setenv("LIZARD_GEMV_TOKENS", gemv_tokens, 1); // (main's setting for the backends after this one)
+    unsetenv("LIZARD_SKINNY_TOKENS"), unsetenv("LIZARD_SKINNY_BLOCKS");
+    enum { L = 4, NMAX = 64 };
+    const int widths[3] = {96, 1000, 4096}, rows[L] = {130, 33, 1, 64};
+    const int steps[9] = {2, 3, 8, 9, 16, 17, 32, 33, 64};
+    for (int wi = 0; wi < 3; wi++) {
+        const int C = widths[wi];
+        float *hx = rand_host((size_t)NMAX * C, -2, 2), *hb = rand_host(rows[0], -1, 1);
+        float *hy = rand_host((size_t)NMAX * rows[0], -1, 1), *hw[L];
+        lz_weight cw[L], gw[L];
+        void *co[L], *go[L];
+        for (int l = 0; l < L; l++) {
+            hw[l] = rand_host((size_t)rows[l] * C, -0.5f, 0.5f);
+            cw[l] = weight(c, hw[l], rows[l], C), gw[l] = weight(g, hw[l], rows[l], C);
+            co[l] = act(c, NULL, (size_t)NMAX * rows[l]), go[l] = act(g, NULL, (size_t)NMAX * rows[l]);
+        }
+        lz_weight cb = weight(c, hb, 1, rows[0]), gbias = weight(g, hb, 1, rows[0]);
+        void *cx = act(c, hx, (size_t)NMAX * C), *gx = act(g, hx, (size_t)NMAX * C);
+        for (int si = 0; si < 9; si++) {
+            const int n = steps[si], count = 1 + (si + wi) % L;
+            const lz_weight *cws[L] = {&cw[0], &cw[1], &cw[2], &cw[3]}, *gws[L] = {&gw[0], &gw[1], &gw[2], &gw[3]};
+            const lz_weight *cbs[L] = {&cb, NULL, NULL, NULL}, *gbs[L] = {&gbias, NULL, NULL, NULL};
+            float *first[L] = {NULL};
+            for (int run = 0; run < 2; run++) {
+                for (int l = 0; l < count; l++) { // poison: an element the kernel leaves unwritten stays NaN
+                    float *nan = rand_host((size_t)n * rows[l], NAN, NAN);
+                    CHECK(g->ops->act_from_host(g->be, go[l], nan, (size_t)n * rows[l]) == LZ_OK);
+                    free(nan);
+                }
+                if (run == 0)
+                    CHECK_MSG(c->ops->linear_many(c->be, count, co, cx, cws, cbs, n) == LZ_OK, "cpu: %s", lz_error_message());
+                CHECK_MSG(g->ops->linear_many(g->be, count, go, gx, gws, gbs, n) == LZ_OK, "gpu: %s", lz_error_message());
+                for (int l = 0; l < count; l++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "skinny linear_many (%d of %d layers, %d rows, k %d, %d tokens)", l + 1,
+                             count, rows[l], C, n);
+                    if (rows[l] == 1)
+                        compare_dots(what, c, co[l], g, go[l], hx, hw[l], n, C, tol);
+                    else
+                        compare(what, c, co[l], g, go[l], (size_t)n * rows[l], tol);
+                    float *h = download(g, go[l], (size_t)n * rows[l]);
+                    if (run == 0)
+                        first[l] = h;
+                    else {
+                        CHECK_MSG(memcmp(h, first[l], sizeof(float) * (size_t)n * rows[l]) == 0,
+                                  "%s %s: two launches differ", dtype_name, what);
+                        free(h), free(first[l]);
+                    }
+                }
+            }
+            // onto a residual (the o and down projections): y += x . W^T
+            void *cy = act(c, hy, (size_t)n * rows[0]), *gy = act(g, hy, (size_t)n * rows[0]);
+            void *ct = act(c, NULL, (size_t)n * rows[0]), *gt = act(g, NULL, (size_t)n * rows[0]);
+            BOTH(c->ops->linear_residual(c->be, cy, ct, cx, &cw[0], NULL, n),
+                 g->ops->linear_residual(g->be, gy, gt, gx, &gw[0], NULL, n));
+            char what[80];
+            snprintf(what, sizeof what, "skinny linear_residual (%d rows, k %d, %d tokens)", rows[0], C, n);
+            compare(what, c, cy, g, gy, (size_t)n * rows[0], tol);
+            c->ops->free(c->be, cy), g->ops->free(g->be, gy), c->ops->free(c->be, ct), g->ops->free(g->be, gt);
+        }
+        for (int l = 0; l < L; l++) {
+            c->ops->free_weight(c->be, &cw[l]), g->ops->free_weight(g->be, &gw[l]);
+            c->ops->free(c->be, co[l]), g->ops->free(g->be, go[l]);
+            free(hw[l]);
+        }
+        c->ops->free_weight(c->be, &cb), g->ops->free_weight(g->be, &gbias);
+        c->ops->free(c->be, cx), g->ops->free(g->be, gx);
+        free(hx), free(hb), free(hy);
+    }
+    g->ops->destroy(g->be);
+}
+
 /* linear_many_rope (a softmax layer's q, k, v with RoPE folded into the GEMV) against the CPU's composition
  * (linear_many, rope): one-token steps on the fused epilogue (head_dim a multiple of 8), at positions far
  * from 0 (large angles); head_dim 20 and a 3-sequence step on the composition. */
@@ -1080,6 +1170,10 @@ int main(void) {
             test_gla_chunked(&cpu, &gpu, &gla_cases[i]);
         gpu.ops->destroy(gpu.be);
     }
+    // the bf16 linear layers of 2 to 64 tokens on linear_skinny.cu: one block an SM, then few blocks
+    test_skinny_linear(&cpu, "0");
+    test_skinny_linear(&cpu, "3");
+    test_skinny_linear(&cpu, "7");
     // the bf16 prompt attention again on the mma.sync flash kernel where wgmma took it, with one query
     // head per flash block, then on the older WMMA kernel
     const char *flash_vars[3] = {"LIZARD_WGMMA", "LIZARD_FLASH", "LIZARD_FLASH"};
