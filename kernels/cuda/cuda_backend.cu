@@ -531,7 +531,7 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
     bool together = lz_gemv_takes_step(c, n) && count <= LZ_GEMV_MAX_SEGMENTS;
     if constexpr (sizeof(T) == 2) { // decode steps of a few tokens: one persistent launch for all of them
         lz_skinny_segment seg[LZ_SKINNY_MAX_SEGMENTS];
-        bool skinny = !together && count <= LZ_SKINNY_MAX_SEGMENTS;
+        bool skinny = !together && n <= c->skinny_tokens && count <= LZ_SKINNY_MAX_SEGMENTS;
         for (int i = 0; i < count && skinny; i++) {
             const lz_weight *b = biases ? biases[i] : NULL;
             seg[i] = {(T *)outs[i], (const T *)ws[i]->data, b && b->data ? (const T *)b->data : NULL, (int)ws[i]->rows};

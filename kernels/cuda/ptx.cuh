@@ -75,10 +75,6 @@ __device__ __forceinline__ void lz_tma_load_4d(void *dst, const void *map, int c
                 : "memory");
 }
 
-// A tensor map's descriptor into the copy engine's cache ahead of its first copy.
-__device__ __forceinline__ void lz_prefetch_tensor_map(const void *map) {
-    LZ_SM90_ASM("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
-}
 // A box of a 2-d tensor, the same way.
 __device__ __forceinline__ void lz_tma_load_2d(void *dst, const void *map, int c0, int c1, uint64_t *bar) {
     LZ_SM90_ASM("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
@@ -92,6 +88,10 @@ __device__ __forceinline__ void lz_tma_load_3d(void *dst, const void *map, int c
                 "%3, %4}], [%5];\n" ::"r"(lz_smem_u32(dst)),
                 "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(lz_smem_u32(bar))
                 : "memory");
+}
+// A tensor map's descriptor into the copy engine's cache ahead of its first copy.
+__device__ __forceinline__ void lz_prefetch_tensor_map(const void *map) {
+    LZ_SM90_ASM("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 // `bytes` contiguous bytes global -> shared by the copy engine, completing on bar (dst, src and bytes
 // multiples of 16).
