@@ -24,9 +24,9 @@
 // (LIZARD_SKINNY_TOKENS). Per launch (Nsight Compute, 16 tokens) the MLP's gate and up read at 77% of
 // the DRAM peak like cuBLAS, while o (33.5 MB), q/k/v and down took 6-11 us more than their bytes
 // need. Two variants measured slower still and were not kept: the consumers on wgmma (2,607 tok/s)
-// and stages of one 8 KB box, ~20 of them (1,613): the cost is a stage's round trip through the
-// consumers, not the number of copies; a next version should have warps work on different stages
-// at once.
+// and stages of one 8 KB box, ~20 of them (1,613). Same bytes in flight, same copies a byte: that
+// points at a stage's round trip through the consumers (not yet profiled on the losing launches; on
+// gate/up the consumers mostly wait for data). A next version: warps on different stages at once.
 #include "linear_skinny.cuh"
 #include "pdl.cuh"        // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 #include "ptx.cuh"        // lz_mbar_*, lz_tma_load_2d, lz_ldsm_x2/x4, lz_mma_bf16
