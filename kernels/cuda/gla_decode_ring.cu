@@ -27,7 +27,7 @@
 
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
-#include "ptx.cuh" // lz_mbar_*, lz_tma_load_3d, lz_bulk_load, lz_bar_sync, lz_log_sigmoid
+#include "ptx.cuh" // lz_mbar_*, lz_stage_slot, lz_tma_load_3d, lz_bulk_load, lz_bar_sync, lz_log_sigmoid
 #include "tensor_map.cuh" // lz_tensor_map_encoder_for
 #include "gla_decode_common.cuh" // gd_denominators, gd_sum_over_warp, gd_store_partial, gd_write_out
 #include "gla_decode_stream.cuh" // gs_params
@@ -138,18 +138,16 @@ __global__ void __launch_bounds__(GR_THREADS, 1)
             lz_mbar_arrive_expect_tx(&full[j], small_bytes);
             load_small(j, it, m->row, m->slot);
         }
-        int st = i % stages;
-        unsigned parity = (unsigned)(i / stages) & 1u;
+        lz_stage_slot ring = {i % stages, (unsigned)(i / stages) & 1u};
         for (int it = blockIdx.x + i * gridDim.x; it < n_items; it += gridDim.x) {
             const int row = p.start[seq_of(it)], slot = p.slot[seq_of(it)];
             const float gate = lz_to_float(p.gate[row]);
-            lz_mbar_wait(&empty[st], parity ^ 1u); // the consumers are done with the stage
-            *(gr_meta *)(sm + st * stage_bytes + L.meta_off()) = {row, slot, gate};
-            lz_mbar_arrive_expect_tx(&full[st], s_bytes + small_bytes); // (release: the indices)
-            load_state(st, it, slot);
-            load_small(st, it, row, slot);
-            if (++st == stages)
-                st = 0, parity ^= 1u;
+            lz_mbar_wait(&empty[ring.st], ring.parity ^ 1u); // the consumers are done with the stage
+            *(gr_meta *)(sm + ring.st * stage_bytes + L.meta_off()) = {row, slot, gate};
+            lz_mbar_arrive_expect_tx(&full[ring.st], s_bytes + small_bytes); // (release: the indices)
+            load_state(ring.st, it, slot);
+            load_small(ring.st, it, row, slot);
+            ring.advance(stages);
         }
         return;
     }
@@ -157,11 +155,11 @@ __global__ void __launch_bounds__(GR_THREADS, 1)
     lz_pdl_wait(); // (out is written below; S's rows are stored to global)
     lz_pdl_launch_dependents();
     const int qpr = cols / 4, rp = GR_CONSUMERS / qpr, cq = tid % qpr, rl = tid / qpr;
-    int st = 0;
-    unsigned parity = 0, buf = 0;
+    lz_stage_slot ring = {0, 0u};
+    unsigned buf = 0;
     for (int it = blockIdx.x; it < n_items; it += gridDim.x, buf ^= 1u) {
-        lz_mbar_wait(&full[st], parity);
-        const unsigned char *stage = sm + st * stage_bytes;
+        lz_mbar_wait(&full[ring.st], ring.parity);
+        const unsigned char *stage = sm + ring.st * stage_bytes;
         const float *Ss = (const float *)(stage + L.s_off()), *phis = (const float *)(stage + L.phiq_off());
         const float *pk = (const float *)(stage + L.phik_off()), *zs = (const float *)(stage + L.z_off());
         const T *vs = (const T *)(stage + L.v_off());
@@ -204,7 +202,7 @@ __global__ void __launch_bounds__(GR_THREADS, 1)
         }
         __syncwarp();
         if (lane == 0)
-            lz_mbar_arrive(&empty[st]); // (release: this warp's reads of the stage are done)
+            lz_mbar_arrive(&empty[ring.st]); // (release: this warp's reads of the stage are done)
         gd_sum_over_warp<G>(acc, qpr);
         lz_bar_sync<1>(GR_CONSUMERS); // every thread has written out the previous item: the partial rows are free
         if (lane < qpr)
@@ -212,8 +210,7 @@ __global__ void __launch_bounds__(GR_THREADS, 1)
         lz_bar_sync<1>(GR_CONSUMERS); // the partial rows and denominators complete
         gd_write_out<T>(p.out + ((size_t)meta.row * p.Hq + s * G) * d + c0, d, red, GR_WARPS, G, cols, dens,
                         p.normalize, GR_CONSUMERS);
-        if (++st == stages)
-            st = 0, parity ^= 1u;
+        ring.advance(stages);
     }
 }
 

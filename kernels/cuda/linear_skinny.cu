@@ -29,7 +29,7 @@
 // gate/up the consumers mostly wait for data). A next version: warps on different stages at once.
 #include "linear_skinny.cuh"
 #include "pdl.cuh"        // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
-#include "ptx.cuh"        // lz_mbar_*, lz_tma_load_2d, lz_ldsm_x2/x4, lz_mma_bf16
+#include "ptx.cuh"        // lz_mbar_*, lz_stage_slot, lz_tma_load_2d, lz_ldsm_x2/x4, lz_mma_bf16
 #include "tensor_map.cuh" // lz_tensor_map_encoder_for
 
 #include <stdint.h> // uintptr_t
@@ -78,16 +78,6 @@ __device__ __forceinline__ sk_tile sk_locate(const sk_params &p, int t) {
             s = j + 1, first = p.tile_end[j];
     return {s, (t - first) * SK_ROWS};
 }
-
-// A stage's index and the parity of its current use.
-struct sk_slot {
-    int st;
-    unsigned parity;
-    __device__ void advance(int stages) {
-        if (++st == stages)
-            st = 0, parity ^= 1u;
-    }
-};
 
 // v (a warp's 16 rows x NT * 8 tokens in the mma's accumulator layout) into the tile's outputs.
 template <int NT>
@@ -167,7 +157,7 @@ __global__ void __launch_bounds__(SK_THREADS, 1) linear_skinny_kernel(const __gr
         lz_pdl_launch_dependents();
         for (int j = 0; j < ahead; j++)
             load_x(j, begin + j);
-        sk_slot s = {0, 0u};
+        lz_stage_slot s = {0, 0u};
         for (int j = 0; j < ahead; j++)
             s.advance(stages);
         for (int i = begin + ahead; i < end; i++, s.advance(stages)) {
@@ -185,7 +175,7 @@ __global__ void __launch_bounds__(SK_THREADS, 1) linear_skinny_kernel(const __gr
     const int ra = warp * 16 + (lane & 15), ca = lane >> 4;
     const int rb = (lane & 7) + ((lane >> 4) << 3), cb = (lane >> 3) & 1;
     float acc[NT][4] = {};
-    sk_slot s = {0, 0u};
+    lz_stage_slot s = {0, 0u};
     for (int i = begin; i < end; i++) {
         lz_mbar_wait(&full[s.st], s.parity);
         const uint32_t stage = sm_base + (uint32_t)(s.st * STAGE);

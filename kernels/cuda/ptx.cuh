@@ -57,6 +57,16 @@ __device__ __forceinline__ void lz_mbar_wait(uint64_t *bar, unsigned parity) {
                 "r"(parity)
                 : "memory");
 }
+// A ring of `stages` stages each guarded by mbarriers: the current stage and the parity of its current
+// use (the phase a wait on its barrier names), advanced one stage at a time.
+struct lz_stage_slot {
+    int st;
+    unsigned parity;
+    __device__ void advance(int stages) {
+        if (++st == stages)
+            st = 0, parity ^= 1u;
+    }
+};
 // One arrival (release: this thread's earlier shared-memory accesses are done before the phase can
 // complete), e.g. a consumer giving a stage back to the thread that refills it.
 __device__ __forceinline__ void lz_mbar_arrive(uint64_t *bar) {

@@ -28,7 +28,7 @@
 //   (544 threads, 3 stages) measured 44.6 us against 43.7 for one, and no faster end to end: removed.
 #include "window_decode_ring.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
-#include "ptx.cuh" // lz_mbar_*, lz_tma_load_4d, lz_bulk_load, lz_ldsm_x4(_trans), lz_mma_bf16, lz_fast_exp2
+#include "ptx.cuh" // lz_mbar_*, lz_stage_slot, lz_tma_load_4d, lz_bulk_load, lz_ldsm_x4(_trans), lz_mma_bf16, lz_fast_exp2
 #include "tensor_map.cuh" // lz_tensor_map_encoder_for
 
 #include <cuda_bf16.h>
@@ -75,17 +75,6 @@ struct wr_item {
         t += dt, g += dg;
         if (g >= Hkv)
             g -= Hkv, t++;
-    }
-};
-
-// A stage's index and the parity of its current use, advanced by `step` items (step <= stages)
-struct wr_slot {
-    int st;
-    unsigned parity;
-    __device__ void advance(int step, int stages) {
-        st += step;
-        if (st >= stages)
-            st -= stages, parity ^= 1u;
     }
 };
 
@@ -179,10 +168,10 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
         lz_pdl_launch_dependents();
         for (int j = 0; j < i; j++, x.advance(dt, dg, Hkv))
             fill_small(j, x);
-        wr_slot s = {0, 0u}; // (stage of item i, parity of its use)
+        lz_stage_slot s = {0, 0u}; // (stage of item i, parity of its use)
         for (int j = 0; j < i; j++)
-            s.advance(1, stages);
-        for (; x.t < p.n; i++, x.advance(dt, dg, Hkv), s.advance(1, stages)) {
+            s.advance(stages);
+        for (; x.t < p.n; i++, x.advance(dt, dg, Hkv), s.advance(stages)) {
             lz_mbar_wait(&empty[s.st], s.parity ^ 1u); // the consumers are done with the stage
             fill_ring(s.st, x);
             fill_small(s.st, x);
@@ -204,9 +193,9 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
     const float scale = rsqrtf((float)D) * WR_LOG2E; // exp2 below
     const int r8 = lane >> 2, cq = lane & 3; // mma fragments: row (query head) r8 (rows 8-15 zero); pairs 2 cq
     const int sld = L.score_ld();
-    wr_slot s = {0, 0u};
+    lz_stage_slot s = {0, 0u};
     unsigned buf = 0;
-    for (int it = blockIdx.x; it < n_items; it += gridDim.x, s.advance(1, stages), buf ^= 1u) {
+    for (int it = blockIdx.x; it < n_items; it += gridDim.x, s.advance(stages), buf ^= 1u) {
         lz_mbar_wait(&full[s.st], s.parity);
         unsigned char *stage = sm + s.st * stage_bytes;
         float *scores = (float *)(fixed + buf * L.score_bytes());
