@@ -84,6 +84,11 @@ typedef struct lz_ops {
      * viewed as [rows, cols]; rows * cols must equal the tensor's numel. */
     lz_status (*upload_weight)(lz_backend *be, const lz_st_tensor *src, int64_t rows, int64_t cols, lz_weight *out);
     void (*free_weight)(lz_backend *be, lz_weight *w);
+    /* Optional: lays weights of one width and type (each owning its memory) one after another in one
+     * allocation, in order, so that layers of one input may run as one product. Each stays its own
+     * lz_weight (the first owns the block; free them together). Best effort: weights it cannot join
+     * (memory, shapes) stay as they were. */
+    lz_status (*join_weights)(lz_backend *be, int count, lz_weight *const *ws);
     /* A weight [rows, cols] of random values (uniform, given mean and std),
      * made where it lives: benchmarks start in seconds without files. */
     lz_status (*random_weight)(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,

@@ -158,6 +158,11 @@ static lz_status load_layer(loader *L, int i) {
     L->param_count = &m->n_params_teacher;
     LZ_TRY(load_attention(L, ly, p));
     LZ_TRY(load_mlp(L, ly, p));
+    if (!L->describe && m->ops->join_weights) { /* q, k, v and gate, up each read one input */
+        lz_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv}, *mlp[2] = {&ly->w_gate, &ly->w_up};
+        LZ_TRY(m->ops->join_weights(m->be, 3, qkv));
+        LZ_TRY(m->ops->join_weights(m->be, 2, mlp));
+    }
     if (ly->run_softmax)
         return LZ_OK;
     if (!c->has_lizard)

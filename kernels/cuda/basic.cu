@@ -71,17 +71,6 @@ __global__ void rmsnorm_kernel(T *out, const T *x, const T *w, int C, float eps)
         orow[c] = lz_from_float<T>(lz_to_float(w[c]) * (lz_to_float(xr[c]) * inv));
 }
 
-// 16 bytes of floats back to T (the destination 16-byte aligned)
-__device__ __forceinline__ void store16(float *dst, const float *v) { *(float4 *)dst = make_float4(v[0], v[1], v[2], v[3]); }
-__device__ __forceinline__ void store16(__nv_bfloat16 *dst, const float *v) {
-    uint4 raw;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-    *(uint4 *)dst = raw;
-}
-
 // The same for rows of 16-byte vectors (C % V == 0, rows aligned): a row of
 // 4096 bf16 is 512 vectors, one a thread, held in registers between the sum and
 // the scaling (at most RMS_VECS per thread), so x is read once; the norm's
@@ -149,8 +138,7 @@ template <typename T> __global__ void swiglu_kernel(T *out, const T *gate, const
     lz_pdl_wait();
     lz_pdl_launch_dependents();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const float g = lz_to_float(gate[i]);
-        out[i] = lz_from_float<T>(g / (1.0f + expf(-g)) * lz_to_float(up[i]));
+        out[i] = lz_from_float<T>(lz_swiglu(lz_to_float(gate[i]), lz_to_float(up[i])));
     }
 }
 
@@ -207,7 +195,7 @@ template <typename T> __global__ void swiglu_vec_kernel(T *out, const T *gate, c
             if (i < n_vec) {
 #pragma unroll
                 for (int e = 0; e < V; e++)
-                    g[u][e] = g[u][e] / (1.0f + expf(-g[u][e])) * u_[u][e];
+                    g[u][e] = lz_swiglu(g[u][e], u_[u][e]);
                 store16(out + i * V, g[u]);
             }
         }

@@ -100,6 +100,20 @@ template <> struct vec16<float> {
     }
 };
 
+// 16 bytes of floats back to T (the destination 16-byte aligned)
+__device__ __forceinline__ void store16(float *dst, const float *v) { *(float4 *)dst = make_float4(v[0], v[1], v[2], v[3]); }
+__device__ __forceinline__ void store16(__nv_bfloat16 *dst, const float *v) {
+    uint4 raw;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    *(uint4 *)dst = raw;
+}
+
+// The MLP's activation: silu(gate) * up (the CPU reference's arithmetic)
+__device__ __forceinline__ float lz_swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 // Copies a tile of `rows` rows of `width` 16-bit elements (width % 8 == 0,
 // 16-byte vectors) from rows `stride` elements apart into a dense shared-memory
 // tile; rows at and past `valid` become zeros (the padding of a partial tile).

@@ -47,6 +47,11 @@ struct lz_cuda_ctx {
     int skinny_blocks;
     float *skinny_partials;
     unsigned *skinny_counters;
+    // linear_joined.cu: layers of one input whose weights were joined at load run as one product at steps
+    // of up to LIZARD_JOIN_TOKENS tokens (0: weights not joined), into joined_out
+    int join_tokens;
+    void *joined_out;
+    size_t joined_bytes;
     // Side streams (side_streams.cu): independent launches of a step side by side with the main
     // stream's (a layer's k, v and gate GEMMs beside q's), each with its own cuBLAS handle and
     // workspace. The ops switch c->stream and c->cublas to a side stream's while they launch onto

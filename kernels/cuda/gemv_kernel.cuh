@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
                 const float u_sum = up[t] + (bias_up ? lz_to_float(bias_up[row]) : 0.0f);
                 // rounded as the unfused path rounds: gate and up to T, then silu(gate) * up
                 const float g = lz_to_float(lz_from_float<T>(r)), u = lz_to_float(lz_from_float<T>(u_sum));
-                *o = lz_from_float<T>(g / (1.0f + expf(-g)) * u);
+                *o = lz_from_float<T>(lz_swiglu(g, u));
             } else if constexpr (EPI == LZ_GEMV_RESIDUAL) {
                 // the product rounded to T first, as the unfused GEMV then add would
                 *o = lz_from_float<T>(lz_to_float(*o) + lz_to_float(lz_from_float<T>(r)));

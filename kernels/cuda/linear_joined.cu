@@ -1,0 +1,198 @@
+// linear_joined.cu - linear layers of one input as one cuBLAS product at decode-sized steps, their
+// weights laid one after another at load (lz_join_weights: a layer's q, k, v; the MLP's gate, up).
+// Why: at 2-64 tokens a product of 8-34 MB is latency-bound in cuBLAS, and each comes with a split-K
+// reduction. H200, LLaMA-3-8B shapes (tests/bench/cublaslt_probe.cu, session 23, weights from HBM):
+// q 12.4-14.7 us, k and v 14.1-15.3 us each, q, k and v as one 50 MB product 16.5-17.1 us (no split-K);
+// gate and up 31.1-34.6 us each, as one 235 MB product 57.2-63.2 us. cuBLASLt's other algorithms for
+// these shapes were within 0-7% of the default, so the gain is in the joining, not in the choice.
+// The product lands in ctx->joined_out ([n][rows of all the layers]); a small kernel then hands each
+// layer its columns (or SwiGLU reads gate and up from both halves of a row), since the ops after it
+// take each layer's output as its own dense array.
+#include <limits.h> // INT_MAX
+#include <stdint.h> // uintptr_t
+
+#include "linear_joined.cuh"
+#include "pdl.cuh" // lz_launch, lz_pdl_wait
+
+// Where each layer's columns go: layer s takes 16-byte vectors [end[s - 1], end[s]) of a joined row.
+struct lz_join_split {
+    void *out[LZ_JOIN_MAX_LAYERS];
+    int end[LZ_JOIN_MAX_LAYERS];
+    int row_vecs; // 16-byte vectors in a joined row (= end[count - 1])
+};
+
+// One thread per 16-byte vector of the joined [n][row_vecs] output, copied to its layer's row.
+__global__ void joined_split_kernel(const uint4 *in, lz_join_split p, int n) {
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
+    const int total = n * p.row_vecs;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const int t = i / p.row_vecs, v = i - t * p.row_vecs;
+        int s = 0, start = 0;
+        while (v >= p.end[s]) // (v < end[count - 1], so s stays below count)
+            start = p.end[s++];
+        ((uint4 *)p.out[s])[(size_t)t * (p.end[s] - start) + (v - start)] = in[i];
+    }
+}
+
+// out[t][j] = silu(in[t][j]) * in[t][I + j], one thread per 16-byte vector of out (half_vecs a row).
+template <typename T> __global__ void swiglu_joined_kernel(T *out, const T *in, int n, int half_vecs) {
+    constexpr int V = vec16<T>::N;
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
+    const int total = n * half_vecs;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const int t = i / half_vecs, j = i - t * half_vecs;
+        const T *row = in + (size_t)t * 2 * half_vecs * V;
+        float g[V], u[V];
+        vec16<T>::load(g, row + (size_t)j * V);
+        vec16<T>::load(u, row + (size_t)(half_vecs + j) * V);
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            g[e] = lz_swiglu(g[e], u[e]);
+        store16(out + (size_t)i * V, g);
+    }
+}
+
+static unsigned grid_of(const lz_cuda_ctx *c, int total) {
+    const int g = (total + 255) / 256, cap = c->n_sms * 8;
+    return (unsigned)(g < 1 ? 1 : g > cap ? cap : g);
+}
+
+template <typename T> static bool follows(const lz_weight *a, const lz_weight *b) {
+    return a->cols == b->cols && a->data &&
+           (const char *)b->data == (const char *)a->data + (size_t)a->rows * (size_t)a->cols * sizeof(T);
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// A step the joined product may take: 1 .. LIZARD_JOIN_TOKENS tokens, on the main stream (the one
+// joined_out belongs to), with an output buffer that holds it.
+static bool joined_step(const lz_cuda_ctx *c, int n, size_t bytes) {
+    return n >= 1 && n <= c->join_tokens && !c->on_side && c->joined_out && bytes <= c->joined_bytes;
+}
+
+template <typename T>
+int linear_joined_run(const lz_cuda_ctx *c, int count, void *const *outs, const lz_weight *const *ws,
+                      const lz_weight *const *biases, int n) {
+    constexpr int V = 16 / sizeof(T);
+    int run = 1;
+    size_t rows = (size_t)ws[0]->rows;
+    while (run < count && run < LZ_JOIN_MAX_LAYERS && follows<T>(ws[run - 1], ws[run]))
+        rows += (size_t)ws[run++]->rows;
+    if (run < 2 || !joined_step(c, n, (size_t)n * rows * sizeof(T)) || rows > INT_MAX)
+        return 0;
+    for (int i = 0; i < run; i++)
+        if ((biases && biases[i] && biases[i]->data) || ws[i]->rows % V != 0 || !aligned16(outs[i]))
+            return 0;
+    return run;
+}
+
+template <typename T>
+lz_status linear_joined_forward(lz_cuda_ctx *c, int run, void *const *outs, const T *x, const lz_weight *const *ws,
+                                int n) {
+    constexpr int V = 16 / sizeof(T);
+    lz_join_split p = {};
+    int rows = 0;
+    for (int i = 0; i < run; i++) {
+        rows += (int)ws[i]->rows;
+        p.out[i] = outs[i], p.end[i] = rows / V;
+    }
+    for (int i = run; i < LZ_JOIN_MAX_LAYERS; i++)
+        p.end[i] = INT_MAX;
+    p.row_vecs = rows / V;
+    T *joined = (T *)c->joined_out;
+    LZ_TRY(linear_forward<T>(c, joined, x, (const T *)ws[0]->data, NULL, n, (int)ws[0]->cols, rows));
+    return lz_launch(c, "joined split", joined_split_kernel, dim3(grid_of(c, n * p.row_vecs)), dim3(256), 0,
+                     (const uint4 *)joined, p, n);
+}
+
+template <typename T>
+bool swiglu_joined_takes(const lz_cuda_ctx *c, T *out, const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
+                         const lz_weight *bu, int n) {
+    constexpr int V = 16 / sizeof(T);
+    return wg->rows == wu->rows && follows<T>(wg, wu) && !(bg && bg->data) && !(bu && bu->data) &&
+           wg->rows % V == 0 && aligned16(out) && 2 * wg->rows <= INT_MAX &&
+           joined_step(c, n, (size_t)n * 2 * (size_t)wg->rows * sizeof(T));
+}
+
+template <typename T>
+lz_status swiglu_joined_forward(lz_cuda_ctx *c, T *out, const T *x, const lz_weight *wg, int n) {
+    constexpr int V = 16 / sizeof(T);
+    const int I = (int)wg->rows;
+    T *joined = (T *)c->joined_out;
+    LZ_TRY(linear_forward<T>(c, joined, x, (const T *)wg->data, NULL, n, (int)wg->cols, 2 * I));
+    return lz_launch(c, "joined swiglu", swiglu_joined_kernel<T>, dim3(grid_of(c, n * (I / V))), dim3(256), 0, out,
+                     (const T *)joined, n, I / V);
+}
+
+lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_t es) {
+    if (c->join_tokens < 1 || count < 2 || count > LZ_JOIN_MAX_LAYERS)
+        return LZ_OK;
+    size_t bytes[LZ_JOIN_MAX_LAYERS], total = 0, rows = 0;
+    bool joined = true;
+    for (int i = 0; i < count; i++) {
+        const lz_weight *w = ws[i];
+        if (!w->data || !w->owned || w->cols != ws[0]->cols || w->dtype != ws[0]->dtype)
+            return LZ_OK;
+        bytes[i] = (size_t)w->rows * (size_t)w->cols * es;
+        if (bytes[i] % 256 != 0) // each layer's rows stay aligned as cudaMalloc's would be
+            return LZ_OK;
+        total += bytes[i], rows += (size_t)w->rows;
+        joined &= i == 0 || (const char *)w->data == (const char *)ws[i - 1]->data + bytes[i - 1];
+    }
+    if (rows > INT_MAX || joined)
+        return LZ_OK;
+    // the product's output first: without it the joined weights would never be used
+    const size_t out_bytes = (size_t)c->join_tokens * rows * es;
+    if (out_bytes > c->joined_bytes) {
+        void *p = NULL;
+        if (cudaMalloc(&p, out_bytes) != cudaSuccess) {
+            cudaGetLastError(); // (not sticky: clears it) too little memory, so the layers stay apart
+            return LZ_OK;
+        }
+        if (c->joined_out) {
+            LZ_CUDA_TRY(cudaStreamSynchronize(c->stream));
+            LZ_CUDA_TRY(cudaFree(c->joined_out));
+        }
+        c->joined_out = p, c->joined_bytes = out_bytes, c->buffers_moved = true;
+    }
+    char *block = NULL;
+    if (cudaMalloc((void **)&block, total) != cudaSuccess) {
+        cudaGetLastError();
+        return LZ_OK;
+    }
+    size_t off = 0;
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < count && e == cudaSuccess; off += bytes[i++])
+        e = cudaMemcpyAsync(block + off, ws[i]->data, bytes[i], cudaMemcpyDeviceToDevice, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        cudaFree(block);
+        return lz_fail(LZ_ERR_INTERNAL, "cuda: joining %d weights of %zu bytes: %s", count, total, cudaGetErrorString(e));
+    }
+    off = 0;
+    for (int i = 0; i < count; off += bytes[i++]) {
+        LZ_CUDA_TRY(cudaFree(ws[i]->data));
+        ws[i]->data = block + off;
+        ws[i]->owned = i == 0; // the first frees the block
+    }
+    return LZ_OK;
+}
+
+void lz_joined_destroy(lz_cuda_ctx *c) {
+    if (c->joined_out)
+        cudaFree(c->joined_out);
+    c->joined_out = NULL, c->joined_bytes = 0;
+}
+
+#define LZ_JOINED(T)                                                                                                 \
+    template int linear_joined_run<T>(const lz_cuda_ctx *, int, void *const *, const lz_weight *const *,            \
+                                      const lz_weight *const *, int);                                                \
+    template lz_status linear_joined_forward<T>(lz_cuda_ctx *, int, void *const *, const T *,                        \
+                                                const lz_weight *const *, int);                                      \
+    template bool swiglu_joined_takes<T>(const lz_cuda_ctx *, T *, const lz_weight *, const lz_weight *,             \
+                                         const lz_weight *, const lz_weight *, int);                                 \
+    template lz_status swiglu_joined_forward<T>(lz_cuda_ctx *, T *, const T *, const lz_weight *, int);
+LZ_INSTANTIATE(LZ_JOINED)
