@@ -4,7 +4,8 @@
 // reduction. H200, LLaMA-3-8B shapes (tests/bench/cublaslt_probe.cu, session 23, weights from HBM):
 // q 12.4-14.7 us, k and v 14.1-15.3 us each, q, k and v as one 50 MB product 16.5-17.1 us (no split-K);
 // gate and up 31.1-34.6 us each, as one 235 MB product 57.2-63.2 us. cuBLASLt's other algorithms for
-// these shapes were within 0-7% of the default, so the gain is in the joining, not in the choice.
+// these shapes were 0-11% faster than the default (k and v alone 16-21%, still ~12 us), so the gain is in
+// the joining, not in the choice.
 // The product lands in ctx->joined_out ([n][rows of all the layers]); a small kernel then hands each
 // layer its columns (or SwiGLU reads gate and up from both halves of a row), since the ops after it
 // take each layer's output as its own dense array.
@@ -67,9 +68,12 @@ template <typename T> static bool follows(const lz_weight *a, const lz_weight *b
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 // A step the joined product may take: 1 .. LIZARD_JOIN_TOKENS tokens, on the main stream (the one
-// joined_out belongs to), with an output buffer that holds it.
-static bool joined_step(const lz_cuda_ctx *c, int n, size_t bytes) {
-    return n >= 1 && n <= c->join_tokens && !c->on_side && c->joined_out && bytes <= c->joined_bytes;
+// joined_out belongs to), with an output buffer that holds its n x rows elements (of es bytes) and
+// element indices that fit an int (the kernels' thread indices).
+static bool joined_step(const lz_cuda_ctx *c, int n, size_t rows, size_t es) {
+    const size_t elems = (size_t)n * rows;
+    return n >= 1 && n <= c->join_tokens && !c->on_side && c->joined_out && elems <= INT_MAX &&
+           elems * es <= c->joined_bytes;
 }
 
 template <typename T>
@@ -80,7 +84,7 @@ int linear_joined_run(const lz_cuda_ctx *c, int count, void *const *outs, const 
     size_t rows = (size_t)ws[0]->rows;
     while (run < count && run < LZ_JOIN_MAX_LAYERS && follows<T>(ws[run - 1], ws[run]))
         rows += (size_t)ws[run++]->rows;
-    if (run < 2 || !joined_step(c, n, (size_t)n * rows * sizeof(T)) || rows > INT_MAX)
+    if (run < 2 || !joined_step(c, n, rows, sizeof(T)))
         return 0;
     for (int i = 0; i < run; i++)
         if ((biases && biases[i] && biases[i]->data) || ws[i]->rows % V != 0 || !aligned16(outs[i]))
@@ -112,8 +116,7 @@ bool swiglu_joined_takes(const lz_cuda_ctx *c, T *out, const lz_weight *wg, cons
                          const lz_weight *bu, int n) {
     constexpr int V = 16 / sizeof(T);
     return wg->rows == wu->rows && follows<T>(wg, wu) && !(bg && bg->data) && !(bu && bu->data) &&
-           wg->rows % V == 0 && aligned16(out) && 2 * wg->rows <= INT_MAX &&
-           joined_step(c, n, (size_t)n * 2 * (size_t)wg->rows * sizeof(T));
+           wg->rows % V == 0 && aligned16(out) && joined_step(c, n, 2 * (size_t)wg->rows, sizeof(T));
 }
 
 template <typename T>

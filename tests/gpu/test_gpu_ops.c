@@ -346,6 +346,30 @@ static void test_fused_dense(backend *c, backend *g) {
     }
 }
 
+/* Up to 4 linear layers of one input width on both backends: random host weights, the two backends'
+ * copies, and outputs for nmax tokens. */
+typedef struct {
+    int count;
+    float *hw[4];
+    lz_weight cw[4], gw[4];
+    void *co[4], *go[4];
+} layer_set;
+static void layers_make(layer_set *s, backend *c, backend *g, int count, const int *rows, int C, int nmax) {
+    s->count = count;
+    for (int l = 0; l < count; l++) {
+        s->hw[l] = rand_host((size_t)rows[l] * C, -0.5f, 0.5f);
+        s->cw[l] = weight(c, s->hw[l], rows[l], C), s->gw[l] = weight(g, s->hw[l], rows[l], C);
+        s->co[l] = act(c, NULL, (size_t)nmax * rows[l]), s->go[l] = act(g, NULL, (size_t)nmax * rows[l]);
+    }
+}
+static void layers_free(layer_set *s, backend *c, backend *g) {
+    for (int l = 0; l < s->count; l++) {
+        c->ops->free_weight(c->be, &s->cw[l]), g->ops->free_weight(g->be, &s->gw[l]);
+        c->ops->free(c->be, s->co[l]), g->ops->free(g->be, s->go[l]);
+        free(s->hw[l]);
+    }
+}
+
 /* linear_skinny.cu (bf16 linear layers at 2 to 64 tokens, one persistent launch) against the CPU, on a
  * backend opened with LIZARD_SKINNY_BLOCKS=blocks ("0": one block an SM) and the GEMV at one token only:
  * layers of rows off the 64-row tiles (130, 33, 1) and a whole one (64), inputs off the 256-input
@@ -372,14 +396,12 @@ static void test_skinny_linear(backend *c, const char *blocks) {
     for (int wi = 0; wi < 3; wi++) {
         const int C = widths[wi];
         float *hx = rand_host((size_t)NMAX * C, -2, 2), *hb = rand_host(rows[0], -1, 1);
-        float *hy = rand_host((size_t)NMAX * rows[0], -1, 1), *hw[L];
-        lz_weight cw[L], gw[L];
-        void *co[L], *go[L];
-        for (int l = 0; l < L; l++) {
-            hw[l] = rand_host((size_t)rows[l] * C, -0.5f, 0.5f);
-            cw[l] = weight(c, hw[l], rows[l], C), gw[l] = weight(g, hw[l], rows[l], C);
-            co[l] = act(c, NULL, (size_t)NMAX * rows[l]), go[l] = act(g, NULL, (size_t)NMAX * rows[l]);
-        }
+        float *hy = rand_host((size_t)NMAX * rows[0], -1, 1);
+        layer_set ls;
+        layers_make(&ls, c, g, L, rows, C, NMAX);
+        float **hw = ls.hw;
+        lz_weight *cw = ls.cw, *gw = ls.gw;
+        void **co = ls.co, **go = ls.go;
         lz_weight cb = weight(c, hb, 1, rows[0]), gbias = weight(g, hb, 1, rows[0]);
         void *cx = act(c, hx, (size_t)NMAX * C), *gx = act(g, hx, (size_t)NMAX * C);
         for (int si = 0; si < 9; si++) {
@@ -424,11 +446,7 @@ static void test_skinny_linear(backend *c, const char *blocks) {
             compare(what, c, cy, g, gy, (size_t)n * rows[0], tol);
             c->ops->free(c->be, cy), g->ops->free(g->be, gy), c->ops->free(c->be, ct), g->ops->free(g->be, gt);
         }
-        for (int l = 0; l < L; l++) {
-            c->ops->free_weight(c->be, &cw[l]), g->ops->free_weight(g->be, &gw[l]);
-            c->ops->free(c->be, co[l]), g->ops->free(g->be, go[l]);
-            free(hw[l]);
-        }
+        layers_free(&ls, c, g);
         c->ops->free_weight(c->be, &cb), g->ops->free_weight(g->be, &gbias);
         c->ops->free(c->be, cx), g->ops->free(g->be, gx);
         free(hx), free(hb), free(hy);
@@ -457,15 +475,13 @@ static void test_joined_linear(backend *c, lz_dtype dt) {
     }
     enum { L = 4, NMAX = 65, C = 1024, I = 200 };
     const int rows[L] = {136, 40, 40, 1}, steps[8] = {1, 2, 5, 9, 16, 37, 64, 65};
-    float *hx = rand_host((size_t)NMAX * C, -2, 2), *hn = rand_host(C, 0.5f, 1.5f), *hw[L];
+    float *hx = rand_host((size_t)NMAX * C, -2, 2), *hn = rand_host(C, 0.5f, 1.5f);
     float *hg = rand_host((size_t)I * C, -0.1f, 0.1f), *hu = rand_host((size_t)I * C, -0.1f, 0.1f);
-    lz_weight cw[L], gw[L];
-    void *co[L], *go[L];
-    for (int l = 0; l < L; l++) {
-        hw[l] = rand_host((size_t)rows[l] * C, -0.5f, 0.5f);
-        cw[l] = weight(c, hw[l], rows[l], C), gw[l] = weight(g, hw[l], rows[l], C);
-        co[l] = act(c, NULL, (size_t)NMAX * rows[l]), go[l] = act(g, NULL, (size_t)NMAX * rows[l]);
-    }
+    layer_set ls;
+    layers_make(&ls, c, g, L, rows, C, NMAX);
+    float **hw = ls.hw;
+    lz_weight *cw = ls.cw, *gw = ls.gw;
+    void **co = ls.co, **go = ls.go;
     lz_weight cn = weight(c, hn, 1, C), gn = weight(g, hn, 1, C);
     lz_weight cg = weight(c, hg, I, C), gg = weight(g, hg, I, C), cu = weight(c, hu, I, C), gu = weight(g, hu, I, C);
     lz_weight *qkv[3] = {&gw[0], &gw[1], &gw[2]}, *mlp[2] = {&gg, &gu};
@@ -513,11 +529,7 @@ static void test_joined_linear(backend *c, lz_dtype dt) {
                 c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
         }
     }
-    for (int l = 0; l < L; l++) {
-        c->ops->free_weight(c->be, &cw[l]), g->ops->free_weight(g->be, &gw[l]);
-        c->ops->free(c->be, co[l]), g->ops->free(g->be, go[l]);
-        free(hw[l]);
-    }
+    layers_free(&ls, c, g);
     lz_weight *all_c[] = {&cn, &cg, &cu}, *all_g[] = {&gn, &gg, &gu};
     for (int i = 0; i < 3; i++)
         c->ops->free_weight(c->be, all_c[i]), g->ops->free_weight(g->be, all_g[i]);
