@@ -174,7 +174,10 @@ template <typename T> __global__ void add_vec_kernel(T *y, const T *x, size_t n_
     }
 }
 
-template <typename T> __global__ void swiglu_vec_kernel(T *out, const T *gate, const T *up, size_t n_vec) {
+// ROWS: out is [n_vec / row_vecs][row_vecs] vectors, gate and up rows ld_vecs vectors apart (both halves
+// of a joined gate/up product, linear_joined.cu); else all three are flat.
+template <typename T, bool ROWS>
+__global__ void swiglu_vec_kernel(T *out, const T *gate, const T *up, size_t n_vec, size_t row_vecs, size_t ld_vecs) {
     constexpr int V = vec16<T>::N;
     lz_pdl_wait();
     lz_pdl_launch_dependents();
@@ -185,8 +188,9 @@ template <typename T> __global__ void swiglu_vec_kernel(T *out, const T *gate, c
         for (int u = 0; u < EW_UNROLL; u++) {
             const size_t i = i0 + u * stride;
             if (i < n_vec) {
-                vec16<T>::load(g[u], gate + i * V);
-                vec16<T>::load(u_[u], up + i * V);
+                const size_t at = ROWS ? i / row_vecs * ld_vecs + i % row_vecs : i;
+                vec16<T>::load(g[u], gate + at * V);
+                vec16<T>::load(u_[u], up + at * V);
             }
         }
 #pragma unroll
@@ -297,9 +301,6 @@ static int grid_for(size_t n, int block) {
     return (int)(g < 65535 * 8 ? (g > 0 ? g : 1) : 65535 * 8);
 }
 
-static bool aligned16(const void *a, const void *b, const void *c) {
-    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
-}
 
 // n rows of C elements gathered by idx: one thread per 16-byte vector of a row (up to 1024), so that a
 // batch-1 step's row is one round of loads.
@@ -308,7 +309,7 @@ static lz_status copy_rows(lz_cuda_ctx *c, const char *what, T *out, const T *sr
     if (n <= 0)
         return LZ_OK;
     const int V = 16 / (int)sizeof(T);
-    const bool vec = C % V == 0 && aligned16(out, src, src);
+    const bool vec = C % V == 0 && lz_aligned16(out, src, src);
     int threads = vec ? (C / V + 31) / 32 * 32 : 256;
     threads = threads < 32 ? 32 : threads > 1024 ? 1024 : threads;
     return lz_launch(c, what, copy_rows_kernel<T, TABLE>, dim3((unsigned)n), dim3((unsigned)threads), 0, out, src, idx,
@@ -323,7 +324,7 @@ lz_status embedding_forward(lz_cuda_ctx *c, T *out, const T *table, const int32_
 // Blocks of 256 threads for n_vec vectors: one vector a thread while that is at most a wave of
 // blocks (a batch-1 step's row spread over several SMs), else EW_UNROLL vectors each, at most 64
 // resident-sized waves (a grid-stride loop takes the rest).
-static int vec_grid(const lz_cuda_ctx *c, size_t n_vec) {
+int lz_vec_grid(const lz_cuda_ctx *c, size_t n_vec) {
     const size_t cap = (size_t)c->n_sms * 8 * 64;
     size_t g = (n_vec + 255) / 256;
     if (g > (size_t)c->n_sms * 8)
@@ -334,7 +335,7 @@ static int vec_grid(const lz_cuda_ctx *c, size_t n_vec) {
 template <typename T> lz_status rmsnorm_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, int n, int C, float eps) {
     constexpr int V = vec16<T>::N;
     const int n_vec = C / V;
-    if (C % V == 0 && aligned16(out, x, w) && n_vec <= 1024 * RMS_VECS) {
+    if (C % V == 0 && lz_aligned16(out, x, w) && n_vec <= 1024 * RMS_VECS) {
         // one vector per thread up to 1024 (512 threads for a 4096-wide bf16 row: one round of loads);
         // n_vec <= 1024 * RMS_VECS means threads * RMS_VECS >= n_vec after the clamp
         int threads = (n_vec + 31) / 32 * 32;
@@ -348,9 +349,9 @@ template <typename T> lz_status rmsnorm_forward(lz_cuda_ctx *c, T *out, const T 
 
 template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, size_t n) {
     constexpr int V = vec16<T>::N;
-    const size_t n_vec = aligned16(y, x, y) ? n / V : 0, done = n_vec * V;
+    const size_t n_vec = lz_aligned16(y, x, y) ? n / V : 0, done = n_vec * V;
     if (n_vec > 0) {
-        LZ_TRY(lz_launch(c, "add", add_vec_kernel<T>, dim3((unsigned)vec_grid(c, n_vec)), dim3(256), 0, y, x, n_vec));
+        LZ_TRY(lz_launch(c, "add", add_vec_kernel<T>, dim3((unsigned)lz_vec_grid(c, n_vec)), dim3(256), 0, y, x, n_vec));
     }
     if (done < n) { // the tail (or everything, unaligned)
         LZ_TRY(lz_launch(c, "add", add_kernel<T>, dim3((unsigned)grid_for(n - done, 256)), dim3(256), 0, y + done,
@@ -361,16 +362,26 @@ template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, si
 
 template <typename T> lz_status swiglu_forward(lz_cuda_ctx *c, T *out, const T *gate, const T *up, size_t n) {
     constexpr int V = vec16<T>::N;
-    const size_t n_vec = aligned16(out, gate, up) ? n / V : 0, done = n_vec * V;
+    const size_t n_vec = lz_aligned16(out, gate, up) ? n / V : 0, done = n_vec * V;
     if (n_vec > 0) {
-        LZ_TRY(lz_launch(c, "swiglu", swiglu_vec_kernel<T>, dim3((unsigned)vec_grid(c, n_vec)), dim3(256), 0, out, gate,
-                         up, n_vec));
+        LZ_TRY(lz_launch(c, "swiglu", swiglu_vec_kernel<T, false>, dim3((unsigned)lz_vec_grid(c, n_vec)), dim3(256), 0,
+                         out, gate, up, n_vec, n_vec, n_vec));
     }
     if (done < n) {
         LZ_TRY(lz_launch(c, "swiglu", swiglu_kernel<T>, dim3((unsigned)grid_for(n - done, 256)), dim3(256), 0,
                          out + done, gate + done, up + done, n - done));
     }
     return LZ_OK;
+}
+
+template <typename T>
+lz_status swiglu_rows_forward(lz_cuda_ctx *c, T *out, const T *gate, const T *up, int rows, int cols, int ld) {
+    constexpr int V = vec16<T>::N;
+    if (cols % V != 0 || ld % V != 0 || !lz_aligned16(out, gate, up))
+        return lz_fail(LZ_ERR_INTERNAL, "swiglu rows: %d columns %d apart are not whole aligned 16-byte vectors", cols, ld);
+    const size_t n_vec = (size_t)rows * (cols / V);
+    return lz_launch(c, "swiglu", swiglu_vec_kernel<T, true>, dim3((unsigned)lz_vec_grid(c, n_vec)), dim3(256), 0, out,
+                     gate, up, n_vec, (size_t)(cols / V), (size_t)(ld / V));
 }
 
 template <typename T> lz_status gather_rows_forward(lz_cuda_ctx *c, T *out, const T *x, const int32_t *rows, int n, int C) {
@@ -438,6 +449,7 @@ lz_status linear_accumulate_forward(lz_cuda_ctx *c, T *y, const T *x, const T *w
     template lz_status rmsnorm_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, int, int, float);  \
     template lz_status add_forward<T>(lz_cuda_ctx *, T *, const T *, size_t);                          \
     template lz_status swiglu_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, size_t);            \
+    template lz_status swiglu_rows_forward<T>(lz_cuda_ctx *, T *, const T *, const T *, int, int, int); \
     template lz_status gather_rows_forward<T>(lz_cuda_ctx *, T *, const T *, const int32_t *, int, int); \
     template lz_status log_sigmoid_forward<T>(lz_cuda_ctx *, T *, const T *, int);                     \
     template lz_status argmax_rows_forward<T>(lz_cuda_ctx *, int32_t *, const T *, int, int);          \

@@ -548,33 +548,34 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
     for (int i = 0; i < count; i++)
         together &= ws[i]->cols == ws[0]->cols && ws[i]->cols % (16 / sizeof(T)) == 0;
     if (!together) {
-        // unit 0: the first `run` layers as one product where their weights were joined (linear_joined.cu),
-        // else layer 0; unit u > 0: layer first + u - 1
-        const int run = linear_joined_run<T>(c, count, outs, ws, biases, n), first = run >= 2 ? run : 1;
-        const int units = count - first + 1;
-        auto one = [&](int u) {
-            if (u == 0 && run >= 2)
-                return linear_joined_forward<T>(c, run, outs, x, ws, n);
-            const int i = u == 0 ? 0 : first + u - 1;
+        // the first layers as one product where their weights were joined at load (linear_joined.cu); the
+        // rest (a Lizard layer's gate) after it on the main stream: beside it on a side stream measured
+        // 0.9-1.5% slower at 4-64 sequences (H200, 8B shapes, session 23)
+        const int run = linear_joined_run<T>(c, count, outs, ws, biases, n);
+        if (run >= 2) {
+            LZ_TRY(linear_joined_forward<T>(c, run, outs, x, ws, n));
+            return run == count ? LZ_OK
+                                : linear_many_forward<T>(c, count - run, outs + run, x, ws + run,
+                                                         biases ? biases + run : NULL, n);
+        }
+        auto one = [&](int i) {
             const lz_weight *b = biases ? biases[i] : NULL;
             return linear_forward<T>(c, (T *)outs[i], x, (const T *)ws[i]->data, b && b->data ? (const T *)b->data : NULL,
                                      n, (int)ws[i]->cols, (int)ws[i]->rows);
         };
-        // side by side (LIZARD_FORK): q, k, v and the gate (3 or 4 layers), or the MLP's gate and up (2).
-        // Not after a joined product: a Lizard layer's gate after it on the main stream measured 0.9-1.5%
-        // faster at 4-64 sequences than beside it (H200, 8B shapes, session 23).
+        // side by side (LIZARD_FORK): q, k, v and the gate (3 or 4 layers), or the MLP's gate and up (2)
         const unsigned op = count >= 3 ? LZ_FORK_QKV : LZ_FORK_MLP;
-        const int sides = units - 1 < LZ_SIDE_STREAMS ? units - 1 : LZ_SIDE_STREAMS;
-        if (sides < 1 || !(c->fork_ops & op) || n > c->fork_tokens || run >= 2) {
-            for (int u = 0; u < units; u++)
-                LZ_TRY(one(u));
+        const int sides = count - 1 < LZ_SIDE_STREAMS ? count - 1 : LZ_SIDE_STREAMS;
+        if (sides < 1 || !(c->fork_ops & op) || n > c->fork_tokens) {
+            for (int i = 0; i < count; i++)
+                LZ_TRY(one(i));
             return LZ_OK;
         }
         LZ_TRY(lz_cuda_fork(c, sides));
-        lz_status s = one(0); // the first (q, the largest, or the joined ones) on the main stream, launched first
-        for (int u = 1; u < units && s == LZ_OK; u++) {
-            lz_on_side side(c, (u - 1) % sides);
-            s = one(u);
+        lz_status s = one(0); // the first (q, the largest) on the main stream, launched first
+        for (int i = 1; i < count && s == LZ_OK; i++) {
+            lz_on_side side(c, (i - 1) % sides);
+            s = one(i);
         }
         const lz_status j = lz_cuda_join(c, sides); // joined even after a failure: a recording must end
         return s != LZ_OK ? s : j;

@@ -5,6 +5,8 @@
 #ifndef LZ_CUDA_COMMON_CUH
 #define LZ_CUDA_COMMON_CUH
 
+#include <stdint.h>       // uintptr_t
+
 #include <cublas_v2.h>    // cublasStatus_t
 #include <cuda_bf16.h>    // __nv_bfloat16
 #include <cuda_runtime.h> // cudaError_t
@@ -99,6 +101,11 @@ template <> struct vec16<float> {
         dst[0] = f.x, dst[1] = f.y, dst[2] = f.z, dst[3] = f.w;
     }
 };
+
+// Whether every given pointer is 16-byte aligned (the vector kernels' loads and stores)
+static inline bool lz_aligned16(const void *a, const void *b = NULL, const void *c = NULL) {
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
+}
 
 // 16 bytes of floats back to T (the destination 16-byte aligned)
 __device__ __forceinline__ void store16(float *dst, const float *v) { *(float4 *)dst = make_float4(v[0], v[1], v[2], v[3]); }

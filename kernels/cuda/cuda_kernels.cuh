@@ -97,6 +97,11 @@ template <typename T>
 lz_status linear_accumulate_forward(lz_cuda_ctx *c, T *y, const T *x, const T *w, int n, int in, int out_features);
 template <typename T> lz_status add_forward(lz_cuda_ctx *c, T *y, const T *x, size_t n);
 template <typename T> lz_status swiglu_forward(lz_cuda_ctx *c, T *out, const T *gate, const T *up, size_t n);
+// out [rows][cols] = silu(gate) * up with gate and up rows ld elements apart (cols and ld whole 16-byte vectors)
+template <typename T>
+lz_status swiglu_rows_forward(lz_cuda_ctx *c, T *out, const T *gate, const T *up, int rows, int cols, int ld);
+// Blocks of 256 threads for a grid-stride kernel over n_vec 16-byte vectors (basic.cu)
+int lz_vec_grid(const lz_cuda_ctx *c, size_t n_vec);
 template <typename T> lz_status argmax_rows_forward(lz_cuda_ctx *c, int32_t *ids, const T *x, int n, int C);
 // sample_rows (sample_rows.cu): a row's lz_sample_row as the kernel reads it,
 // computed on the host the way kernels/cpu/sample_rows.c computes it.

@@ -87,13 +87,8 @@ __global__ void __launch_bounds__(GR_THREADS, 1)
     uint64_t *full = (uint64_t *)(red + L.red_floats()), *empty = full + GR_MAX_STAGES;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int n_items = ncx * p.Hs * p.n_seqs;
-    if (tid == 0) {
-        for (int j = 0; j < stages; j++) {
-            lz_mbar_init(&full[j], 1);
-            lz_mbar_init(&empty[j], GR_WARPS);
-        }
-        lz_fence_proxy_async(); // (the initialisations, before the copy engine signals the barriers)
-    }
+    if (tid == 0)
+        lz_stage_ring_init(full, empty, stages, GR_WARPS);
     __syncthreads();
 
     if (warp == GR_WARPS) { // the producer

@@ -7,10 +7,9 @@
 // these shapes were 0-11% faster than the default (k and v alone 16-21%, still ~12 us), so the gain is in
 // the joining, not in the choice.
 // The product lands in ctx->joined_out ([n][rows of all the layers]); a small kernel then hands each
-// layer its columns (or SwiGLU reads gate and up from both halves of a row), since the ops after it
-// take each layer's output as its own dense array.
+// layer its columns (or SwiGLU reads gate and up from both halves of a row: swiglu_rows_forward), since
+// the ops after it take each layer's output as its own dense array.
 #include <limits.h> // INT_MAX
-#include <stdint.h> // uintptr_t
 
 #include "linear_joined.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
@@ -36,36 +35,10 @@ __global__ void joined_split_kernel(const uint4 *in, lz_join_split p, int n) {
     }
 }
 
-// out[t][j] = silu(in[t][j]) * in[t][I + j], one thread per 16-byte vector of out (half_vecs a row).
-template <typename T> __global__ void swiglu_joined_kernel(T *out, const T *in, int n, int half_vecs) {
-    constexpr int V = vec16<T>::N;
-    lz_pdl_wait();
-    lz_pdl_launch_dependents();
-    const int total = n * half_vecs;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        const int t = i / half_vecs, j = i - t * half_vecs;
-        const T *row = in + (size_t)t * 2 * half_vecs * V;
-        float g[V], u[V];
-        vec16<T>::load(g, row + (size_t)j * V);
-        vec16<T>::load(u, row + (size_t)(half_vecs + j) * V);
-#pragma unroll
-        for (int e = 0; e < V; e++)
-            g[e] = lz_swiglu(g[e], u[e]);
-        store16(out + (size_t)i * V, g);
-    }
-}
-
-static unsigned grid_of(const lz_cuda_ctx *c, int total) {
-    const int g = (total + 255) / 256, cap = c->n_sms * 8;
-    return (unsigned)(g < 1 ? 1 : g > cap ? cap : g);
-}
-
 template <typename T> static bool follows(const lz_weight *a, const lz_weight *b) {
     return a->cols == b->cols && a->data &&
            (const char *)b->data == (const char *)a->data + (size_t)a->rows * (size_t)a->cols * sizeof(T);
 }
-
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 // A step the joined product may take: 1 .. LIZARD_JOIN_TOKENS tokens, on the main stream (the one
 // joined_out belongs to), with an output buffer that holds its n x rows elements (of es bytes) and
@@ -87,7 +60,7 @@ int linear_joined_run(const lz_cuda_ctx *c, int count, void *const *outs, const 
     if (run < 2 || !joined_step(c, n, rows, sizeof(T)))
         return 0;
     for (int i = 0; i < run; i++)
-        if ((biases && biases[i] && biases[i]->data) || ws[i]->rows % V != 0 || !aligned16(outs[i]))
+        if ((biases && biases[i] && biases[i]->data) || ws[i]->rows % V != 0 || !lz_aligned16(outs[i]))
             return 0;
     return run;
 }
@@ -107,8 +80,8 @@ lz_status linear_joined_forward(lz_cuda_ctx *c, int run, void *const *outs, cons
     p.row_vecs = rows / V;
     T *joined = (T *)c->joined_out;
     LZ_TRY(linear_forward<T>(c, joined, x, (const T *)ws[0]->data, NULL, n, (int)ws[0]->cols, rows));
-    return lz_launch(c, "joined split", joined_split_kernel, dim3(grid_of(c, n * p.row_vecs)), dim3(256), 0,
-                     (const uint4 *)joined, p, n);
+    return lz_launch(c, "joined split", joined_split_kernel, dim3((unsigned)lz_vec_grid(c, (size_t)n * p.row_vecs)),
+                     dim3(256), 0, (const uint4 *)joined, p, n);
 }
 
 template <typename T>
@@ -116,24 +89,21 @@ bool swiglu_joined_takes(const lz_cuda_ctx *c, T *out, const lz_weight *wg, cons
                          const lz_weight *bu, int n) {
     constexpr int V = 16 / sizeof(T);
     return wg->rows == wu->rows && follows<T>(wg, wu) && !(bg && bg->data) && !(bu && bu->data) &&
-           wg->rows % V == 0 && aligned16(out) && joined_step(c, n, 2 * (size_t)wg->rows, sizeof(T));
+           wg->rows % V == 0 && lz_aligned16(out) && joined_step(c, n, 2 * (size_t)wg->rows, sizeof(T));
 }
 
 template <typename T>
 lz_status swiglu_joined_forward(lz_cuda_ctx *c, T *out, const T *x, const lz_weight *wg, int n) {
-    constexpr int V = 16 / sizeof(T);
     const int I = (int)wg->rows;
     T *joined = (T *)c->joined_out;
     LZ_TRY(linear_forward<T>(c, joined, x, (const T *)wg->data, NULL, n, (int)wg->cols, 2 * I));
-    return lz_launch(c, "joined swiglu", swiglu_joined_kernel<T>, dim3(grid_of(c, n * (I / V))), dim3(256), 0, out,
-                     (const T *)joined, n, I / V);
+    return swiglu_rows_forward<T>(c, out, joined, joined + I, n, I, 2 * I);
 }
 
 lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_t es) {
     if (c->join_tokens < 1 || count < 2 || count > LZ_JOIN_MAX_LAYERS)
         return LZ_OK;
     size_t bytes[LZ_JOIN_MAX_LAYERS], total = 0, rows = 0;
-    bool joined = true;
     for (int i = 0; i < count; i++) {
         const lz_weight *w = ws[i];
         if (!w->data || !w->owned || w->cols != ws[0]->cols || w->dtype != ws[0]->dtype)
@@ -142,9 +112,8 @@ lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_
         if (bytes[i] % 256 != 0) // each layer's rows stay aligned as cudaMalloc's would be
             return LZ_OK;
         total += bytes[i], rows += (size_t)w->rows;
-        joined &= i == 0 || (const char *)w->data == (const char *)ws[i - 1]->data + bytes[i - 1];
     }
-    if (rows > INT_MAX || joined)
+    if (rows > INT_MAX)
         return LZ_OK;
     // the product's output first: without it the joined weights would never be used
     const size_t out_bytes = (size_t)c->join_tokens * rows * es;

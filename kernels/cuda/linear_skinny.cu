@@ -117,13 +117,8 @@ __global__ void __launch_bounds__(SK_THREADS, 1) linear_skinny_kernel(const __gr
     int *last_flag = (int *)(empty + SK_MAX_STAGES);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int begin = sk_first_iteration(b, G, T), end = sk_first_iteration(b + 1, G, T);
-    if (tid == 0) {
-        for (int j = 0; j < stages; j++) {
-            lz_mbar_init(&full[j], 1);
-            lz_mbar_init(&empty[j], SK_WARPS);
-        }
-        lz_fence_proxy_async(); // (the initialisations, before the copy engine signals the barriers)
-    }
+    if (tid == 0)
+        lz_stage_ring_init(full, empty, stages, SK_WARPS);
     __syncthreads();
 
     if (warp == SK_WARPS) { // the producer

@@ -76,6 +76,17 @@ __device__ __forceinline__ void lz_mbar_arrive(uint64_t *bar) {
 // async-proxy ones (wgmma's reads, the copy engine's writes), and a barrier's initialisation before
 // the copy engine signals it: in each writing thread, before the barrier.
 __device__ __forceinline__ void lz_fence_proxy_async() { LZ_SM90_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// One thread's set-up of a ring of stages (lz_stage_slot): each stage's full barrier completed by one
+// arrival (the producer's, with the copies' bytes), its empty barrier by `consumers` (each consumer
+// warp giving it back); then the fence that orders the initialisations before the copy engine signals
+// the barriers.
+__device__ __forceinline__ void lz_stage_ring_init(uint64_t *full, uint64_t *empty, int stages, unsigned consumers) {
+    for (int j = 0; j < stages; j++) {
+        lz_mbar_init(&full[j], 1);
+        lz_mbar_init(&empty[j], consumers);
+    }
+    lz_fence_proxy_async();
+}
 // A box of a 4-d tensor (map: a __grid_constant__ CUtensorMap) at coordinates c0..c3 (innermost
 // first) into shared memory at dst, completing on bar.
 __device__ __forceinline__ void lz_tma_load_4d(void *dst, const void *map, int c0, int c1, int c2, int c3, uint64_t *bar) {

@@ -114,13 +114,8 @@ __global__ void __launch_bounds__(WR_THREADS, 1)
     const size_t stage_bytes = L.stage_bytes(), ring_row = (size_t)Hkv * D;
     unsigned char *fixed = sm + stages * stage_bytes;
     uint64_t *full = (uint64_t *)(fixed + 2 * L.score_bytes() + 2 * 32), *empty = full + WR_MAX_STAGES;
-    if (tid == 0) {
-        for (int j = 0; j < stages; j++) {
-            lz_mbar_init(&full[j], 1);
-            lz_mbar_init(&empty[j], WR_WARPS);
-        }
-        lz_fence_proxy_async(); // (the initialisations, before the copy engine signals the barriers)
-    }
+    if (tid == 0)
+        lz_stage_ring_init(full, empty, stages, WR_WARPS);
     // rows w .. rows - 1 of every stage: zeros (the copies write rows below w only)
     for (int e = tid; e < stages * 2 * HALVES * (rows - w) * 8; e += blockDim.x) {
         const int c = e % 8, r = w + (e / 8) % (rows - w), blk = e / (8 * (rows - w));
