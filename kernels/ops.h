@@ -25,6 +25,8 @@ typedef struct {
     lz_dtype dtype;
     int64_t rows, cols;
     bool owned; /* false: points into the checkpoint's mapping (zero copy) */
+    int64_t block_rows; /* join_weights: rows of the joined block this weight begins, padding included
+                           (0: it begins none) */
 } lz_weight;
 
 /* The sequences of one step: sequence s owns activation rows
@@ -86,8 +88,9 @@ typedef struct lz_ops {
     void (*free_weight)(lz_backend *be, lz_weight *w);
     /* Optional: lays weights of one width and type (each owning its memory) one after another in one
      * allocation, in order, so that layers of one input may run as one product. Each stays its own
-     * lz_weight (the first owns the block; free them together). Best effort: weights it cannot join
-     * (memory, shapes) stay as they were. */
+     * lz_weight (the first owns the block and records its rows; free them together). The block may end
+     * in a layer of few rows (a Lizard layer's gate: 1), padded with zero rows. Best effort: weights it
+     * cannot join (memory, shapes) stay as they were. */
     lz_status (*join_weights)(lz_backend *be, int count, lz_weight *const *ws);
     /* A weight [rows, cols] of random values (uniform, given mean and std),
      * made where it lives: benchmarks start in seconds without files. */

@@ -37,7 +37,7 @@ static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_
     const lz_st_tensor *t;
     LZ_TRY(lz_weights_expect(&L->m->ckpt, name, ndim, shape, &t));
     if (L->describe) {
-        *out = (lz_weight){NULL, t->dtype, rows, cols, false};
+        *out = (lz_weight){NULL, t->dtype, rows, cols, false, 0};
         return LZ_OK;
     }
     return L->m->ops->upload_weight(L->m->be, t, rows, cols, out);
@@ -141,6 +141,24 @@ static lz_status check_limits(const lz_config *c) {
     return LZ_OK;
 }
 
+/* A layer that runs as Lizard: its dimensions and weights (name: its first Lizard tensor's). */
+static lz_status load_lizard_layer(loader *L, lz_layer *ly, const char *p, const char *name) {
+    lz_model *m = L->m;
+    const lz_config *c = &m->cfg;
+    const int i = ly->index;
+    if (!c->has_lizard)
+        return lz_fail(LZ_ERR_INPUT, "%s: layer %d would run as Lizard but config.json has no \"lizard\" block",
+                       m->ckpt.dir, i);
+    if (!ly->has_lizard)
+        return lz_fail(LZ_ERR_INPUT, "%s: layer %d runs as Lizard but tensor '%s' is missing", m->ckpt.dir, i, name);
+    ly->dims.feature_dim = c->lizard.feature_dim;
+    ly->dims.window = c->lizard.window_size;
+    ly->dims.n_meta = c->lizard.num_meta_tokens;
+    ly->dims.gla_normalize = c->lizard.gla_normalize;
+    L->param_count = &m->n_params_lizard;
+    return load_lizard(L, ly, p);
+}
+
 static lz_status load_layer(loader *L, int i) {
     lz_model *m = L->m;
     const lz_config *c = &m->cfg;
@@ -158,24 +176,14 @@ static lz_status load_layer(loader *L, int i) {
     L->param_count = &m->n_params_teacher;
     LZ_TRY(load_attention(L, ly, p));
     LZ_TRY(load_mlp(L, ly, p));
-    if (!L->describe && m->ops->join_weights) { /* q, k, v and gate, up each read one input */
-        lz_weight *qkv[3] = {&ly->wq, &ly->wk, &ly->wv}, *mlp[2] = {&ly->w_gate, &ly->w_up};
-        LZ_TRY(m->ops->join_weights(m->be, 3, qkv));
+    if (!ly->run_softmax)
+        LZ_TRY(load_lizard_layer(L, ly, p, name));
+    if (!L->describe && m->ops->join_weights) { /* q, k, v (and a Lizard gate) and gate, up each read one input */
+        lz_weight *qkv[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->gate}, *mlp[2] = {&ly->w_gate, &ly->w_up};
+        LZ_TRY(m->ops->join_weights(m->be, ly->run_softmax ? 3 : 4, qkv));
         LZ_TRY(m->ops->join_weights(m->be, 2, mlp));
     }
-    if (ly->run_softmax)
-        return LZ_OK;
-    if (!c->has_lizard)
-        return lz_fail(LZ_ERR_INPUT, "%s: layer %d would run as Lizard but config.json has no \"lizard\" block",
-                       m->ckpt.dir, i);
-    if (!ly->has_lizard)
-        return lz_fail(LZ_ERR_INPUT, "%s: layer %d runs as Lizard but tensor '%s' is missing", m->ckpt.dir, i, name);
-    ly->dims.feature_dim = c->lizard.feature_dim;
-    ly->dims.window = c->lizard.window_size;
-    ly->dims.n_meta = c->lizard.num_meta_tokens;
-    ly->dims.gla_normalize = c->lizard.gla_normalize;
-    L->param_count = &m->n_params_lizard;
-    return load_lizard(L, ly, p);
+    return LZ_OK;
 }
 
 static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bool random, bool describe,
@@ -252,7 +260,7 @@ static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bo
         if ((st = load_vector(&L, "model.norm.weight", H, &m->final_norm)) != LZ_OK)
             goto fail;
         if (cfg->tie_word_embeddings)
-            m->lm_head = (lz_weight){m->embed.data, m->embed.dtype, V, H, false};
+            m->lm_head = (lz_weight){m->embed.data, m->embed.dtype, V, H, false, 0};
         else if ((st = load_matrix(&L, "lm_head.weight", V, H, &m->lm_head)) != LZ_OK)
             goto fail;
     }

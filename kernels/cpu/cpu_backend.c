@@ -31,7 +31,7 @@ static lz_status cpu_upload_weight(lz_backend *be, const lz_st_tensor *src, int6
     if (rows * cols != src->numel)
         return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,
                        (long long)src->numel, (long long)rows, (long long)cols);
-    *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, false};
+    *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, false, 0};
     if (src->dtype == LZ_DTYPE_F32 && ((uintptr_t)src->data % sizeof(float)) == 0) {
         out->data = (void *)src->data; // zero copy: the mapping outlives the model
         return LZ_OK;
@@ -54,7 +54,7 @@ static float random_value(uint64_t seed, uint64_t i) {
 static lz_status cpu_random_weight(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,
                                    lz_weight *out) {
     const size_t n = (size_t)(rows * cols);
-    *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, true};
+    *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, true, 0};
     LZ_TRY(cpu_alloc(be, sizeof(float) * n, &out->data));
     float *w = out->data;
     const float a = std * 1.7320508f; // uniform [-a, a] has std a / sqrt(3)

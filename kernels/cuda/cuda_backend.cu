@@ -126,7 +126,7 @@ static lz_status cuda_upload_weight(lz_backend *be, const lz_st_tensor *src, int
     if (rows * cols != src->numel)
         return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,
                        (long long)src->numel, (long long)rows, (long long)cols);
-    *out = (lz_weight){NULL, be->dtype, rows, cols, true};
+    *out = (lz_weight){NULL, be->dtype, rows, cols, true, 0};
     const size_t n = (size_t)src->numel, es = elem_size(be), piece = (size_t)1 << 24;
     LZ_TRY(cuda_alloc(be, n * es, &out->data));
     if (src->dtype == be->dtype) { // same type: straight from the mapping
@@ -163,7 +163,7 @@ static void cuda_free_weight(lz_backend *be, lz_weight *w) {
 
 static lz_status cuda_random_weight(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,
                                     lz_weight *out) {
-    *out = (lz_weight){NULL, be->dtype, rows, cols, true};
+    *out = (lz_weight){NULL, be->dtype, rows, cols, true, 0};
     const size_t n = (size_t)(rows * cols);
     LZ_TRY(cuda_alloc(be, n * elem_size(be), &out->data));
     if (be->dtype == LZ_DTYPE_BF16)
@@ -548,9 +548,8 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
     for (int i = 0; i < count; i++)
         together &= ws[i]->cols == ws[0]->cols && ws[i]->cols % (16 / sizeof(T)) == 0;
     if (!together) {
-        // the first layers as one product where their weights were joined at load (linear_joined.cu); the
-        // rest (a Lizard layer's gate) after it on the main stream: beside it on a side stream measured
-        // 0.9-1.5% slower at 4-64 sequences (H200, 8B shapes, session 23)
+        // the first layers as one product where their weights were joined at load (linear_joined.cu: q, k,
+        // v and a Lizard layer's gate); the rest (layers not joined) after it on the main stream
         const int run = linear_joined_run<T>(c, count, outs, ws, biases, n);
         if (run >= 2) {
             LZ_TRY(linear_joined_forward<T>(c, run, outs, x, ws, n));

@@ -14,15 +14,17 @@
 #include "linear_joined.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
 
-// Where each layer's columns go: layer s takes 16-byte vectors [end[s - 1], end[s]) of a joined row.
+// Where each layer's columns go: layer s takes 16-byte vectors [end[s - 1], end[s]) of a joined row, of
+// which its first rows[s] elements (all but in a last layer of fewer rows than a vector's multiple).
 struct lz_join_split {
     void *out[LZ_JOIN_MAX_LAYERS];
-    int end[LZ_JOIN_MAX_LAYERS];
+    int end[LZ_JOIN_MAX_LAYERS], rows[LZ_JOIN_MAX_LAYERS];
     int row_vecs; // 16-byte vectors in a joined row (= end[count - 1])
 };
 
 // One thread per 16-byte vector of the joined [n][row_vecs] output, copied to its layer's row.
-__global__ void joined_split_kernel(const uint4 *in, lz_join_split p, int n) {
+template <typename T> __global__ void joined_split_kernel(const uint4 *in, lz_join_split p, int n) {
+    constexpr int V = 16 / sizeof(T);
     lz_pdl_wait();
     lz_pdl_launch_dependents();
     const int total = n * p.row_vecs;
@@ -31,7 +33,15 @@ __global__ void joined_split_kernel(const uint4 *in, lz_join_split p, int n) {
         int s = 0, start = 0;
         while (v >= p.end[s]) // (v < end[count - 1], so s stays below count)
             start = p.end[s++];
-        ((uint4 *)p.out[s])[(size_t)t * (p.end[s] - start) + (v - start)] = in[i];
+        const int col = (v - start) * V, rows = p.rows[s];
+        const uint4 r = in[i];
+        if (rows % V == 0) {
+            *(uint4 *)((T *)p.out[s] + (size_t)t * rows + col) = r;
+        } else { // the last layer, off the vectors (a Lizard gate: one row); the rest is the block's padding
+            const T *e = (const T *)&r;
+            for (int j = 0; j < V && col + j < rows; j++)
+                ((T *)p.out[s])[(size_t)t * rows + col + j] = e[j];
+        }
     }
 }
 
@@ -49,18 +59,24 @@ static bool joined_step(const lz_cuda_ctx *c, int n, size_t rows, size_t es) {
            elems * es <= c->joined_bytes;
 }
 
+static size_t round_up(size_t x, size_t to) {
+    return (x + to - 1) / to * to;
+}
+
 template <typename T>
 int linear_joined_run(const lz_cuda_ctx *c, int count, void *const *outs, const lz_weight *const *ws,
                       const lz_weight *const *biases, int n) {
     constexpr int V = 16 / sizeof(T);
+    const size_t block = ws[0]->block_rows > 0 ? (size_t)ws[0]->block_rows : 0;
     int run = 1;
     size_t rows = (size_t)ws[0]->rows;
-    while (run < count && run < LZ_JOIN_MAX_LAYERS && follows<T>(ws[run - 1], ws[run]))
+    while (run < count && run < LZ_JOIN_MAX_LAYERS && ws[run - 1]->rows % V == 0 && follows<T>(ws[run - 1], ws[run]) &&
+           rows + (size_t)ws[run]->rows <= block)
         rows += (size_t)ws[run++]->rows;
-    if (run < 2 || !joined_step(c, n, rows, sizeof(T)))
+    if (run < 2 || round_up(rows, V) > block || !joined_step(c, n, round_up(rows, V), sizeof(T)))
         return 0;
     for (int i = 0; i < run; i++)
-        if ((biases && biases[i] && biases[i]->data) || ws[i]->rows % V != 0 || !lz_aligned16(outs[i]))
+        if ((biases && biases[i] && biases[i]->data) || (ws[i]->rows % V == 0 && !lz_aligned16(outs[i])))
             return 0;
     return run;
 }
@@ -73,14 +89,15 @@ lz_status linear_joined_forward(lz_cuda_ctx *c, int run, void *const *outs, cons
     int rows = 0;
     for (int i = 0; i < run; i++) {
         rows += (int)ws[i]->rows;
-        p.out[i] = outs[i], p.end[i] = rows / V;
+        p.out[i] = outs[i], p.end[i] = (int)round_up(rows, V) / V, p.rows[i] = (int)ws[i]->rows;
     }
     for (int i = run; i < LZ_JOIN_MAX_LAYERS; i++)
         p.end[i] = INT_MAX;
-    p.row_vecs = rows / V;
+    const int product_rows = (int)round_up(rows, V); // (the block's zero rows fill a gate's last vector)
+    p.row_vecs = product_rows / V;
     T *joined = (T *)c->joined_out;
-    LZ_TRY(linear_forward<T>(c, joined, x, (const T *)ws[0]->data, NULL, n, (int)ws[0]->cols, rows));
-    return lz_launch(c, "joined split", joined_split_kernel, dim3((unsigned)lz_vec_grid(c, (size_t)n * p.row_vecs)),
+    LZ_TRY(linear_forward<T>(c, joined, x, (const T *)ws[0]->data, NULL, n, (int)ws[0]->cols, product_rows));
+    return lz_launch(c, "joined split", joined_split_kernel<T>, dim3((unsigned)lz_vec_grid(c, (size_t)n * p.row_vecs)),
                      dim3(256), 0, (const uint4 *)joined, p, n);
 }
 
@@ -88,7 +105,8 @@ template <typename T>
 bool swiglu_joined_takes(const lz_cuda_ctx *c, T *out, const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
                          const lz_weight *bu, int n) {
     constexpr int V = 16 / sizeof(T);
-    return wg->rows == wu->rows && follows<T>(wg, wu) && !(bg && bg->data) && !(bu && bu->data) &&
+    return wg->rows == wu->rows && follows<T>(wg, wu) && wg->block_rows >= 2 * wg->rows && !(bg && bg->data) &&
+           !(bu && bu->data) &&
            wg->rows % V == 0 && lz_aligned16(out) && joined_step(c, n, 2 * (size_t)wg->rows, sizeof(T));
 }
 
@@ -109,14 +127,17 @@ lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_
         if (!w->data || !w->owned || w->cols != ws[0]->cols || w->dtype != ws[0]->dtype)
             return LZ_OK;
         bytes[i] = (size_t)w->rows * (size_t)w->cols * es;
-        if (bytes[i] % 256 != 0) // each layer's rows stay aligned as cudaMalloc's would be
+        if (i < count - 1 && bytes[i] % 256 != 0) // each layer's rows stay aligned as cudaMalloc's would be
             return LZ_OK;
         total += bytes[i], rows += (size_t)w->rows;
     }
-    if (rows > INT_MAX)
+    // zero rows up to a multiple of LZ_JOIN_ROW_ALIGN, so that a last layer of few rows (the Lizard gate)
+    // fills whole 16-byte vectors of the product
+    const size_t block_rows = round_up(rows, LZ_JOIN_ROW_ALIGN), pad = (block_rows - rows) * (size_t)ws[0]->cols * es;
+    if (block_rows > INT_MAX)
         return LZ_OK;
     // the product's output first: without it the joined weights would never be used
-    const size_t out_bytes = (size_t)c->join_tokens * rows * es;
+    const size_t out_bytes = (size_t)c->join_tokens * block_rows * es;
     if (out_bytes > c->joined_bytes) {
         void *p = NULL;
         if (cudaMalloc(&p, out_bytes) != cudaSuccess) {
@@ -130,7 +151,7 @@ lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_
         c->joined_out = p, c->joined_bytes = out_bytes, c->buffers_moved = true;
     }
     char *block = NULL;
-    if (cudaMalloc((void **)&block, total) != cudaSuccess) {
+    if (cudaMalloc((void **)&block, total + pad) != cudaSuccess) {
         cudaGetLastError();
         return LZ_OK;
     }
@@ -138,6 +159,8 @@ lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_
     cudaError_t e = cudaSuccess;
     for (int i = 0; i < count && e == cudaSuccess; off += bytes[i++])
         e = cudaMemcpyAsync(block + off, ws[i]->data, bytes[i], cudaMemcpyDeviceToDevice, c->stream);
+    if (e == cudaSuccess && pad)
+        e = cudaMemsetAsync(block + total, 0, pad, c->stream);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) {
@@ -149,6 +172,7 @@ lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_
         LZ_CUDA_TRY(cudaFree(ws[i]->data));
         ws[i]->data = block + off;
         ws[i]->owned = i == 0; // the first frees the block
+        ws[i]->block_rows = i == 0 ? (int64_t)block_rows : 0;
     }
     return LZ_OK;
 }

@@ -6,16 +6,19 @@
 
 #include "cuda_kernels.cuh"
 
-enum { LZ_JOIN_TOKENS_DEFAULT = 256, LZ_JOIN_TOKENS_MAX = 1024, LZ_JOIN_MAX_LAYERS = 4 };
+// ROW_ALIGN: a joined block's rows are padded to a multiple of it (16 bytes of bf16, 32 of fp32).
+enum { LZ_JOIN_TOKENS_DEFAULT = 256, LZ_JOIN_TOKENS_MAX = 1024, LZ_JOIN_MAX_LAYERS = 4, LZ_JOIN_ROW_ALIGN = 8 };
 
 // Moves ws[0 .. count - 1] (same width and type, each owning its memory) into one allocation, in
-// order, and grows ctx->joined_out to take their product at LIZARD_JOIN_TOKENS tokens. Best effort:
+// order, followed by zero rows up to a multiple of LZ_JOIN_ROW_ALIGN (ws[0]->block_rows says how many
+// in all), and grows ctx->joined_out to take their product at LIZARD_JOIN_TOKENS tokens. Best effort:
 // with too little memory, or weights it cannot join, they stay as they were.
 lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_t elem_size);
 void lz_joined_destroy(lz_cuda_ctx *c);
 
-// How many of the first layers run as one product at this step: 0, or 2 .. count layers whose
-// weights are contiguous, without biases, at 1 .. LIZARD_JOIN_TOKENS tokens, on the main stream.
+// How many of the first layers run as one product at this step: 0, or 2 .. count layers of one
+// joined block (ws[0] begins it), without biases, at 1 .. LIZARD_JOIN_TOKENS tokens, on the main
+// stream; a layer whose rows are not whole 16-byte vectors (the Lizard gate) can only end a run.
 template <typename T>
 int linear_joined_run(const lz_cuda_ctx *c, int count, void *const *outs, const lz_weight *const *ws,
                       const lz_weight *const *biases, int n);

@@ -455,9 +455,10 @@ static void test_skinny_linear(backend *c, const char *blocks) {
 }
 
 /* linear_joined.cu: q, k, v (and gate, up) joined into one allocation by the backend's join_weights, then
- * linear_many with the three plus a one-row layer (the Lizard gate, not joined) and norm_swiglu against the
- * CPU, at steps the joined product takes (2 .. LIZARD_JOIN_TOKENS=64; the GEMV at one token only) and beyond it (65),
- * outputs poisoned. The join itself is checked: the weights lie one after another afterwards. */
+ * linear_many and norm_swiglu against the CPU, at steps the joined product takes (2 .. LIZARD_JOIN_TOKENS=64;
+ * the GEMV at one token only) and beyond it (65), outputs poisoned. Twice: with a one-row layer (the Lizard
+ * gate) joined at the end of the block (its padding rows fill the product's last vector), and apart (run
+ * after the joined product). The join itself is checked: the weights lie one after another afterwards. */
 static void test_joined_linear(backend *c, lz_dtype dt) {
     backend gb, *g = &gb;
     char name[64], gemv_tokens[16];
@@ -477,59 +478,67 @@ static void test_joined_linear(backend *c, lz_dtype dt) {
     const int rows[L] = {136, 40, 40, 1}, steps[8] = {1, 2, 5, 9, 16, 37, 64, 65};
     float *hx = rand_host((size_t)NMAX * C, -2, 2), *hn = rand_host(C, 0.5f, 1.5f);
     float *hg = rand_host((size_t)I * C, -0.1f, 0.1f), *hu = rand_host((size_t)I * C, -0.1f, 0.1f);
-    layer_set ls;
-    layers_make(&ls, c, g, L, rows, C, NMAX);
-    float **hw = ls.hw;
-    lz_weight *cw = ls.cw, *gw = ls.gw;
-    void **co = ls.co, **go = ls.go;
+    const size_t es = g->ops->act_size;
+    void *cx = act(c, hx, (size_t)NMAX * C), *gx = act(g, hx, (size_t)NMAX * C);
+    for (int joined = 3; joined <= L; joined++) { // the one-row layer apart, then joined
+        layer_set ls;
+        layers_make(&ls, c, g, L, rows, C, NMAX);
+        float **hw = ls.hw;
+        lz_weight *cw = ls.cw, *gw = ls.gw;
+        void **co = ls.co, **go = ls.go;
+        lz_weight *qkv[L] = {&gw[0], &gw[1], &gw[2], &gw[3]};
+        CHECK_MSG(g->ops->join_weights(g->be, joined, qkv) == LZ_OK, "%s", lz_error_message());
+        CHECK_MSG(g->ops->join_weights(g->be, joined, qkv) == LZ_OK, "%s (joining again)", lz_error_message());
+        size_t off = 0;
+        for (int l = 1; l < joined; l++) {
+            off += (size_t)rows[l - 1] * C * es;
+            CHECK_MSG((char *)gw[l].data == (char *)gw[0].data + off, "%s: layer %d of %d not joined", name, l + 1, joined);
+        }
+        CHECK_MSG(gw[0].block_rows == (joined == L ? 224 : 216) && gw[1].block_rows == 0,
+                  "%s: block of %lld rows for %d layers", name, (long long)gw[0].block_rows, joined);
+        for (int si = 0; si < 8; si++) {
+            const int n = steps[si];
+            const lz_weight *cws[L] = {&cw[0], &cw[1], &cw[2], &cw[3]}, *gws[L] = {&gw[0], &gw[1], &gw[2], &gw[3]};
+            for (int count = 2; count <= L; count++) { // q, k; q, k, v; and the one-row layer
+                for (int l = 0; l < count; l++) { // poison: an element left unwritten stays NaN
+                    float *nan = rand_host((size_t)n * rows[l], NAN, NAN);
+                    CHECK(g->ops->act_from_host(g->be, go[l], nan, (size_t)n * rows[l]) == LZ_OK);
+                    free(nan);
+                }
+                BOTH(c->ops->linear_many(c->be, count, co, cx, cws, NULL, n),
+                     g->ops->linear_many(g->be, count, go, gx, gws, NULL, n));
+                for (int l = 0; l < count; l++) {
+                    char what[112];
+                    snprintf(what, sizeof what, "joined linear_many (%d of %d layers, %d joined, %d rows, %d tokens)", l + 1,
+                             count, joined, rows[l], n);
+                    if (rows[l] == 1)
+                        compare_dots(what, c, co[l], g, go[l], hx, hw[l], n, C, tol);
+                    else
+                        compare(what, c, co[l], g, go[l], (size_t)n * rows[l], tol);
+                }
+            }
+        }
+        layers_free(&ls, c, g);
+    }
     lz_weight cn = weight(c, hn, 1, C), gn = weight(g, hn, 1, C);
     lz_weight cg = weight(c, hg, I, C), gg = weight(g, hg, I, C), cu = weight(c, hu, I, C), gu = weight(g, hu, I, C);
-    lz_weight *qkv[3] = {&gw[0], &gw[1], &gw[2]}, *mlp[2] = {&gg, &gu};
-    CHECK_MSG(g->ops->join_weights(g->be, 3, qkv) == LZ_OK, "%s", lz_error_message());
+    lz_weight *mlp[2] = {&gg, &gu};
     CHECK_MSG(g->ops->join_weights(g->be, 2, mlp) == LZ_OK, "%s", lz_error_message());
-    CHECK_MSG(g->ops->join_weights(g->be, 3, qkv) == LZ_OK, "%s (joining again)", lz_error_message());
-    const size_t es = g->ops->act_size;
-    CHECK_MSG((char *)gw[1].data == (char *)gw[0].data + (size_t)rows[0] * C * es &&
-                  (char *)gw[2].data == (char *)gw[1].data + (size_t)rows[1] * C * es,
-              "%s: q, k, v not joined", name);
     CHECK_MSG((char *)gu.data == (char *)gg.data + (size_t)I * C * es, "%s: gate, up not joined", name);
-    void *cx = act(c, hx, (size_t)NMAX * C), *gx = act(g, hx, (size_t)NMAX * C);
-    for (int si = 0; si < 8; si++) {
+    for (int si = 0; si < 8 && g->ops->norm_swiglu; si++) {
         const int n = steps[si];
-        const lz_weight *cws[L] = {&cw[0], &cw[1], &cw[2], &cw[3]}, *gws[L] = {&gw[0], &gw[1], &gw[2], &gw[3]};
-        for (int count = 2; count <= L; count += 2) { // q, k; then q, k, v and the one-row layer
-            for (int l = 0; l < count; l++) { // poison: an element left unwritten stays NaN
-                float *nan = rand_host((size_t)n * rows[l], NAN, NAN);
-                CHECK(g->ops->act_from_host(g->be, go[l], nan, (size_t)n * rows[l]) == LZ_OK);
-                free(nan);
-            }
-            BOTH(c->ops->linear_many(c->be, count, co, cx, cws, NULL, n),
-                 g->ops->linear_many(g->be, count, go, gx, gws, NULL, n));
-            for (int l = 0; l < count; l++) {
-                char what[96];
-                snprintf(what, sizeof what, "joined linear_many (%d of %d layers, %d rows, %d tokens)", l + 1, count,
-                         rows[l], n);
-                if (rows[l] == 1)
-                    compare_dots(what, c, co[l], g, go[l], hx, hw[l], n, C, tol);
-                else
-                    compare(what, c, co[l], g, go[l], (size_t)n * rows[l], tol);
-            }
-        }
-        if (g->ops->norm_swiglu) {
-            void *cxn = act(c, NULL, (size_t)n * C), *gxn = act(g, NULL, (size_t)n * C);
-            void *cm = act(c, NULL, (size_t)n * I), *gm = act(g, NULL, (size_t)n * I);
-            void *cup = act(c, NULL, (size_t)n * I), *gup = act(g, NULL, (size_t)n * I);
-            BOTH(c->ops->norm_swiglu(c->be, cm, cxn, cup, cx, &cn, 1e-5f, &cg, NULL, &cu, NULL, n),
-                 g->ops->norm_swiglu(g->be, gm, gxn, gup, gx, &gn, 1e-5f, &gg, NULL, &gu, NULL, n));
-            char what[64];
-            snprintf(what, sizeof what, "joined norm_swiglu (%d tokens)", n);
-            compare(what, c, cm, g, gm, (size_t)n * I, tol);
-            void *bufs_c[] = {cxn, cm, cup}, *bufs_g[] = {gxn, gm, gup};
-            for (int i = 0; i < 3; i++)
-                c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
-        }
+        void *cxn = act(c, NULL, (size_t)n * C), *gxn = act(g, NULL, (size_t)n * C);
+        void *cm = act(c, NULL, (size_t)n * I), *gm = act(g, NULL, (size_t)n * I);
+        void *cup = act(c, NULL, (size_t)n * I), *gup = act(g, NULL, (size_t)n * I);
+        BOTH(c->ops->norm_swiglu(c->be, cm, cxn, cup, cx, &cn, 1e-5f, &cg, NULL, &cu, NULL, n),
+             g->ops->norm_swiglu(g->be, gm, gxn, gup, gx, &gn, 1e-5f, &gg, NULL, &gu, NULL, n));
+        char what[64];
+        snprintf(what, sizeof what, "joined norm_swiglu (%d tokens)", n);
+        compare(what, c, cm, g, gm, (size_t)n * I, tol);
+        void *bufs_c[] = {cxn, cm, cup}, *bufs_g[] = {gxn, gm, gup};
+        for (int i = 0; i < 3; i++)
+            c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
     }
-    layers_free(&ls, c, g);
     lz_weight *all_c[] = {&cn, &cg, &cu}, *all_g[] = {&gn, &gg, &gu};
     for (int i = 0; i < 3; i++)
         c->ops->free_weight(c->be, all_c[i]), g->ops->free_weight(g->be, all_g[i]);
