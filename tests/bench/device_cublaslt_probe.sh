@@ -4,7 +4,7 @@
 # decode-sized linear shape of LLaMA-3-8B). ALGOS: how many heuristic results to time (default 32).
 # Log: $OUT/cublaslt-probe.txt.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source tests/gpu/device_env.sh
 nvcc -O2 -gencode=arch=compute_90a,code=sm_90a tests/bench/cublaslt_probe.cu -lcublasLt -lcublas \
   -o /tmp/cublaslt_probe || { echo "probe build failed"; exit 1; }
 timeout 300 /tmp/cublaslt_probe "${ALGOS:-32}" | tee "$OUT/cublaslt-probe.txt"

@@ -8,10 +8,8 @@
 # lizard of .devpack/base.tgz (tests/gpu/pack_devout.sh of another commit, copied there) instead.
 # PROMPTS (e.g. 2048,32768): prompt throughput instead of decode. PROFILE_CONFIGS, PROFILE_RUNS (variant:length ...): the profiles' list.
 set -uo pipefail
-bash tests/gpu/unpack_devout.sh
+source tests/gpu/device_env.sh
 if [ -f .devpack/base.tgz ]; then rm -rf .devbase && mkdir -p .devbase && tar -C .devbase -xzf .devpack/base.tgz; fi
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 L=.devout/lizard
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   bash tests/gpu/device_check.sh | grep -E "test_gpu_ops:|FAILED|device_check"

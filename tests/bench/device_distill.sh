@@ -8,9 +8,7 @@
 # (bench_gpu_train's header says what each line is). Each on the fp32 GLA path and
 # the bf16 one (LIZARD_TRAIN_GLA=bf16). Logs to $OUT; ~1 minute.
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source tests/gpu/device_env.sh
 B=${BENCH:-.devout/bench_gpu_train}
 LOG=$OUT/distill_bench.log # one file: the machine brings back few
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$LOG"

@@ -3,10 +3,7 @@
 # LLaMA-3-8B shapes, and the plots for docs/benchmarks.md. At most 8 files to $OUT.
 # SKIP_CHECKS=1: the benchmark alone; BENCH_ARGS: more `lizard bench` flags.
 set -uo pipefail
-[ -f .devpack/devout.tgz ] && bash tests/gpu/unpack_devout.sh
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source tests/gpu/device_env.sh
 L=.devout/lizard
 if [ "${SKIP_CHECKS:-0}" != 1 ]; then
   { bash tests/gpu/device_check.sh; cat "$OUT/gpu_ops.log" "$OUT/parity.log"; } > "$OUT/logs.txt" 2>&1

@@ -5,10 +5,8 @@
 # at 2K context. KERNELS: name regexes (default the two persistent decode kernels). Logs to
 # $OUT/stalls-<name>.txt (the sections) and $OUT/sass-<name>.csv (the hot instructions).
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source tests/gpu/device_env.sh
 L=$PWD/.devout/lizard
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "no ncu"; exit 0; }
 TMP_NCU=$(mktemp -d)
 for k in ${KERNELS:-window_decode_ring_kernel gla_decode_ring_kernel}; do

@@ -6,11 +6,9 @@
 # is launch and dependency gaps; the sum against weight bytes / copy rate shows
 # which kernels are below the bandwidth. Logs to $OUT/kernels-*.txt.
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source tests/gpu/device_env.sh
 L=$PWD/.devout/lizard
 TMP_NCU=$(mktemp -d)
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 for v in ${VARIANTS:-teacher lizard}; do
   timeout 60 $L bench --shape "llama3-8b-$v" --prompt 0 --batch ${BATCH:-1} --context 2048 --steps 32 2>&1 | grep decode
   [ -n "$NCU" ] || { echo "no ncu"; continue; }

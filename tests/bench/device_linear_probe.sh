@@ -5,10 +5,8 @@
 # environment assignments joined by '+'), so that one layer's products can be compared launch by
 # launch. Logs to $OUT/linear-probe-*.txt.
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source tests/gpu/device_env.sh
 L=$PWD/.devout/lizard
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "no ncu"; exit 1; }
 v=${VARIANT:-lizard}
 for cfg in ${CONFIGS:--}; do

@@ -3,9 +3,7 @@
 # (our GEMV against cuBLAS), a per-op profile (LIZARD_PROFILE=1: syncs around
 # every op) of a prompt and of decode steps, then the benchmark. Logs to $OUT.
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source tests/gpu/device_env.sh
 bash tests/gpu/device_check.sh 2>&1 | tail -3
 L=.devout/lizard
 timeout 60 $L bench --shape llama3-8b-hybrid --prompt 0 --batch 0 --context 1 --no-ceilings --linear-shapes \

@@ -7,11 +7,9 @@
 #   BATCHES (8B decode batches, default 1,64,256; add 128,512 to hold 64 or 256 rows per stage on 2 GPUs),
 #   PROMPT (8B prompt length, default 32768; 0 skips it)
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
+source tests/gpu/device_env.sh
 export NCCL_NVLS_ENABLE=0
-OUT=${OUT:-/tmp/out}
 PART=${PART:-all}
-mkdir -p "$OUT"
 L=$PWD/.devout/lizard
 mpi() { local n=$1; shift; timeout "${T:-300}" mpirun --allow-run-as-root -np "$n" --bind-to none -x LD_LIBRARY_PATH \
   -x NCCL_NVLS_ENABLE "$@"; }

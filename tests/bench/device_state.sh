@@ -6,9 +6,7 @@
 # file save (serialise + atomic write with fsync), file load (read + restore).
 # Logs and JSON to $OUT; about 30 s.
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source tests/gpu/device_env.sh
 L=.devout/lizard
 for run in "lizard 2048" "hybrid 4096"; do
   set -- $run

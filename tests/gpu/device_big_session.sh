@@ -7,7 +7,7 @@
 # must equal one uninterrupted 4-token run. DEVICE=cpu MODEL=dir WANT=n
 # MPI_EXTRA=--oversubscribe LIZARD=path runs the same on a CPU machine. Prints "device_big_session: fail=N".
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
+source tests/gpu/device_env.sh
 L=${LIZARD:-$PWD/.devout/lizard} M=${MODEL:-/tmp/h8b} TMP=$(mktemp -d) fail=0
 DEVICE=${DEVICE:-cuda} WANT=${WANT:-34000}
 MPI="mpirun --allow-run-as-root ${MPI_EXTRA:-} -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE=0"

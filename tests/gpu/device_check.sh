@@ -3,9 +3,7 @@
 # dev machine and carried in .devout/ (lizard, test_gpu_ops, test_parity, lib/).
 # Logs go to $OUT.
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source tests/gpu/device_env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 fail=0
 .devout/test_gpu_ops >"$OUT/gpu_ops.log" 2>&1 || fail=1

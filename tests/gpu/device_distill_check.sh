@@ -5,9 +5,7 @@
 # `--device cpu`, then the distillation speed (tests/bench/device_distill.sh).
 # Logs to $OUT; under 2 minutes.
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source tests/gpu/device_env.sh
 fail=0
 .devout/test_gpu_train >"$OUT/gpu_train.log" 2>&1 || fail=1
 grep -E "CHECK failed|bound|checks" "$OUT/gpu_train.log" | tail -20

@@ -9,7 +9,8 @@
 # Prints one line per check and "device_sessions_faults: fail=N". DEVICE=cpu
 # LIZARD=path MPI_EXTRA=--oversubscribe runs the same checks on a CPU machine.
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.devout/lib:${LD_LIBRARY_PATH:-} NCCL_NVLS_ENABLE=0
+source tests/gpu/device_env.sh
+export NCCL_NVLS_ENABLE=0
 L=${LIZARD:-$PWD/.devout/lizard} DEVICE=${DEVICE:-cuda} TMP=$(mktemp -d) fail=0
 MPI="mpirun --allow-run-as-root ${MPI_EXTRA:-} -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
 ids() { python3 -c "import json,sys; print(','.join(str(i) for f in sys.argv[1:] for i in json.load(open(f))['ids']))" "$@"; }
