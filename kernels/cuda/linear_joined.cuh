@@ -1,6 +1,6 @@
 // linear_joined.cuh - linear layers of one input whose weights lie one after another in memory (a
-// layer's q, k, v; the MLP's gate, up: joined at load by lz_join_weights) as one cuBLAS product at
-// decode-sized steps (linear_joined.cu).
+// layer's q, k, v and a Lizard layer's gate; the MLP's gate, up: joined at load by lz_join_weights) as
+// one cuBLAS product at decode-sized steps (linear_joined.cu).
 #ifndef LZ_LINEAR_JOINED_CUH
 #define LZ_LINEAR_JOINED_CUH
 

@@ -3,8 +3,8 @@
 # test_parity, test_gpu_train) and the shared libraries they need that the GPU machine's image
 # lacks (Debian's jansson, PCRE2, protobuf-c, microhttpd, Open MPI and what those pull in), into
 # .devpack/devout.tgz (git-ignored; the binaries' fatbins make the folder larger than a device call
-# carries, compressed it is ~30 MB): carry ".devpack" and start the device command with
-# `bash tests/gpu/unpack_devout.sh`, which unpacks it into .devout/.
+# carries, compressed it is ~30 MB): carry ".devpack"; the device scripts unpack it into .devout/
+# (tests/gpu/device_env.sh, once for each pack).
 # The C runtime and the CUDA libraries (cuBLAS, NCCL) are the GPU machine's own.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
