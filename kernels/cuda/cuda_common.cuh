@@ -102,6 +102,9 @@ template <> struct vec16<float> {
     }
 };
 
+// a / b rounded up (grid sizes, padded row counts; the result fits an int)
+static inline int lz_div_up(long a, long b) { return (int)((a + b - 1) / b); }
+
 // Whether every given pointer is 16-byte aligned (the vector kernels' loads and stores)
 static inline bool lz_aligned16(const void *a, const void *b = NULL, const void *c = NULL) {
     return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;

@@ -55,16 +55,20 @@ template <typename T> static bool follows(const lz_weight *a, const lz_weight *b
 }
 
 // A step the joined product may take: 1 .. LIZARD_JOIN_TOKENS tokens, on the main stream (the one
-// joined_out belongs to), with an output buffer that holds its n x rows elements (of es bytes) and
-// element indices that fit an int (the kernels' thread indices).
-static bool joined_step(const lz_cuda_ctx *c, int n, size_t rows, size_t es) {
+// joined_out belongs to), with an output buffer that holds its n x rows elements and element indices
+// that fit an int (the kernels' thread indices).
+template <typename T> static bool joined_step(const lz_cuda_ctx *c, int n, size_t rows) {
     const size_t elems = (size_t)n * rows;
     return n >= 1 && n <= c->join_tokens && !c->on_side && c->joined_out && elems <= INT_MAX &&
-           elems * es <= c->joined_bytes;
+           elems * sizeof(T) <= c->joined_bytes;
 }
 
-static size_t round_up(size_t x, size_t to) {
-    return (x + to - 1) / to * to;
+// Rows of a run's product: its rows up to whole 16-byte vectors of the output (the block's zero rows
+// fill a gate's last vector; a block's rows are a multiple of LZ_JOIN_ROW_ALIGN, so they stay in it).
+template <typename T> static int product_rows(long rows) {
+    constexpr int V = 16 / sizeof(T);
+    static_assert(LZ_JOIN_ROW_ALIGN % V == 0, "a joined block ends on whole vectors");
+    return lz_div_up(rows, V) * V;
 }
 
 template <typename T>
@@ -77,7 +81,7 @@ int linear_joined_run(const lz_cuda_ctx *c, int count, void *const *outs, const 
     while (run < count && run < LZ_JOIN_MAX_LAYERS && ws[run - 1]->rows % V == 0 && follows<T>(ws[run - 1], ws[run]) &&
            rows + (size_t)ws[run]->rows <= block)
         rows += (size_t)ws[run++]->rows;
-    if (run < 2 || round_up(rows, V) > block || !joined_step(c, n, round_up(rows, V), sizeof(T)))
+    if (run < 2 || !joined_step<T>(c, n, (size_t)product_rows<T>((long)rows)))
         return 0;
     for (int i = 0; i < run; i++)
         if ((biases && biases[i] && biases[i]->data) || (ws[i]->rows % V == 0 && !lz_aligned16(outs[i])))
@@ -93,14 +97,14 @@ lz_status linear_joined_forward(lz_cuda_ctx *c, int run, void *const *outs, cons
     int rows = 0;
     for (int i = 0; i < run; i++) {
         rows += (int)ws[i]->rows;
-        p.out[i] = outs[i], p.end[i] = (int)round_up(rows, V) / V, p.rows[i] = (int)ws[i]->rows;
+        p.out[i] = outs[i], p.end[i] = lz_div_up(rows, V), p.rows[i] = (int)ws[i]->rows;
     }
     for (int i = run; i < LZ_JOIN_MAX_LAYERS; i++)
         p.end[i] = INT_MAX;
-    const int product_rows = (int)round_up(rows, V); // (the block's zero rows fill a gate's last vector)
-    p.row_vecs = product_rows / V;
+    const int m = product_rows<T>(rows);
+    p.row_vecs = m / V;
     T *joined = (T *)c->joined_out;
-    LZ_TRY(linear_forward<T>(c, joined, x, (const T *)ws[0]->data, NULL, n, (int)ws[0]->cols, product_rows));
+    LZ_TRY(linear_forward<T>(c, joined, x, (const T *)ws[0]->data, NULL, n, (int)ws[0]->cols, m));
     return lz_launch(c, "joined split", joined_split_kernel<T>, dim3((unsigned)lz_vec_grid(c, (size_t)n * p.row_vecs)),
                      dim3(256), 0, (const uint4 *)joined, p, n);
 }
@@ -111,7 +115,7 @@ bool swiglu_joined_takes(const lz_cuda_ctx *c, T *out, const lz_weight *wg, cons
     constexpr int V = 16 / sizeof(T);
     return wg->rows == wu->rows && follows<T>(wg, wu) && wg->block_rows >= 2 * wg->rows && !(bg && bg->data) &&
            !(bu && bu->data) &&
-           wg->rows % V == 0 && lz_aligned16(out) && joined_step(c, n, 2 * (size_t)wg->rows, sizeof(T));
+           wg->rows % V == 0 && lz_aligned16(out) && joined_step<T>(c, n, 2 * (size_t)wg->rows);
 }
 
 template <typename T>
@@ -135,11 +139,12 @@ lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_
             return LZ_OK;
         total += bytes[i], rows += (size_t)w->rows;
     }
+    if (rows > INT_MAX - LZ_JOIN_ROW_ALIGN)
+        return LZ_OK;
     // zero rows up to a multiple of LZ_JOIN_ROW_ALIGN, so that a last layer of few rows (the Lizard gate)
     // fills whole 16-byte vectors of the product
-    const size_t block_rows = round_up(rows, LZ_JOIN_ROW_ALIGN), pad = (block_rows - rows) * (size_t)ws[0]->cols * es;
-    if (block_rows > INT_MAX)
-        return LZ_OK;
+    const size_t block_rows = (size_t)lz_div_up((long)rows, LZ_JOIN_ROW_ALIGN) * LZ_JOIN_ROW_ALIGN;
+    const size_t pad = (block_rows - rows) * (size_t)ws[0]->cols * es;
     // the product's output first: without it the joined weights would never be used
     const size_t out_bytes = (size_t)c->join_tokens * block_rows * es;
     if (out_bytes > c->joined_bytes) {

@@ -124,6 +124,4 @@ __device__ __forceinline__ float lz_log_sigmoid(float l) { return l >= 0.0f ? -l
 // dst[e] += sum over s < slices of partial[s * n + e], in order (train_feature_map.cu)
 lz_status lz_cuda_sum_slices(float *dst, const float *partial, size_t n, int slices);
 
-static inline int lz_div_up(long a, long b) { return (int)((a + b - 1) / b); }
-
 #endif

@@ -12,22 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(call)                                                                                          \
-    do {                                                                                                  \
-        cudaError_t e_ = (call);                                                                          \
-        if (e_ != cudaSuccess) {                                                                          \
-            fprintf(stderr, "%s: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__);               \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
-#define CB(call)                                                                                          \
-    do {                                                                                                  \
-        cublasStatus_t s_ = (call);                                                                       \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                \
-            fprintf(stderr, "%s: %s (line %d)\n", #call, cublasGetStatusString(s_), __LINE__);            \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
+#include "bench_check.cuh" // CK, CB
 
 static const size_t kWorkspace = (size_t)32 << 20;
 static const int kReps = 40;

@@ -11,14 +11,7 @@
 #include <algorithm>
 #include <vector>
 
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "stream_ceiling: %s: %s\n", #x, cudaGetErrorString(e_));              \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
+#include "bench_check.cuh" // CK
 
 __global__ void copy_k(float4 *dst, const float4 *src, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
