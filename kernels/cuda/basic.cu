@@ -7,7 +7,7 @@
 #include <stdint.h> // uintptr_t
 
 #include "cuda_kernels.cuh"
-#include "linear_skinny.cuh" // linear_skinny_takes, linear_skinny_forward
+#include "linear_stream.cuh" // linear_stream_takes, linear_stream_forward
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
 #include "ptx.cuh" // lz_log_sigmoid
 
@@ -418,10 +418,10 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
     const bool vec_ok = in % (16 / (int)sizeof(T)) == 0;
     if (vec_ok && (lz_gemv_takes_step(c, n) || (!c->gemv_off && out_features <= 4)))
         return gemv_forward<T>(c, out, x, w, bias, n, in, out_features);
-    if constexpr (sizeof(T) == 2) { // decode steps of a few tokens: one persistent launch (linear_skinny.cu)
-        const lz_skinny_segment seg = {out, w, bias, out_features};
-        if (linear_skinny_takes(c, 1, &seg, x, n, in))
-            return linear_skinny_forward(c, 1, &seg, x, n, in, false);
+    if constexpr (sizeof(T) == 2) { // decode steps of a few tokens: the weights streamed (linear_stream.cu)
+        const lz_stream_segment seg = {out, w, bias, out_features};
+        if (linear_stream_takes(c, 1, &seg, x, n, in, LZ_STREAM_STORE))
+            return linear_stream_forward(c, 1, &seg, x, n, in, LZ_STREAM_STORE);
     }
     LZ_TRY(gemm_xwt<T>(c, out, x, w, n, in, out_features, 0.0f));
     if (bias) {
@@ -437,9 +437,9 @@ lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T
 template <typename T>
 lz_status linear_accumulate_forward(lz_cuda_ctx *c, T *y, const T *x, const T *w, int n, int in, int out_features) {
     if constexpr (sizeof(T) == 2) {
-        const lz_skinny_segment seg = {y, w, NULL, out_features};
-        if (linear_skinny_takes(c, 1, &seg, x, n, in))
-            return linear_skinny_forward(c, 1, &seg, x, n, in, true);
+        const lz_stream_segment seg = {y, w, NULL, out_features};
+        if (linear_stream_takes(c, 1, &seg, x, n, in, LZ_STREAM_ACCUMULATE))
+            return linear_stream_forward(c, 1, &seg, x, n, in, LZ_STREAM_ACCUMULATE);
     }
     return gemm_xwt<T>(c, y, x, w, n, in, out_features, 1.0f);
 }

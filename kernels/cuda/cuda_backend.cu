@@ -9,7 +9,7 @@
 
 #include "cuda_kernels.cuh"
 #include "linear_joined.cuh" // lz_join_weights, linear_joined_run, linear_joined_forward, swiglu_joined_*
-#include "linear_skinny.cuh" // linear_skinny_takes, linear_skinny_forward, _init, _destroy
+#include "linear_stream.cuh" // linear_stream_takes, linear_stream_forward
 #include "wgmma.cuh" // lz_wgmma_built
 
 extern "C" {
@@ -534,16 +534,16 @@ template <typename T>
 static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *outs, const T *x,
                                      const lz_weight *const *ws, const lz_weight *const *biases, int n) {
     bool together = lz_gemv_takes_step(c, n) && count <= LZ_GEMV_MAX_SEGMENTS;
-    if constexpr (sizeof(T) == 2) { // decode steps of a few tokens: one persistent launch for all of them
-        lz_skinny_segment seg[LZ_SKINNY_MAX_SEGMENTS];
-        bool skinny = !together && n <= c->skinny_tokens && count <= LZ_SKINNY_MAX_SEGMENTS;
-        for (int i = 0; i < count && skinny; i++) {
+    if constexpr (sizeof(T) == 2) { // decode steps of a few tokens: one launch streams all of them
+        lz_stream_segment seg[LZ_STREAM_MAX_SEGMENTS];
+        bool stream = !together && count <= LZ_STREAM_MAX_SEGMENTS;
+        for (int i = 0; i < count && stream; i++) {
             const lz_weight *b = biases ? biases[i] : NULL;
             seg[i] = {(T *)outs[i], (const T *)ws[i]->data, b && b->data ? (const T *)b->data : NULL, (int)ws[i]->rows};
-            skinny = ws[i]->cols == ws[0]->cols;
+            stream = ws[i]->cols == ws[0]->cols;
         }
-        if (skinny && linear_skinny_takes(c, count, seg, x, n, (int)ws[0]->cols))
-            return linear_skinny_forward(c, count, seg, x, n, (int)ws[0]->cols, false);
+        if (stream && linear_stream_takes(c, count, seg, x, n, (int)ws[0]->cols, LZ_STREAM_STORE))
+            return linear_stream_forward(c, count, seg, x, n, (int)ws[0]->cols, LZ_STREAM_STORE);
     }
     for (int i = 0; i < count; i++)
         together &= ws[i]->cols == ws[0]->cols && ws[i]->cols % (16 / sizeof(T)) == 0;
@@ -619,6 +619,13 @@ static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const
         void *outs[2] = {out, up}; // the plain ops' composition, as the stage would compose it
         const lz_weight *w[2] = {wg, wu}, *b[2] = {bg, bu};
         LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
+        if constexpr (sizeof(T) == 2) { // a few tokens: gate and up streamed, SwiGLU in the same launch
+            const lz_stream_segment seg[2] = {
+                {out, (const T *)wg->data, bg && bg->data ? (const T *)bg->data : NULL, (int)wg->rows},
+                {up, (const T *)wu->data, bu && bu->data ? (const T *)bu->data : NULL, (int)wu->rows}};
+            if (wg->cols == wu->cols && linear_stream_takes(c, 2, seg, xn, n, (int)wg->cols, LZ_STREAM_SWIGLU))
+                return linear_stream_forward(c, 2, seg, xn, n, (int)wg->cols, LZ_STREAM_SWIGLU);
+        }
         if (swiglu_joined_takes<T>(c, out, wg, bg, wu, bu, n)) // gate and up as one product
             return swiglu_joined_forward<T>(c, out, xn, wg, n);
         LZ_TRY(linear_many_forward<T>(c, 2, outs, xn, w, b, n));
@@ -919,7 +926,6 @@ static void cuda_destroy(lz_backend *be) {
     cuda_graph_reset(be);
     lz_nccl_free(be->nccl);
     lz_cuda_side_destroy(&be->ctx);
-    linear_skinny_destroy(&be->ctx);
     lz_joined_destroy(&be->ctx);
     if (be->cublas_workspace)
         cudaFree(be->cublas_workspace);
@@ -979,7 +985,6 @@ static lz_status init_device(lz_backend *be) {
         LZ_TRY(lz_feature_map_tc_init(&be->ctx));
         LZ_TRY(lz_attention_flash_init(&be->ctx));
         LZ_TRY(lz_attention_wgmma_init(&be->ctx));
-        LZ_TRY(linear_skinny_init(&be->ctx));
     } else {
         LZ_TRY(gla_init<float>(&be->ctx));
         LZ_TRY(gla_decode_init<float>(&be->ctx));
@@ -1086,8 +1091,8 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     if (!parse_fork(getenv("LIZARD_FORK"), &c->fork_ops))
         return lz_fail(LZ_ERR_INPUT, "LIZARD_FORK=%s: not 0, all or a list of qkv,mlp", getenv("LIZARD_FORK"));
     LZ_TRY(lz_env_int("LIZARD_FORK_TOKENS", 1, INT_MAX, LZ_FORK_TOKENS_DEFAULT, &c->fork_tokens));
-    LZ_TRY(lz_env_int("LIZARD_SKINNY_TOKENS", 0, LZ_SKINNY_MAX_TOKENS, LZ_SKINNY_TOKENS_DEFAULT, &c->skinny_tokens));
-    LZ_TRY(lz_env_int("LIZARD_SKINNY_BLOCKS", 0, INT_MAX, 0, &c->skinny_blocks));
+    LZ_TRY(lz_env_int("LIZARD_STREAM_TOKENS", 0, LZ_STREAM_MAX_TOKENS, LZ_STREAM_TOKENS_DEFAULT, &c->stream_tokens));
+    LZ_TRY(lz_env_int("LIZARD_STREAM_SPLIT", 0, 8, 0, &c->stream_split));
     LZ_TRY(lz_env_int("LIZARD_JOIN_TOKENS", 0, LZ_JOIN_TOKENS_MAX, LZ_JOIN_TOKENS_DEFAULT, &c->join_tokens));
     return LZ_OK;
 }

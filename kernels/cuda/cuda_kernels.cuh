@@ -41,12 +41,10 @@ struct lz_cuda_ctx {
     bool fmap_prompt_off;  // LIZARD_FMAP_PROMPT=0: the bf16 prompt feature maps on the WMMA kernel (feature_map.cu)
     unsigned *attn_count;  // decode attention: per (sequence, kv head) arrival counters, zero between launches
     int attn_count_n;
-    // linear_skinny.cu (bf16 linear layers at 2 .. LIZARD_SKINNY_TOKENS tokens; 0: cuBLAS takes them):
-    // its blocks (LIZARD_SKINNY_BLOCKS, default one an SM), partial sums and tile counters
-    int skinny_tokens;
-    int skinny_blocks;
-    float *skinny_partials;
-    unsigned *skinny_counters;
+    // linear_stream.cu (bf16 linear layers at 2 .. LIZARD_STREAM_TOKENS tokens; 0: none) and its shares of
+    // k a group of rows (LIZARD_STREAM_SPLIT, 0: by the launch's size; tests: 1 to 8)
+    int stream_tokens;
+    int stream_split;
     // linear_joined.cu: layers of one input whose weights were joined at load run as one product at steps
     // of up to LIZARD_JOIN_TOKENS tokens (0: weights not joined), into joined_out
     int join_tokens;

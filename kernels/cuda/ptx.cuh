@@ -95,14 +95,6 @@ __device__ __forceinline__ void lz_tma_load_4d(void *dst, const void *map, int c
                 "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(lz_smem_u32(bar))
                 : "memory");
 }
-
-// A box of a 2-d tensor, the same way.
-__device__ __forceinline__ void lz_tma_load_2d(void *dst, const void *map, int c0, int c1, uint64_t *bar) {
-    LZ_SM90_ASM("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-                "%3}], [%4];\n" ::"r"(lz_smem_u32(dst)),
-                "l"(map), "r"(c0), "r"(c1), "r"(lz_smem_u32(bar))
-                : "memory");
-}
 // A box of a 3-d tensor, the same way.
 __device__ __forceinline__ void lz_tma_load_3d(void *dst, const void *map, int c0, int c1, int c2, uint64_t *bar) {
     LZ_SM90_ASM("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
@@ -129,10 +121,6 @@ __device__ __forceinline__ void lz_ldsm_x4(uint32_t *r, uint32_t addr) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr)
                  : "memory");
-}
-// Two 8x8 bf16 matrices; lanes 0-15 give the addresses (row l % 8 of matrix l / 8).
-__device__ __forceinline__ void lz_ldsm_x2(uint32_t *r, uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
 }
 // The same, each matrix transposed on the way.
 __device__ __forceinline__ void lz_ldsm_x4_trans(uint32_t *r, uint32_t addr) {

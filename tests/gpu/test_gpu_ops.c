@@ -370,41 +370,46 @@ static void layers_free(layer_set *s, backend *c, backend *g) {
     }
 }
 
-/* linear_skinny.cu (bf16 linear layers at 2 to 64 tokens, one persistent launch) against the CPU, on a
- * backend opened with LIZARD_SKINNY_BLOCKS=blocks ("0": one block an SM) and the GEMV at one token only:
- * layers of rows off the 64-row tiles (130, 33, 1) and a whole one (64), inputs off the 256-input
- * stages (96, 1000) and LLaMA's 4096, steps at every mma width and off its 8-token tiles, one to four
- * layers a launch, a bias, and the accumulating form (o and down onto the residual). Few blocks split
- * most row tiles between blocks (partial sums met by the tile counters). Each launch runs twice: the
- * results must agree bit for bit (the partials are added in block order whoever arrives last). */
+/* linear_stream.cu (bf16 linear layers of a few tokens) against the CPU, on a backend opened with
+ * LIZARD_STREAM_TOKENS=64 (every width of the kernel, not only the default's 2-4 tokens),
+ * LIZARD_STREAM_SPLIT=split (the shares of k a group of 16 rows; "0": by the launch's size) and the GEMV
+ * at one token only: layers of rows off the 16-row groups (130, 33, 1) and a whole number of them (64),
+ * inputs of one 64-input chunk, 960 and LLaMA's 4096, steps at every mma width and off its 8-token
+ * tiles, one to four layers a launch, a bias, the accumulating form (o and down onto the residual) and
+ * the MLP's norm_swiglu (gate and up, a bias on each). Each linear_many runs twice: the results must
+ * agree bit for bit (the shares are added in a fixed order). */
 static void open_gpu(backend *g, lz_dtype dt, const char *name);
-static void test_skinny_linear(backend *c, const char *blocks) {
+static void test_stream_linear(backend *c, const char *split) {
     backend gb, *g = &gb;
-    char name[80];
-    snprintf(name, sizeof name, "bf16 skinny LIZARD_SKINNY_BLOCKS=%s", blocks);
+    char name[64];
+    snprintf(name, sizeof name, "bf16 stream LIZARD_STREAM_SPLIT=%s", split);
     char gemv_tokens[16];
     snprintf(gemv_tokens, sizeof gemv_tokens, "%s", getenv("LIZARD_GEMV_TOKENS") ? getenv("LIZARD_GEMV_TOKENS") : "");
     setenv("LIZARD_GEMV_TOKENS", "1", 1);
-    setenv("LIZARD_SKINNY_TOKENS", "64", 1);
-    setenv("LIZARD_SKINNY_BLOCKS", blocks, 1);
+    setenv("LIZARD_STREAM_TOKENS", "64", 1);
+    setenv("LIZARD_STREAM_SPLIT", split, 1);
     open_gpu(g, LZ_DTYPE_BF16, name);
     setenv("LIZARD_GEMV_TOKENS", gemv_tokens, 1); // (main's setting for the backends after this one)
-    unsetenv("LIZARD_SKINNY_TOKENS"), unsetenv("LIZARD_SKINNY_BLOCKS");
+    unsetenv("LIZARD_STREAM_TOKENS"), unsetenv("LIZARD_STREAM_SPLIT");
     enum { L = 4, NMAX = 64 };
-    const int widths[3] = {96, 1000, 4096}, rows[L] = {130, 33, 1, 64};
-    const int steps[9] = {2, 3, 8, 9, 16, 17, 32, 33, 64};
+    const int widths[3] = {64, 960, 4096}, rows[L] = {130, 33, 1, 64};
+    const int steps[10] = {2, 3, 8, 9, 16, 17, 32, 33, 63, 64};
     for (int wi = 0; wi < 3; wi++) {
         const int C = widths[wi];
         float *hx = rand_host((size_t)NMAX * C, -2, 2), *hb = rand_host(rows[0], -1, 1);
-        float *hy = rand_host((size_t)NMAX * rows[0], -1, 1);
+        float *hy = rand_host((size_t)NMAX * rows[0], -1, 1), *hn = rand_host(C, 0.5f, 1.5f);
+        float *hu = rand_host((size_t)rows[0] * C, -0.5f, 0.5f), *hbu = rand_host(rows[0], -1, 1);
         layer_set ls;
         layers_make(&ls, c, g, L, rows, C, NMAX);
         float **hw = ls.hw;
         lz_weight *cw = ls.cw, *gw = ls.gw;
         void **co = ls.co, **go = ls.go;
         lz_weight cb = weight(c, hb, 1, rows[0]), gbias = weight(g, hb, 1, rows[0]);
+        lz_weight cn = weight(c, hn, 1, C), gn = weight(g, hn, 1, C);
+        lz_weight cu = weight(c, hu, rows[0], C), gu = weight(g, hu, rows[0], C);
+        lz_weight cbu = weight(c, hbu, 1, rows[0]), gbu = weight(g, hbu, 1, rows[0]);
         void *cx = act(c, hx, (size_t)NMAX * C), *gx = act(g, hx, (size_t)NMAX * C);
-        for (int si = 0; si < 9; si++) {
+        for (int si = 0; si < 10; si++) {
             const int n = steps[si], count = 1 + (si + wi) % L;
             const lz_weight *cws[L] = {&cw[0], &cw[1], &cw[2], &cw[3]}, *gws[L] = {&gw[0], &gw[1], &gw[2], &gw[3]};
             const lz_weight *cbs[L] = {&cb, NULL, NULL, NULL}, *gbs[L] = {&gbias, NULL, NULL, NULL};
@@ -419,8 +424,8 @@ static void test_skinny_linear(backend *c, const char *blocks) {
                     CHECK_MSG(c->ops->linear_many(c->be, count, co, cx, cws, cbs, n) == LZ_OK, "cpu: %s", lz_error_message());
                 CHECK_MSG(g->ops->linear_many(g->be, count, go, gx, gws, gbs, n) == LZ_OK, "gpu: %s", lz_error_message());
                 for (int l = 0; l < count; l++) {
-                    char what[96];
-                    snprintf(what, sizeof what, "skinny linear_many (%d of %d layers, %d rows, k %d, %d tokens)", l + 1,
+                    char what[112];
+                    snprintf(what, sizeof what, "stream linear_many (%d of %d layers, %d rows, k %d, %d tokens)", l + 1,
                              count, rows[l], C, n);
                     if (rows[l] == 1)
                         compare_dots(what, c, co[l], g, go[l], hx, hw[l], n, C, tol);
@@ -441,15 +446,28 @@ static void test_skinny_linear(backend *c, const char *blocks) {
             void *ct = act(c, NULL, (size_t)n * rows[0]), *gt = act(g, NULL, (size_t)n * rows[0]);
             BOTH(c->ops->linear_residual(c->be, cy, ct, cx, &cw[0], NULL, n),
                  g->ops->linear_residual(g->be, gy, gt, gx, &gw[0], NULL, n));
-            char what[80];
-            snprintf(what, sizeof what, "skinny linear_residual (%d rows, k %d, %d tokens)", rows[0], C, n);
+            char what[96];
+            snprintf(what, sizeof what, "stream linear_residual (%d rows, k %d, %d tokens)", rows[0], C, n);
             compare(what, c, cy, g, gy, (size_t)n * rows[0], tol);
-            c->ops->free(c->be, cy), g->ops->free(g->be, gy), c->ops->free(c->be, ct), g->ops->free(g->be, gt);
+            // the MLP: silu(norm(x) . Wg^T + bg) * (norm(x) . Wu^T + bu), outputs poisoned
+            void *cm = act(c, NULL, (size_t)n * rows[0]), *gm = act(g, NULL, (size_t)n * rows[0]);
+            void *cxn = act(c, NULL, (size_t)n * C), *gxn = act(g, NULL, (size_t)n * C);
+            if (c->ops->norm_swiglu && g->ops->norm_swiglu) {
+                BOTH(c->ops->norm_swiglu(c->be, cm, cxn, ct, cx, &cn, 1e-5f, &cw[0], &cb, &cu, &cbu, n),
+                     g->ops->norm_swiglu(g->be, gm, gxn, gt, gx, &gn, 1e-5f, &gw[0], &gbias, &gu, &gbu, n));
+                snprintf(what, sizeof what, "stream norm_swiglu (%d rows, k %d, %d tokens)", rows[0], C, n);
+                compare(what, c, cm, g, gm, (size_t)n * rows[0], tol);
+            }
+            void *bufs_c[] = {cy, ct, cm, cxn}, *bufs_g[] = {gy, gt, gm, gxn};
+            for (int i = 0; i < 4; i++)
+                c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
         }
         layers_free(&ls, c, g);
-        c->ops->free_weight(c->be, &cb), g->ops->free_weight(g->be, &gbias);
+        lz_weight *all_c[] = {&cb, &cn, &cu, &cbu}, *all_g[] = {&gbias, &gn, &gu, &gbu};
+        for (int i = 0; i < 4; i++)
+            c->ops->free_weight(c->be, all_c[i]), g->ops->free_weight(g->be, all_g[i]);
         c->ops->free(c->be, cx), g->ops->free(g->be, gx);
-        free(hx), free(hb), free(hy);
+        free(hx), free(hb), free(hy), free(hn), free(hu), free(hbu);
     }
     g->ops->destroy(g->be);
 }
@@ -1284,10 +1302,12 @@ int main(void) {
     // q, k, v and gate, up joined into one product each (linear_joined.cu)
     test_joined_linear(&cpu, LZ_DTYPE_F32);
     test_joined_linear(&cpu, LZ_DTYPE_BF16);
-    // the bf16 linear layers of 2 to 64 tokens on linear_skinny.cu: one block an SM, then few blocks
-    test_skinny_linear(&cpu, "0");
-    test_skinny_linear(&cpu, "3");
-    test_skinny_linear(&cpu, "7");
+    // the bf16 linear layers of a few tokens on linear_stream.cu: the shares of k by the launch's size,
+    // then 1, 2 and 8 forced
+    test_stream_linear(&cpu, "0");
+    test_stream_linear(&cpu, "1");
+    test_stream_linear(&cpu, "2");
+    test_stream_linear(&cpu, "8");
     // the bf16 prompt attention again on the mma.sync flash kernel where wgmma took it, with one query
     // head per flash block, then on the older WMMA kernel
     const char *flash_vars[3] = {"LIZARD_WGMMA", "LIZARD_FLASH", "LIZARD_FLASH"};
