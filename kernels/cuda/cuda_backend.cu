@@ -528,8 +528,15 @@ static lz_gemv_segments<T> gemv_segments_of(int count, void *const *outs, const 
     return seg;
 }
 
-// Linear layers of one input: one GEMV launch when the step is decode-sized
-// (see gemv.cu), else one product each.
+// A bf16 layer as linear_stream.cu's segment (outputs out; no bias where b is absent or empty).
+static lz_stream_segment stream_segment(void *out, const lz_weight *w, const lz_weight *b) {
+    return {(__nv_bfloat16 *)out, (const __nv_bfloat16 *)w->data, b && b->data ? (const __nv_bfloat16 *)b->data : NULL,
+            (int)w->rows};
+}
+
+// Linear layers of one input: one GEMV launch for one-token steps (gemv.cu), one streamed launch for
+// bf16 steps of 2 to LIZARD_STREAM_TOKENS tokens (linear_stream.cu), else one cuBLAS product for the
+// layers joined at load (linear_joined.cu) and one for each of the rest.
 template <typename T>
 static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *outs, const T *x,
                                      const lz_weight *const *ws, const lz_weight *const *biases, int n) {
@@ -538,8 +545,7 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
         lz_stream_segment seg[LZ_STREAM_MAX_SEGMENTS];
         bool stream = !together && count <= LZ_STREAM_MAX_SEGMENTS;
         for (int i = 0; i < count && stream; i++) {
-            const lz_weight *b = biases ? biases[i] : NULL;
-            seg[i] = {(T *)outs[i], (const T *)ws[i]->data, b && b->data ? (const T *)b->data : NULL, (int)ws[i]->rows};
+            seg[i] = stream_segment(outs[i], ws[i], biases ? biases[i] : NULL);
             stream = ws[i]->cols == ws[0]->cols;
         }
         if (stream && linear_stream_takes(c, count, seg, x, n, (int)ws[0]->cols, LZ_STREAM_STORE))
@@ -620,9 +626,7 @@ static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const
         const lz_weight *w[2] = {wg, wu}, *b[2] = {bg, bu};
         LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
         if constexpr (sizeof(T) == 2) { // a few tokens: gate and up streamed, SwiGLU in the same launch
-            const lz_stream_segment seg[2] = {
-                {out, (const T *)wg->data, bg && bg->data ? (const T *)bg->data : NULL, (int)wg->rows},
-                {up, (const T *)wu->data, bu && bu->data ? (const T *)bu->data : NULL, (int)wu->rows}};
+            const lz_stream_segment seg[2] = {stream_segment(out, wg, bg), stream_segment(up, wu, bu)};
             if (wg->cols == wu->cols && linear_stream_takes(c, 2, seg, xn, n, (int)wg->cols, LZ_STREAM_SWIGLU))
                 return linear_stream_forward(c, 2, seg, xn, n, (int)wg->cols, LZ_STREAM_SWIGLU);
         }
