@@ -32,7 +32,6 @@
 #include "ptx.cuh" // lz_mma_bf16
 
 #include <limits.h> // INT_MAX
-#include <stdint.h> // uintptr_t
 #include <string.h> // memset
 
 enum {
@@ -219,15 +218,15 @@ bool linear_stream_takes(const lz_cuda_ctx *c, int count, const lz_stream_segmen
         return false;
     if (epilogue == LZ_STREAM_SWIGLU && (count != 2 || seg[0].m != seg[1].m))
         return false;
-    uintptr_t align = (uintptr_t)x;
+    bool aligned = lz_aligned16(x);
     long long rows = 0;
     for (int s = 0; s < count; s++) {
         if (seg[s].m < 1 || !seg[s].w || !seg[s].out)
             return false;
-        align |= (uintptr_t)seg[s].w;
+        aligned &= lz_aligned16(seg[s].w);
         rows += seg[s].m;
     }
-    return (align & 15) == 0 && rows <= INT_MAX / 2;
+    return aligned && rows <= INT_MAX / 2;
 }
 
 // Shares of k a group: LIZARD_STREAM_SPLIT if set, else the most (up to a block's warps) with which
@@ -251,7 +250,7 @@ template <int NG, int EPI> static lz_status ls_launch(lz_cuda_ctx *c, ls_params 
         LZ_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, linear_stream_kernel<NG, EPI>,
                                                                   LS_THREADS, 0));
     p.split = ls_split(c, p.groups, p.chunks, blocks_per_sm > 0 ? blocks_per_sm : 1);
-    const int per_block = LS_WARPS / p.split, blocks = (p.groups + per_block - 1) / per_block;
+    const int blocks = lz_div_up(p.groups, LS_WARPS / p.split);
     LZ_TRY(lz_launch(c, "linear (stream)", linear_stream_kernel<NG, EPI>, dim3((unsigned)blocks), dim3(LS_THREADS), 0, p));
     LZ_LAUNCH_CHECK("linear (stream)");
     return LZ_OK;
@@ -282,7 +281,7 @@ lz_status linear_stream_forward(lz_cuda_ctx *c, int count, const lz_stream_segme
     for (int s = count; s < LZ_STREAM_MAX_SEGMENTS; s++)
         p.row_end[s] = rows;
     p.x = x, p.count = count, p.n = n, p.k = k, p.chunks = k / LS_CHUNK;
-    p.groups = epilogue == LZ_STREAM_SWIGLU ? (seg[0].m + 7) / 8 : (rows + 15) / 16;
+    p.groups = epilogue == LZ_STREAM_SWIGLU ? lz_div_up(seg[0].m, 8) : lz_div_up(rows, 16);
     switch (epilogue) {
     case LZ_STREAM_SWIGLU: return ls_by_tokens<LZ_STREAM_SWIGLU>(c, p);
     case LZ_STREAM_ACCUMULATE: return ls_by_tokens<LZ_STREAM_ACCUMULATE>(c, p);
