@@ -50,10 +50,19 @@ template <typename T> struct gd_params {
 };
 
 // The feature map's weight [d, f] that head hh of state head s's maps takes: the group's query heads
-// (hh < group), then the key head.
-template <typename T> __device__ __forceinline__ const T *gd_map_weight(const gd_params<T> &p, int s, int group, int hh) {
-    return hh < group ? p.wq + (size_t)(p.n_wq == 1 ? 0 : s * group + hh) * p.d * p.f
-                      : p.wk + (size_t)(p.n_wk == 1 ? 0 : s) * p.d * p.f;
+// (hh < group), then the key head. df: d f.
+template <typename T>
+__device__ __forceinline__ const T *gd_map_weight(const gd_params<T> &p, int s, int group, int hh, int df) {
+    return hh < group ? p.wq + (size_t)(p.n_wq == 1 ? 0 : s * group + hh) * df
+                      : p.wk + (size_t)(p.n_wk == 1 ? 0 : s) * df;
+}
+
+// Cluster size: the most blocks (<= 8) that split d into whole float4 columns.
+__host__ __device__ constexpr int gd_cluster_size(int d) {
+    int C = GD_MAX_CLUSTER;
+    while (C > 1 && d % (4 * C) != 0)
+        C /= 2;
+    return C;
 }
 
 // Shared-memory layout (floats), the same on host and device.
@@ -95,13 +104,22 @@ struct gd_layout {
 };
 
 // grid (C, Hs, n_seqs), cluster (C, 1, 1), block GD_THREADS. G >= the group size (query heads per state head).
-template <typename T, bool FUSED, int G>
+// DC, FC > 0: head_dim DC, feature_dim FC and a group of exactly G, fixed at compile time (pick), so that
+// the index arithmetic (divisions by d, f, the shares) folds away: at batch 1 the kernel is a chain of
+// dependent instructions (Nsight Compute, 8B shape: ~10 cycles a warp per issued instruction, 0.19
+// instructions a cycle a scheduler), so every instruction a warp need not issue is time. H200, 8B pure
+// Lizard, session 26: the launch at batch 1 14.2-14.6 -> 11.5-11.8 us (serialised), 100 -> 63 registers;
+// decode at 4 sequences +2.9% from this kernel alone (docs/benchmarks.md).
+template <typename T, bool FUSED, int G, int DC = 0, int FC = 0>
 __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<T> p) {
+    constexpr bool SPEC = DC > 0;
     extern __shared__ float sm[];
     cg::cluster_group cluster = cg::this_cluster();
-    const int C = gridDim.x, r = (int)cluster.block_rank(), s = blockIdx.y, q = blockIdx.z, tid = threadIdx.x;
-    const gd_layout L(p.Hq, p.Hs, p.d, p.f, C, vec16<T>::N, FUSED);
-    const int d = p.d, f = p.f, F = 2 * f, group = L.group, cpb = L.cpb, c0 = r * cpb;
+    const int C = SPEC ? gd_cluster_size(DC) : (int)gridDim.x;
+    const int r = (int)cluster.block_rank(), s = blockIdx.y, q = blockIdx.z, tid = threadIdx.x;
+    const int d = SPEC ? DC : p.d, f = SPEC ? FC : p.f;
+    const gd_layout L(SPEC ? G : p.Hq, SPEC ? 1 : p.Hs, d, f, C, vec16<T>::N, FUSED);
+    const int F = 2 * f, group = L.group, cpb = L.cpb, c0 = r * cpb;
     const int row = p.start[q], slot = p.slot[q], vh = p.Hs == p.Hkv ? s : s / (p.Hq / p.Hkv);
     const int cq = tid % L.qpr, rl = tid / L.qpr, rp = L.rp;
     const bool in_state = rl < rp;
@@ -124,7 +142,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
         if (p.early && j0 < f)
             for (int e = tid; e < L.nh * d; e += GD_THREADS) {
                 const int hh = e / d, i = e % d;
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(gd_map_weight(p, s, group, hh) + (size_t)i * f + j0));
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(gd_map_weight(p, s, group, hh, d * f) + (size_t)i * f + j0));
             }
     }
     if (p.early) {
@@ -151,10 +169,11 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
             xs[group * d + e] = lz_to_float(p.k[((size_t)row * p.Hkv + kh) * d + e]);
         __syncthreads();
         // 2. u for features [j0, j0 + nf) of every head: item (head, vector of vw features), parts over d
-        const int j0 = r * L.fpb, nf = max(0, min(f, j0 + L.fpb) - j0), nv = nf / L.vw, items = L.nh * nv;
+        // (the compile-time shape's features split evenly: pick)
+        const int j0 = r * L.fpb, nf = SPEC ? L.fpb : max(0, min(f, j0 + L.fpb) - j0), nv = nf / L.vw, items = L.nh * nv;
         for (int it = tid; it < items * L.parts; it += GD_THREADS) {
             const int part = it / items, e = it % items, hh = e / nv, jv = (e % nv) * L.vw;
-            const T *W = gd_map_weight(p, s, group, hh);
+            const T *W = gd_map_weight(p, s, group, hh, d * f);
             const float *x = xs + hh * d;
             constexpr int VW = vec16<T>::N;
             float acc[VW];
@@ -288,15 +307,14 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
         __cluster_barrier_wait(); // no block leaves while a peer may still read its u
 }
 
-// Cluster size: the most blocks (<= 8) that split d into whole float4 columns.
-static int cluster_size(int d) {
-    for (int C = GD_MAX_CLUSTER; C > 1; C /= 2)
-        if (d % (4 * C) == 0)
-            return C;
-    return 1;
-}
+// The compile-time shape of the fused kernel: LLaMA-3-8B's and Mistral-7B's Lizard layers (head_dim 128,
+// 4 query heads a state head) with the paper's 128 features; the features split evenly over the cluster.
+enum { GD_SPEC_D = 128, GD_SPEC_F = 128, GD_SPEC_GROUP = 4 };
+static_assert(GD_SPEC_F % (gd_cluster_size(GD_SPEC_D) * 8) == 0, "the features of a block: whole 16-byte vectors");
 
-template <typename T, bool FUSED> static const void *pick(int group) {
+template <typename T, bool FUSED> static const void *pick(int group, int d, int f) {
+    if (FUSED && group == GD_SPEC_GROUP && d == GD_SPEC_D && f == GD_SPEC_F)
+        return (const void *)gla_decode_split_kernel<T, true, GD_SPEC_GROUP, GD_SPEC_D, GD_SPEC_F>;
     if (group <= 2)
         return (const void *)gla_decode_split_kernel<T, FUSED, 2>;
     if (group <= 4)
@@ -312,7 +330,7 @@ template <typename T> bool gla_decode_split_fits(const lz_cuda_ctx *c, const lz_
     if (c->fuse_off || d % 4 != 0 || Hs <= 0 || Hq % Hs != 0 || Hq / Hs > 16 || dims->n_kv_heads <= 0 ||
         (Hs % dims->n_kv_heads != 0 && Hs != Hq) || f < 1)
         return false;
-    const int C = cluster_size(d);
+    const int C = gd_cluster_size(d);
     if (d / C / 4 > GD_THREADS)
         return false;
     const gd_layout L(Hq, Hs, d, f, C, vec16<T>::N, fused);
@@ -321,14 +339,14 @@ template <typename T> bool gla_decode_split_fits(const lz_cuda_ctx *c, const lz_
 
 template <typename T, bool FUSED>
 static lz_status launch(lz_cuda_ctx *c, const gd_params<T> &p, int n_seqs) {
-    const int C = cluster_size(p.d);
+    const int C = gd_cluster_size(p.d);
     const gd_layout L(p.Hq, p.Hs, p.d, p.f, C, vec16<T>::N, FUSED);
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t cfg = lz_cluster_config(c, dim3((unsigned)C, (unsigned)p.Hs, (unsigned)n_seqs),
                                                      dim3(GD_THREADS, 1, 1), sizeof(float) * (size_t)L.total,
                                                      (unsigned)C, attr);
     void *args[] = {(void *)&p};
-    LZ_CUDA_TRY(cudaLaunchKernelExC(&cfg, pick<T, FUSED>(L.group), args));
+    LZ_CUDA_TRY(cudaLaunchKernelExC(&cfg, pick<T, FUSED>(L.group, p.d, p.f), args));
     LZ_LAUNCH_CHECK("gla decode (split)");
     return LZ_OK;
 }
@@ -369,6 +387,8 @@ template <typename T, bool FUSED> static lz_status set_smem(int max) {
 template <typename T> lz_status gla_decode_init(lz_cuda_ctx *c) {
     LZ_TRY((set_smem<T, false>((int)c->max_smem)));
     LZ_TRY((set_smem<T, true>((int)c->max_smem)));
+    LZ_CUDA_TRY(cudaFuncSetAttribute(gla_decode_split_kernel<T, true, GD_SPEC_GROUP, GD_SPEC_D, GD_SPEC_F>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->max_smem));
     return gla_decode_stream_init<T>(c);
 }
 

@@ -197,6 +197,9 @@ enum {
 };
 #define WD_LOG2E 1.4426950408889634f // softmax in base 2: exp2f
 
+// Keys staged per pass: as many rows of K and V as WD_STAGE_BYTES holds.
+template <typename T> __host__ __device__ constexpr int wd_chunk(int d) { return WD_STAGE_BYTES / (2 * d * (int)sizeof(T)); }
+
 // Shared memory of window_decode_kernel in bytes: staged K, V rows (reused for the warps' partial
 // acc), then the block's merged partial acc [group][d], m [group], l [group], the warps' m and l
 // [WD_WARPS][group] each, the cluster's merge weights [WD_MAX_CLUSTER][group] and denominators [group].
@@ -223,17 +226,22 @@ static size_t wd_smem(int group, int d, int chunk, size_t tsize) {
 // is read; the ring is this layer's own, written only by this kernel (at the previous step), and no
 // other kernel of the step touches it. H200, 8B shapes, batch 1, three rounds (session 10): pure
 // Lizard 211.1 -> 222.0 tok/s, hybrid 213.4 -> 219.1 (LIZARD_WINDOW_OVERLAP=0 -> default).
-template <typename T, int GM>
+// DC > 0: head_dim DC and a group of exactly GM fixed at compile time (window_decode), so that the index
+// arithmetic folds (a chain of dependent instructions at batch 1, as gla_decode.cu's kernel). H200, 8B
+// pure Lizard, session 26: the launch at batch 1 12.6-12.8 -> 9.4-9.5 us (serialised); decode at 4
+// sequences +1.6% from this kernel alone (docs/benchmarks.md).
+template <typename T, int GM, int DC = 0>
 __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
     window_decode_kernel(T *out, const T *q, const T *k, const T *v, T *ring_k, T *ring_v, const T *meta, int n_meta,
                          float alpha, const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int Hq,
-                         int Hkv, int d, int w, int chunk, bool overlap) {
+                         int Hkv, int d_arg, int w, int chunk_arg, bool overlap) {
     constexpr int V = 16 / sizeof(T);
+    const int d = DC > 0 ? DC : d_arg, chunk = DC > 0 ? wd_chunk<T>(DC) : chunk_arg;
     extern __shared__ float4 wd_smem4[];
     cg::cluster_group cluster = cg::this_cluster();
     const int CS = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
     const int t = blockIdx.x / CS, g = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int group = Hq / Hkv, L = d / V, KPW = 32 / L, sub = lane / L, li = lane % L;
+    const int group = DC > 0 ? GM : Hq / Hkv, L = d / V, KPW = 32 / L, sub = lane / L, li = lane % L;
     const int p = token_pos[t], first = p - w + 1 > 0 ? p - w + 1 : 0, n_keys = p + 1 - first;
     const int kb = (n_keys + CS - 1) / CS, j0 = min(n_keys, rank * kb), j1 = min(n_keys, j0 + kb);
     const size_t row = (size_t)Hkv * d, ring = (size_t)slot[token_seq[t]] * w * row + (size_t)g * d;
@@ -398,8 +406,6 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
     cluster.sync(); // no block leaves while a peer may still read its partial
 }
 
-// Keys staged per pass: as many rows of K and V as WD_STAGE_BYTES holds.
-template <typename T> static int wd_chunk(int d) { return WD_STAGE_BYTES / (2 * d * (int)sizeof(T)); }
 
 // Whether window_decode_kernel takes this step: one token per sequence, a key row of 1 to 32 lanes of
 // 16 bytes (a power of two), at most 8 query heads per kv head, shared memory within the default
@@ -439,7 +445,12 @@ static lz_status window_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, c
     const cudaLaunchConfig_t cfg = lz_cluster_config(c, dim3((unsigned)(cs * hb->n_tokens), (unsigned)Hkv),
                                                      dim3(32 * WD_WARPS), wd_smem(group, d, chunk, sizeof(T)),
                                                      (unsigned)cs, attr);
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, window_decode_kernel<T, GM>, out, q, k, v, (T *)st->ring_k,
+    // the compile-time shape of LLaMA-3-8B's and Mistral-7B's layers (head_dim 128, 4 query heads a kv head)
+    auto kernel = window_decode_kernel<T, GM>;
+    if constexpr (GM == 4)
+        if (group == 4 && d == 128)
+            kernel = window_decode_kernel<T, 4, 128>;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, out, q, k, v, (T *)st->ring_k,
                                              (T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq, b->slot,
                                              b->token_pos, Hq, Hkv, d, w, chunk, c->window_overlap);
     if (e != cudaSuccess)
