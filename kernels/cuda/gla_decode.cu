@@ -109,7 +109,7 @@ struct gd_layout {
 // dependent instructions (Nsight Compute, 8B shape: ~10 cycles a warp per issued instruction, 0.19
 // instructions a cycle a scheduler), so every instruction a warp need not issue is time. H200, 8B pure
 // Lizard, session 26: the launch at batch 1 14.2-14.6 -> 11.5-11.8 us (serialised), 100 -> 63 registers;
-// decode at 4 sequences +2.9% from this kernel alone (docs/benchmarks.md).
+// decode at 4 sequences +1.6% from this kernel alone (docs/benchmarks.md).
 template <typename T, bool FUSED, int G, int DC = 0, int FC = 0>
 __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<T> p) {
     constexpr bool SPEC = DC > 0;

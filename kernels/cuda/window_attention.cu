@@ -229,7 +229,7 @@ static size_t wd_smem(int group, int d, int chunk, size_t tsize) {
 // DC > 0: head_dim DC and a group of exactly GM fixed at compile time (window_decode), so that the index
 // arithmetic folds (a chain of dependent instructions at batch 1, as gla_decode.cu's kernel). H200, 8B
 // pure Lizard, session 26: the launch at batch 1 12.6-12.8 -> 9.4-9.5 us (serialised); decode at 4
-// sequences +1.6% from this kernel alone (docs/benchmarks.md).
+// sequences +3.0% from this kernel alone (docs/benchmarks.md).
 template <typename T, int GM, int DC = 0>
 __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
     window_decode_kernel(T *out, const T *q, const T *k, const T *v, T *ring_k, T *ring_v, const T *meta, int n_meta,
@@ -405,7 +405,6 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
     }
     cluster.sync(); // no block leaves while a peer may still read its partial
 }
-
 
 // Whether window_decode_kernel takes this step: one token per sequence, a key row of 1 to 32 lanes of
 // 16 bytes (a power of two), at most 8 query heads per kv head, shared memory within the default
