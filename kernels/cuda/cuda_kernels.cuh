@@ -136,6 +136,10 @@ lz_status gla_recurrent_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T 
 // Above this many sequences a decode step has enough (sequence, head) blocks without the split, and
 // the unsplit GLA kernel measured faster (pure Lizard 8B, 256 sequences: 10154 vs 9064 tok/s).
 enum { LZ_GLA_SPLIT_MAX_SEQS = 64 };
+// The head shape for which the small-batch attention kernels (this GLA kernel, window_attention.cu's
+// decode kernel) also have an instance with it fixed at compile time: LLaMA-3-8B's and Mistral-7B's
+// Lizard layers (head_dim 128, 4 query heads a kv / state head).
+enum { LZ_FIXED_HEAD_DIM = 128, LZ_FIXED_GROUP = 4 };
 template <typename T> bool gla_decode_split_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims, bool fused);
 template <typename T>
 lz_status gla_decode_split_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T *phi_k, const T *v,

@@ -307,9 +307,9 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
         __cluster_barrier_wait(); // no block leaves while a peer may still read its u
 }
 
-// The compile-time shape of the fused kernel: LLaMA-3-8B's and Mistral-7B's Lizard layers (head_dim 128,
-// 4 query heads a state head) with the paper's 128 features; the features split evenly over the cluster.
-enum { GD_SPEC_D = 128, GD_SPEC_F = 128, GD_SPEC_GROUP = 4 };
+// The compile-time shape of the fused kernel: LZ_FIXED_HEAD_DIM, LZ_FIXED_GROUP (cuda_kernels.cuh) and the
+// paper's 128 features; the features split evenly over the cluster.
+enum { GD_SPEC_D = LZ_FIXED_HEAD_DIM, GD_SPEC_F = 128, GD_SPEC_GROUP = LZ_FIXED_GROUP };
 static_assert(GD_SPEC_F % (gd_cluster_size(GD_SPEC_D) * 8) == 0, "the features of a block: whole 16-byte vectors");
 
 template <typename T, bool FUSED> static const void *pick(int group, int d, int f) {

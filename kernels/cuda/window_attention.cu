@@ -444,11 +444,11 @@ static lz_status window_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, c
     const cudaLaunchConfig_t cfg = lz_cluster_config(c, dim3((unsigned)(cs * hb->n_tokens), (unsigned)Hkv),
                                                      dim3(32 * WD_WARPS), wd_smem(group, d, chunk, sizeof(T)),
                                                      (unsigned)cs, attr);
-    // the compile-time shape of LLaMA-3-8B's and Mistral-7B's layers (head_dim 128, 4 query heads a kv head)
+    // the compile-time head shape (cuda_kernels.cuh) where the layer has it
     auto kernel = window_decode_kernel<T, GM>;
-    if constexpr (GM == 4)
-        if (group == 4 && d == 128)
-            kernel = window_decode_kernel<T, 4, 128>;
+    if constexpr (GM == LZ_FIXED_GROUP)
+        if (group == LZ_FIXED_GROUP && d == LZ_FIXED_HEAD_DIM)
+            kernel = window_decode_kernel<T, LZ_FIXED_GROUP, LZ_FIXED_HEAD_DIM>;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, out, q, k, v, (T *)st->ring_k,
                                              (T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq, b->slot,
                                              b->token_pos, Hq, Hkv, d, w, chunk, c->window_overlap);
