@@ -834,6 +834,11 @@ static void cuda_destroy(lz_backend *be);
 // norm prologue, whose GEMV takes the Lizard gate too): three rounds, batch 1, 2K, teacher 226.0 ->
 // 228.6 tok/s, hybrid 227.5 -> 229.0; batch 4 (cuBLAS and the rope launch either way) 741.9 / 740.4.
 // (Skipping the rope launch altogether measured 4,475 -> 4,405 us a teacher step, the most to gain.)
+// Tried in session 28, not kept: the next RMSNorm in the residual GEMV (o_proj, down_proj) at one
+// token, taken by the last block to finish (every block's row warps fenced their stores, met at a named
+// barrier and took an atomic ticket), so that the norm's own launch went: pure Lizard / hybrid / teacher
+// 220.4-221.7 / 213.1-214.4 / 213.4-214.7 tok/s against 227.7-228.3 / 229.0-229.1 / 233.8-234.6. The
+// timeline showed 5 us from o_proj's last block to gate/up's wait, against 2.9-3.1 us with the launch.
 // The dense decode ops the fused GEMV can take (LIZARD_FUSE=norm,residual,swiglu,rope; all: every one).
 enum { LZ_FUSE_NORM = 1, LZ_FUSE_RESIDUAL = 2, LZ_FUSE_SWIGLU = 4, LZ_FUSE_ROPE = 8, LZ_FUSE_DENSE_ALL = 15 };
 enum { FUSE_TABLES = 1 + LZ_FUSE_DENSE_ALL + 1 };
@@ -927,6 +932,8 @@ static void cuda_destroy(lz_backend *be) {
         return;
     if (be->prof.on)
         print_profile(&be->prof);
+    if (lz_trace_close() != LZ_OK) // (a destructor: the trace is lost, nothing else)
+        fprintf(stderr, "lizard: %s\n", lz_error_message());
     cuda_graph_reset(be);
     lz_nccl_free(be->nccl);
     lz_cuda_side_destroy(&be->ctx);
@@ -967,6 +974,7 @@ static lz_status init_device(lz_backend *be) {
     LZ_CUDA_TRY(cudaGetDeviceProperties(&prop, be->device));
     be->ctx.n_sms = prop.multiProcessorCount;
     be->ctx.max_smem = prop.sharedMemPerBlockOptin;
+    be->ctx.l2_bytes = (size_t)prop.l2CacheSize;
     be->ctx.wgmma = be->ctx.wgmma && prop.major == 9 && prop.minor == 0; // sm_90a code runs on 9.0 only
     LZ_CUDA_TRY(cudaStreamCreateWithFlags(&be->ctx.stream, cudaStreamNonBlocking));
     LZ_CUBLAS_TRY(cublasCreate(&be->ctx.cublas));
@@ -979,6 +987,7 @@ static lz_status init_device(lz_backend *be) {
     const cublasMath_t math = be->dtype == LZ_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
     LZ_CUBLAS_TRY(cublasSetMathMode(be->ctx.cublas, math));
     LZ_TRY(lz_cuda_side_create(&be->ctx, ws_bytes, math));
+    LZ_TRY(lz_trace_open());
     if (be->dtype == LZ_DTYPE_BF16) {
         LZ_TRY(gla_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(gla_decode_init<__nv_bfloat16>(&be->ctx));
@@ -1085,6 +1094,7 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     LZ_TRY(lz_env_int("LIZARD_GEMV_LOAD", 0, 5, -1, &c->gemv_load));
     static const int splits[] = {1, 2, 4};
     LZ_TRY(lz_env_int_in("LIZARD_GEMV_SPLIT", splits, 3, 4, &c->gemv_split));
+    c->gemv_prefetch = !env_is_zero("LIZARD_GEMV_PREFETCH");
     LZ_TRY(lz_env_int("LIZARD_FUSE_TOKENS", 1, LZ_GEMV_MAX_TOKENS, 1, &c->fuse_tokens));
     LZ_TRY(lz_env_int("LIZARD_GEMV_TOKENS", 1, LZ_GEMV_MAX_TOKENS, LZ_GEMV_TOKENS_DEFAULT, &c->gemv_tokens));
     LZ_TRY(lz_env_int("LIZARD_WINDOW_SPLIT_MIN", 1, INT_MAX, 16, &c->window_split_min));

@@ -21,6 +21,9 @@ struct lz_cuda_ctx {
     int gemv_tokens;       // LIZARD_GEMV_TOKENS: the largest step the decode GEMV takes (the rest: cuBLAS)
     int gemv_load;         // LIZARD_GEMV_LOAD: the decode GEMV's weight-load cache operators (gemv_kernel.cuh)
     int gemv_split;        // LIZARD_GEMV_SPLIT: the most warps a row of a one-token GEMV (gemv_kernel.cuh)
+    bool gemv_prefetch;    // LIZARD_GEMV_PREFETCH=0: o_proj does not prefetch its weights into L2 (gemv_kernel.cuh)
+    bool hbm_idle_next;    // the kernel just launched barely reads HBM: the next one-token residual GEMV prefetches
+    size_t l2_bytes;       // the device's L2 cache
     int fuse_tokens;       // LIZARD_FUSE_TOKENS: the fused dense decode ops take steps of up to this many tokens
     bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
     bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)
@@ -70,6 +73,9 @@ lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes);
 // events; destroy: what create made (safe on a partial create). fork: sides 0 .. n - 1 wait for the
 // main stream's work so far; join: the main stream waits for theirs. Under graph capture the sides
 // join the recording at the fork and must be joined before it ends.
+// trace.cu: the kernels' own timeline (cmake -DLIZARD_TRACE=ON and LIZARD_TRACE=file; else nothing)
+lz_status lz_trace_open(void);
+lz_status lz_trace_close(void);
 lz_status lz_cuda_side_create(lz_cuda_ctx *c, size_t workspace_bytes, cublasMath_t math);
 void lz_cuda_side_destroy(lz_cuda_ctx *c);
 lz_status lz_cuda_fork(lz_cuda_ctx *c, int n);

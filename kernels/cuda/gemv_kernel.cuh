@@ -24,6 +24,16 @@
 // i .. i + 3 and i + d/2 .. i + d/2 + 3 of one head (rows permuted within the head), meet in 32 bytes
 // of shared memory and write the rotated pairs with rope.cu's arithmetic (rope_rotate.cuh), so the
 // rope launch goes (cuda_backend.cu has the measurements).
+// L2 prefetch of o_proj at one sequence (l2_prefetch; LIZARD_GEMV_PREFETCH=0: off): in a Lizard layer
+// the GLA and window decode kernels before o_proj are chains of small dependent steps that leave HBM
+// nearly idle for ~15 us (the kernel timeline, LIZARD_TRACE), so o_proj's first lane of each row asks
+// the copy engine for the whole row (cp.async.bulk.prefetch.L2) before its PDL wait, and streams it
+// from L2 after. The window decode launcher marks the chance (ctx->hbm_idle_next), so softmax layers,
+// whose attention reads the KV cache, and down_proj never prefetch. H200, 8B shapes, batch 1, four
+// rounds in alternating order (session 28): pure Lizard 229.2 -> 232.3 tok/s (every round), hybrid
+// 230.9 -> 231.5, the teacher (never prefetches) 236.3 / 235.3. The instruction sits in the residual
+// epilogue's instance only and reuses the first load's address: as a runtime test in every instance
+// it made ptxas spill 24-28 bytes in the 32-register one-token GEMVs (teacher 217-219 tok/s).
 // Tried in session 13, not kept (batch 1, 2K, teacher / hybrid / pure Lizard, three rounds in one
 // run, tok/s, against 222.8 / 226.7 / 230.6): the next 16 bytes of weights loaded before the current
 // ones' products, 221.5 / 224.4 / 227.6 (4 bytes of spills at 32 registers; 223.1 / 223.6 / 228.2 with
@@ -62,6 +72,7 @@
 
 #include "cuda_kernels.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
+#include "ptx.cuh" // lz_prefetch_l2
 #include "rope_rotate.cuh" // lz_rope_rotate
 
 enum { LZ_GEMV_BLOCK = 256 };
@@ -105,7 +116,8 @@ template <int SPLIT> __device__ __forceinline__ void lz_row_barrier(int group) {
 // bytes a load each).
 template <typename T, int NT, bool NORM, int EPI, int LOAD, int SPLIT>
 __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
-    gemv_kernel(lz_gemv_segments<T> seg, const T *x, const T *norm, float eps, int n, int k, int n_groups) {
+    gemv_kernel(lz_gemv_segments<T> seg, const T *x, const T *norm, float eps, int n, int k, int n_groups,
+                bool l2_prefetch) {
     constexpr bool HALVES = EPI == LZ_GEMV_SWIGLU; // gate and up rows on the halves of a warp
     static_assert(!HALVES || SPLIT == 1, "SwiGLU: gate and up on the two halves of one warp");
     static_assert(SPLIT == 1 || (!NORM && (LZ_GEMV_BLOCK / 32) % SPLIT == 0),
@@ -170,6 +182,9 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
     const int c0 = HALVES ? (lane & 15) * V : (part * 32 + lane) * V, stride = HALVES ? 16 * V : 32 * V * SPLIT;
     if (c0 < k)
         pre = lz_load_weight16<LOAD>(wr + c0);
+    if constexpr (EPI == LZ_GEMV_RESIDUAL && NT == 1) // the whole row into L2 while the kernels before run
+        if (l2_prefetch && c0 == 0)
+            lz_prefetch_l2(wr + c0, (unsigned)(k * sizeof(T))); // (c0 = 0: the load's address)
     lz_pdl_wait();
     lz_pdl_launch_dependents();
     if (c0 < k) {
@@ -248,6 +263,7 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
             }
         }
     }
+    lz_trace_mark();
 }
 
 template <typename T, int NT, bool NORM, int EPI, int LOAD, int SPLIT>
@@ -255,8 +271,12 @@ static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &se
                                    float eps, int n, int k) {
     const int groups = (n + NT - 1) / NT;
     const int grid = (int)(((size_t)seg.total_rows * groups * SPLIT * 32 + LZ_GEMV_BLOCK - 1) / LZ_GEMV_BLOCK);
+    const size_t bytes = (size_t)seg.total_rows * (size_t)k * sizeof(T);
+    const bool l2_prefetch = c->gemv_prefetch && c->hbm_idle_next && EPI == LZ_GEMV_RESIDUAL && NT == 1 &&
+                             (k * sizeof(T)) % 16 == 0 && bytes * 4 <= c->l2_bytes * 3;
+    c->hbm_idle_next = false;
     LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT, NORM, EPI, LOAD, SPLIT>, dim3((unsigned)grid),
-                     dim3(LZ_GEMV_BLOCK), 0, seg, x, norm, eps, n, k, groups));
+                     dim3(LZ_GEMV_BLOCK), 0, seg, x, norm, eps, n, k, groups, l2_prefetch));
     LZ_LAUNCH_CHECK("gemv");
     return LZ_OK;
 }

@@ -125,6 +125,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
     const bool in_state = rl < rp;
     float *Sh = p.S + ((size_t)slot * p.Hs + s) * F * d, *zh = p.z + ((size_t)slot * p.Hs + s) * F;
     float *phis = sm + L.phis, *zs = sm + L.zs, *vs = sm + L.vs, *dens = sm + L.dens, *red = sm + L.red;
+    lz_trace_mark();
 
     if (!p.early) {
         lz_pdl_wait();
@@ -168,6 +169,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
         for (int e = tid; e < d; e += GD_THREADS)
             xs[group * d + e] = lz_to_float(p.k[((size_t)row * p.Hkv + kh) * d + e]);
         __syncthreads();
+        lz_trace_mark();
         // 2. u for features [j0, j0 + nf) of every head: item (head, vector of vw features), parts over d
         // (the compile-time shape's features split evenly: pick)
         const int j0 = r * L.fpb, nf = SPEC ? L.fpb : max(0, min(f, j0 + L.fpb) - j0), nv = nf / L.vw, items = L.nh * nv;
@@ -208,6 +210,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
                 u += upart[(pt * L.nh + hh) * L.fpb + j];
             uloc[hh * L.fpb + j] = u;
         }
+        lz_trace_mark();
         // 3. every block's u (and z_old in every block) complete: exchange u through the cluster
         cluster.sync();
         for (int e = tid; e < L.nh * f; e += GD_THREADS) {
@@ -249,6 +252,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
     if constexpr (!FUSED)
         cluster.sync(); // every block's z_old is in its shared memory: block 0 may overwrite z
     __syncthreads();    // phis, zs, vs complete
+    lz_trace_mark();
     const float *pk = phis + group * F;
 
     // 5. z (block 0) and the denominators (every block, from its own z_old): one warp per query head
@@ -292,6 +296,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
         }
     }
 
+    lz_trace_mark();
     // 7. numerators summed over the row lanes: warp shuffles (lanes of one column quad) where the
     // quads tile the warp, then one partial row per warp (or per row lane) in shared memory
     int red_row = rl;
@@ -303,6 +308,7 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
         gd_store_partial<G>(red, acc, red_row, group, cpb, cq);
     __syncthreads();
     gd_write_out<T>(p.out + ((size_t)row * p.Hq + s * group) * d + c0, d, red, L.nred, group, cpb, dens, p.normalize);
+    lz_trace_mark();
     if constexpr (FUSED)
         __cluster_barrier_wait(); // no block leaves while a peer may still read its u
 }

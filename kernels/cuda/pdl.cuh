@@ -12,8 +12,17 @@
 #include <utility> // std::forward
 
 #include "cuda_kernels.cuh" // lz_cuda_ctx
+#include "trace.cuh" // lz_trace_write (cmake -DLIZARD_TRACE=ON)
 
+#ifdef LIZARD_TRACE
+__device__ __forceinline__ void lz_pdl_wait(int line = __builtin_LINE()) {
+    const uint64_t t0 = lz_trace_now();
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    lz_trace_write(t0, lz_trace_now(), line);
+}
+#else
 __device__ __forceinline__ void lz_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+#endif
 __device__ __forceinline__ void lz_pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 // kernel<<<grid, block, smem, c->stream>>>(args...), as a programmatic dependent when c->pdl.

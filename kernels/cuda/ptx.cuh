@@ -106,6 +106,13 @@ __device__ __forceinline__ void lz_tma_load_3d(void *dst, const void *map, int c
 __device__ __forceinline__ void lz_prefetch_tensor_map(const void *map) {
     LZ_SM90_ASM("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
+// `bytes` contiguous bytes (16-byte aligned, a multiple of 16) into L2 by the copy engine, nothing
+// waiting for them; before sm_90 nothing.
+__device__ __forceinline__ void lz_prefetch_l2(const void *p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
 // `bytes` contiguous bytes global -> shared by the copy engine, completing on bar (dst, src and bytes
 // multiples of 16).
 __device__ __forceinline__ void lz_bulk_load(void *dst, const void *src, unsigned bytes, uint64_t *bar) {

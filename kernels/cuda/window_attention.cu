@@ -245,6 +245,7 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
     const int p = token_pos[t], first = p - w + 1 > 0 ? p - w + 1 : 0, n_keys = p + 1 - first;
     const int kb = (n_keys + CS - 1) / CS, j0 = min(n_keys, rank * kb), j1 = min(n_keys, j0 + kb);
     const size_t row = (size_t)Hkv * d, ring = (size_t)slot[token_seq[t]] * w * row + (size_t)g * d;
+    lz_trace_mark();
     // the meta logits (a weight): mass in the denominator only; logits from here on in log2 units
     float mm = -INFINITY, lm = 0.0f;
     for (int j = 0; j < n_meta; j++)
@@ -403,6 +404,7 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
                 a += cluster.map_shared_rank(bacc, r)[e] * cf[r * group + h];
         og[e] = lz_from_float<T>(lz_to_float(e == e0 + tid && !overlap ? o_first : og[e]) + alpha * a / cden[h]);
     }
+    lz_trace_mark();
     cluster.sync(); // no block leaves while a peer may still read its partial
 }
 
@@ -455,6 +457,9 @@ static lz_status window_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, c
     if (e != cudaSuccess)
         return lz_fail(LZ_ERR_INTERNAL, "cuda: launch of window (decode) failed: %s", cudaGetErrorString(e));
     LZ_LAUNCH_CHECK("window (decode)");
+    // at one sequence this kernel and the GLA one before it wait on a chain of small steps with HBM
+    // nearly idle: o_proj, next, may pull its weights into L2 meanwhile (gemv_kernel.cuh)
+    c->hbm_idle_next = hb->n_seqs == 1;
     return LZ_OK;
 }
 
