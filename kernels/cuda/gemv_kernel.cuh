@@ -34,6 +34,9 @@
 // 230.9 -> 231.5, the teacher (never prefetches) 236.3 / 235.3. The instruction sits in the residual
 // epilogue's instance only and reuses the first load's address: as a runtime test in every instance
 // it made ptxas spill 24-28 bytes in the 32-register one-token GEMVs (teacher 217-219 tok/s).
+// Tried in session 28, not kept (batch 1, against 229-237 tok/s in the same runs): rows split over 2-3
+// waves of thread slots (4 warps a row), 225-235; a persistent kernel of resident blocks taking tasks
+// of 2 rows from an atomic counter, 212-220 (docs/benchmarks.md).
 // Tried in session 13, not kept (batch 1, 2K, teacher / hybrid / pure Lizard, three rounds in one
 // run, tok/s, against 222.8 / 226.7 / 230.6): the next 16 bytes of weights loaded before the current
 // ones' products, 221.5 / 224.4 / 227.6 (4 bytes of spills at 32 registers; 223.1 / 223.6 / 228.2 with
