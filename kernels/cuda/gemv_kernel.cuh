@@ -274,10 +274,12 @@ static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &se
                                    float eps, int n, int k) {
     const int groups = (n + NT - 1) / NT;
     const int grid = (int)(((size_t)seg.total_rows * groups * SPLIT * 32 + LZ_GEMV_BLOCK - 1) / LZ_GEMV_BLOCK);
+    // (rows are whole 16-byte vectors here, as the bulk prefetch needs; at most 3/4 of L2, so that
+    // the rows are still there when the loads come)
     const size_t bytes = (size_t)seg.total_rows * (size_t)k * sizeof(T);
     const bool l2_prefetch = c->gemv_prefetch && c->hbm_idle_next && EPI == LZ_GEMV_RESIDUAL && NT == 1 &&
-                             (k * sizeof(T)) % 16 == 0 && bytes * 4 <= c->l2_bytes * 3;
-    c->hbm_idle_next = false;
+                             bytes * 4 <= c->l2_bytes * 3;
+    c->hbm_idle_next = false; // (a chance for the launch right after the attention only)
     LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT, NORM, EPI, LOAD, SPLIT>, dim3((unsigned)grid),
                      dim3(LZ_GEMV_BLOCK), 0, seg, x, norm, eps, n, k, groups, l2_prefetch));
     LZ_LAUNCH_CHECK("gemv");
