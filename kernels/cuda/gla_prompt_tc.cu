@@ -53,8 +53,11 @@ __host__ __device__ inline int k16_stride(int F) { return (F / 2) % 32 == 16 ? F
 static size_t state_smem(int F, int d) {
     return sizeof(bf16) * PT_CHUNK * ((size_t)ldsm_stride(F) + ldsm_stride(d)) + sizeof(float) * 2 * PT_CHUNK;
 }
-static size_t output_smem(int F, int d) {
-    return sizeof(bf16) * PT_CHUNK * ((size_t)k16_stride(F) + ldsm_stride(d)) + sizeof(float) * (PT_CHUNK + F);
+static int output_warps(int group) { return 4 * group < PT_MAX_WARPS ? 4 * group : PT_MAX_WARPS; }
+static size_t output_smem(int F, int d, int group) {
+    return sizeof(bf16) * (PT_CHUNK * ((size_t)k16_stride(F) + ldsm_stride(d)) + (size_t)F * d +
+                           16 * (size_t)output_warps(group) * k16_stride(F)) +
+           sizeof(float) * (PT_CHUNK + F);
 }
 
 // the mma with the a fragment as four scalars (this file's fragments come from 16-byte loads)
@@ -254,37 +257,73 @@ __global__ void __launch_bounds__(PT_SCAN_THREADS)
     }
 }
 
-// grid (chunks, Hs), block 32 min(8, 4 group); smem: K [64][k16_stride(F)], V [64][d+8] (bf16), g [64], z_prev [F].
-// Warp task (query head hh of the group, row block rb): rows 16 rb .. 16 rb + 15 of the chunk.
-__global__ void __launch_bounds__(32 * PT_MAX_WARPS, 2)
+// Rows [0, rows) of a [.][n] bf16 tensor slice into a shared tile of row stride `stride` by cp.async
+// (rows >= L zero-filled), 16 bytes per copy from lanes `first`, `first` + step, ...
+__device__ void copy_rows16(bf16 *tile, int stride, const bf16 *src, size_t src_stride, int n, int rows, int L,
+                            int first, int step) {
+    const int per_row = n / 8;
+    for (int e = first; e < rows * per_row; e += step) {
+        const int r = e / per_row, c8 = (e % per_row) * 8;
+        lz_cp_async16(tile + r * stride + c8, src + (size_t)max(min(r, L - 1), 0) * src_stride + c8, r < L);
+    }
+}
+
+// grid (chunks, Hs), block 32 min(8, 4 group); smem (output_smem): K [64][k16_stride(F)], V [64][d+8] (bf16),
+// S_prev [F d / 8] (16-byte fragments, as the scan wrote them), per warp its task's Q rows [16][k16_stride(F)],
+// g [64], z_prev [F]. Warp task (query head hh of the group, row block rb): rows 16 rb .. 16 rb + 15 of the chunk.
+// Every operand of the products comes from shared memory: the first version read S_prev and Q from L1/L2 in
+// its inner loops and spent 76% of its stall samples waiting on them (118 us a layer for a 2K prompt of the 8B
+// shape, H200, session 29). K, V and S_prev are copied once a block; a warp's next Q rows stream in while it
+// finishes the current task.
+__global__ void __launch_bounds__(32 * PT_MAX_WARPS, 1)
     chunk_output_mma_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ phi_q, const bf16 *__restrict__ phi_k,
                             const bf16 *__restrict__ v, const bf16 *__restrict__ log_gamma,
                             const uint4 *__restrict__ Sb, const float *__restrict__ z_prev, const int32_t *chunk_row0,
                             const int32_t *chunk_len, pt_shape sh, bool normalize) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int F = sh.F, d = sh.d, KS = k16_stride(F), VS = ldsm_stride(d);
+    const int F = sh.F, d = sh.d, KS = k16_stride(F), VS = ldsm_stride(d), n_frag = F * d / 8;
+    const int n_warps = blockDim.x >> 5, n_tasks = 4 * sh.group;
     bf16 *Ks = (bf16 *)smem_raw, *Vs = Ks + PT_CHUNK * KS;
-    float *g = (float *)(Vs + PT_CHUNK * VS), *zp = g + PT_CHUNK;
+    uint4 *Ss = (uint4 *)(Vs + PT_CHUNK * VS);
+    bf16 *Qw = (bf16 *)(Ss + n_frag);
+    float *g = (float *)(Qw + n_warps * 16 * KS), *zp = g + PT_CHUNK;
     const int c = blockIdx.x, s = blockIdx.y, row0 = chunk_row0[c], L = chunk_len[c], vh = sh.value_head(s);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    bf16 *Qs = Qw + warp * 16 * KS; // this warp's Q rows
+    const size_t q_stride = (size_t)sh.Hq * F;
 
+    // Task t: query head t / 4 of the group, row block t % 4, reversed in odd rounds of the warps (warps
+    // are a multiple of 4), so that a warp's causal work (rb + 1 key blocks) evens out over its tasks.
+    auto row_block = [&](int task) { return (task & 3) ^ ((task / n_warps) & 1 ? 3 : 0); };
+    // a task's Q rows: 16 rows of query head h from chunk row 16 rb (rows >= L zero)
+    auto copy_q = [&](int task) {
+        const int rb = row_block(task), h = s * sh.group + (task >> 2);
+        copy_rows16(Qs, KS, phi_q + ((size_t)(row0 + 16 * rb) * sh.Hq + h) * F, q_stride, F, 16, L - 16 * rb,
+                    lane, 32);
+    };
+    copy_rows16(Ks, KS, phi_k + ((size_t)row0 * sh.Hs + s) * F, (size_t)sh.Hs * F, F, PT_CHUNK, L, threadIdx.x,
+                blockDim.x);
+    copy_rows16(Vs, VS, v + ((size_t)row0 * sh.Hkv + vh) * d, (size_t)sh.Hkv * d, d, PT_CHUNK, L, threadIdx.x,
+                blockDim.x);
+    const uint4 *Sc = Sb + ((size_t)c * sh.Hs + s) * n_frag;
+    for (int u = threadIdx.x; u < n_frag; u += blockDim.x)
+        lz_cp_async16(Ss + u, Sc + u);
+    if (warp < n_tasks)
+        copy_q(warp);
+    lz_cp_async_commit();
     gate_cumsum(g, log_gamma, row0, L);
-    load_rows16(Ks, KS, phi_k + ((size_t)row0 * sh.Hs + s) * F, (size_t)sh.Hs * F, F, L);
-    load_rows16(Vs, VS, v + ((size_t)row0 * sh.Hkv + vh) * d, (size_t)sh.Hkv * d, d, L);
     for (int a = threadIdx.x; a < F; a += blockDim.x)
         zp[a] = z_prev[((size_t)c * sh.Hs + s) * F + a];
+    lz_cp_async_wait<0>();
     __syncthreads();
 
-    const uint4 *Sc = Sb + ((size_t)c * sh.Hs + s) * (F * d / 8);
-    for (int task = warp; task < 4 * sh.group; task += blockDim.x >> 5) {
-        const int rb = task & 3, h = s * sh.group + (task >> 2);
+    for (int task = warp; task < n_tasks; task += n_warps) {
+        const int rb = row_block(task), h = s * sh.group + (task >> 2);
         const int r_lo = 16 * rb + gq, r_hi = r_lo + 8;
-        if (16 * rb >= L)
-            continue; // no row of this block is in the chunk (warp-uniform)
         const bool ok_lo = r_lo < L, ok_hi = r_hi < L;
-        const bf16 *q_lo = phi_q + ((size_t)(row0 + r_lo) * sh.Hq + h) * F + 8 * tq;
-        const bf16 *q_hi = phi_q + ((size_t)(row0 + r_hi) * sh.Hq + h) * F + 8 * tq;
+        const bf16 *q_lo = Qs + gq * KS + 8 * tq, *q_hi = Qs + (gq + 8) * KS + 8 * tq;
         const int nt_end = 2 * rb + 2; // score columns < 16 (rb + 1): the causal part
+        const bool live = 16 * rb < L; // some row of this block is in the chunk (warp-uniform)
 
         // scores Q K^T (16 x 64) and q . z_prev, one pass over the features
         float sc[8][4];
@@ -292,8 +331,8 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 2)
         for (int nt = 0; nt < 8; nt++)
             sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
         float qz_lo = 0.0f, qz_hi = 0.0f;
-        for (int a0 = 0; a0 < F; a0 += 32) {
-            const uint4 ql = load16(q_lo + a0, ok_lo), qh = load16(q_hi + a0, ok_hi);
+        for (int a0 = 0; live && a0 < F; a0 += 32) {
+            const uint4 ql = *reinterpret_cast<const uint4 *>(q_lo + a0), qh = *reinterpret_cast<const uint4 *>(q_hi + a0);
             const uint32_t wl[4] = {ql.x, ql.y, ql.z, ql.w}, wh[4] = {qh.x, qh.y, qh.z, qh.w};
             const float *zz = zp + a0 + 8 * tq;
 #pragma unroll
@@ -302,14 +341,19 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 2)
                 qz_lo += fl.x * zz[2 * k] + fl.y * zz[2 * k + 1];
                 qz_hi += fh.x * zz[2 * k] + fh.y * zz[2 * k + 1];
             }
+            uint4 kv[8];
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-                if (nt < nt_end) {
-                    const uint4 kv = *reinterpret_cast<const uint4 *>(Ks + (8 * nt + gq) * KS + a0 + 8 * tq);
-                    mma_bf16(sc[nt], ql.x, qh.x, ql.y, qh.y, kv.x, kv.y);
-                    mma_bf16(sc[nt], ql.z, qh.z, ql.w, qh.w, kv.z, kv.w);
-                }
-            }
+            for (int nt = 0; nt < 8; nt++)
+                if (nt < nt_end)
+                    kv[nt] = *reinterpret_cast<const uint4 *>(Ks + (8 * nt + gq) * KS + a0 + 8 * tq);
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) // the two halves of the 32 features apart: no mma waits on the one before
+                if (nt < nt_end)
+                    mma_bf16(sc[nt], ql.x, qh.x, ql.y, qh.y, kv[nt].x, kv[nt].y);
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+                if (nt < nt_end)
+                    mma_bf16(sc[nt], ql.z, qh.z, ql.w, qh.w, kv[nt].z, kv[nt].w);
         }
         // decay exp(G_i - G_t) <= 1 and the causal mask on the fp32 scores; row sums from the same
         // values; the bf16 copy becomes the A operand of (A V) straight from the accumulators
@@ -344,22 +388,33 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 2)
         const float inv_hi = normalize ? 1.0f / (ex_hi * qz_hi + rs_hi) : 1.0f;
 
         for (int col0 = 0; col0 < d; col0 += PT_COLS) {
-            // X = Q S_prev (16 x 64 columns), S_prev fragments straight from global memory (L1/L2)
+            // X = Q S_prev (16 x 64 columns)
             float acc[8][4];
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
                 acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-            for (int a0 = 0; a0 < F; a0 += 32) {
-                const uint4 ql = load16(q_lo + a0, ok_lo), qh = load16(q_hi + a0, ok_hi);
-                const uint4 *sf = Sc + ((size_t)(a0 / 32) * (d / 8) + col0 / 8) * 32 + lane;
+            for (int a0 = 0; live && a0 < F; a0 += 32) {
+                const uint4 ql = *reinterpret_cast<const uint4 *>(q_lo + a0), qh = *reinterpret_cast<const uint4 *>(q_hi + a0);
+                const uint4 *sf = Ss + ((a0 / 32) * (d / 8) + col0 / 8) * 32 + lane;
+                uint4 sv[8];
 #pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    if (col0 + 8 * nt < d) {
-                        const uint4 sv = sf[nt * 32];
-                        mma_bf16(acc[nt], ql.x, qh.x, ql.y, qh.y, sv.x, sv.y);
-                        mma_bf16(acc[nt], ql.z, qh.z, ql.w, qh.w, sv.z, sv.w);
-                    }
-                }
+                for (int nt = 0; nt < 8; nt++)
+                    if (col0 + 8 * nt < d)
+                        sv[nt] = sf[nt * 32];
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+                    if (col0 + 8 * nt < d)
+                        mma_bf16(acc[nt], ql.x, qh.x, ql.y, qh.y, sv[nt].x, sv[nt].y);
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+                    if (col0 + 8 * nt < d)
+                        mma_bf16(acc[nt], ql.z, qh.z, ql.w, qh.w, sv[nt].z, sv[nt].w);
+            }
+            if (col0 + PT_COLS >= d) { // the last read of this task's Q rows: the warp's next task's stream in
+                __syncwarp();
+                if (task + n_warps < n_tasks)
+                    copy_q(task + n_warps);
+                lz_cp_async_commit();
             }
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
@@ -394,6 +449,8 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 2)
                 }
             }
         }
+        lz_cp_async_wait<0>(); // the next task's Q rows
+        __syncwarp();
     }
 }
 
@@ -413,7 +470,7 @@ bool lz_gla_prompt_fits(const lz_cuda_ctx *c, const bf16 *out, const bf16 *phi_q
                         int Hq, int Hs, int d, int F) {
     return !prompt_off && !c->tc_off && F % 32 == 0 && F > 0 && d % 16 == 0 && d > 0 && d <= 256 && Hs > 0 &&
            Hq % Hs == 0 && aligned16(phi_q) && aligned16(phi_k) && aligned16(v) && ((uintptr_t)out & 3) == 0 &&
-           state_smem(F, d) <= c->max_smem && output_smem(F, d) <= c->max_smem;
+           state_smem(F, d) <= c->max_smem && output_smem(F, d, Hq / Hs) <= c->max_smem;
 }
 
 lz_status lz_gla_prompt(lz_cuda_ctx *c, bf16 *out, const bf16 *phi_q, const bf16 *phi_k, const bf16 *v,
@@ -434,8 +491,7 @@ lz_status lz_gla_prompt(lz_cuda_ctx *c, bf16 *out, const bf16 *phi_q, const bf16
     chunk_scan_bf16_kernel<<<dim3(n_seqs, Hs, (scan_items + PT_SCAN_THREADS - 1) / PT_SCAN_THREADS), PT_SCAN_THREADS,
                              0, c->stream>>>(dS, dz, decay, Sb, S, z, seq_chunk0, seq_chunks, slot, sh);
     LZ_LAUNCH_CHECK("gla chunk_scan (bf16 S_prev)");
-    const int warps = 4 * sh.group < PT_MAX_WARPS ? 4 * sh.group : PT_MAX_WARPS;
-    chunk_output_mma_kernel<<<dim3(n_chunks, Hs), 32 * warps, output_smem(F, d), c->stream>>>(
+    chunk_output_mma_kernel<<<dim3(n_chunks, Hs), 32 * output_warps(sh.group), output_smem(F, d, sh.group), c->stream>>>(
         out, phi_q, phi_k, v, log_gamma, Sb, dz, chunk_row0, chunk_len, sh, normalize);
     LZ_LAUNCH_CHECK("gla chunk_output (tensor cores, per group)");
     return LZ_OK;

@@ -565,6 +565,42 @@ static void test_joined_linear(backend *c, lz_dtype dt) {
     g->ops->destroy(g->be);
 }
 
+/* rope alone against the CPU: the kernel's 16-byte form (head_dim 128, 64; every head of a token from
+ * one block) and its one-element form (head_dim 12: d / 2 not a whole vector), steps of 1-300 tokens at
+ * positions up to ~200K (angles far past 2 pi), with HF's inv_freq. */
+static void test_rope(backend *c, backend *g) {
+    typedef struct { int Hq, Hkv, d, n, len[3], pos[3]; } rope_case;
+    static const rope_case cases[] = {
+        {32, 8, 128, 3, {300, 1, 37}, {0, 131000, 200000}}, // the 8B shape, a prompt and decode rows
+        {8, 2, 64, 2, {2, 65}, {5, 4000}},
+        {6, 3, 12, 2, {40, 3}, {0, 70000}}, // d / 2 = 6: one element at a time
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const rope_case *k = &cases[ci];
+        batch_buf bb;
+        make_batch(&bb, k->n, k->len, k->pos);
+        begin(c, &bb), begin(g, &bb);
+        const int T = bb.b.n_tokens;
+        lz_attn_dims dims = {k->Hq, k->Hkv, k->d, 1, 0, k->Hkv, 1, 1, 0, true};
+        float freq[128];
+        for (int j = 0; j < k->d / 2; j++)
+            freq[j] = 1.0f / powf(500000.0f, 2.0f * j / k->d);
+        const size_t nq = (size_t)T * k->Hq * k->d, nk = (size_t)T * k->Hkv * k->d;
+        float *hq = rand_host(nq, -2, 2), *hk = rand_host(nk, -2, 2);
+        void *cq = act(c, hq, nq), *gq = act(g, hq, nq), *ck = act(c, hk, nk), *gk = act(g, hk, nk);
+        float *cf = f32buf(c, freq, k->d / 2), *gf = f32buf(g, freq, k->d / 2);
+        BOTH(c->ops->rope(c->be, cq, ck, cf, &bb.b, &dims), g->ops->rope(g->be, gq, gk, gf, &bb.b, &dims));
+        char what[96];
+        snprintf(what, sizeof what, "rope q (Hq %d, d %d, %d tokens)", k->Hq, k->d, T);
+        compare(what, c, cq, g, gq, nq, tol);
+        snprintf(what, sizeof what, "rope k (Hkv %d, d %d, %d tokens)", k->Hkv, k->d, T);
+        compare(what, c, ck, g, gk, nk, tol);
+        c->ops->free(c->be, cq), c->ops->free(c->be, ck), c->ops->free(c->be, cf);
+        g->ops->free(g->be, gq), g->ops->free(g->be, gk), g->ops->free(g->be, gf);
+        free(hq), free(hk);
+    }
+}
+
 /* linear_many_rope (a softmax layer's q, k, v with RoPE folded into the GEMV) against the CPU's composition
  * (linear_many, rope): one-token steps on the fused epilogue (head_dim a multiple of 8), at positions far
  * from 0 (large angles); head_dim 20 and a 3-sequence step on the composition. */
@@ -1285,6 +1321,7 @@ int main(void) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             test_attention_ops(&cpu, &gpu, &shapes[i]);
         test_fused_dense(&cpu, &gpu);
+        test_rope(&cpu, &gpu);
         test_linear_rope(&cpu, &gpu);
         for (size_t i = 0; i < sizeof gla_decode_shapes / sizeof gla_decode_shapes[0]; i++)
             test_gla_decode(&cpu, &gpu, &gla_decode_shapes[i], i % 2 == 0);
