@@ -221,16 +221,19 @@ static void test_dense_ops(backend *c, backend *g) {
         BOTH(c->ops->swiglu(c->be, cy1, cx1, cx1, n), g->ops->swiglu(g->be, gy1, gx1, gx1, n));
         compare("swiglu (unaligned)", c, cy, g, gy, (size_t)T * C, tol);
     }
-    { // RMSNorm rows as wide as LLaMA's (4096: vectors held in registers) and not a multiple of 8 (4100)
-        const int widths[2] = {4096, 4100}, R = 5;
-        for (int i = 0; i < 2; i++) {
-            const int W = widths[i];
+    { // RMSNorm rows as wide as LLaMA's (4096: vectors held in registers) and not a multiple of 8 (4100),
+      // a few and many (70 rows, 4096 and 96 wide)
+        const int widths[4] = {4096, 4100, 4096, 96}, rows[4] = {5, 5, 70, 70};
+        for (int i = 0; i < 4; i++) {
+            const int W = widths[i], R = rows[i];
             float *hwx = rand_host((size_t)R * W, -3, 3), *hwn = rand_host(W, 0.5f, 1.5f);
             lz_weight cwn = weight(c, hwn, 1, W), gwn = weight(g, hwn, 1, W);
             void *cwx = act(c, hwx, (size_t)R * W), *gwx = act(g, hwx, (size_t)R * W);
             void *cwy = act(c, NULL, (size_t)R * W), *gwy = act(g, NULL, (size_t)R * W);
             BOTH(c->ops->rmsnorm(c->be, cwy, cwx, &cwn, R, 1e-5f), g->ops->rmsnorm(g->be, gwy, gwx, &gwn, R, 1e-5f));
-            compare(i == 0 ? "rmsnorm (4096)" : "rmsnorm (4100)", c, cwy, g, gwy, (size_t)R * W, tol);
+            char what[64];
+            snprintf(what, sizeof what, "rmsnorm (%d rows of %d)", R, W);
+            compare(what, c, cwy, g, gwy, (size_t)R * W, tol);
             c->ops->free_weight(c->be, &cwn), g->ops->free_weight(g->be, &gwn);
             c->ops->free(c->be, cwx), g->ops->free(g->be, gwx), c->ops->free(c->be, cwy), g->ops->free(g->be, gwy);
             free(hwx), free(hwn);
