@@ -5,8 +5,10 @@
 //                        loads in flight per thread; S_prev(c) goes out as bf16 in the order the output
 //                        kernel's mma wants it (16 bytes per lane, coalesced), z_prev in place in fp32;
 //   3. chunk_output_mma: one block per (chunk, state head) for its whole group of query heads (K, V,
-//                        S_prev read once per group), one warp per (query head, 16 rows); scores, decay,
-//                        causal mask and normaliser in registers, never through shared memory.
+//                        S_prev copied into shared memory once per group), one warp per (query head, 16
+//                        rows) with those rows in shared memory too; scores, decay, causal mask and
+//                        normaliser in registers. Its shared memory (output_smem: 195 KB at F = 256,
+//                        d = 128) bounds the shapes it takes; larger ones go to gla_tc.cu.
 // Same function and numerics contract as gla.cu (chunk-local log-gates, every exp argument <= 0, S and z
 // fp32 between chunks and in the slot); bf16 roundings: S_prev, the decayed scores and w * v.
 //
