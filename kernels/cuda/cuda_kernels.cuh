@@ -69,13 +69,14 @@ struct lz_cuda_ctx {
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).
 lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes);
 
+// The kernels' own timeline (trace.cu; cmake -DLIZARD_TRACE=ON and LIZARD_TRACE=file, else nothing).
+lz_status lz_trace_open(void);
+lz_status lz_trace_close(void);
+
 // Side streams (side_streams.cu). create: the streams, handles (math mode as the main one's) and
 // events; destroy: what create made (safe on a partial create). fork: sides 0 .. n - 1 wait for the
 // main stream's work so far; join: the main stream waits for theirs. Under graph capture the sides
 // join the recording at the fork and must be joined before it ends.
-// trace.cu: the kernels' own timeline (cmake -DLIZARD_TRACE=ON and LIZARD_TRACE=file; else nothing)
-lz_status lz_trace_open(void);
-lz_status lz_trace_close(void);
 lz_status lz_cuda_side_create(lz_cuda_ctx *c, size_t workspace_bytes, cublasMath_t math);
 void lz_cuda_side_destroy(lz_cuda_ctx *c);
 lz_status lz_cuda_fork(lz_cuda_ctx *c, int n);

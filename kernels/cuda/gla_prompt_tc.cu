@@ -310,8 +310,7 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 1)
     const uint4 *Sc = Sb + ((size_t)c * sh.Hs + s) * n_frag;
     for (int u = threadIdx.x; u < n_frag; u += blockDim.x)
         lz_cp_async16(Ss + u, Sc + u);
-    if (warp < n_tasks)
-        copy_q(warp);
+    copy_q(warp); // (n_warps <= n_tasks: every warp has a first task)
     lz_cp_async_commit();
     gate_cumsum(g, log_gamma, row0, L);
     for (int a = threadIdx.x; a < F; a += blockDim.x)

@@ -55,11 +55,9 @@ lz_status rope_forward(lz_cuda_ctx *c, T *q, T *k, const float *inv_freq, const 
     constexpr int V = 16 / sizeof(T);
     const int d = dims->head_dim, half = d / 2;
     const size_t smem = sizeof(float) * 2 * (size_t)half;
-    if (half % V == 0 && lz_aligned16(q, k))
-        return lz_launch(c, "rope", rope_kernel<T, V>, dim3(n_tokens), dim3(ROPE_THREADS), smem, q, k, inv_freq,
-                         b->token_pos, dims->n_heads, dims->n_kv_heads, d);
-    return lz_launch(c, "rope", rope_kernel<T, 1>, dim3(n_tokens), dim3(ROPE_THREADS), smem, q, k, inv_freq,
-                     b->token_pos, dims->n_heads, dims->n_kv_heads, d);
+    const auto kernel = half % V == 0 && lz_aligned16(q, k) ? rope_kernel<T, V> : rope_kernel<T, 1>;
+    return lz_launch(c, "rope", kernel, dim3(n_tokens), dim3(ROPE_THREADS), smem, q, k, inv_freq, b->token_pos,
+                     dims->n_heads, dims->n_kv_heads, d);
 }
 
 #define LZ_ROPE(T)                                                                                              \
