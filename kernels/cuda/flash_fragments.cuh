@@ -1,10 +1,11 @@
-// flash_fragments.cuh - what the prompt attention's mma.sync kernel (attention_flash.cu) and
-// wgmma kernel (attention_wgmma.cu) share: a block's chunk and its walk over the keys, the copies of
-// Q and of each K/V tile into shared memory (each kernel with its own swizzle), and the
-// register-level steps. Both hold a warp's 16 query rows of S = Q K^T and of O in the m16n8
-// accumulator layout (wgmma's m64nN layout is four warps of it): lane l holds rows l/4 (elements 0,
-// 1) and l/4 + 8 (elements 2, 3) of each 8-column tile, columns 2 (l % 4) + {0, 1}. So the masking,
-// the online softmax, P's packing into an A operand and the final O / l are the same code for both.
+// flash_fragments.cuh - what the prompt attention's kernels share. The mma.sync kernel
+// (attention_flash.cu) takes all of it: a block's chunk and its walk over the keys, the copies of Q
+// and of each K/V tile into shared memory, the register-level steps. The wgmma kernel
+// (attention_wgmma.cu, whose copies the copy engine makes) takes the register-level steps. Both hold
+// a warp's 16 query rows of S = Q K^T and of O in the m16n8 accumulator layout (wgmma's m64nN layout
+// is four warps of it): lane l holds rows l/4 (elements 0, 1) and l/4 + 8 (elements 2, 3) of each
+// 8-column tile, columns 2 (l % 4) + {0, 1}. So the masking, the online softmax, P's packing into an
+// A operand and the final O / l are the same code for both.
 #ifndef LZ_FLASH_FRAGMENTS_CUH
 #define LZ_FLASH_FRAGMENTS_CUH
 
@@ -100,21 +101,20 @@ __device__ __forceinline__ void flash_mask(float (&s)[NT][4], int t0, int p0, in
 }
 
 // The online softmax over one tile of raw scores: the row max m over the quad, S becomes
-// P = 2^(S scale_log2 - m scale_log2) (one FFMA and one MUFU an element), the running sum l (this
-// lane's share) and O rescale by 2^((old m - new m) scale_log2). SKIP: where no row of the warp
-// has a new max (most tiles of a long row), O's rescale is skipped (for the wgmma kernel, whose O
-// the tensor cores hold between products; the mma.sync kernel measured ~5% slower with the branch,
-// one run against another machine's).
-template <int NT, int OT, bool SKIP>
-__device__ __forceinline__ void flash_online_softmax(float (&s)[NT][4], float (&o)[OT][4], float (&m_r)[2],
-                                                     float (&l_r)[2], float scale_log2) {
+// P = 2^(S scale_log2 - m scale_log2) (one FFMA and one MUFU an element) and the running sum l (this
+// lane's share) takes alpha = 2^((old m - new m) scale_log2). Returns whether O must be rescaled by
+// alpha (flash_rescale_o): always unless SKIP, and with SKIP only where some row of the warp has a
+// new max (not in most tiles of a long row).
+template <int NT, bool SKIP>
+__device__ __forceinline__ bool flash_softmax_scores(float (&s)[NT][4], float (&m_r)[2], float (&l_r)[2],
+                                                     float scale_log2, float (&alpha)[2]) {
     float mx[2] = {m_r[0], m_r[1]};
 #pragma unroll
     for (int n = 0; n < NT; n++) {
         mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
         mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
     }
-    float base[2], alpha[2];
+    float base[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -136,15 +136,28 @@ __device__ __forceinline__ void flash_online_softmax(float (&s)[NT][4], float (&
     }
     l_r[0] = l_r[0] * alpha[0] + sum[0];
     l_r[1] = l_r[1] * alpha[1] + sum[1];
-    if (rescale) {
+    return rescale;
+}
+
+// O's rows scaled by alpha (rows l/4 and l/4 + 8 of each accumulator tile).
+template <int OT> __device__ __forceinline__ void flash_rescale_o(float (&o)[OT][4], const float (&alpha)[2]) {
 #pragma unroll
-        for (int n = 0; n < OT; n++) {
-            o[n][0] *= alpha[0];
-            o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1];
-            o[n][3] *= alpha[1];
-        }
+    for (int n = 0; n < OT; n++) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
     }
+}
+
+// Both steps at once (the kernels whose O is idle meanwhile). The mma.sync kernel keeps the rescale
+// (SKIP false): with the branch it measured ~5% slower, one run against another machine's.
+template <int NT, int OT, bool SKIP>
+__device__ __forceinline__ void flash_online_softmax(float (&s)[NT][4], float (&o)[OT][4], float (&m_r)[2],
+                                                     float (&l_r)[2], float scale_log2) {
+    float alpha[2];
+    if (flash_softmax_scores<NT, SKIP>(s, m_r, l_r, scale_log2, alpha))
+        flash_rescale_o(o, alpha);
 }
 
 // P's A operand (bf16) for keys 16 kk .. 16 kk + 15: accumulator tiles 2 kk and 2 kk + 1.

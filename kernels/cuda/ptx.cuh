@@ -157,6 +157,15 @@ template <int ID> __device__ __forceinline__ void lz_bar_arrive(int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "r"(count) : "memory");
 }
 
+// The same with the id in a register (a warp-uniform value: which of two roles the warp has), for
+// code that must not branch around the barrier.
+__device__ __forceinline__ void lz_bar_sync_id(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void lz_bar_arrive_id(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 // 2^x in one MUFU instruction (exp2f adds a denormal-range fix-up); 2^-inf = 0.
 __device__ __forceinline__ float lz_fast_exp2(float x) {
     float y;

@@ -267,9 +267,9 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
     LZ_LAUNCH_CHECK("kv_append");
     if (b->max_len > 1) { // a prompt in the step: the tiled kernel for every row
         if constexpr (sizeof(T) == 2) {
-            if (lz_attention_wgmma_fits(c, d, Hq, Hkv, b->n_chunks))
+            if (lz_attention_wgmma_fits(c, d, Hq, Hkv, b->n_chunks, q, st->k_cache, st->v_cache))
                 return lz_attention_wgmma(c, out, q, (const T *)st->k_cache, (const T *)st->v_cache, b->chunk_row0,
-                                          b->chunk_len, b->token_seq, b->slot, b->token_pos, b->n_chunks, Hq, Hkv,
+                                          b->chunk_len, b->token_seq, b->slot, b->token_pos, n, b->n_chunks, Hq, Hkv,
                                           dims->kv_capacity, dims->sliding_window);
             if (lz_attention_flash_fits(c, d, Hq, Hkv, b->n_chunks))
                 return lz_attention_flash(c, out, q, (const T *)st->k_cache, (const T *)st->v_cache, b->chunk_row0,
