@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(flash_threads<HPB>(), 2 / HPB)
         }
 
         flash_mask<FB / 8>(s, ch.t0(j), ch.p0, ch.p_last, ch.k_first, sw, pA, qd);
-        flash_online_softmax<FB / 8, D / 8, false>(s, o, m_r, l_r, scale_log2);
+        flash_online_softmax<FB / 8, D / 8>(s, o, m_r, l_r, scale_log2);
 
         // O += P V: P's A fragment for keys 16 kk .. 16 kk + 15 is n-tiles 2 kk and 2 kk + 1 of S
 #pragma unroll

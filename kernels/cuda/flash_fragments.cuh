@@ -150,14 +150,14 @@ template <int OT> __device__ __forceinline__ void flash_rescale_o(float (&o)[OT]
     }
 }
 
-// Both steps at once (the kernels whose O is idle meanwhile). The mma.sync kernel keeps the rescale
-// (SKIP false): with the branch it measured ~5% slower, one run against another machine's.
-template <int NT, int OT, bool SKIP>
+// Both steps at once, O always rescaled (the mma.sync kernel: with the skip it measured ~5% slower,
+// one run against another machine's).
+template <int NT, int OT>
 __device__ __forceinline__ void flash_online_softmax(float (&s)[NT][4], float (&o)[OT][4], float (&m_r)[2],
                                                      float (&l_r)[2], float scale_log2) {
     float alpha[2];
-    if (flash_softmax_scores<NT, SKIP>(s, m_r, l_r, scale_log2, alpha))
-        flash_rescale_o(o, alpha);
+    flash_softmax_scores<NT, false>(s, m_r, l_r, scale_log2, alpha);
+    flash_rescale_o(o, alpha);
 }
 
 // P's A operand (bf16) for keys 16 kk .. 16 kk + 15: accumulator tiles 2 kk and 2 kk + 1.
