@@ -19,7 +19,7 @@
 #include "cuda_kernels.cuh"     // lz_cuda_ctx, checks
 #include "flash_fragments.cuh" // the masking, online softmax and store the flash kernels share
 #include "ptx.cuh"             // mbarriers, tensor copies, named barriers
-#include "tensor_map.cuh"      // lz_tensor_map_encoder_for
+#include "tensor_map.cuh"      // lz_tensor_map_encoder_for, lz_tensor_map_head_rows
 #include "wgmma.cuh"           // lz_wgmma_*, lz_setmaxnreg_*
 
 typedef __nv_bfloat16 bf16;
@@ -77,10 +77,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     const auto t0 = [&](int j) { return p_last - (KB - 1) - KB * j; };
 
     if (tid == 0) {
+        lz_mbar_init(&q_full, 1); // (before the rings: their set-up's fence covers it)
         lz_stage_ring_init(k_full, k_empty, STAGES, CONSUMERS / 32); // (empty: each consumer warp gives it back)
         lz_stage_ring_init(v_full, v_empty, STAGES, CONSUMERS / 32);
-        lz_mbar_init(&q_full, 1);
-        lz_fence_proxy_async();
     }
     __syncthreads();
 
@@ -217,16 +216,6 @@ __global__ void __launch_bounds__(THREADS, 1)
 // The driver's tensor-map encoder; NULL where unavailable or the kernel was built for an older target.
 PFN_cuTensorMapEncodeTiled_v12000 tma_encode;
 
-// A bf16 tensor whose innermost dimension is head_dim, in boxes of 64 columns x `rows` rows of the
-// third dimension, with the 128-byte swizzle. dims/strides innermost first (strides in bytes).
-bool head_rows_map(CUtensorMap *map, const void *p, int rank, const cuuint64_t *dims, const cuuint64_t *strides,
-                   int rows) {
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, elem[4] = {1, 1, 1, 1};
-    return tma_encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)p, dims, strides, box, elem,
-                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 } // namespace
 
 lz_status lz_attention_wgmma_init(lz_cuda_ctx *c) {
@@ -256,8 +245,9 @@ lz_status lz_attention_wgmma(lz_cuda_ctx *c, bf16 *out, const bf16 *q, const bf1
     const cuuint64_t kdims[4] = {D, (cuuint64_t)Hkv, (cuuint64_t)capacity, (cuuint64_t)1 << 20};
     const cuuint64_t kstrides[3] = {D * 2, (cuuint64_t)Hkv * D * 2, (cuuint64_t)capacity * Hkv * D * 2};
     CUtensorMap tq, tk, tv;
-    if (!head_rows_map(&tq, q, 3, qdims, qstrides, QB) || !head_rows_map(&tk, kc, 4, kdims, kstrides, KB) ||
-        !head_rows_map(&tv, vc, 4, kdims, kstrides, KB))
+    if (!lz_tensor_map_head_rows(tma_encode, &tq, q, 3, qdims, qstrides, QB) ||
+        !lz_tensor_map_head_rows(tma_encode, &tk, kc, 4, kdims, kstrides, KB) ||
+        !lz_tensor_map_head_rows(tma_encode, &tv, vc, 4, kdims, kstrides, KB))
         return lz_fail(LZ_ERR_INTERNAL, "prompt attention (wgmma): cuTensorMapEncodeTiled failed");
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)D); // softmax in exp2: log2(e) / sqrt(d)
     attention_wgmma_kernel<<<dim3(Hq / 2, n_chunks), THREADS, SMEM, c->stream>>>(

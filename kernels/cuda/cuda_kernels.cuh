@@ -260,7 +260,6 @@ lz_status lz_attention_tc(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat1
                           const __nv_bfloat16 *vc, const int32_t *chunk_row0, const int32_t *chunk_len,
                           const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int n_chunks,
                           int Hq, int Hkv, int d, int capacity, int sliding_window);
-// The same, FlashAttention-2 style (bf16, head_dim 64 or 128; attention_flash.cu).
 // The same on Hopper, warp-specialised: a producer warpgroup feeding the copy engine, two consumer
 // warpgroups on wgmma (bf16, head_dim 128, an even GQA group; attention_wgmma.cu).
 bool lz_attention_wgmma_fits(const lz_cuda_ctx *c, int d, int Hq, int Hkv, int n_chunks, const void *q,
@@ -270,6 +269,7 @@ lz_status lz_attention_wgmma(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bflo
                              const __nv_bfloat16 *vc, const int32_t *chunk_row0, const int32_t *chunk_len,
                              const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int n_tokens,
                              int n_chunks, int Hq, int Hkv, int capacity, int sliding_window);
+// The same, FlashAttention-2 style (bf16, head_dim 64 or 128; attention_flash.cu).
 bool lz_attention_flash_fits(const lz_cuda_ctx *c, int d, int Hq, int Hkv, int n_chunks);
 lz_status lz_attention_flash_init(lz_cuda_ctx *c);
 lz_status lz_attention_flash(lz_cuda_ctx *c, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *kc,

@@ -29,7 +29,7 @@
 #include "window_decode_ring.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 #include "ptx.cuh" // lz_mbar_*, lz_stage_slot, lz_tma_load_4d, lz_bulk_load, lz_ldsm_x4(_trans), lz_mma_bf16, lz_fast_exp2
-#include "tensor_map.cuh" // lz_tensor_map_encoder_for
+#include "tensor_map.cuh" // lz_tensor_map_encoder_for, lz_tensor_map_head_rows
 
 #include <cuda_bf16.h>
 #include <stdint.h> // uintptr_t
@@ -331,10 +331,7 @@ static PFN_cuTensorMapEncodeTiled_v12000 wr_encode;
 static bool wr_map(CUtensorMap *map, const void *ring, int d, int Hkv, int w) {
     const cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)Hkv, (cuuint64_t)w, (cuuint64_t)1 << 24};
     const cuuint64_t strides[3] = {(cuuint64_t)d * 2, (cuuint64_t)Hkv * d * 2, (cuuint64_t)w * Hkv * d * 2};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)w, 1}, elem[4] = {1, 1, 1, 1};
-    return wr_encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)ring, dims, strides, box, elem,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return lz_tensor_map_head_rows(wr_encode, map, ring, 4, dims, strides, w);
 }
 
 // Stages that fit the SM's shared memory (at most WR_MAX_STAGES).
