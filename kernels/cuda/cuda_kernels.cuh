@@ -48,6 +48,7 @@ struct lz_cuda_ctx {
     // k a group of rows (LIZARD_STREAM_SPLIT, 0: by the launch's size; tests: 1 to 8)
     int stream_tokens;
     int stream_split;
+    int stream_pairs_from; // LIZARD_STREAM_PAIRS_FROM: steps of more tokens give a warp two 16-row tiles
     // linear_joined.cu: layers of one input whose weights were joined at load run as one product at steps
     // of up to LIZARD_JOIN_TOKENS tokens (0: weights not joined), into joined_out
     int join_tokens;
@@ -164,9 +165,12 @@ lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
 enum { LZ_GLA_STREAM_MIN_DEFAULT = 8 };
 // The window branch of decode steps from this many sequences on takes the persistent kernel
 // (window_decode_ring.cu; bf16, a 9.0 device). On the H200 (8B pure Lizard, 2K, session 20) against
-// the split kernel: +2.2% at 16 sequences, +0.5-1.3% at 64, +2.0% at 256. Below 16 the cluster kernel
-// of window_attention.cu takes the window (LIZARD_WINDOW_SPLIT_MIN); the ring was not measured there.
-enum { LZ_WINDOW_RING_MIN_DEFAULT = 16 };
+// the split kernel: +2.2% at 16 sequences, +0.5-1.3% at 64, +2.0% at 256. Below it the cluster kernel
+// of window_attention.cu takes the window. From 16 down to 8 (session 31, one run): at 8 sequences the
+// cluster kernel's 512 blocks took two waves (its last block ended 9 us after the median one), and the
+// ring took pure Lizard from 1,486 to 1,601 tok/s, the hybrid from 1,483 to 1,552; from 4 it lost at 4
+// (pure Lizard 847 -> 824), and from 5 at 6 beside the stream kernel's linear layers (1,208 -> 1,171).
+enum { LZ_WINDOW_RING_MIN_DEFAULT = 8 };
 template <typename T> bool gla_decode_stream_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims);
 template <typename T> size_t gla_decode_stream_scratch(const lz_attn_dims *dims, int n_seqs);
 template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c);

@@ -1,5 +1,5 @@
 // linear_stream.cu - bf16 linear layers of decode steps of a few tokens (2 to LIZARD_STREAM_TOKENS, default
-// 4; the kernel takes up to 64): out = x . W^T for one or more weights W [m][k] read by the same x [n][k],
+// 7; the kernel takes up to 64): out = x . W^T for one or more weights W [m][k] read by the same x [n][k],
 // with the residual add or the MLP's SwiGLU folded in.
 //
 // Why: at these steps a layer is a stream of its weights. cuBLAS's small products need split-K and a
@@ -26,7 +26,14 @@
 //   442.9 / 2,847 (cuBLAS 401.5 / 3,111 in that run); with no x loads at all (wrong sums, the first
 //   version) the MLP's launch took as long as with them, so the weights' loads were what bound it then.
 // From 8 tokens on cuBLAS still wins (-1 to -3% at 8, -6 to -9% at 16: the MLP's gate and up stream at
-// 3.6 TB/s here against cuBLAS's 3.8), so the launchers stop at LIZARD_STREAM_TOKENS.
+// 3.6 TB/s here against cuBLAS's 3.8), so the launchers stop at LIZARD_STREAM_TOKENS. Session 31 (one
+// run, two rounds): at 5-7 tokens it is ahead of cuBLAS (pure Lizard +4.6% / +4.9% / +6.7%, the hybrid
+// +3.9% / +2.6% / +3.2%, the teacher +1.6% / +0.3% / -0.5%), hence the default of 7; at 8 still behind
+// (pure Lizard -1.3%, the teacher -1.8%). Tried then, not kept: (1) warps of two 16-row tiles sharing
+// x's fragments (1 block an SM, 168-198 registers), so that a warp reads half as much x a weight byte:
+// +0.7% for pure Lizard at 8 tokens, -0.4% / -0.7% for the hybrid and the teacher, behind one tile at
+// 5-7 and at 16, so x's loads are not what binds; (2) o_proj's rows asked into L2 before the PDL wait
+// (as the one-token GEMV does): -0.6 to -1.6% for pure Lizard at 2, 4, 6 and 8 tokens.
 #include "linear_stream.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 #include "ptx.cuh" // lz_mma_bf16

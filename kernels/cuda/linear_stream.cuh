@@ -8,9 +8,9 @@
 #include <cuda_bf16.h>
 
 // The most layers of one input in a launch (q, k, v and the Lizard gate); the largest step; the
-// default of LIZARD_STREAM_TOKENS, the largest step the launchers give it (0: none; from 8 tokens on
-// cuBLAS was faster on the H200, session 25).
-enum { LZ_STREAM_MAX_SEGMENTS = 4, LZ_STREAM_MAX_TOKENS = 64, LZ_STREAM_TOKENS_DEFAULT = 4 };
+// default of LIZARD_STREAM_TOKENS, the largest step the launchers give it (0: none; on the H200 it wins
+// up to 7 tokens and cuBLAS from 8 on: sessions 25 and 31, linear_stream.cu).
+enum { LZ_STREAM_MAX_SEGMENTS = 4, LZ_STREAM_MAX_TOKENS = 64, LZ_STREAM_TOKENS_DEFAULT = 7 };
 
 // One layer: out[n][m] = x[n][k] . w[m][k]^T (+ bias[m]).
 struct lz_stream_segment {

@@ -480,8 +480,9 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     // cluster kernel below (up to two (sequence, kv head) pairs an SM), else attention_decode.cu's
     // split kernel over the rings. On the H200 (8B pure Lizard) at 16 sequences the split kernel
     // took decode from 2,218 to 2,320 tok/s; at one sequence the cluster kernel is ahead (208.5
-    // against 201.8). In bf16 from LIZARD_WINDOW_RING sequences (default 16) the persistent kernel
-    // of window_decode_ring.cu comes first (+2% against the split kernel at 16 and 256, session 20).
+    // against 201.8). In bf16 from LIZARD_WINDOW_RING sequences (default 8) the persistent kernel
+    // of window_decode_ring.cu comes first (+2% against the split kernel at 16 and 256, session 20;
+    // +5 to +8% against the cluster kernel at 8, session 31: cuda_kernels.cuh).
     const bool decode = !c->fuse_off && !c->window_decode_off && hb->n_tokens == hb->n_seqs;
     const bool split_first = hb->n_seqs >= c->window_split_min;
     if (decode) {
