@@ -9,6 +9,8 @@ import collections
 import json
 import sys
 
+import svg_lines
+
 W, H, L, R, T, B = 720, 380, 60, 300, 40, 50  # size and margins (the legend sits in the right one)
 COLORS = {"teacher": "#d62728", "hybrid": "#9467bd", "lizard": "#2ca02c"}
 Y0, Y1 = 60, 100  # the share axis, %
@@ -52,17 +54,9 @@ def main():
                'text-anchor="middle">share of the bound</text>')
     ordered = sorted(lines.items(), key=lambda kv: (kv[0][0], kv[0][1] != "-", kv[0][1]))
     for i, ((variant, config), pts) in enumerate(ordered):
-        color = COLORS.get(variant, "black")
-        dash = "" if config == "-" else ' stroke-dasharray="5,4"'
         default = "" if config == "-" else ", " + config.replace("LIZARD_", "").replace("+", " ")
         label = variant + (", " + names[config] if config in names else default)
-        path = " ".join(f"{px(b):.1f},{py(s):.1f}" for b, s in pts)
-        svg.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
-        svg += [f'<circle cx="{px(b):.1f}" cy="{py(s):.1f}" r="3" fill="{color}"/>' for b, s in pts]
-        ly = T + 16 * i
-        svg.append(f'<line x1="{W - R + 12}" x2="{W - R + 36}" y1="{ly}" y2="{ly}" stroke="{color}" '
-                   f'stroke-width="2"{dash}/>')
-        svg.append(f'<text x="{W - R + 42}" y="{ly + 4}">{label}</text>')
+        svg_lines.series(svg, pts, px, py, COLORS.get(variant, "black"), config != "-", label, W - R + 12, T + 16 * i)
     svg.append("</svg>")
     open(out, "w").write("\n".join(svg) + "\n")
 

@@ -7,6 +7,8 @@ import json
 import math
 import sys
 
+import svg_lines
+
 W, H, L, R, T, B = 720, 400, 70, 240, 40, 50  # size and margins (the legend sits in the right one)
 COLORS = {"teacher": "#d62728", "hybrid": "#9467bd", "lizard": "#2ca02c", "hf": "#7f7f7f"}
 
@@ -51,14 +53,7 @@ def main():
     svg.append(f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" '
                'text-anchor="middle">prompt tokens/s</text>')
     for i, ((variant, label, dashed), pts) in enumerate(sorted(lines.items(), key=lambda kv: (kv[0][0], kv[0][2]))):
-        color, dash = COLORS.get(variant, "black"), ' stroke-dasharray="5,4"' if dashed else ""
-        path = " ".join(f"{px(p):.1f},{py(t):.1f}" for p, t in pts)
-        svg.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
-        svg += [f'<circle cx="{px(p):.1f}" cy="{py(t):.1f}" r="3" fill="{color}"/>' for p, t in pts]
-        ly = T + 16 * i
-        svg.append(f'<line x1="{W - R + 12}" x2="{W - R + 36}" y1="{ly}" y2="{ly}" stroke="{color}" '
-                   f'stroke-width="2"{dash}/>')
-        svg.append(f'<text x="{W - R + 42}" y="{ly + 4}">{label}</text>')
+        svg_lines.series(svg, pts, px, py, COLORS.get(variant, "black"), dashed, label, W - R + 12, T + 16 * i)
     svg.append("</svg>")
     open(out, "w").write("\n".join(svg) + "\n")
 
