@@ -975,6 +975,7 @@ static lz_status init_device(lz_backend *be) {
     be->ctx.n_sms = prop.multiProcessorCount;
     be->ctx.max_smem = prop.sharedMemPerBlockOptin;
     be->ctx.l2_bytes = (size_t)prop.l2CacheSize;
+    be->ctx.sm_smem = prop.sharedMemPerMultiprocessor;
     be->ctx.wgmma = be->ctx.wgmma && prop.major == 9 && prop.minor == 0; // sm_90a code runs on 9.0 only
     LZ_CUDA_TRY(cudaStreamCreateWithFlags(&be->ctx.stream, cudaStreamNonBlocking));
     LZ_CUBLAS_TRY(cublasCreate(&be->ctx.cublas));
@@ -1102,6 +1103,7 @@ static lz_status read_switches(lz_cuda_ctx *c, int *table) {
     LZ_TRY(lz_env_int("LIZARD_WINDOW_RING", 0, INT_MAX, LZ_WINDOW_RING_MIN_DEFAULT, &c->window_ring_min));
     LZ_TRY(lz_env_int("LIZARD_WINDOW_RING_BLOCKS", 0, INT_MAX, 0, &c->window_ring_blocks));
     LZ_TRY(lz_env_int("LIZARD_GLA_STREAM_MIN", 0, INT_MAX, LZ_GLA_STREAM_MIN_DEFAULT, &c->gla_stream_min));
+    LZ_TRY(lz_env_int("LIZARD_GLA_SPREAD", 0, INT_MAX, LZ_GLA_SPREAD_MAX_DEFAULT, &c->gla_spread_max));
     if (!parse_fork(getenv("LIZARD_FORK"), &c->fork_ops))
         return lz_fail(LZ_ERR_INPUT, "LIZARD_FORK=%s: not 0, all or a list of qkv,mlp", getenv("LIZARD_FORK"));
     LZ_TRY(lz_env_int("LIZARD_FORK_TOKENS", 1, INT_MAX, LZ_FORK_TOKENS_DEFAULT, &c->fork_tokens));

@@ -14,6 +14,7 @@ struct lz_cuda_ctx {
     cublasHandle_t cublas;
     int n_sms;
     size_t max_smem;       // opt-in shared memory per block
+    size_t sm_smem;        // shared memory per SM
     void *scratch;         // device scratch for multi-pass kernels
     size_t scratch_bytes;
     bool buffers_moved;    // scratch or step arrays reallocated: recorded graphs are stale
@@ -36,6 +37,7 @@ struct lz_cuda_ctx {
     bool window_overlap;   // LIZARD_WINDOW_OVERLAP=0: the batch-1 window kernel waits for the GLA kernel before it starts
     int window_split_min;  // LIZARD_WINDOW_SPLIT_MIN: decode steps of this many sequences on take the split kernel (default 16)
     int gla_stream_min;    // LIZARD_GLA_STREAM_MIN: decode steps of this many sequences on take gla_decode_stream.cu
+    int gla_spread_max;    // LIZARD_GLA_SPREAD: decode steps of up to this many sequences spread the GLA kernel (gla_decode.cu)
     bool gla_ring;         // LIZARD_GLA_RING=0: the streamed GLA decode's update on the stream kernel, not the ring
     int gla_ring_blocks;   // LIZARD_GLA_RING_BLOCKS: the ring kernel's blocks (default 0: one an SM; tests: few, many items each)
     int window_ring_min;   // LIZARD_WINDOW_RING: decode steps of this many sequences on take window_decode_ring.cu (0: none)
@@ -163,6 +165,8 @@ lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
 // tok/s on the split kernel against 2,655-2,669 streamed (the split kernel 61.6 us a layer, the
 // two launches 15.7 + 12.5, Nsight Compute); 8: 611 against 616; 4: 571 against 565 (so not from 2).
 enum { LZ_GLA_STREAM_MIN_DEFAULT = 8 };
+// Steps of up to this many sequences give the GLA decode kernel at most two blocks an SM (gla_decode.cu).
+enum { LZ_GLA_SPREAD_MAX_DEFAULT = 2 };
 // The window branch of decode steps from this many sequences on takes the persistent kernel
 // (window_decode_ring.cu; bf16, a 9.0 device). On the H200 (8B pure Lizard, 2K, session 20) against
 // the split kernel: +2.2% at 16 sequences, +0.5-1.3% at 64, +2.0% at 256. Below it the cluster kernel

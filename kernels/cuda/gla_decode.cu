@@ -343,14 +343,29 @@ template <typename T> bool gla_decode_split_fits(const lz_cuda_ctx *c, const lz_
     return sizeof(float) * (size_t)L.total <= c->max_smem;
 }
 
+// The launch's shared memory: the layout's, or at steps of up to LIZARD_GLA_SPREAD sequences (default
+// 2) enough that no third block fits on an SM (the next multiple of 8 KiB above a third of the SM's).
+// Why: launched early (PDL) behind the q/k/v GEMV, the kernel's blocks take SMs as the GEMV's blocks
+// leave, and at one sequence its 64 blocks landed on 24 SMs (the kernel timeline, session 28), where
+// they share each SM's issue slots and load bandwidth along their whole chain. H200, 8B shapes, one
+// call, two rounds (session 31; 80 KiB): pure Lizard 229.3 / 229.4 -> 235.2 / 235.5 tok/s at one
+// sequence, 437.1 / 436.9 -> 448.0 / 448.3 at two, the hybrid +1.1% / +1.2%; at four it lost (pure
+// Lizard 837 / 839 -> 824 / 822), and one block an SM (116 KiB) lost at 1, 2 and 4 (228-232, 425, 792).
+static size_t gd_launch_smem(const lz_cuda_ctx *c, size_t need, int n_seqs) {
+    if (n_seqs > c->gla_spread_max || c->sm_smem == 0)
+        return need;
+    const size_t spread = (c->sm_smem / 3 + 1 + 8191) / 8192 * 8192;
+    return spread > need && spread <= c->max_smem ? spread : need;
+}
+
 template <typename T, bool FUSED>
 static lz_status launch(lz_cuda_ctx *c, const gd_params<T> &p, int n_seqs) {
     const int C = gd_cluster_size(p.d);
     const gd_layout L(p.Hq, p.Hs, p.d, p.f, C, vec16<T>::N, FUSED);
     cudaLaunchAttribute attr[2];
+    const size_t smem = gd_launch_smem(c, sizeof(float) * (size_t)L.total, n_seqs);
     const cudaLaunchConfig_t cfg = lz_cluster_config(c, dim3((unsigned)C, (unsigned)p.Hs, (unsigned)n_seqs),
-                                                     dim3(GD_THREADS, 1, 1), sizeof(float) * (size_t)L.total,
-                                                     (unsigned)C, attr);
+                                                     dim3(GD_THREADS, 1, 1), smem, (unsigned)C, attr);
     void *args[] = {(void *)&p};
     LZ_CUDA_TRY(cudaLaunchKernelExC(&cfg, pick<T, FUSED>(L.group, p.d, p.f), args));
     LZ_LAUNCH_CHECK("gla decode (split)");
