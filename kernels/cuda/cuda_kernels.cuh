@@ -50,7 +50,6 @@ struct lz_cuda_ctx {
     // k a group of rows (LIZARD_STREAM_SPLIT, 0: by the launch's size; tests: 1 to 8)
     int stream_tokens;
     int stream_split;
-    int stream_pairs_from; // LIZARD_STREAM_PAIRS_FROM: steps of more tokens give a warp two 16-row tiles
     // linear_joined.cu: layers of one input whose weights were joined at load run as one product at steps
     // of up to LIZARD_JOIN_TOKENS tokens (0: weights not joined), into joined_out
     int join_tokens;

@@ -352,7 +352,7 @@ template <typename T> bool gla_decode_split_fits(const lz_cuda_ctx *c, const lz_
 // sequence, 437.1 / 436.9 -> 448.0 / 448.3 at two, the hybrid +1.1% / +1.2%; at four it lost (pure
 // Lizard 837 / 839 -> 824 / 822), and one block an SM (116 KiB) lost at 1, 2 and 4 (228-232, 425, 792).
 static size_t gd_launch_smem(const lz_cuda_ctx *c, size_t need, int n_seqs) {
-    if (n_seqs > c->gla_spread_max || c->sm_smem == 0)
+    if (n_seqs > c->gla_spread_max)
         return need;
     const size_t spread = (c->sm_smem / 3 + 1 + 8191) / 8192 * 8192;
     return spread > need && spread <= c->max_smem ? spread : need;

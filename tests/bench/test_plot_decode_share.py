@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tempfile
 
+import svg_check
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -31,13 +33,7 @@ def main():
     # y: 80% -> 185.0, 90% -> 112.5, 70% -> 257.5, 100% -> 40.0
     want = ['points="60.0,185.0 420.0,112.5"', 'points="60.0,257.5 420.0,40.0"', ">lizard<", ">lizard, old<",
             'stroke-dasharray="5,4"', ">4<", ">8<"]
-    missing = [w for w in want if w not in text]
-    unwanted = [w for w in (">2048<", "LIZARD_X") if w in text]
-    if missing or unwanted or text.count("<polyline") != 2:
-        print("test_plot_decode_share: missing", missing, "unwanted", unwanted)
-        return 1
-    print("test_plot_decode_share: ok")
-    return 0
+    return svg_check.verdict("test_plot_decode_share", text, want, (">2048<", "LIZARD_X"), text.count("<polyline") == 2)
 
 
 if __name__ == "__main__":
