@@ -372,6 +372,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
                 mine[2 * G + h * D + lane * DPL + x] = acc[h][x];
         }
     }
+    lz_trace_mark(); // (LIZARD_TRACE) past its tiles
     __syncthreads();
     // one output: the softmax's numerator A and denominator L at maximum M (log2 units)
     auto emit = [&](int h, int x, float A, float M, float L) {
@@ -416,6 +417,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
             count[pair] = 0; // every split has arrived: ready for the next launch
     }
     __syncthreads();
+    lz_trace_mark(); // its partial written and counted
     if (!*flag)
         return;
     __threadfence();
@@ -435,6 +437,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
         lz_cp_async_wait<0>();
         __syncthreads();
     }
+    lz_trace_mark(); // the last split's records staged
     const float *src = staged ? rec : pp; // the records, in shared memory or in L2
     auto load = [staged](const auto *p) { return staged ? *p : __ldcg(p); }; // (ld.global.cg: not shared)
     for (int e = threadIdx.x; e < active * G; e += blockDim.x) {
@@ -485,6 +488,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<TCS>())
             emit(h, x + 2, A[u].z, Msum[h], Lsum[h]), emit(h, x + 3, A[u].w, Msum[h], Lsum[h]);
         }
     }
+    lz_trace_mark(); // merged and written
 }
 
 // The instantiations the launcher picks from: group 1, 2, 4, 8 and head_dim 64, 128, 256
