@@ -7,6 +7,9 @@
 # TEST_ENVS: more test_gpu_ops runs, one a config of the same form. A config's LZ_BIN=base runs the
 # lizard of .devpack/base.tgz (tests/gpu/pack_devout.sh of another commit, copied there) instead.
 # PROMPTS (e.g. 2048,32768): prompt throughput instead of decode. PROFILE_CONFIGS, PROFILE_RUNS (variant:length ...): the profiles' list.
+# DEADLINE (seconds since the epoch): no bench starts after it, so that a call returns its figures
+# before the call's limit. ROUND_FROM: the first round's number (rounds ROUND_FROM..ROUNDS), so that
+# callers can interleave rounds of different variants.
 set -uo pipefail
 source tests/gpu/device_env.sh
 if [ -f .devpack/base.tgz ]; then rm -rf .devbase && mkdir -p .devbase && tar -C .devbase -xzf .devpack/base.tgz; fi
@@ -19,10 +22,11 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     cat "$OUT/gpu_ops2.log" >>"$OUT/gpu_ops.log"; rm -f "$OUT/gpu_ops2.log"
   done
 fi
-for round in $(seq "${ROUNDS:-1}"); do
+for round in $(seq "${ROUND_FROM:-1}" "${ROUNDS:-1}"); do
   for v in ${VARIANTS:-teacher hybrid lizard}; do
     for cfg in ${CONFIGS:--}; do
       envs=(); [ "$cfg" = - ] || envs=(${cfg//+/ })
+      if [ -n "${DEADLINE:-}" ] && [ "$(date +%s)" -ge "$DEADLINE" ]; then echo "past the deadline: $v $cfg round $round skipped"; continue; fi
       bin=$L; for e in "${envs[@]}"; do [ "$e" = LZ_BIN=base ] && bin=.devbase/lizard; done
       rm -f "$OUT/tmp.jsonl" # (a failed run must not leave the previous config's figures under its name)
       if [ -n "${PROMPTS:-}" ]; then what=(--prompt "$PROMPTS" --batch 0)
