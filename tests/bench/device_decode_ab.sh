@@ -5,14 +5,17 @@
 # for the teacher, 32K. A config is environment assignments joined by '+', "-" for the defaults:
 #   CONFIGS="- LIZARD_FUSE=gla LIZARD_FUSE=norm,residual LIZARD_FUSE=all+LIZARD_GEMV_LOAD=0"
 # TEST_ENVS: more test_gpu_ops runs, one a config of the same form. A config's LZ_BIN=base runs the
-# lizard of .devpack/base.tgz (tests/gpu/pack_devout.sh of another commit, copied there) instead.
+# lizard of .devpack/base.tgz (tests/gpu/pack_base.sh: another commit's, its COMMIT printed) instead.
 # PROMPTS (e.g. 2048,32768): prompt throughput instead of decode. PROFILE_CONFIGS, PROFILE_RUNS (variant:length ...): the profiles' list.
 # DEADLINE (seconds since the epoch): no bench starts after it, so that a call returns its figures
 # before the call's limit. ROUND_FROM: the first round's number (rounds ROUND_FROM..ROUNDS), so that
 # callers can interleave rounds of different variants.
 set -uo pipefail
 source tests/gpu/device_env.sh
-if [ -f .devpack/base.tgz ]; then rm -rf .devbase && mkdir -p .devbase && tar -C .devbase -xzf .devpack/base.tgz; fi
+if [ -f .devpack/base.tgz ]; then
+  rm -rf .devbase && mkdir -p .devbase && tar -C .devbase -xzf .devpack/base.tgz
+  [ -f .devbase/COMMIT ] && echo "LZ_BIN=base: commit $(cat .devbase/COMMIT)" # (the figures' commit)
+fi
 L=.devout/lizard
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   bash tests/gpu/device_check.sh | grep -E "test_gpu_ops:|FAILED|device_check"

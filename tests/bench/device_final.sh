@@ -20,7 +20,7 @@ done
 # default's cuBLAS at 2-8 tokens (the test itself gives them to the GEMV) must stay correct too
 if [ "${SKIP_CHECKS:-0}" != 1 ]; then
   for e in LIZARD_TC=0 LIZARD_GEMV_SPLIT=1 LIZARD_GEMV_TOKENS=1; do
-    env $e .devout/test_gpu_ops > "$OUT/extra.log" 2>&1; echo "$e: $(tail -1 "$OUT/extra.log")"
+    env $e timeout 300 .devout/test_gpu_ops > "$OUT/extra.log" 2>&1; echo "$e: $(tail -1 "$OUT/extra.log")"
     cat "$OUT/extra.log" >> "$OUT/logs.txt"; rm -f "$OUT/extra.log"
   done
 fi

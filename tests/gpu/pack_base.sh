@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 REF=${1:-main}
 DIR=${BASE_DIR:-/tmp/lizard-base}
+git worktree prune # (a worktree whose folder was removed, /tmp cleared, is forgotten first)
 if [ -d "$DIR" ]; then git -C "$DIR" checkout -q --detach "$REF"; else git worktree add -q --detach "$DIR" "$REF"; fi
 cmake -S "$DIR" -B "$DIR/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 make -C "$DIR/build" -j"$(nproc)" lizard >/dev/null
