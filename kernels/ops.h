@@ -74,6 +74,12 @@ typedef struct {
     double u;           /* uniform in [0, 1): picks among the kept tokens */
 } lz_sample_row;
 
+/* One logit row sampled on the host by the rule of sample_rule.h (the CPU
+ * reference's code, kernels/cpu/sample_rows.c): for callers that hold logits
+ * on the host. scratch [C] lets the later selection passes skip most of the
+ * row (NULL: they do not). */
+int32_t sample_row(const float *x, int C, const lz_sample_row *params, int32_t *scratch);
+
 typedef struct lz_ops {
     const char *name;
     size_t act_size; /* bytes of one activation element */

@@ -21,9 +21,6 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void argmax_rows_forward(int32_t *ids, const float *x, int n, int C);
 /* ids[r] = row r of x [n, C] sampled with params[r] (the rule of sample_rule.h) */
 void sample_rows_forward(int32_t *ids, const float *x, int n, int C, const lz_sample_row *params);
-/* One row [C] (the host sampler uses it on logits it holds); scratch [C]
- * lets the later selection passes skip most of the row (NULL: they do not). */
-int32_t sample_row(const float *x, int C, const lz_sample_row *params, int32_t *scratch);
 void gather_rows_forward(float *out, const float *x, const int32_t *rows, int n, int C);
 void log_sigmoid_forward(float *out, const float *x, int T);
 void rope_forward(float *q, float *k, const float *inv_freq, const lz_batch *batch, const lz_attn_dims *dims);

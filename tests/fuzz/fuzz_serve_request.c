@@ -1,5 +1,5 @@
-/* fuzz_serve_request.c - the HTTP API's request parser (runtime/serve_api.c)
- * and chat formats (runtime/serve_chat.c) on any bytes: a body is accepted or
+/* fuzz_serve_request.c - the HTTP API's request parser (runtime/serve/serve_api.c)
+ * and chat formats (runtime/serve/serve_chat.c) on any bytes: a body is accepted or
  * refused without crashing; a refusal is a valid JSON error object; what is
  * accepted renders in both chat formats and answers as valid JSON. */
 #include <jansson.h> // json_loads

@@ -1,7 +1,7 @@
 /* fuzz_session.c - the SequenceState decoders on any bytes: they must refuse
  * or accept without crashing, and what they accept must be self-consistent
  * (tokens = position + pending) and survive a round trip. Version 2: the
- * decoder (runtime/session.c) and the in-place reader (session_view.c) give
+ * decoder (runtime/session/session.c) and the in-place reader (session_view.c) give
  * the same verdict and the same layers. Version 3 (session_chunks.c, reached
  * through session_file.c): what it accepts, written again chunked (in
  * chunks of a size taken from the input), reads back to the same layers, and

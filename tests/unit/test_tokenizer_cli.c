@@ -1,4 +1,4 @@
-/* test_tokenizer_cli.c - `lizard tokenize` (runtime/cmd_tokenize.c) on the
+/* test_tokenizer_cli.c - `lizard tokenize` (runtime/cli/cmd_tokenize.c) on the
  * tiny-hybrid fixture: --text/--file print the ids lz_tokenizer_encode gives,
  * --ids prints the text back, flags and errors name what is wrong. */
 #include <stdio.h>  // tmpfile, fflush

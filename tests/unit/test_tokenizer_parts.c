@@ -316,7 +316,7 @@ static void errors(void) {
     CHECK_FAILS_WITH(lz_tokenizer_load("/nonexistent/lizard-model", &tok), LZ_ERR_IO, "tokenizer.json");
 }
 
-/* The byte-level BPE `lizard init` writes (runtime/bpe_builder.c) loads and round-trips. */
+/* The byte-level BPE `lizard init` writes (runtime/tokenizer/bpe_builder.c) loads and round-trips. */
 static void init_tokenizer(void) {
     const char *text = lz_bpe_corpus();
     lz_bpe bpe;

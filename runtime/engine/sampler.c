@@ -3,7 +3,7 @@
 #include <math.h>   // isfinite
 #include <stdlib.h> // malloc, free
 
-#include "cpu/cpu_kernels.h" // sample_row
+#include "ops.h" // sample_row
 #include "sampler.h"
 
 static uint64_t mix64(uint64_t z) {
