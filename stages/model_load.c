@@ -40,7 +40,8 @@ static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_
         *out = (lz_weight){NULL, t->dtype, rows, cols, false, 0};
         return LZ_OK;
     }
-    return L->m->ops->upload_weight(L->m->be, t, rows, cols, out);
+    const lz_host_tensor host = {t->name, t->dtype, t->numel, t->data};
+    return L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
 }
 
 static lz_status load_matrix(loader *L, const char *name, int64_t rows, int64_t cols, lz_weight *out) {
