@@ -7,7 +7,7 @@
 #include <stdbool.h> // bool
 #include <stdint.h>  // int32_t
 
-#include "model.h"    // lz_model
+#include "model_load.h" // lz_model, lz_model_load
 #include "pipeline.h" // lz_pipeline
 #include "sampler.h"  // lz_sample_draw
 #include "state.h" // lz_state

@@ -9,6 +9,7 @@
 
 #include "atomic_file.h" // lz_atomic_open
 #include "hash.h"        // lz_fnv1a
+#include "safetensors.h" // lz_weights, lz_st_tensor
 #include "session.h"
 
 void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t out[LZ_FINGERPRINT_BYTES]) {
@@ -23,8 +24,9 @@ void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t ou
             a = lz_fnv1a(a, chunk, n);
         fclose(f);
     }
-    for (size_t i = 0; i < m->ckpt.n_tensors; i++) { // the tensor table, and a taste of each tensor
-        const lz_st_tensor *t = m->ckpt.index[i];
+    const size_t n_tensors = m->ckpt ? m->ckpt->n_tensors : 0;
+    for (size_t i = 0; i < n_tensors; i++) { // the tensor table, and a taste of each tensor
+        const lz_st_tensor *t = m->ckpt->index[i];
         b = lz_fnv1a(b, t->name, strlen(t->name));
         b = lz_fnv1a(b, &t->dtype, sizeof t->dtype);
         b = lz_fnv1a(b, t->shape, sizeof(int64_t) * (size_t)t->ndim);

@@ -200,7 +200,7 @@ static lz_status save(lz_distill_run *r) {
         return LZ_OK; // rank 0 writes
     LZ_TRY(lz_make_dirs(r->a.out, "--out"));
     if (r->progress.chosen)
-        LZ_TRY(lz_distill_write_model(r->a.out, r->a.teacher, &r->teacher.model.ckpt, r->layers,
+        LZ_TRY(lz_distill_write_model(r->a.out, r->a.teacher, r->teacher.model.ckpt, r->layers,
                                       r->progress.softmax, r->n_layers, &r->lizard));
     return lz_distill_checkpoint_save(r->a.out, r->signature, &r->progress, r->layers, r->trained, r->n_layers);
 }
