@@ -58,15 +58,15 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
     lz_detok detok;
     if (tok)
         lz_detok_init(&detok, tok, true);
-    float *logits = malloc(sizeof(float) * (size_t)e->model.cfg.vocab_size);
-    if (!logits)
-        return lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
-    lz_status s = lz_engine_prefill(e, 0, prompt, n_prompt, NULL, logits);
+    // every id, the first included, is chosen where the logits are (greedy, or sampled with its draw)
+    const lz_sample_draw first = lz_sampler_draw(sampler);
+    int32_t id = 0;
+    lz_status s = lz_engine_prefill(e, 0, prompt, n_prompt, NULL,
+                                    (lz_step_out){.ids = &id, .draws = first.p.temperature == 0 ? NULL : &first});
     if (s == LZ_OK && a->stats)
         print_stats(e, e->state.slot_pos[0]);
     *n_out = 0;
     const int32_t slot = 0;
-    int32_t id = s == LZ_OK ? lz_sampler_next(sampler, logits) : 0;
     while (s == LZ_OK && *n_out < a->max_tokens) {
         out[(*n_out)++] = id;
         if (!json && (s = emit(&detok, tok, id, *n_out - 1)) != LZ_OK)
@@ -79,11 +79,9 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
             fprintf(stderr, "lizard generate: moved the sequence at position %d to %s\n", e->state.slot_pos[0],
                     a->move_plan ? a->move_plan : a->move_placement ? a->move_placement : "balanced");
         }
-        // the device picks the id (greedy, or sampled with this token's draw): no logits cross
         const lz_sample_draw draw = lz_sampler_draw(sampler);
         const int32_t in = id;
-        s = draw.p.temperature == 0 ? lz_engine_decode_greedy(e, 1, &slot, &in, &id)
-                                    : lz_engine_decode_sampled(e, 1, &slot, &in, &draw, &id);
+        s = lz_engine_decode(e, 1, &slot, &in, (lz_step_out){.ids = &id, .draws = draw.p.temperature == 0 ? NULL : &draw});
         int held = e->state.slot_pos[0];
         if (s == LZ_OK && a->stats && (held & (held - 1)) == 0) // at powers of two
             print_stats(e, held);
@@ -97,7 +95,6 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
             fwrite(text, 1, len, stdout);
         lz_detok_free(&detok);
     }
-    free(logits);
     return s;
 }
 

@@ -360,7 +360,7 @@ static void prefill_round(serve_scheduler *s) {
     }
     if (n == 0)
         return;
-    if (lz_engine_prefill_many(s->e, n, s->slots, s->feeds, s->lens, s->logits) != LZ_OK) {
+    if (lz_engine_prefill_many(s->e, n, s->slots, s->feeds, s->lens, (lz_step_out){.logits = s->logits}) != LZ_OK) {
         for (int k = 0; k < n; k++) // the slots' state is undefined: the next admission resets them
             fail_seq(s, s->index[k], 500, "server_error", NULL);
         return;
@@ -418,7 +418,7 @@ static void decode_round(serve_scheduler *s) {
     if (n == 0)
         return;
     // the ids are picked where the logits are: the argmax when every sequence is greedy, else each row sampled
-    if (lz_engine_decode_all(s->e, n, s->slots, s->ids, NULL, s->chosen, greedy ? NULL : s->draws) != LZ_OK) {
+    if (lz_engine_decode(s->e, n, s->slots, s->ids, (lz_step_out){.ids = s->chosen, .draws = greedy ? NULL : s->draws, .overlap = true}) != LZ_OK) {
         for (int k = 0; k < n; k++)
             fail_seq(s, s->index[k], 500, "server_error", NULL);
         return;
