@@ -7,6 +7,7 @@
 #include <string.h> // strcmp, strlen, memcpy
 #include <unistd.h> // access
 
+#include "atomic_file.h"       // lz_atomic_remove_stale_of
 #include "cli_options.h"       // lz_parse_options
 #include "commands.h"          // lz_cmd_generate
 #include "engine.h"            // lz_engine
@@ -181,6 +182,8 @@ static lz_status write_session(const generate_args *a, lz_engine *e, const Lizar
 }
 
 static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32_t *input, int n_input) {
+    if (a->session) // temp files of saves to it that were killed
+        LZ_TRY(lz_atomic_remove_stale_of(a->session, NULL));
     lz_session_loaded file;
     LZ_TRY(read_session(a, &file));
     const Lizard__SequenceState *saved = file.msg;
