@@ -230,16 +230,14 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
  * last sampled one pending (not yet fed), as `lizard generate --session` does. */
 static lz_status save_session(serve_scheduler *s, int slot) {
     serve_seq *q = &s->seqs[slot];
-    uint8_t smp[128];
-    size_t smp_len;
-    lz_session_sampler_bytes(&q->sampler, smp, &smp_len);
     Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
+    Lizard__SamplerState sampling;
+    lz_session_sampler_save(&msg, &sampling, &q->sampler);
     msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, s->fingerprint};
     msg.position = (uint64_t)s->e->state.slot_pos[slot];
     msg.tokens = q->history;
     msg.n_tokens = (size_t)q->n_history;
     msg.has_pending = q->n_generated > 0;
-    msg.sampler = (ProtobufCBinaryData){smp_len, smp};
     uint8_t *buf = NULL;
     size_t len = 0;
     lz_status st = lz_engine_save_stages(s->e, slot, &msg);
