@@ -117,12 +117,13 @@ static lz_status write_entry(serve_sessions *s, int i) {
     char path[4096];
     file_path(s, e->name, path, sizeof path);
     const bool existed = access(path, F_OK) == 0;
-    if (lz_session_write_file(path, e->buf, e->len) != LZ_OK) {
+    const lz_status st = lz_session_write_file(path, e->buf, e->len);
+    s->on_disk += !existed && access(path, F_OK) == 0; // renamed in, even if its folder's sync then failed
+    if (st != LZ_OK) {
         fprintf(stderr, "lizard serve: session '%s' not written: %s\n", e->name, lz_error_message());
         lz_error_clear();
         return lz_fail(LZ_ERR_IO, "session %s: the session folder cannot be written", serve_session_shown(e->name));
     }
-    s->on_disk += !existed;
     remove_entry(s, i, true);
     return LZ_OK;
 }

@@ -16,17 +16,6 @@ command -v curl >/dev/null || { echo "curl not found: skipped"; exit 77; }
 . "$HERE/lib.sh"
 
 ids_of() { python3 -c "import json,sys; print(','.join(map(str, json.load(sys.stdin)['ids'])))" 2>/dev/null; }
-generate_ids() { # PROMPT_IDS MAX_TOKENS [generate args]: greedy ids of `lizard generate`
-    local ids=$1 n=$2; shift 2
-    "$LIZARD" generate --model "$M" --ids "$ids" --max-tokens "$n" --format json --ignore-eos "$@" 2>/dev/null | ids_of
-}
-serve_ids() { # PROMPT_IDS MAX_TOKENS SESSION [curl args]: greedy ids through the server
-    local ids=$1 n=$2 name=$3; shift 3
-    local code; code=$(req POST /v1/completions "{\"prompt\": [$ids], \"max_tokens\": $n, \"ignore_eos\": true,
-        \"return_token_ids\": true, \"temperature\": 0, \"session\": \"$name\"}" "$@")
-    [ "$code" = 200 ] || { echo "status $code: $(head -c 300 "$TMP/body")" >&2; return 1; }
-    jget "$TMP/body" "','.join(map(str, d['choices'][0]['token_ids']))"
-}
 count_lzs() { find "$1" -maxdepth 1 -name '*.lzs' | wc -l; }
 dead_pid() { sh -c 'echo $$' ; } # a process that has exited
 
@@ -47,7 +36,7 @@ start_server "$TMP/a.log" --model "$M" --session-memory 1 --session-dir "$D" --m
 rm -f "$D/s1.lzs.tmp.$$" "$D/notes.tmp.$dead"
 
 # 2. SIGKILL while a session is continued: its previous version stays and loads
-A1=$(serve_ids "$P1" 6 s1)
+A1=$(session_ids "$P1" 6 s1)
 [ -f "$D/s1.lzs" ] && ok || bad "s1 not spilled: $(ls "$D")"
 cp "$D/s1.lzs" "$TMP/s1-before.lzs"
 curl -sN -o "$TMP/stream" -H 'Content-Type: application/json' "$URL/v1/completions" \
@@ -82,7 +71,7 @@ mkdir "$D3"
 start_server "$TMP/c.log" --model "$M" --session-memory $((S * 3 / 2)) --session-dir "$D3" ||
     { bad "server C did not start"; exit 1; }
 mkdir "$D3/alice.lzs.tmp.$SERVER_PID" # alice's save cannot be written
-serve_ids "$P1" 6 alice >/dev/null && ok || bad "alice (in memory) failed"
+session_ids "$P1" 6 alice >/dev/null && ok || bad "alice (in memory) failed"
 code=$(req POST /v1/completions "{\"prompt\": [$P1], \"max_tokens\": 6, \"session\": \"bob\"}")
 msg=$(jget "$TMP/body" "d['error']['message']")
 [ "$code" = 500 ] && [[ "$msg" == *bob* ]] && [[ "$msg" != *alice* ]] && [[ "$msg" != */* ]] && ok ||
@@ -90,8 +79,8 @@ msg=$(jget "$TMP/body" "d['error']['message']")
 [ "$(metric lizard_sessions_in_memory)" = 1 ] && [ "$(metric lizard_sessions_on_disk)" = "$(count_lzs "$D3")" ] && ok ||
     bad "counts after a failed write: $(metric lizard_sessions_in_memory) in memory, $(metric lizard_sessions_on_disk) on disk, $(count_lzs "$D3") files"
 rmdir "$D3/alice.lzs.tmp.$SERVER_PID"
-serve_ids "$P1" 6 carol >/dev/null && ok || bad "carol after the folder came back"
-serve_ids "$P1" 6 bob >/dev/null && ok || bad "bob after the folder came back"
+session_ids "$P1" 6 carol >/dev/null && ok || bad "carol after the folder came back"
+session_ids "$P1" 6 bob >/dev/null && ok || bad "bob after the folder came back"
 [ "$(metric lizard_sessions_in_memory)" = 1 ] && [ "$(metric lizard_sessions_on_disk)" = 2 ] && [ "$(count_lzs "$D3")" = 2 ] && ok ||
     bad "counts: $(metric lizard_sessions_in_memory) in memory, $(metric lizard_sessions_on_disk) on disk, $(count_lzs "$D3") files"
 stop_server && ok || bad "server C exit"
@@ -104,9 +93,9 @@ start_server "$TMP/d.log" --model "$M" --session-memory 1 --session-dir "$D4" --
     { bad "server D did not start"; exit 1; }
 K1=(-H "Authorization: Bearer sk-first-SECRET")
 K2=(-H "Authorization: Bearer sk-second-SECRET")
-B1=$(serve_ids "$P1" 6 chat "${K1[@]}")
-B2=$(serve_ids "$P2" 6 chat "${K1[@]}")
-C2=$(serve_ids "$P2" 6 chat "${K2[@]}") # a fresh "chat" for the second key
+B1=$(session_ids "$P1" 6 chat "${K1[@]}")
+B2=$(session_ids "$P2" 6 chat "${K1[@]}")
+C2=$(session_ids "$P2" 6 chat "${K2[@]}") # a fresh "chat" for the second key
 [ -n "$B1" ] && [ "$B2" = "$want" ] && ok || bad "per-key session does not continue: $B2 vs $want"
 fresh=$(generate_ids "$P2" 6)
 [ -n "$C2" ] && [ "$C2" = "$fresh" ] && ok || bad "the second key continued the first key's session: $C2 vs $fresh"
