@@ -24,6 +24,7 @@ typedef struct {
     long port, max_batch, max_prompt_tokens, max_tokens, queue_size, max_context, chunk, max_body, prefix_cache,
         prefix_min;
     double session_memory;
+    bool session_per_key;
 } serve_args;
 
 static volatile sig_atomic_t stop_requested;
@@ -88,6 +89,7 @@ static lz_status serve(const serve_args *a, lz_engine *e) {
     }
     serve_server srv = {.sched = &sched, .metrics = &metrics, .tok = tok, .gen = &gen, .chat = chat,
                         .eos_text = eos_text, .model_name = model_name(a->model), .api_key = a->api_key,
+                        .session_per_key = a->session_per_key,
                         .max_prompt_tokens = a->max_prompt_tokens, .max_tokens = a->max_tokens,
                         .max_body_bytes = a->max_body, .vocab = e->model.cfg.vocab_size};
     atomic_init(&srv.next_id, 1);
@@ -143,6 +145,9 @@ lz_status lz_cmd_serve(int argc, char **argv) {
          &a.session_memory, false, 0, 1e15},
         {"--session-dir", LZ_OPT_STRING, "DIR", "sessions beyond --session-memory, and all of them at exit",
          &a.session_dir, false, 0, 0},
+        {"--session-per-key", LZ_OPT_FLAG, "", "keep each API key's sessions apart (names stored under a hash of the "
+                                               "request's bearer key; a session request without one is refused)",
+         &a.session_per_key, false, 0, 0},
         {"--prefix-cache", LZ_OPT_INT, "N", "prompt states kept for prompts that extend them (default 8; 0 = off)",
          &a.prefix_cache, false, 0, 1 << 16},
         {"--prefix-min-tokens", LZ_OPT_INT, "N", "shortest prompt whose state is cached (default 16)", &a.prefix_min,

@@ -8,6 +8,7 @@
 #include <stdio.h>      // snprintf
 #include <stdlib.h>     // malloc, calloc, realloc, free, strtoll
 #include <string.h>     // strcmp, strlen, strncmp, strdup
+#include <strings.h>    // strncasecmp
 #include <time.h>       // time, nanosleep
 
 #include "clock.h"       // lz_now_seconds
@@ -121,6 +122,24 @@ static serve_job *make_job(serve_server *srv, const serve_request *r, serve_erro
  * false when the client left or memory ran out. */
 /* ---- routes ----------------------------------------------------------------- */
 
+/* --session-per-key: the job's session is stored under a hash of the
+ * request's bearer token, so that only holders of that key continue it. */
+static bool key_session(struct MHD_Connection *c, serve_job *j, serve_error *err) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0')
+        return serve_set_error(err, 401, "invalid_request_error", "session", "invalid_api_key",
+                               "session: this server keeps sessions per API key (--session-per-key): send "
+                               "Authorization: Bearer KEY");
+    char *keyed;
+    if (serve_session_keyed_name(h + 7, j->session, &keyed) != LZ_OK) {
+        lz_error_clear();
+        return serve_set_error(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    free(j->session);
+    j->session = keyed;
+    return true;
+}
+
 static enum MHD_Result generate(serve_server *srv, struct MHD_Connection *c, http_request *req, serve_kind kind) {
     serve_request r;
     serve_error err;
@@ -133,6 +152,10 @@ static enum MHD_Result generate(serve_server *srv, struct MHD_Connection *c, htt
         return serve_reply_error(srv, c, &err);
     }
     serve_job *j = make_job(srv, &r, &err);
+    if (j && srv->session_per_key && j->session && !key_session(c, j, &err)) {
+        serve_job_release(j);
+        j = NULL;
+    }
     if (!j) {
         serve_request_free(&r);
         return serve_reply_error(srv, c, &err);

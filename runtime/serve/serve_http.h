@@ -25,6 +25,7 @@ typedef struct {
     const char *eos_text;  /* the tokenizer's eos token string ("" without one) */
     const char *model_name;
     const char *api_key;   /* NULL: open */
+    bool session_per_key;  /* sessions stored under a hash of the request's key (serve_sessions.h) */
     long max_prompt_tokens, max_tokens, max_body_bytes;
     int vocab;
     atomic_long next_id;

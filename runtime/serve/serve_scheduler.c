@@ -117,10 +117,8 @@ static void fail_seq(serve_scheduler *s, int slot, int http_status, const char *
     serve_job_fail(q->job, http_status, type, code, "%s", lz_error_message());
     lz_error_clear();
     if (q->session_backup) { // the session is as it was before this request
-        lz_status st = serve_sessions_put(&s->sessions, q->job->session, q->session_backup, q->session_backup_len);
+        serve_sessions_put_back(&s->sessions, q->job->session, q->session_backup, q->session_backup_len);
         q->session_backup = NULL;
-        if (st != LZ_OK)
-            lz_error_clear();
     }
     serve_job_release(q->job);
     free_seq(q);
@@ -155,7 +153,7 @@ static lz_status continue_session(const serve_scheduler *s, serve_seq *q, const 
     q->n_feed = (pending ? 1 : 0) + (close_turn ? j->n_turn_end : 0) + n_prompt;
     q->feed = malloc(sizeof(int32_t) * (size_t)(q->n_feed ? q->n_feed : 1));
     if (!q->feed)
-        return lz_fail(LZ_ERR_NOMEM, "session %s: out of memory", j->session);
+        return lz_fail(LZ_ERR_NOMEM, "session %s: out of memory", serve_session_shown(j->session));
     int at = 0;
     if (pending)
         q->feed[at++] = last;
@@ -203,7 +201,8 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
     if (j->session)
         st = serve_sessions_take(&s->sessions, j->session, &q->session_backup, &q->session_backup_len);
     if (st == LZ_OK && q->session_backup)
-        st = restore_packed(s, slot, q->session_backup, q->session_backup_len, j->session, &loaded);
+        st = restore_packed(s, slot, q->session_backup, q->session_backup_len, serve_session_shown(j->session),
+                            &loaded);
     const Lizard__SequenceState *saved = loaded.msg;
     if (st == LZ_OK)
         st = saved ? continue_session(s, q, saved) : start_fresh(s, q, slot, &cached);
@@ -215,7 +214,7 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
         return fail_seq(s, slot, st == LZ_ERR_INPUT ? 400 : 500, st == LZ_ERR_INPUT ? "invalid_request_error" : "server_error", NULL);
     if (q->n_feed == 0) {
         lz_fail(LZ_ERR_INPUT, "prompt: no tokens to feed (an empty prompt and nothing pending in session %s)",
-                j->session ? j->session : "-");
+                j->session ? serve_session_shown(j->session) : "-");
         return fail_seq(s, slot, 400, "invalid_request_error", NULL);
     }
     if (s->context_bounded && (long)position + q->n_feed + j->max_tokens > s->e->opt.max_context) {
@@ -231,16 +230,14 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
  * last sampled one pending (not yet fed), as `lizard generate --session` does. */
 static lz_status save_session(serve_scheduler *s, int slot) {
     serve_seq *q = &s->seqs[slot];
-    uint8_t smp[128];
-    size_t smp_len;
-    lz_session_sampler_bytes(&q->sampler, smp, &smp_len);
     Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
+    Lizard__SamplerState sampling;
+    lz_session_sampler_save(&msg, &sampling, &q->sampler);
     msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, s->fingerprint};
     msg.position = (uint64_t)s->e->state.slot_pos[slot];
     msg.tokens = q->history;
     msg.n_tokens = (size_t)q->n_history;
     msg.has_pending = q->n_generated > 0;
-    msg.sampler = (ProtobufCBinaryData){smp_len, smp};
     uint8_t *buf = NULL;
     size_t len = 0;
     lz_status st = lz_engine_save_stages(s->e, slot, &msg);
