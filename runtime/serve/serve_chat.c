@@ -1,7 +1,8 @@
 /* serve_chat.c - chat formats (see serve_chat.h). */
 #include "serve_chat.h"
+#include "json_read.h" // lz_json_load_file: integers of any size
 
-#include <jansson.h> // json_load_file
+#include <jansson.h> // json_t
 #include <stdio.h>   // snprintf
 #include <stdlib.h>  // malloc, realloc, free
 #include <string.h>  // strcmp, strstr, strlen, memcpy
@@ -25,7 +26,7 @@ lz_status serve_chat_detect(const char *model_dir, const char *flag, serve_chat_
     if (access(path, F_OK) != 0)
         return LZ_OK;
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    json_t *root = lz_json_load_file(path, 0, &jerr);
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "%s: line %d: %s", path, jerr.line, jerr.text);
     const char *tmpl = json_string_value(json_object_get(root, "chat_template"));

@@ -36,6 +36,15 @@ static bool encode(serve_server *srv, const char *text, size_t len, bool bos, in
     return true;
 }
 
+/* Text can become ids the model lacks when tokenizer.json has more ids than config.json's vocab_size. */
+static bool in_vocab(const serve_server *srv, const int32_t *ids, int n, const char *param, serve_error *err) {
+    if (lz_tokenizer_check_ids(srv->tok, ids, n, srv->vocab, param) == LZ_OK)
+        return true;
+    serve_set_error(err, 400, "invalid_request_error", param, NULL, "%s", lz_error_message());
+    lz_error_clear();
+    return false;
+}
+
 static bool copy_ids(const int32_t *src, int n, int32_t **out, serve_error *err) {
     *out = malloc(sizeof(int32_t) * (n > 0 ? (size_t)n : 1));
     if (!*out)
@@ -69,12 +78,15 @@ static bool job_prompt(serve_server *srv, const serve_request *r, serve_job *j, 
     } else {
         len = strlen(text);
     }
-    bool ok = encode(srv, text, len, true, &j->prompt, &j->n_prompt, err);
+    const char *param = r->kind == SERVE_CHAT ? "messages" : "prompt";
+    bool ok = encode(srv, text, len, true, &j->prompt, &j->n_prompt, err) &&
+              in_vocab(srv, j->prompt, j->n_prompt, param, err);
     if (ok && r->session)
         ok = encode(srv, text, len, false, &j->prompt_cont, &j->n_prompt_cont, err);
     if (ok && r->session && r->kind == SERVE_CHAT) {
         const char *end = serve_chat_turn_end(srv->chat, srv->eos_text);
-        ok = encode(srv, end, strlen(end), false, &j->turn_end, &j->n_turn_end, err);
+        ok = encode(srv, end, strlen(end), false, &j->turn_end, &j->n_turn_end, err) &&
+             in_vocab(srv, j->turn_end, j->n_turn_end, param, err);
     }
     free(rendered);
     return ok;

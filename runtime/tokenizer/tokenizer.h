@@ -51,6 +51,14 @@ lz_status lz_tokenizer_decode(const lz_tokenizer *tok, const int32_t *ids, int n
 
 /* 1 + the largest id (model vocabulary and added tokens). */
 int32_t lz_tokenizer_vocab_size(const lz_tokenizer *tok);
+/* Ids from this tokenizer must also be ids of the model: fails (LZ_ERR_INPUT)
+ * naming the first id >= model_vocab and its token; `what` names the input
+ * ("--prompt", "messages"). */
+lz_status lz_tokenizer_check_ids(const lz_tokenizer *tok, const int32_t *ids, int n, int model_vocab,
+                                 const char *what);
+/* A warning on stderr when tokenizer.json (in dir) has ids the model's
+ * vocabulary lacks; text that becomes such an id is then refused. */
+void lz_tokenizer_warn_vocab(const lz_tokenizer *tok, int model_vocab, const char *dir);
 /* Id of a token string (added tokens first, then the model), or -1. */
 int32_t lz_tokenizer_token_to_id(const lz_tokenizer *tok, const char *token, size_t len);
 /* The token string of an id as tokenizer.json spells it, or NULL. */
