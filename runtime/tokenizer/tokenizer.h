@@ -42,6 +42,18 @@ void lz_tokenizer_free(lz_tokenizer *tok);
  * *n is 0. */
 lz_status lz_tokenizer_encode(lz_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids, int *n);
 
+/* A byte range [start, end) of a text. */
+typedef struct {
+    size_t start, end;
+} lz_text_span;
+
+/* lz_tokenizer_encode, except that inside the n_plain ranges `plain` special
+ * tokens are ordinary text (HF's split_special_tokens=True there): a chat
+ * template's own markers stay special while the same text in a message's
+ * content does not. Added tokens that are not special still match. */
+lz_status lz_tokenizer_encode_plain(lz_tokenizer *tok, const char *text, size_t len, bool add_special,
+                                    const lz_text_span *plain, int n_plain, int32_t **ids, int *n);
+
 /* Decodes ids to text in one go (the same bytes as feeding an lz_detok and
  * flushing it). *text is malloc'd and NUL-terminated; *len excludes the NUL.
  * skip_special drops special tokens (HF's skip_special_tokens). Ids the
