@@ -48,6 +48,8 @@ static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a)
     int n = 0;
     lz_status s = lz_tokenizer_encode(tok, text, len, true, &ids, &n);
     free(text);
+    if (s == LZ_OK)
+        s = lz_tokenizer_check_ids(tok, ids, n, e->model.cfg.vocab_size, "lizard eval: --text");
     if (s == LZ_OK && n < 2)
         s = lz_fail(LZ_ERR_INPUT, "--text %s: %d tokens; perplexity needs at least 2", a->text, n);
     const int V = e->model.cfg.vocab_size, seg = (int)a->ppl_context, piece = (int)a->chunk;
@@ -144,7 +146,10 @@ static lz_status passkey_trial(lz_engine *e, lz_tokenizer *tok, int context, uin
     int32_t *ids, n, out[ANSWER], slot = 0;
     LZ_TRY(passkey_prompt(tok, context, ANSWER, depth, key, &ids, &n));
     float *logits = malloc(sizeof(float) * (size_t)V);
-    lz_status s = logits ? lz_state_reset_slot(&e->state, &e->model, 0) : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    lz_status s = logits ? lz_tokenizer_check_ids(tok, ids, n, V, "lizard eval: --passkey prompt")
+                         : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    if (s == LZ_OK)
+        s = lz_state_reset_slot(&e->state, &e->model, 0);
     if (s == LZ_OK)
         s = lz_engine_prefill(e, 0, ids, n, NULL, (lz_step_out){.logits = logits});
     for (int i = 0; s == LZ_OK && i < ANSWER; i++) {
@@ -194,6 +199,8 @@ static lz_status run_eval(const eval_args *a, const int32_t *contexts, int n_con
     if (s == LZ_OK && max_context > e.model.cfg.max_position_embeddings)
         s = lz_fail(LZ_ERR_INPUT, "context %d exceeds the model's max_position_embeddings %d", max_context,
                     e.model.cfg.max_position_embeddings);
+    if (s == LZ_OK)
+        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
     if (s == LZ_OK && a->text)
         s = perplexity(&e, tok, a);
     if (s == LZ_OK && a->passkey)

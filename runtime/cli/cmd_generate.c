@@ -245,6 +245,11 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
     lz_sampler sampler = {0};
     int n_out = 0;
     s = lz_generation_config_load(a->model, &e.model.cfg, &gen);
+    if (s == LZ_OK && tok) {
+        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
+        if (a->prompt)
+            s = lz_tokenizer_check_ids(tok, input, n_input, e.model.cfg.vocab_size, "lizard generate: --prompt");
+    }
     lz_sampler_params p = sampler_params(a, &gen);
     uint64_t draws = 0;
     if (s == LZ_OK && saved) // the saved sequence: the same model, its state, its sampler
@@ -312,6 +317,11 @@ static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const 
     lz_completion *out = calloc((size_t)n, sizeof(lz_completion));
     lz_batch_timing t;
     lz_status s = out ? lz_generation_config_load(a->model, &e.model.cfg, &gen) : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    if (s == LZ_OK && tok)
+        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
+    for (int i = 0; s == LZ_OK && tok && (a->prompt || a->prompts_file) && i < n; i++)
+        s = lz_tokenizer_check_ids(tok, prompts[i].ids, prompts[i].n, e.model.cfg.vocab_size,
+                                   a->prompts_file ? "lizard generate: --prompts-file" : "lizard generate: --prompt");
     if (s == LZ_OK) {
         const lz_sampler_params p = sampler_params(a, &gen);
         s = lz_generate_batch(&e, prompts, n, (int)a->max_tokens, &p, &gen, a->ignore_eos, out, &t);

@@ -66,6 +66,7 @@ static lz_status serve(const serve_args *a, lz_engine *e) {
     LZ_TRY(serve_chat_detect(a->model, a->chat_template, &chat, &why));
     lz_tokenizer *tok = NULL;
     LZ_TRY(lz_tokenizer_load(a->model, &tok));
+    lz_tokenizer_warn_vocab(tok, e->model.cfg.vocab_size, a->model);
     serve_metrics metrics;
     if (serve_metrics_init(&metrics) != 0) {
         lz_tokenizer_free(tok);

@@ -276,11 +276,14 @@ static bool parse_field(const char *key, json_t *v, serve_request *r, serve_erro
         return get_bool(v, key, &r->return_token_ids, err);
     if (strcmp(key, "ignore_eos") == 0)
         return get_bool(v, key, &r->ignore_eos, err);
+    if (strcmp(key, "split_special_tokens") == 0)
+        return get_bool(v, key, &r->split_special_tokens, err);
     return check_default(key, v, err);
 }
 
 bool serve_parse_request(const char *body, size_t len, serve_kind kind, serve_request *out, serve_error *err) {
-    *out = (serve_request){.kind = kind, .max_tokens = -1, .temperature = -1, .top_p = -1, .top_k = -1, .seed = -1};
+    *out = (serve_request){.kind = kind, .max_tokens = -1, .temperature = -1, .top_p = -1, .top_k = -1, .seed = -1,
+                           .split_special_tokens = kind == SERVE_CHAT};
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {

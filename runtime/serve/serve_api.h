@@ -37,6 +37,8 @@ typedef struct {
     char *session;                /* keep the sequence's state under this name */
     bool return_token_ids;        /* choices[0].token_ids (as vLLM) */
     bool ignore_eos;              /* keep going past eos ids (as vLLM) */
+    bool split_special_tokens;    /* special-token text in the client's text is plain text (HF's name);
+                                     default: true for chat messages, false for a completion prompt */
 } serve_request;
 
 typedef struct {

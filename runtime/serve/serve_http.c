@@ -24,10 +24,11 @@ typedef struct {
 
 /* ---- building a job ------------------------------------------------------- */
 
-static bool encode(serve_server *srv, const char *text, size_t len, bool bos, int32_t **ids, int *n,
-                   serve_error *err) {
+/* plain: the n_plain ranges of text where special-token text is the client's, tokenized as plain text. */
+static bool encode(serve_server *srv, const char *text, size_t len, bool bos, const lz_text_span *plain, int n_plain,
+                   int32_t **ids, int *n, serve_error *err) {
     pthread_mutex_lock(&srv->tok_mu);
-    lz_status s = lz_tokenizer_encode(srv->tok, text, len, bos, ids, n);
+    lz_status s = lz_tokenizer_encode_plain(srv->tok, text, len, bos, plain, n_plain, ids, n);
     pthread_mutex_unlock(&srv->tok_mu);
     if (s != LZ_OK) {
         serve_set_error(err, 500, "server_error", NULL, NULL, "tokenizer: %s", lz_error_message());
@@ -35,6 +36,15 @@ static bool encode(serve_server *srv, const char *text, size_t len, bool bos, in
         return false;
     }
     return true;
+}
+
+/* Text can become ids the model lacks when tokenizer.json has more ids than config.json's vocab_size. */
+static bool in_vocab(const serve_server *srv, const int32_t *ids, int n, const char *param, serve_error *err) {
+    if (lz_tokenizer_check_ids(srv->tok, ids, n, srv->vocab, param) == LZ_OK)
+        return true;
+    serve_set_error(err, 400, "invalid_request_error", param, NULL, "%s", lz_error_message());
+    lz_error_clear();
+    return false;
 }
 
 static bool copy_ids(const int32_t *src, int n, int32_t **out, serve_error *err) {
@@ -61,22 +71,34 @@ static bool job_prompt(serve_server *srv, const serve_request *r, serve_job *j, 
     char *rendered = NULL;
     size_t len = 0;
     const char *text = r->prompt_text;
+    lz_text_span *content = NULL, whole;
+    int n_content = 0;
     if (r->kind == SERVE_CHAT) {
-        if (serve_chat_render(srv->chat, r->messages, r->n_messages, srv->eos_text, &rendered, &len) != LZ_OK) {
+        if (serve_chat_render_spans(srv->chat, r->messages, r->n_messages, srv->eos_text, &rendered, &len, &content,
+                                    &n_content) != LZ_OK) {
             lz_error_clear();
             return serve_set_error(err, 500, "server_error", "messages", NULL, "messages: out of memory");
         }
         text = rendered;
     } else {
         len = strlen(text);
+        whole = (lz_text_span){0, len};
+        content = &whole;
+        n_content = 1;
     }
-    bool ok = encode(srv, text, len, true, &j->prompt, &j->n_prompt, err);
+    const int n_plain = r->split_special_tokens ? n_content : 0; // the template's markers stay special
+    const char *param = r->kind == SERVE_CHAT ? "messages" : "prompt";
+    bool ok = encode(srv, text, len, true, content, n_plain, &j->prompt, &j->n_prompt, err) &&
+              in_vocab(srv, j->prompt, j->n_prompt, param, err);
     if (ok && r->session)
-        ok = encode(srv, text, len, false, &j->prompt_cont, &j->n_prompt_cont, err);
+        ok = encode(srv, text, len, false, content, n_plain, &j->prompt_cont, &j->n_prompt_cont, err);
     if (ok && r->session && r->kind == SERVE_CHAT) {
         const char *end = serve_chat_turn_end(srv->chat, srv->eos_text);
-        ok = encode(srv, end, strlen(end), false, &j->turn_end, &j->n_turn_end, err);
+        ok = encode(srv, end, strlen(end), false, NULL, 0, &j->turn_end, &j->n_turn_end, err) &&
+             in_vocab(srv, j->turn_end, j->n_turn_end, param, err);
     }
+    if (content != &whole)
+        free(content);
     free(rendered);
     return ok;
 }
@@ -184,11 +206,31 @@ static enum MHD_Result models(serve_server *srv, struct MHD_Connection *c) {
     return serve_reply_body(srv, c, 200, body, "application/json");
 }
 
+/* The whole of given[0..n) against the key, in a time that depends on the key's
+ * length only (not on where they first differ). */
+static bool same_key(const char *given, size_t n, const char *key) {
+    const size_t k = strlen(key);
+    unsigned char diff = n != k;
+    for (size_t i = 0; i < k; i++)
+        diff |= (unsigned char)(key[i] ^ (i < n ? given[i] : 0));
+    return diff == 0;
+}
+
+/* "Authorization: Bearer KEY": the scheme in any case (RFC 7235), then spaces,
+ * then exactly the key: the header's length counts, so "KEY\0junk" is not it. */
 static bool authorized(const serve_server *srv, struct MHD_Connection *c) {
     if (!srv->api_key)
         return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    return h && strncmp(h, "Bearer ", 7) == 0 && strcmp(h + 7, srv->api_key) == 0;
+    static const char name[] = MHD_HTTP_HEADER_AUTHORIZATION;
+    const char *h = NULL;
+    size_t n = 0;
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, name, sizeof name - 1, &h, &n) != MHD_YES || !h || n < 7 ||
+        strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    size_t at = 7;
+    while (at < n && h[at] == ' ')
+        at++;
+    return same_key(h + at, n - at, srv->api_key);
 }
 
 typedef struct {

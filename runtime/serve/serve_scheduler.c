@@ -1,6 +1,7 @@
 /* serve_scheduler.c - continuous batching (see serve_scheduler.h). */
 #include "serve_scheduler.h"
 
+#include <stdio.h>  // snprintf
 #include <stdlib.h> // malloc, calloc, realloc, free
 #include <string.h> // memcpy, strcmp
 #include <time.h>   // clock_gettime
@@ -130,6 +131,17 @@ static lz_status reset_slot(serve_scheduler *s, int slot) {
     return lz_engine_restore_stages(s->e, slot, &s->empty);
 }
 
+/* A batched step failed: the state of its n slots (s->index) is undefined, so
+ * every sequence in it fails, each with the step's own message. */
+static void fail_round(serve_scheduler *s, int n) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", lz_error_message());
+    for (int k = 0; k < n; k++) {
+        lz_fail(LZ_ERR_INTERNAL, "%s", why); // fail_seq reports it and clears it
+        fail_seq(s, s->index[k], 500, "server_error", NULL);
+    }
+}
+
 /* A stored session of either format (one message or chunked) into `slot`;
  * *saved may point into buf, which must outlive it. */
 static lz_status restore_packed(serve_scheduler *s, int slot, const uint8_t *buf, size_t len, const char *what,
@@ -191,6 +203,17 @@ static lz_status start_fresh(serve_scheduler *s, serve_seq *q, int slot, int *ca
     return history_add(q, j->prompt, from);
 }
 
+/* Every id a sequence is fed must be one of the model's: a bad one fails this
+ * sequence alone here, where it would otherwise fail the whole batched step. */
+static lz_status check_feed(const serve_scheduler *s, const serve_seq *q) {
+    const int V = s->e->model.cfg.vocab_size;
+    for (int i = 0; i < q->n_feed; i++)
+        if (q->feed[i] < 0 || q->feed[i] >= V)
+            return lz_fail(LZ_ERR_INPUT, "prompt: token %d is not in the model's vocabulary (vocab_size %d)",
+                           q->feed[i], V);
+    return LZ_OK;
+}
+
 /* Places a queued job in `slot`: its state, what to feed, its sampler. */
 static void admit(serve_scheduler *s, int slot, serve_job *j) {
     serve_seq *q = &s->seqs[slot];
@@ -208,6 +231,8 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
         st = saved ? continue_session(s, q, saved) : start_fresh(s, q, slot, &cached);
     const int position = saved ? (int)saved->position : cached;
     lz_session_loaded_free(&loaded);
+    if (st == LZ_OK)
+        st = check_feed(s, q);
     if (st == LZ_OK)
         st = lz_sampler_init(&q->sampler, &j->sampling, s->e->model.cfg.vocab_size);
     if (st != LZ_OK)
@@ -357,11 +382,8 @@ static void prefill_round(serve_scheduler *s) {
     }
     if (n == 0)
         return;
-    if (lz_engine_prefill_many(s->e, n, s->slots, s->feeds, s->lens, (lz_step_out){.logits = s->logits}) != LZ_OK) {
-        for (int k = 0; k < n; k++) // the slots' state is undefined: the next admission resets them
-            fail_seq(s, s->index[k], 500, "server_error", NULL);
-        return;
-    }
+    if (lz_engine_prefill_many(s->e, n, s->slots, s->feeds, s->lens, (lz_step_out){.logits = s->logits}) != LZ_OK)
+        return fail_round(s, n); // the next admission resets the slots
     for (int k = 0; k < n; k++) {
         serve_seq *q = &s->seqs[s->index[k]];
         q->fed += s->lens[k];
@@ -415,11 +437,9 @@ static void decode_round(serve_scheduler *s) {
     if (n == 0)
         return;
     // the ids are picked where the logits are: the argmax when every sequence is greedy, else each row sampled
-    if (lz_engine_decode(s->e, n, s->slots, s->ids, (lz_step_out){.ids = s->chosen, .draws = greedy ? NULL : s->draws, .overlap = true}) != LZ_OK) {
-        for (int k = 0; k < n; k++)
-            fail_seq(s, s->index[k], 500, "server_error", NULL);
-        return;
-    }
+    const lz_step_out out = {.ids = s->chosen, .draws = greedy ? NULL : s->draws, .overlap = true};
+    if (lz_engine_decode(s->e, n, s->slots, s->ids, out) != LZ_OK)
+        return fail_round(s, n);
     for (int k = 0; k < n; k++)
         take_token(s, s->index[k], NULL, s->chosen[k]);
 }

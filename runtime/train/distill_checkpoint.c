@@ -5,7 +5,8 @@
 #include <stdlib.h> // calloc, free
 #include <string.h> // strcmp, memcpy, strchr
 
-#include <jansson.h> // json_pack, json_load_file
+#include <jansson.h> // json_pack
+#include "json_read.h" // lz_json_load_file
 
 #include "safetensors.h"        // lz_st_open, lz_st_find
 #include "safetensors_writer.h" // lz_stw_create, lz_write_file_atomic
@@ -98,7 +99,7 @@ static lz_status load_json(const char *dir, const char *signature, lz_distill_pr
     char path[4096];
     snprintf(path, sizeof path, "%s/distill_state.json", dir);
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    json_t *root = lz_json_load_file(path, 0, &err);
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "--resume: %s: %s", path, err.text);
     json_t *step = json_object_get(root, "step"), *sig = json_object_get(root, "signature");

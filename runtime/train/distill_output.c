@@ -7,7 +7,8 @@
 #include <string.h>   // memcpy, strerror
 #include <sys/stat.h> // mkdir
 
-#include <jansson.h> // json_load_file, json_object_set_new, json_dumps
+#include <jansson.h> // json_object_set_new, json_dumps
+#include "json_read.h" // lz_json_load_file: the teacher's config.json as HF wrote it
 
 #include "safetensors_writer.h" // lz_stw_write_model, lz_write_file_atomic
 
@@ -93,7 +94,7 @@ static lz_status write_config(const char *out_dir, const char *teacher_dir, cons
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", teacher_dir);
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    json_t *root = lz_json_load_file(path, 0, &err);
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "%s: %s", path, err.text);
     json_t *list = json_array(), *block = json_object();
