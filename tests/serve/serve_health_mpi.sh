@@ -31,23 +31,13 @@ worker=$(pgrep -P "$SERVER_JOB" | grep -vx "$SERVER_PID" | head -1)
 [ "$(req GET /health)" = 200 ] && ok || bad "/health while generating: $(cat "$TMP/body")"
 t0=$(date +%s.%N)
 kill -STOP "$worker"
-code=
-for _ in $(seq 1 150); do
-    code=$(req GET /health)
-    [ "$code" = 503 ] && break
-    sleep 0.2
-done
+wait_health 503 30
 took=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
 echo "health: rank 1 stopped, --health-step-timeout $LIMIT: /health 503 after $took s"
-[ "$code" = 503 ] && grep -q '"status":"stalled"' "$TMP/body" && ok || bad "/health with rank 1 stopped: $code $(cat "$TMP/body")"
+grep -q '"status":"stalled"' "$TMP/body" && ok || bad "/health with rank 1 stopped: $(cat "$TMP/body")"
 kill -CONT "$worker"
 worker=
-for _ in $(seq 1 100); do
-    code=$(req GET /health)
-    [ "$code" = 200 ] && break
-    sleep 0.1
-done
-[ "$code" = 200 ] && ok || bad "/health after SIGCONT: $code $(cat "$TMP/body")"
+wait_health 200 10 && ok || bad "/health after SIGCONT: $(cat "$TMP/body")"
 kill "$client" 2>/dev/null; wait "$client" 2>/dev/null
 stop_server && ok || bad "SIGTERM: exit code $?"
 

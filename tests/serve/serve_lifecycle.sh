@@ -57,13 +57,7 @@ client=$!
 wait_metric lizard_running_sequences 1 && ok || bad "long stream not running"
 T0=$(now)
 kill -TERM "$SERVER_PID"
-code=
-for _ in $(seq 1 40); do
-    code=$(req GET /health)
-    [ "$code" = 503 ] && break
-    sleep 0.05
-done
-[ "$code" = 503 ] && grep -q '"status":"draining"' "$TMP/body" && ok || bad "/health while draining: $code $(cat "$TMP/body")"
+wait_health 503 2 && grep -q '"status":"draining"' "$TMP/body" && ok || bad "/health while draining: $(cat "$TMP/body")"
 code=$(req POST /v1/completions '{"prompt": "y", "max_tokens": 2}')
 [ "$code" = 503 ] && grep -q '"code":"shutting_down"' "$TMP/body" && ok || bad "a request while draining: $code $(cat "$TMP/body")"
 exit_within $((DRAIN + SLACK))
