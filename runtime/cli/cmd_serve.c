@@ -186,6 +186,7 @@ lz_status lz_cmd_serve(int argc, char **argv) {
         return lz_fail(LZ_ERR_INPUT, "lizard serve: %s: not found (the server tokenizes text)", tok_path);
     if (a.session_dir && access(a.session_dir, W_OK) != 0)
         return lz_fail(LZ_ERR_INPUT, "lizard serve: --session-dir %s: not a writable folder", a.session_dir);
+    LZ_TRY(serve_http_check_host(a.host));
     const long context = a.max_context ? a.max_context : a.max_prompt_tokens + a.max_tokens;
     lz_engine e;
     const lz_engine_options eo = {.model_dir = a.model, .device = a.device, .dtype = a.dtype,

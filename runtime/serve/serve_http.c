@@ -367,15 +367,27 @@ static struct MHD_Daemon *listen_at(serve_server *srv, const struct addrinfo *at
                             (unsigned)1024, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
 }
 
-lz_status serve_http_start(serve_server *srv, const char *host, int port, int *bound_port) {
+static lz_status resolve(const char *host, int port, struct addrinfo **found) {
     char service[16];
     snprintf(service, sizeof service, "%d", port);
     const struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                                    .ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG};
-    struct addrinfo *found = NULL;
-    const int rc = getaddrinfo(host, service, &hints, &found);
+    const int rc = getaddrinfo(host, service, &hints, found);
     if (rc != 0)
         return lz_fail(LZ_ERR_INPUT, "lizard serve: --host %s: %s", host, gai_strerror(rc));
+    return LZ_OK;
+}
+
+lz_status serve_http_check_host(const char *host) {
+    struct addrinfo *found = NULL;
+    LZ_TRY(resolve(host, 0, &found));
+    freeaddrinfo(found);
+    return LZ_OK;
+}
+
+lz_status serve_http_start(serve_server *srv, const char *host, int port, int *bound_port) {
+    struct addrinfo *found = NULL;
+    LZ_TRY(resolve(host, port, &found));
     srv->daemon = NULL;
     for (const struct addrinfo *at = found; at && !srv->daemon; at = at->ai_next)
         if (at->ai_family == AF_INET || at->ai_family == AF_INET6)

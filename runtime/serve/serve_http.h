@@ -40,6 +40,8 @@ typedef struct {
 /* Listens on host:port, host an address or a name (the first of its
  * addresses that can be bound); port 0: any free port, *bound_port says which. */
 lz_status serve_http_start(serve_server *srv, const char *host, int port, int *bound_port);
+/* Whether host resolves (before the model loads: a wrong --host is told at once). */
+lz_status serve_http_check_host(const char *host);
 /* After the scheduler has ended every job: lets the answers in flight be
  * written (up to 2 s, less if another stop signal comes), then stops
  * listening and waits for the connection threads. */
