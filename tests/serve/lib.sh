@@ -82,6 +82,17 @@ session_ids() {
     jget "$TMP/body" "','.join(map(str, d['choices'][0]['token_ids']))"
 }
 
+# wait_health STATUS SECONDS: polls /health until it answers STATUS (its body in $TMP/body); false if it never does
+wait_health() {
+    local code=
+    for _ in $(seq 1 $(($2 * 10))); do
+        code=$(req GET /health)
+        [ "$code" = "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # expect_error STATUS PARAM_OR_DASH METHOD PATH BODY [curl args]: the status and an OpenAI error object
 expect_error() {
     local want=$1 param=$2; shift 2
