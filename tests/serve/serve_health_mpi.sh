@@ -18,11 +18,11 @@ trap '[ -n "$worker" ] && kill -CONT "$worker" 2>/dev/null; [ -n "${SERVER_JOB:-
 M=$TMP/tiny
 "$LIZARD" init --config tiny-hybrid --out "$M" --seed 1 >/dev/null 2>&1 || { echo "FAIL: init" >&2; exit 1; }
 LIMIT=2
-start_server "$TMP/a.log" --model "$M" --max-tokens 1000000 --health-step-timeout $LIMIT ||
+start_server "$TMP/a.log" --model "$M" --max-batch 2 --max-tokens 100000 --health-step-timeout $LIMIT ||
     { echo "FAIL: server did not start" >&2; exit 1; }
 [ "$(req GET /health)" = 200 ] && ok || bad "/health at start: $(cat "$TMP/body")"
 curl -sN -o "$TMP/long" "$URL/v1/completions" \
-    --data-binary '{"prompt": "x", "max_tokens": 1000000, "ignore_eos": true, "stream": true}' &
+    --data-binary '{"prompt": "x", "max_tokens": 100000, "ignore_eos": true, "stream": true}' &
 client=$!
 wait_metric lizard_running_sequences 1 && ok || bad "long stream not running"
 # the rank that is not rank 0, among mpirun's children

@@ -76,12 +76,12 @@ code=$(req POST /v1/completions "{\"prompt\": [$P1], \"max_tokens\": 6, \"sessio
 msg=$(jget "$TMP/body" "d['error']['message']")
 [ "$code" = 500 ] && [[ "$msg" == *bob* ]] && [[ "$msg" != *alice* ]] && [[ "$msg" != */* ]] && ok ||
     bad "failed write: $code '$msg'"
-[ "$(metric lizard_sessions_in_memory)" = 1 ] && [ "$(metric lizard_sessions_on_disk)" = "$(count_lzs "$D3")" ] && ok ||
+wait_metric lizard_sessions_in_memory 1 && wait_metric lizard_sessions_on_disk 0 && [ "$(count_lzs "$D3")" = 0 ] && ok ||
     bad "counts after a failed write: $(metric lizard_sessions_in_memory) in memory, $(metric lizard_sessions_on_disk) on disk, $(count_lzs "$D3") files"
 rmdir "$D3/alice.lzs.tmp.$SERVER_PID"
 session_ids "$P1" 6 carol >/dev/null && ok || bad "carol after the folder came back"
 session_ids "$P1" 6 bob >/dev/null && ok || bad "bob after the folder came back"
-[ "$(metric lizard_sessions_in_memory)" = 1 ] && [ "$(metric lizard_sessions_on_disk)" = 2 ] && [ "$(count_lzs "$D3")" = 2 ] && ok ||
+wait_metric lizard_sessions_in_memory 1 && wait_metric lizard_sessions_on_disk 2 && [ "$(count_lzs "$D3")" = 2 ] && ok ||
     bad "counts: $(metric lizard_sessions_in_memory) in memory, $(metric lizard_sessions_on_disk) on disk, $(count_lzs "$D3") files"
 stop_server && ok || bad "server C exit"
 [ "$(count_lzs "$D3")" = 3 ] && ok || bad "after shutdown: $(ls "$D3")"
