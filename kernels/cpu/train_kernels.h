@@ -18,26 +18,7 @@
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
 
-/* Shape of one Lizard layer's attention. */
-typedef struct {
-    int Hq, Hkv;  /* query heads, key/value heads */
-    int Hs;       /* state heads = heads of phi_k: Hkv, or Hq when phi_k is per query head */
-    int n_wq;     /* heads of W in phi_q: 1 or Hq */
-    int n_wk;     /* heads of W in phi_k: 1, Hkv or Hq (Hq: keys repeated to every query head first) */
-    int d;        /* head_dim */
-    int f;        /* phi has 2f features */
-    int w;        /* window */
-    int m;        /* meta-memory logits */
-    bool normalize; /* GLA divided by its normaliser */
-    bool exp_map;   /* "exp" feature map instead of "softmax" */
-} lz_lizard_geom;
-
-/* Tokens per chunk of the chunked GLA (the same as the inference kernel's),
- * and the limits the model loader enforces (stack buffers are sized by them). */
-enum { LZ_TRAIN_CHUNK = 64, LZ_TRAIN_MAX_F = 512, LZ_TRAIN_MAX_D = 1024, LZ_TRAIN_MAX_W = 4096 };
-
-/* Number of chunks of T tokens. */
-static inline int lz_train_chunks(int T) { return (T + LZ_TRAIN_CHUNK - 1) / LZ_TRAIN_CHUNK; }
+#include "train_types.h" // lz_lizard_geom, lz_lizard_params_f32/_f64
 
 #define LZ_TRAIN_DECLARE(real, sfx)                                                                                 \
     /* out [T, Hout, 2f] = phi(x), x [T, Hx, d], w [n_w, d, f] */                                                    \
@@ -73,9 +54,6 @@ LZ_TRAIN_DECLARE(double, f64)
  * tensor. Scratch for sequences of up to T tokens. */
 #define LZ_LAYER_TRAIN_DECLARE(real, sfx)                                                                          \
     typedef struct {                                                                                               \
-        real *wq, *wk, *wg, *meta, *alpha; /* [n_wq, d, f], [n_wk, d, f], [C], [m], [1] */                         \
-    } lz_lizard_params_##sfx;                                                                                      \
-    typedef struct {                                                                                               \
         int max_T, C;                                                                                              \
         real *phi_q, *phi_k, *logit, *lg, *gla, *S0, *z0, *win, *dy, *dphi_q, *dphi_k, *dlg, *dwin;               \
     } lz_lizard_scratch_##sfx;                                                                                     \
@@ -90,9 +68,5 @@ LZ_TRAIN_DECLARE(double, f64)
 
 LZ_LAYER_TRAIN_DECLARE(float, f32)
 LZ_LAYER_TRAIN_DECLARE(double, f64)
-
-/* Elements of each trainable tensor of a layer. */
-static inline size_t lz_lizard_wq_numel(const lz_lizard_geom *g) { return (size_t)g->n_wq * g->d * g->f; }
-static inline size_t lz_lizard_wk_numel(const lz_lizard_geom *g) { return (size_t)g->n_wk * g->d * g->f; }
 
 #endif

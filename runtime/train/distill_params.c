@@ -65,11 +65,6 @@ lz_lizard_params_f32 lz_distill_layer_grads(const lz_distill_layer *l) {
     return (lz_lizard_params_f32){l->grad[0], l->grad[1], l->grad[2], l->grad[3], l->grad[4]};
 }
 
-void lz_distill_layer_zero_grad(lz_distill_layer *l) {
-    for (int i = 0; i < LZ_DT_COUNT; i++)
-        memset(l->grad[i], 0, sizeof(float) * l->numel[i]);
-}
-
 double lz_distill_lr(const lz_adamw_config *c, long step) {
     if (step < c->warmup)
         return c->lr * (double)(step + 1) / (double)c->warmup;

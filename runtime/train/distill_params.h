@@ -8,7 +8,7 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // uint64_t
 
-#include "cpu/train_kernels.h" // lz_lizard_geom, lz_lizard_params_f32
+#include "train_types.h" // lz_lizard_geom, lz_lizard_params_f32
 
 /* The five tensors in MODEL_FORMAT.md's order. */
 enum { LZ_DT_WQ, LZ_DT_WK, LZ_DT_GATE, LZ_DT_META, LZ_DT_ALPHA, LZ_DT_COUNT };
@@ -36,7 +36,6 @@ int lz_distill_layer_init(lz_distill_layer *l, int layer, const lz_lizard_geom *
 void lz_distill_layer_free(lz_distill_layer *l);
 lz_lizard_params_f32 lz_distill_layer_params(const lz_distill_layer *l);
 lz_lizard_params_f32 lz_distill_layer_grads(const lz_distill_layer *l);
-void lz_distill_layer_zero_grad(lz_distill_layer *l);
 
 /* Learning rate of step `step` (0-based). */
 double lz_distill_lr(const lz_adamw_config *c, long step);

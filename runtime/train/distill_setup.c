@@ -113,7 +113,7 @@ lz_status lz_distill_setup(lz_distill_run *r) {
     LZ_TRY(lz_distill_data_load(&r->data, a->data, a->teacher, cfg.vocab_size, (int)a->seq_len, (uint64_t)a->seed));
     r->layers = calloc((size_t)r->n_layers, sizeof *r->layers);
     r->ids = calloc((size_t)(a->batch * a->seq_len), sizeof(int32_t));
-    if (!r->layers || !r->ids || lz_lizard_scratch_create_f32(&r->scratch, &g, (int)a->seq_len, cfg.hidden_size))
+    if (!r->layers || !r->ids)
         return lz_fail(LZ_ERR_NOMEM, "distillation buffers: out of memory");
     for (int i = 0; i < r->n_layers; i++) {
         r->trained[i] = !r->progress.softmax[i];
@@ -121,9 +121,8 @@ lz_status lz_distill_setup(lz_distill_run *r) {
         if (r->trained[i] && lz_distill_layer_init(&r->layers[i], i, &g, cfg.hidden_size, (uint64_t)a->seed))
             return lz_fail(LZ_ERR_NOMEM, "layer %d tensors: out of memory", i);
     }
-    if (strcmp(a->device, "cuda") == 0)
-        LZ_TRY(lz_distill_gpu_open(&r->gpu, &g, (int)a->batch, (int)a->seq_len, cfg.hidden_size,
-                                   strcmp(a->gla_precision, "bf16") == 0));
+    LZ_TRY(lz_distill_device_open(&r->dev, a->device, &g, (int)a->batch, (int)a->seq_len, cfg.hidden_size,
+                                  strcmp(a->gla_precision, "bf16") == 0));
     make_signature(r);
     if (a->resume)
         LZ_TRY(lz_distill_checkpoint_load(a->out, r->signature, &r->progress, r->layers, r->trained, r->n_layers));
@@ -137,8 +136,7 @@ void lz_distill_teardown(lz_distill_run *r) {
         lz_distill_layer_free(&r->layers[i]);
     free(r->layers);
     free(r->ids);
-    lz_lizard_scratch_free_f32(&r->scratch);
-    lz_distill_gpu_close(r->gpu);
+    lz_distill_device_close(r->dev);
     lz_distill_data_free(&r->data);
     lz_teacher_close(&r->teacher);
     if (r->log)
