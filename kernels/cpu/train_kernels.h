@@ -95,7 +95,7 @@ LZ_LAYER_TRAIN_DECLARE(double, f64)
 /* The other ops of the model for fine-tuning (stage 2), one sequence of T
  * tokens from position 0 per call; backward_input/backward functions add to
  * their outputs unless said otherwise. Equations in kernels/cpu/backward/. */
-enum { LZ_TRAIN_MAX_RANK = 256, LZ_CE_CHUNK = 1024 };
+enum { LZ_CE_CHUNK = 1024 }; /* vocabulary rows of logits at a time */
 #define LZ_MODEL_TRAIN_DECLARE(real, sfx)                                                                          \
     /* y [T, C] = rmsnorm(x) * w; rinv [T] kept */                                                                 \
     void rmsnorm_train_forward_##sfx(real *y, real *rinv, const real *x, const real *w, int T, int C, real eps);    \

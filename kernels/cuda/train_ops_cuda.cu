@@ -1,6 +1,6 @@
 // train_ops_cuda.cu - the training op table on the GPU (train_ops.h): device
 // memory on the default stream, the fp32 training kernels of train_cuda.h.
-// The stage-2 ops have no GPU kernels yet: their entries are NULL.
+// The stage-2 ops (finetune) have no GPU kernels yet: that entry is NULL.
 #include <cuda_runtime_api.h>
 #include <stdlib.h> // calloc, free
 
@@ -93,6 +93,7 @@ static lz_train_ops make_table(void) {
     t.lizard_scratch_create = cuda_lizard_scratch_create;
     t.lizard_scratch_free = cuda_lizard_scratch_free;
     t.lizard_layer_sse = cuda_lizard_layer_sse;
+    t.finetune = NULL; // stage 2's kernels are not built for the GPU yet
     return t;
 }
 

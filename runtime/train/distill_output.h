@@ -19,4 +19,7 @@ lz_status lz_distill_write_model(const char *out_dir, const char *teacher_dir, c
 /* mkdir -p; `flag` names the option in errors. */
 lz_status lz_make_dirs(const char *path, const char *flag);
 
+/* Copies src_dir/name to out_dir/name if src_dir has it. */
+lz_status lz_copy_optional(const char *out_dir, const char *src_dir, const char *name);
+
 #endif

@@ -42,5 +42,10 @@ double lz_distill_lr(const lz_adamw_config *c, long step);
 /* One AdamW update at step `step` (0-based; bias correction uses step + 1).
  * Weight decay (decoupled) applies to the feature maps and the gate only. */
 void lz_distill_layer_adamw(lz_distill_layer *l, const lz_adamw_config *c, long step);
+/* The same update of one tensor p [n] with gradient g and moments m, v; decay_on: weight decay applies. */
+void lz_adamw_tensor(float *p, const float *g, float *m, float *v, size_t n, const lz_adamw_config *c, long step,
+                     bool decay_on);
+/* w [n] uniform with mean 0 and std `std`, element i of the stream (seed, layer, tensor). */
+void lz_fill_uniform(float *w, size_t n, double std, uint64_t seed, int layer, int tensor);
 
 #endif
