@@ -8,20 +8,23 @@
 const char *const lz_distill_tensor_names[LZ_DT_COUNT] = {"feature_map_q.weight", "feature_map_k.weight",
                                                           "gate.weight", "meta_logits", "window_alpha"};
 
-static uint64_t mix64(uint64_t z) {
+uint64_t lz_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
 }
 
+double lz_stream_uniform(uint64_t stream, size_t i) {
+    return (double)(lz_mix64(stream + (i + 1) * 0x9E3779B97F4A7C15ULL) >> 11) * 0x1.0p-53;
+}
+
 // uniform with mean 0 and the given std, element i of stream (seed, layer, tensor)
 void lz_fill_uniform(float *w, size_t n, double std, uint64_t seed, int layer, int tensor) {
     const uint64_t which = ((uint64_t)layer << 8) | (uint64_t)tensor;
-    const uint64_t stream = mix64(mix64(seed + 0x9E3779B97F4A7C15ULL) ^ mix64(which));
+    const uint64_t stream = lz_mix64(lz_mix64(seed + 0x9E3779B97F4A7C15ULL) ^ lz_mix64(which));
     const double half_width = std * sqrt(3.0);
     for (size_t i = 0; i < n; i++) {
-        const double u = (double)(mix64(stream + (i + 1) * 0x9E3779B97F4A7C15ULL) >> 11) * 0x1.0p-53;
-        w[i] = (float)(half_width * (2 * u - 1));
+        w[i] = (float)(half_width * (2 * lz_stream_uniform(stream, i) - 1));
     }
 }
 

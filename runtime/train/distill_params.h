@@ -45,6 +45,9 @@ void lz_distill_layer_adamw(lz_distill_layer *l, const lz_adamw_config *c, long 
 /* The same update of one tensor p [n] with gradient g and moments m, v; decay_on: weight decay applies. */
 void lz_adamw_tensor(float *p, const float *g, float *m, float *v, size_t n, const lz_adamw_config *c, long step,
                      bool decay_on);
+/* splitmix64's finaliser; element i of a stream as a uniform double in [0, 1) */
+uint64_t lz_mix64(uint64_t z);
+double lz_stream_uniform(uint64_t stream, size_t i);
 /* w [n] uniform with mean 0 and std `std`, element i of the stream (seed, layer, tensor). */
 void lz_fill_uniform(float *w, size_t n, double std, uint64_t seed, int layer, int tensor);
 

@@ -7,7 +7,7 @@
 #include <stdlib.h> // calloc, malloc, free
 #include <string.h> // memcpy, memset, strcmp
 
-#include "distill_params.h" // lz_distill_tensor_names, lz_fill_uniform, LZ_DT_*
+#include "distill_params.h" // lz_distill_tensor_names, lz_fill_uniform, lz_mix64, LZ_DT_*
 #include "dtype.h"          // lz_convert_to_f32
 #include "model.h"          // lz_rope_inv_freq
 
@@ -20,7 +20,7 @@ enum { MAX_PARAMS_PER_LAYER = 2 * LZ_LIN_COUNT + 5 };
 
 /* One sequence's activations of the layer being recomputed, and gradients. */
 typedef struct {
-    float **X;                            /* [n_layers + 1][T, C]: each layer's input, then the last output */
+    float **X; /* [slots][n_layers + 1][T, C]: each layer's input, then the last output, of a sequence in flight */
     float *xn1, *r1, *q, *k, *v, *qr, *kr, *att, *lse, *xmid, *xn2, *r2, *g, *u, *h, *proj, *rf;
     float *lora_u[LZ_LIN_COUNT], *mask[LZ_LIN_COUNT];
     float *dx, *dxn, *dq, *dk, *dv, *dqr, *dkr, *datt, *dh, *dg, *du;
@@ -126,10 +126,11 @@ static lz_status alloc_work(lz_ft_model *m) {
     const size_t T = (size_t)m->T, C = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     const size_t qd = T * c->num_attention_heads * c->head_dim, kd = T * c->num_key_value_heads * c->head_dim;
     const size_t wide = I > C ? I : C, widest = wide > qd / T ? wide : qd / T;
-    w->X = calloc((size_t)c->num_hidden_layers + 1, sizeof(float *));
+    const size_t n_x = (size_t)m->slots * (c->num_hidden_layers + 1);
+    w->X = calloc(n_x, sizeof(float *));
     bool ok = w->X && (w->targets = malloc(sizeof(int32_t) * T));
-    for (int l = 0; ok && l <= c->num_hidden_layers; l++)
-        ok = (w->X[l] = malloc(sizeof(float) * T * C));
+    for (size_t i = 0; ok && i < n_x; i++) // only the layers of this stage are ever used
+        ok = (w->X[i] = malloc(sizeof(float) * T * C));
     float **bufs[] = {&w->xn1, &w->r1, &w->q, &w->k, &w->v, &w->qr, &w->kr, &w->att, &w->lse, &w->xmid,
                       &w->xn2, &w->r2, &w->g, &w->u, &w->h, &w->proj, &w->rf, &w->dx, &w->dxn, &w->dq,
                       &w->dk, &w->dv, &w->dqr, &w->dkr, &w->datt, &w->dh, &w->dg, &w->du};
@@ -152,9 +153,10 @@ static lz_status alloc_work(lz_ft_model *m) {
 }
 
 lz_status lz_ft_model_load(lz_ft_model *m, const char *dir, const lz_config *cfg, const lz_lora_config *lora, int T,
-                           const lz_train_ops *ops) {
+                           int slots, const lz_train_ops *ops) {
     memset(m, 0, sizeof *m);
-    m->cfg = *cfg, m->lora = *lora, m->ops = ops, m->T = T;
+    m->cfg = *cfg, m->lora = *lora, m->ops = ops, m->T = T, m->slots = slots;
+    m->first = 0, m->last = cfg->num_hidden_layers;
     LZ_TRY(lz_train_need(ops, ops->finetune, "lizard finetune"));
     m->ft = ops->finetune;
     const lz_config *c = &m->cfg;
@@ -180,8 +182,8 @@ lz_status lz_ft_model_load(lz_ft_model *m, const char *dir, const lz_config *cfg
 void lz_ft_model_free(lz_ft_model *m) {
     ft_work *w = m->work;
     if (w) {
-        for (int l = 0; w->X && l <= m->cfg.num_hidden_layers; l++)
-            free(w->X[l]);
+        for (size_t i = 0; w->X && i < (size_t)m->slots * (m->cfg.num_hidden_layers + 1); i++)
+            free(w->X[i]);
         free(w->X), free(w->targets);
         float *bufs[] = {w->xn1, w->r1, w->q, w->k, w->v, w->qr, w->kr, w->att, w->lse, w->xmid,
                          w->xn2, w->r2, w->g, w->u, w->h, w->proj, w->rf, w->dx, w->dxn, w->dq,
@@ -213,16 +215,17 @@ void lz_ft_model_free(lz_ft_model *m) {
 
 /* ---- one sequence ------------------------------------------------------------------------ */
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 typedef struct {
     bool dropout;   /* training with p > 0 */
     uint64_t key;   /* (seed, step, seq) */
+    float **X;      /* the slot's layer inputs */
 } ft_pass;
+
+static ft_pass pass_of(const lz_ft_model *m, bool learn, uint64_t step, int seq, int slot) {
+    const ft_work *w = m->work;
+    return (ft_pass){learn && m->lora.dropout > 0, lz_mix64(lz_mix64(m->lora.seed) ^ lz_mix64((step << 20) ^ (uint64_t)seq)),
+                     w->X + (size_t)slot * (m->cfg.num_hidden_layers + 1)};
+}
 
 /* mask [T, in] of layer l's module j: 0 with probability p, else 1 / (1 - p); NULL without dropout */
 static const float *dropout_mask(lz_ft_model *m, const ft_pass *ps, int l, int j) {
@@ -230,11 +233,10 @@ static const float *dropout_mask(lz_ft_model *m, const ft_pass *ps, int l, int j
         return NULL;
     ft_work *w = m->work;
     const size_t n = (size_t)m->T * m->layers[l].in[j];
-    const uint64_t stream = mix64(ps->key ^ mix64(((uint64_t)l << 8) | (uint64_t)j));
+    const uint64_t stream = lz_mix64(ps->key ^ lz_mix64(((uint64_t)l << 8) | (uint64_t)j));
     const float keep = (float)(1 / (1 - m->lora.dropout));
     for (size_t e = 0; e < n; e++) {
-        const double u = (double)(mix64(stream + (e + 1) * 0x9E3779B97F4A7C15ULL) >> 11) * 0x1.0p-53;
-        w->mask[j][e] = u < m->lora.dropout ? 0.0f : keep;
+        w->mask[j][e] = lz_stream_uniform(stream, e) < m->lora.dropout ? 0.0f : keep;
     }
     return w->mask[j];
 }
@@ -278,8 +280,8 @@ static void layer_forward(lz_ft_model *m, const ft_pass *ps, int l) {
     ft_work *w = m->work;
     const int T = m->T, C = c->hidden_size, Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
     const int d = c->head_dim, I = c->intermediate_size;
-    const float *x = w->X[l];
-    float *y = w->X[l + 1];
+    const float *x = ps->X[l];
+    float *y = ps->X[l + 1];
     const size_t qd = (size_t)T * Hq * d, kd = (size_t)T * Hkv * d;
     m->ft->rmsnorm_forward(w->xn1, w->r1, x, ly->in_norm, T, C, (float)c->rms_norm_eps);
     linear(m, ps, l, LZ_LIN_Q, w->q, w->xn1);
@@ -345,33 +347,59 @@ static void layer_backward(lz_ft_model *m, const ft_pass *ps, int l) {
     linear_backward(m, ps, l, LZ_LIN_Q, w->dxn, w->dq, w->xn1);
     linear_backward(m, ps, l, LZ_LIN_K, w->dxn, w->dk, w->xn1);
     linear_backward(m, ps, l, LZ_LIN_V, w->dxn, w->dv, w->xn1);
-    m->ft->rmsnorm_backward(w->dx, w->dxn, w->X[l], ly->in_norm, w->r1, T, C);
+    m->ft->rmsnorm_backward(w->dx, w->dxn, ps->X[l], ly->in_norm, w->r1, T, C);
+}
+
+float *lz_ft_hidden(lz_ft_model *m, int slot, int layer) {
+    ft_work *w = m->work;
+    return w->X[(size_t)slot * (m->cfg.num_hidden_layers + 1) + layer];
+}
+
+float *lz_ft_grad(lz_ft_model *m) { return ((ft_work *)m->work)->dx; }
+
+void lz_ft_embed(lz_ft_model *m, const int32_t *ids, int slot) {
+    m->ft->embedding_forward(lz_ft_hidden(m, slot, 0), m->embed, ids, m->T, m->cfg.hidden_size);
+}
+
+void lz_ft_forward(lz_ft_model *m, bool learn, uint64_t step, int seq, int slot) {
+    const ft_pass ps = pass_of(m, learn, step, seq, slot);
+    for (int l = m->first; l < m->last; l++)
+        layer_forward(m, &ps, l);
+}
+
+double lz_ft_head(lz_ft_model *m, const int32_t *ids, bool learn, float grad_scale, int slot) {
+    const lz_config *c = &m->cfg;
+    ft_work *w = m->work;
+    const int T = m->T, C = c->hidden_size;
+    const float *x = lz_ft_hidden(m, slot, c->num_hidden_layers);
+    for (int t = 0; t < T; t++)
+        w->targets[t] = t + 1 < T ? ids[t + 1] : -1;
+    m->ft->rmsnorm_forward(w->xn1, w->rf, x, m->final_norm, T, C, (float)c->rms_norm_eps);
+    const double loss = m->ft->lm_head_cross_entropy(learn ? w->dxn : NULL, w->xn1, m->lm_head, w->targets, T, C,
+                                                     c->vocab_size, grad_scale);
+    if (learn) {
+        memset(w->dx, 0, sizeof(float) * (size_t)T * C);
+        m->ft->rmsnorm_backward(w->dx, w->dxn, x, m->final_norm, w->rf, T, C);
+    }
+    return loss;
+}
+
+void lz_ft_backward(lz_ft_model *m, uint64_t step, int seq, int slot) {
+    const ft_pass ps = pass_of(m, true, step, seq, slot);
+    for (int l = m->last - 1; l >= m->first; l--) {
+        layer_forward(m, &ps, l); // recomputed: only each layer's input was kept
+        layer_backward(m, &ps, l);
+    }
 }
 
 lz_status lz_ft_sequence(lz_ft_model *m, const int32_t *ids, bool learn, float grad_scale, uint64_t step, int seq,
                          double *loss) {
-    const lz_config *c = &m->cfg;
-    ft_work *w = m->work;
-    const int T = m->T, C = c->hidden_size, L = c->num_hidden_layers;
-    const ft_pass ps = {learn && m->lora.dropout > 0,
-                        mix64(mix64(m->lora.seed) ^ mix64((step << 20) ^ (uint64_t)seq))};
-    for (int t = 0; t < T; t++)
-        w->targets[t] = t + 1 < T ? ids[t + 1] : -1;
-    m->ft->embedding_forward(w->X[0], m->embed, ids, T, C);
-    for (int l = 0; l < L; l++)
-        layer_forward(m, &ps, l);
-    m->ft->rmsnorm_forward(w->xn1, w->rf, w->X[L], m->final_norm, T, C, (float)c->rms_norm_eps);
-    *loss = m->ft->lm_head_cross_entropy(learn ? w->dxn : NULL, w->xn1, m->lm_head, w->targets, T, C, c->vocab_size,
-                                         grad_scale);
-    if (!learn)
-        return LZ_OK;
-    memset(w->dx, 0, sizeof(float) * (size_t)T * C);
-    m->ft->rmsnorm_backward(w->dx, w->dxn, w->X[L], m->final_norm, w->rf, T, C);
-    for (int l = L - 1; l >= 0; l--) {
-        layer_forward(m, &ps, l); // recomputed: only each layer's input was kept
-        layer_backward(m, &ps, l);
-    }
-    return LZ_OK; // the embedding is frozen: its gradient is not needed
+    lz_ft_embed(m, ids, 0);
+    lz_ft_forward(m, learn, step, seq, 0);
+    *loss = lz_ft_head(m, ids, learn, grad_scale, 0);
+    if (learn)
+        lz_ft_backward(m, step, seq, 0); // the embedding is frozen: its gradient is not needed
+    return LZ_OK;
 }
 
 void lz_ft_merged_weight(const lz_ft_model *m, int l, int j, float *out) {

@@ -60,7 +60,9 @@ typedef struct {
     lz_ft_layer *layers;
     lz_ft_param *params; /* every trainable tensor */
     int n_params;
-    int T; /* sequence length the buffers hold */
+    int T;           /* sequence length the buffers hold */
+    int slots;       /* sequences in flight at once (pipeline micro-batches) */
+    int first, last; /* the layers this process runs: [first, last) (all in one process) */
     void *work; /* buffers of one sequence (finetune_model.c) */
 } lz_ft_model;
 
@@ -68,7 +70,7 @@ typedef struct {
  * for sequences of T tokens; LoRA A from the seed (uniform, PEFT's bound
  * 1/sqrt(in)), B zero, so the model starts as the base. Errors name the fault. */
 lz_status lz_ft_model_load(lz_ft_model *m, const char *dir, const lz_config *cfg, const lz_lora_config *lora, int T,
-                           const lz_train_ops *ops);
+                           int slots, const lz_train_ops *ops);
 void lz_ft_model_free(lz_ft_model *m);
 
 /* One sequence ids [T]: the sum of next-token cross-entropies (T - 1 of
@@ -76,6 +78,22 @@ void lz_ft_model_free(lz_ft_model *m);
  * dropout (if any) draws its mask from (seed, step, seq). */
 lz_status lz_ft_sequence(lz_ft_model *m, const int32_t *ids, bool learn, float grad_scale, uint64_t step, int seq,
                          double *loss);
+
+/* The pieces of lz_ft_sequence, for a pipeline stage that runs layers [first, last) of sequences
+ * in flight in `slot`s (finetune_pipeline.c):
+ *   lz_ft_hidden   the input of `layer` (layer = n_layers: the last layer's output) in a slot;
+ *   lz_ft_embed    ids [T] -> the input of layer 0;
+ *   lz_ft_forward  layers [first, last), keeping each one's input;
+ *   lz_ft_head     the final norm and the LM head's cross-entropy from the last layer's output
+ *                  (the sum over the T - 1 predictions); with `learn`, lz_ft_grad = its gradient;
+ *   lz_ft_backward from lz_ft_grad = d/d(output of layer last - 1) to d/d(input of layer first),
+ *                  recomputing each layer's forward first; adds to the parameters' gradients. */
+float *lz_ft_hidden(lz_ft_model *m, int slot, int layer);
+float *lz_ft_grad(lz_ft_model *m);
+void lz_ft_embed(lz_ft_model *m, const int32_t *ids, int slot);
+void lz_ft_forward(lz_ft_model *m, bool learn, uint64_t step, int seq, int slot);
+double lz_ft_head(lz_ft_model *m, const int32_t *ids, bool learn, float grad_scale, int slot);
+void lz_ft_backward(lz_ft_model *m, uint64_t step, int seq, int slot);
 
 /* W + scale B A for every targeted linear layer of layer l, module j, into out [out, in]. */
 void lz_ft_merged_weight(const lz_ft_model *m, int l, int j, float *out);

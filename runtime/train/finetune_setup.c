@@ -96,7 +96,7 @@ lz_status lz_finetune_setup(lz_finetune_run *r) {
         LZ_TRY(lz_distill_data_load(&r->valid, a->valid, a->model, cfg.vocab_size, (int)a->seq_len, (uint64_t)a->seed));
         r->has_valid = true;
     }
-    LZ_TRY(lz_ft_model_load(&r->model, a->model, &cfg, &lora, (int)a->seq_len, ops));
+    LZ_TRY(lz_ft_model_load(&r->model, a->model, &cfg, &lora, (int)a->seq_len, 1, ops));
     const long per_step = a->batch * a->seq_len;
     r->opt = (lz_adamw_config){.lr = a->lr, .min_lr = a->min_lr >= 0 ? a->min_lr : a->lr / 10,
                                .weight_decay = a->weight_decay, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,

@@ -61,7 +61,7 @@ static void load(lz_finetune_run *r, const char *base, const char *out) {
                                  .seed = 5};
     const lz_train_ops *ops;
     CHECK(lz_train_ops_get("cpu", &ops) == LZ_OK);
-    CHECK(lz_ft_model_load(&r->model, base, &cfg, &lora, T, ops) == LZ_OK);
+    CHECK(lz_ft_model_load(&r->model, base, &cfg, &lora, T, 1, ops) == LZ_OK);
 }
 
 static void check_gradient(lz_ft_model *m, const int32_t *ids) {
