@@ -41,10 +41,10 @@ static lz_status load_f32(lz_ft_model *m, const char *name, size_t numel, float 
     return LZ_OK;
 }
 
-static lz_ft_param *new_param(lz_ft_model *m, const char *name, size_t n, bool decay) {
+static lz_ft_param *new_param(lz_ft_model *m, int layer, const char *name, size_t n, bool decay) {
     lz_ft_param *p = &m->params[m->n_params++];
     snprintf(p->name, sizeof p->name, "%s", name);
-    p->n = n, p->decay = decay;
+    p->layer = layer, p->n = n, p->decay = decay;
     p->w = calloc(n ? n : 1, sizeof(float)), p->g = calloc(n ? n : 1, sizeof(float));
     p->m1 = calloc(n ? n : 1, sizeof(float)), p->m2 = calloc(n ? n : 1, sizeof(float));
     return p->w && p->g && p->m1 && p->m2 ? p : NULL;
@@ -75,7 +75,7 @@ static lz_status load_lizard(lz_ft_model *m, int l, lz_ft_layer *ly) {
             ly->lz_frozen[j] = vals;
             continue;
         }
-        lz_ft_param *p = new_param(m, name, numel[j], j <= LZ_DT_GATE);
+        lz_ft_param *p = new_param(m, l, name, numel[j], j <= LZ_DT_GATE);
         if (!p) {
             free(vals);
             return lz_fail(LZ_ERR_NOMEM, "%s: out of memory", name);
@@ -107,9 +107,9 @@ static lz_status load_layer(lz_ft_model *m, int l) {
             continue;
         const int r = m->lora.rank;
         snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_A.weight", l, lz_lin_parent[j], lz_lin_module[j]);
-        ly->A[j] = new_param(m, name, (size_t)r * in[j], true);
+        ly->A[j] = new_param(m, l, name, (size_t)r * in[j], true);
         snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_B.weight", l, lz_lin_parent[j], lz_lin_module[j]);
-        ly->B[j] = new_param(m, name, (size_t)out[j] * r, true);
+        ly->B[j] = new_param(m, l, name, (size_t)out[j] * r, true);
         if (!ly->A[j] || !ly->B[j])
             return lz_fail(LZ_ERR_NOMEM, "LoRA of layer %d: out of memory", l);
         // PEFT's init: A kaiming-uniform (bound 1/sqrt(in), std = bound/sqrt(3)), B zero

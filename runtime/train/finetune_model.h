@@ -27,6 +27,7 @@ typedef struct {
     char name[128];
     float *w, *g, *m1, *m2;
     size_t n;
+    int layer;  /* of the model */
     bool decay; /* weight decay applies */
 } lz_ft_param;
 

@@ -28,6 +28,7 @@ typedef struct {
     bool has_valid;
     lz_adamw_config opt;
     long step; /* steps done */
+    int rank;  /* under mpirun: this process's pipeline stage */
     int32_t *ids;
     char signature[1024];
     FILE *log;
@@ -41,6 +42,17 @@ void lz_finetune_teardown(lz_finetune_run *r);
  * tensor and its AdamW moments; finetune_state.json: {"step", "signature"}). */
 lz_status lz_finetune_checkpoint_save(const lz_finetune_run *r);
 lz_status lz_finetune_checkpoint_load(lz_finetune_run *r);
+
+/* The pipeline (finetune_pipeline.c): the layers [first, last) of `rank` among `size`; whether
+ * this process owns tensor p; one batch ids [batch, T] through the 1F1B schedule (*loss_sum on
+ * every rank; with learn, the owned tensors' gradients = grad_scale * d(sum)); the gradients'
+ * global norm; every tensor and its moments from its owner to all ranks (before writing). */
+void lz_ft_stage_range(int n_layers, int size, int rank, int *first, int *last);
+bool lz_ft_owns(const lz_ft_model *m, const lz_ft_param *p);
+lz_status lz_ft_pipeline_batch(lz_finetune_run *r, const int32_t *ids, bool learn, long step, float grad_scale,
+                               double *loss_sum);
+lz_status lz_ft_grad_norm(lz_finetune_run *r, double *norm);
+lz_status lz_ft_share_params(lz_finetune_run *r);
 
 /* The merged model folder (--out) and, with --adapter-out, the PEFT folder. */
 lz_status lz_finetune_write_model(const lz_finetune_run *r);

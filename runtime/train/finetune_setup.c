@@ -1,6 +1,7 @@
 /* finetune_setup.c - `lizard finetune`'s flags checked, the model, its LoRA,
  * the data, --resume and the log (finetune_run.h). Every check of the input
- * runs before any folder is made. */
+ * runs before any folder is made. Under mpirun every rank loads the whole
+ * model and runs its range of layers (finetune_pipeline.c). */
 #include <stdio.h>    // snprintf
 #include <stdlib.h>   // calloc, free
 #include <string.h>   // strcmp, strchr, memset
@@ -80,8 +81,8 @@ static void make_signature(lz_finetune_run *r) {
 
 lz_status lz_finetune_setup(lz_finetune_run *r) {
     lz_finetune_args *a = &r->a;
-    if (lz_world_get()->size > 1)
-        return lz_fail(LZ_ERR_INPUT, "lizard finetune: runs in one process (pipeline-parallel training is not built)");
+    const lz_world *world = lz_world_get();
+    r->rank = world->rank;
     const lz_train_ops *ops;
     LZ_TRY(lz_train_ops_get(a->device, &ops));
     LZ_TRY(lz_train_need(ops, ops->finetune, "lizard finetune"));
@@ -91,12 +92,16 @@ lz_status lz_finetune_setup(lz_finetune_run *r) {
         LZ_TRY(lz_config_set_softmax_layers(&cfg, a->softmax_layers));
     lz_lora_config lora = {0};
     LZ_TRY(check_args(r, &cfg, &lora));
+    if (world->size > cfg.num_hidden_layers)
+        return lz_fail(LZ_ERR_INPUT, "mpirun -np %d: more ranks than the model's %d layers", world->size,
+                       cfg.num_hidden_layers);
     LZ_TRY(lz_distill_data_load(&r->data, a->data, a->model, cfg.vocab_size, (int)a->seq_len, (uint64_t)a->seed));
     if (a->valid) {
         LZ_TRY(lz_distill_data_load(&r->valid, a->valid, a->model, cfg.vocab_size, (int)a->seq_len, (uint64_t)a->seed));
         r->has_valid = true;
     }
-    LZ_TRY(lz_ft_model_load(&r->model, a->model, &cfg, &lora, (int)a->seq_len, 1, ops));
+    LZ_TRY(lz_ft_model_load(&r->model, a->model, &cfg, &lora, (int)a->seq_len, world->size, ops));
+    lz_ft_stage_range(cfg.num_hidden_layers, world->size, world->rank, &r->model.first, &r->model.last);
     const long per_step = a->batch * a->seq_len;
     r->opt = (lz_adamw_config){.lr = a->lr, .min_lr = a->min_lr >= 0 ? a->min_lr : a->lr / 10,
                                .weight_decay = a->weight_decay, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
@@ -107,7 +112,7 @@ lz_status lz_finetune_setup(lz_finetune_run *r) {
     make_signature(r);
     if (a->resume)
         LZ_TRY(lz_finetune_checkpoint_load(r));
-    if (a->log_path && !(r->log = fopen(a->log_path, a->resume ? "a" : "w")))
+    if (a->log_path && r->rank == 0 && !(r->log = fopen(a->log_path, a->resume ? "a" : "w")))
         return lz_fail(LZ_ERR_IO, "--log %s: cannot open for writing", a->log_path);
     return LZ_OK;
 }

@@ -1,47 +1,44 @@
 /* finetune_train.c - the steps of a fine-tuning run: a batch's loss and
- * gradient, global-norm clipping, AdamW, progress and log lines, held-out
- * loss, checkpoints and the output folders (finetune_run.h). */
+ * gradient (through the pipeline, finetune_pipeline.c), global-norm clipping,
+ * AdamW of the tensors this rank owns, progress and log lines (rank 0),
+ * held-out loss, checkpoints and the output folders (rank 0 writes). */
 #include <math.h>   // sqrt, exp
 #include <stdio.h>  // fprintf
-#include <string.h> // memset
 
 #include "clock.h"          // lz_now_seconds
 #include "distill_output.h" // lz_make_dirs
 #include "finetune_run.h"
 
 /* The mean next-token cross-entropy of a batch of `data` (step `data_step`);
- * with `learn`, every gradient = d(mean)/d(param). */
+ * with `learn`, every owned gradient = d(mean)/d(param). */
 static lz_status batch_loss(lz_finetune_run *r, lz_distill_data *data, long data_step, bool learn, double *mean) {
-    lz_ft_model *m = &r->model;
-    const int B = (int)r->a.batch, T = (int)r->a.seq_len;
-    const double n_pred = (double)B * (T - 1);
-    lz_distill_data_batch(data, (uint64_t)data_step, B, r->ids);
-    if (learn)
-        for (int i = 0; i < m->n_params; i++)
-            memset(m->params[i].g, 0, sizeof(float) * m->params[i].n);
-    double sum = 0;
-    for (int b = 0; b < B; b++) {
-        double loss;
-        LZ_TRY(lz_ft_sequence(m, r->ids + (size_t)b * T, learn, (float)(1.0 / n_pred), (uint64_t)data_step, b,
-                              &loss));
-        sum += loss;
-    }
+    const double n_pred = (double)r->a.batch * (r->a.seq_len - 1);
+    lz_distill_data_batch(data, (uint64_t)data_step, (int)r->a.batch, r->ids);
+    double sum;
+    LZ_TRY(lz_ft_pipeline_batch(r, r->ids, learn, data_step, (float)(1.0 / n_pred), &sum));
     *mean = sum / n_pred;
     return LZ_OK;
 }
 
-/* Scales the gradients to global norm `clip` when above it (clip 0: off); returns the norm before. */
-static double clip_gradients(lz_ft_model *m, double clip) {
-    double ss = 0;
-    for (int i = 0; i < m->n_params; i++)
-        for (size_t e = 0; e < m->params[i].n; e++)
-            ss += (double)m->params[i].g[e] * m->params[i].g[e];
-    const double norm = sqrt(ss);
-    if (clip > 0 && norm > clip)
+/* Scales the gradients to global norm `clip` when above it (clip 0: off); *norm = the norm before. */
+static lz_status clip_gradients(lz_finetune_run *r, double *norm) {
+    lz_ft_model *m = &r->model;
+    LZ_TRY(lz_ft_grad_norm(r, norm));
+    const double clip = r->a.clip;
+    if (clip > 0 && *norm > clip)
         for (int i = 0; i < m->n_params; i++)
             for (size_t e = 0; e < m->params[i].n; e++)
-                m->params[i].g[e] = (float)(m->params[i].g[e] * (clip / norm));
-    return norm;
+                m->params[i].g[e] = (float)(m->params[i].g[e] * (clip / *norm));
+    return LZ_OK;
+}
+
+/* The checkpoint (rank 0 writes what every owner sends it). */
+static lz_status checkpoint(lz_finetune_run *r) {
+    LZ_TRY(lz_ft_share_params(r));
+    if (r->rank != 0)
+        return LZ_OK;
+    LZ_TRY(lz_make_dirs(r->a.out, "--out"));
+    return lz_finetune_checkpoint_save(r);
 }
 
 /* The held-out loss: --eval-batches batches of --valid (or those after the training batches of --data). */
@@ -57,7 +54,8 @@ static lz_status held_out(lz_finetune_run *r, const char *when) {
         sum += loss;
     }
     const double mean = sum / (double)r->a.eval_batches;
-    fprintf(stderr, "lizard finetune: %s held-out loss %.4f (perplexity %.2f)\n", when, mean, exp(mean));
+    if (r->rank == 0)
+        fprintf(stderr, "lizard finetune: %s held-out loss %.4f (perplexity %.2f)\n", when, mean, exp(mean));
     if (r->log) {
         fprintf(r->log, "{\"eval\": \"%s\", \"step\": %ld, \"valid_loss\": %.6f, \"valid_ppl\": %.4f}\n", when,
                 r->step, mean, exp(mean));
@@ -76,7 +74,7 @@ static void report_step(lz_finetune_run *r, double loss, double grad_norm, doubl
                 step, step * tokens, lr, tps, loss, grad_norm);
         fflush(r->log);
     }
-    if (step % r->a.log_every == 0 || step == total)
+    if (r->rank == 0 && (step % r->a.log_every == 0 || step == total))
         fprintf(stderr, "lizard finetune: step %ld/%ld  lr %.2e  %.0f tok/s  loss %.4f  grad norm %.3g\n", step, total,
                 lr, tps, loss, grad_norm);
 }
@@ -87,29 +85,29 @@ lz_status lz_finetune_train(lz_finetune_run *r) {
         LZ_TRY(held_out(r, "start"));
     while (r->step < r->opt.total_steps) {
         if (r->a.stop_at > 0 && r->step >= r->a.stop_at) { // an interrupted run: the checkpoint is all it leaves
-            LZ_TRY(lz_make_dirs(r->a.out, "--out"));
-            LZ_TRY(lz_finetune_checkpoint_save(r));
-            fprintf(stderr, "lizard finetune: stopped after step %ld (--resume continues)\n", r->step);
+            LZ_TRY(checkpoint(r));
+            if (r->rank == 0)
+                fprintf(stderr, "lizard finetune: stopped after step %ld (--resume continues)\n", r->step);
             return LZ_OK;
         }
         const double t0 = lz_now_seconds();
-        double loss;
+        double loss, norm;
         LZ_TRY(batch_loss(r, &r->data, r->step, true, &loss));
-        const double norm = clip_gradients(m, r->a.clip);
+        LZ_TRY(clip_gradients(r, &norm));
         for (int i = 0; i < m->n_params; i++) {
             lz_ft_param *p = &m->params[i];
-            lz_adamw_tensor(p->w, p->g, p->m1, p->m2, p->n, &r->opt, r->step, p->decay);
+            if (lz_ft_owns(m, p))
+                lz_adamw_tensor(p->w, p->g, p->m1, p->m2, p->n, &r->opt, r->step, p->decay);
         }
         r->step++;
         report_step(r, loss, norm, lz_now_seconds() - t0);
-        if (r->a.checkpoint_every > 0 && r->step % r->a.checkpoint_every == 0 && r->step < r->opt.total_steps) {
-            LZ_TRY(lz_make_dirs(r->a.out, "--out"));
-            LZ_TRY(lz_finetune_checkpoint_save(r));
-        }
+        if (r->a.checkpoint_every > 0 && r->step % r->a.checkpoint_every == 0 && r->step < r->opt.total_steps)
+            LZ_TRY(checkpoint(r));
     }
     LZ_TRY(held_out(r, "end"));
-    LZ_TRY(lz_make_dirs(r->a.out, "--out"));
-    LZ_TRY(lz_finetune_checkpoint_save(r));
+    LZ_TRY(checkpoint(r));
+    if (r->rank != 0)
+        return LZ_OK;
     if (r->a.adapter_out)
         LZ_TRY(lz_finetune_write_adapter(r));
     LZ_TRY(lz_finetune_write_model(r));
