@@ -61,6 +61,10 @@ static lz_status load_lizard(lz_ft_model *m, int l, lz_ft_layer *ly) {
     if (!tq || !tk)
         return lz_fail(LZ_ERR_INPUT, "%s: Lizard layer %d has no feature maps (%s)", m->ckpt.dir, l, name);
     const int n_wq = (int)(tq->numel / ((int64_t)d * f)), n_wk = (int)(tk->numel / ((int64_t)d * f));
+    if ((int64_t)n_wq * d * f != tq->numel || (int64_t)n_wk * d * f != tk->numel || (n_wq != 1 && n_wq != Hq) ||
+        (n_wk != 1 && n_wk != Hkv && n_wk != Hq))
+        return lz_fail(LZ_ERR_INPUT, "%s: layer %d's feature maps are not [1 or Hq, %d, %d] and [1, Hkv or Hq, %d, %d]",
+                       m->ckpt.dir, l, d, f, d, f);
     ly->geom = (lz_lizard_geom){.Hq = Hq, .Hkv = Hkv, .Hs = n_wk == Hq ? Hq : Hkv, .n_wq = n_wq, .n_wk = n_wk,
                                 .d = d, .f = f, .w = c->lizard.window_size, .m = c->lizard.num_meta_tokens,
                                 .normalize = c->lizard.gla_normalize,

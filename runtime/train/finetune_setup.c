@@ -39,13 +39,22 @@ static lz_status check_args(lz_finetune_run *r, const lz_config *cfg, lz_lora_co
         return lz_fail(LZ_ERR_INPUT, "--model %s: sliding-window attention and biases are not supported by finetune",
                        a->model);
     LZ_TRY(parse_targets(a->targets, lora->target));
-    int smallest = cfg->hidden_size;
-    const int dims[] = {cfg->num_key_value_heads * cfg->head_dim, cfg->intermediate_size};
-    for (int i = 0; i < 2; i++)
-        smallest = dims[i] < smallest ? dims[i] : smallest;
-    if (a->lora_rank < 1 || a->lora_rank > smallest || a->lora_rank > LZ_TRAIN_MAX_RANK)
-        return lz_fail(LZ_ERR_INPUT, "--lora-rank %ld: must be 1 .. %d (the smallest targeted dimension)",
-                       a->lora_rank, smallest < LZ_TRAIN_MAX_RANK ? smallest : LZ_TRAIN_MAX_RANK);
+    const int C = cfg->hidden_size, I = cfg->intermediate_size;
+    const int qd = cfg->num_attention_heads * cfg->head_dim, kd = cfg->num_key_value_heads * cfg->head_dim;
+    const int in[LZ_LIN_COUNT] = {C, C, C, qd, C, C, I}, out[LZ_LIN_COUNT] = {qd, kd, kd, C, I, I, C};
+    int smallest = LZ_TRAIN_MAX_RANK;
+    for (int j = 0; j < LZ_LIN_COUNT; j++)
+        if (lora->target[j]) {
+            smallest = in[j] < smallest ? in[j] : smallest;
+            smallest = out[j] < smallest ? out[j] : smallest;
+        }
+    if (a->lora_rank < 1 || a->lora_rank > smallest)
+        return lz_fail(LZ_ERR_INPUT, "--lora-rank %ld: must be 1 .. %d (the smallest dimension of a targeted "
+                       "module, at most %d)", a->lora_rank, smallest, LZ_TRAIN_MAX_RANK);
+    if (cfg->lizard.feature_dim > LZ_TRAIN_MAX_F || cfg->head_dim > LZ_TRAIN_MAX_D ||
+        cfg->lizard.window_size > LZ_TRAIN_MAX_W)
+        return lz_fail(LZ_ERR_INPUT, "--model %s: feature_dim, head_dim or window_size above what training supports "
+                       "(%d, %d, %d)", a->model, LZ_TRAIN_MAX_F, LZ_TRAIN_MAX_D, LZ_TRAIN_MAX_W);
     if (a->lora_dropout < 0 || a->lora_dropout >= 1)
         return lz_fail(LZ_ERR_INPUT, "--lora-dropout %g: must be in [0, 1)", a->lora_dropout);
     if (a->seq_len < 2 || a->seq_len > cfg->max_position_embeddings)

@@ -98,6 +98,7 @@ if [ "$MODE" = errors ]; then
     expect_error "no lizard block" "$LIZARD" finetune --model "$TMP/teacher" --data "$TEXT" --out "$O"
     expect_error "--lora-rank 0" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --lora-rank 0
     expect_error "--lora-rank 5000" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --lora-rank 5000
+    expect_error "--lora-rank 100: must be 1 .. 64" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --lora-rank 100
     expect_error "unknown module 'qkv'" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --lora-targets q,qkv
     head -c 40 "$TEXT" >"$TMP/short.txt"
     expect_error "fewer than one sequence" "$LIZARD" finetune "${SMALL[@]}" --data "$TMP/short.txt" --out "$O"
