@@ -23,7 +23,13 @@ typedef struct {
 
 /* Tokens per chunk of the chunked GLA (the same as the inference kernel's),
  * and the limits the model loader and finetune enforce (stack buffers are sized by them). */
-enum { LZ_TRAIN_CHUNK = 64, LZ_TRAIN_MAX_F = 512, LZ_TRAIN_MAX_D = 1024, LZ_TRAIN_MAX_W = 4096, LZ_TRAIN_MAX_RANK = 256 };
+enum {
+    LZ_TRAIN_CHUNK = 64,
+    LZ_TRAIN_MAX_F = 512,
+    LZ_TRAIN_MAX_D = 1024,
+    LZ_TRAIN_MAX_W = 4096,
+    LZ_TRAIN_MAX_RANK = 256, /* LoRA rank */
+};
 
 /* Number of chunks of T tokens. */
 static inline int lz_train_chunks(int T) { return (T + LZ_TRAIN_CHUNK - 1) / LZ_TRAIN_CHUNK; }

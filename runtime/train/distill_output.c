@@ -5,7 +5,7 @@
 #include <stdio.h>    // snprintf, FILE
 #include <stdlib.h>   // calloc, free
 #include <string.h>   // memcpy, strerror
-#include <sys/stat.h> // mkdir
+#include <sys/stat.h> // mkdir, stat
 
 #include <jansson.h> // json_load_file, json_object_set_new, json_dumps
 
@@ -115,6 +115,18 @@ static lz_status write_config(const char *out_dir, const char *teacher_dir, cons
     lz_status s = lz_write_file_atomic(path, text, strlen(text));
     free(text);
     return s;
+}
+
+lz_status lz_check_out_folder(const char *out, const char *state_file, bool resume) {
+    struct stat sb;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", out, state_file);
+    if (resume && stat(path, &sb) != 0)
+        return lz_fail(LZ_ERR_INPUT, "--resume: %s has no %s to continue from", out, state_file);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    if (!resume && stat(path, &sb) == 0)
+        return lz_fail(LZ_ERR_INPUT, "--out %s already holds a model (--resume continues its run)", out);
+    return LZ_OK;
 }
 
 lz_status lz_copy_optional(const char *out_dir, const char *teacher_dir, const char *name) {

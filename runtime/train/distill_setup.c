@@ -5,8 +5,8 @@
 #include <stdio.h>    // snprintf, fopen
 #include <stdlib.h>   // calloc, free
 #include <string.h>   // strcmp, memcpy
-#include <sys/stat.h> // stat
 
+#include "distill_output.h" // lz_check_out_folder
 #include "distill_run.h"
 #include "mpi_world.h" // lz_world_get
 
@@ -33,15 +33,7 @@ static lz_status check_args(const lz_distill_args *a) {
         return lz_fail(LZ_ERR_INPUT, "--teacher-device cuda needs --device cuda (the CPU trainer reads host memory)");
     if (strcmp(a->map_heads, "per-head") != 0 && strcmp(a->map_heads, "shared") != 0)
         return lz_fail(LZ_ERR_INPUT, "--map-heads: '%s' is not per-head or shared", a->map_heads);
-    struct stat sb;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/distill_state.json", a->out);
-    if (a->resume && stat(path, &sb) != 0)
-        return lz_fail(LZ_ERR_INPUT, "--resume: %s has no distill_state.json to continue from", a->out);
-    snprintf(path, sizeof path, "%s/config.json", a->out);
-    if (!a->resume && stat(path, &sb) == 0)
-        return lz_fail(LZ_ERR_INPUT, "--out %s already holds a model (--resume continues its run)", a->out);
-    return LZ_OK;
+    return lz_check_out_folder(a->out, "distill_state.json", a->resume);
 }
 
 static void make_signature(lz_distill_run *r) {

@@ -227,7 +227,8 @@ typedef struct {
 
 static ft_pass pass_of(const lz_ft_model *m, bool learn, uint64_t step, int seq, int slot) {
     const ft_work *w = m->work;
-    return (ft_pass){learn && m->lora.dropout > 0, lz_mix64(lz_mix64(m->lora.seed) ^ lz_mix64((step << 20) ^ (uint64_t)seq)),
+    const uint64_t key = lz_mix64(lz_mix64(m->lora.seed) ^ lz_mix64((step << 20) ^ (uint64_t)seq));
+    return (ft_pass){learn && m->lora.dropout > 0, key,
                      w->X + (size_t)slot * (m->cfg.num_hidden_layers + 1)};
 }
 

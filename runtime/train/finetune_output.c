@@ -28,50 +28,66 @@ static lz_status write_json(const char *dir, const char *file, json_t *root) {
     return s;
 }
 
-/* One safetensors file of n F32 tensors (names[i], data[i], numel[i], 1-D or [rows, cols]). */
-static lz_status write_f32_file(const char *path, size_t n, const char *const *names, const float *const *data,
-                                const int64_t (*shape)[2]) {
-    lz_stw_tensor *tensors = calloc(n ? n : 1, sizeof *tensors);
-    if (!tensors)
-        return lz_fail(LZ_ERR_NOMEM, "%s: out of memory", path);
-    for (size_t i = 0; i < n; i++)
-        tensors[i] = (lz_stw_tensor){names[i], LZ_DTYPE_F32, shape[i][0] ? 2 : 1,
-                                     {shape[i][0] ? shape[i][0] : shape[i][1], shape[i][0] ? shape[i][1] : 0}};
+/* A list of F32 tensors to write as one safetensors file. */
+typedef struct {
+    size_t n, cap;
+    char (*names)[200];
+    const float **data;
+    lz_stw_tensor *tensors;
+} f32_list;
+
+static lz_status list_open(f32_list *l, size_t cap) {
+    memset(l, 0, sizeof *l);
+    l->cap = cap ? cap : 1;
+    l->names = calloc(l->cap, sizeof *l->names);
+    l->data = calloc(l->cap, sizeof *l->data);
+    l->tensors = calloc(l->cap, sizeof *l->tensors);
+    if (l->names && l->data && l->tensors)
+        return LZ_OK;
+    free(l->names), free(l->data), free(l->tensors);
+    return lz_fail(LZ_ERR_NOMEM, "tensor list: out of memory");
+}
+
+// rows 0: a 1-D tensor of cols elements
+static void list_add(f32_list *l, const char *name, const float *data, int64_t rows, int64_t cols) {
+    snprintf(l->names[l->n], sizeof l->names[l->n], "%s", name);
+    l->data[l->n] = data;
+    l->tensors[l->n] = (lz_stw_tensor){l->names[l->n], LZ_DTYPE_F32, rows ? 2 : 1, {rows ? rows : cols, cols}};
+    l->n++;
+}
+
+// writes the list to path and frees it
+static lz_status list_write(f32_list *l, const char *path) {
     lz_st_writer *w = NULL;
-    lz_status s = lz_stw_create(path, tensors, n, &w);
-    for (size_t i = 0; s == LZ_OK && i < n; i++)
-        s = lz_stw_write(w, data[i], sizeof(float) * (size_t)((shape[i][0] ? shape[i][0] : 1) * shape[i][1]));
+    lz_status s = lz_stw_create(path, l->tensors, l->n, &w);
+    for (size_t i = 0; s == LZ_OK && i < l->n; i++) {
+        const lz_stw_tensor *t = &l->tensors[i];
+        const size_t numel = (size_t)(t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0]);
+        s = lz_stw_write(w, l->data[i], sizeof(float) * numel);
+    }
     if (s == LZ_OK)
         s = lz_stw_finish(w);
     if (s == LZ_OK)
         s = lz_stw_commit(w);
     else
         lz_stw_abort(w);
-    free(tensors);
+    free(l->names), free(l->data), free(l->tensors);
     return s;
 }
 
 lz_status lz_finetune_checkpoint_save(const lz_finetune_run *r) {
     const lz_ft_model *m = &r->model;
-    const size_t n = (size_t)m->n_params * PARTS;
-    char *names = calloc(n ? n : 1, 160);
-    const char **name_of = calloc(n ? n : 1, sizeof *name_of);
-    const float **data = calloc(n ? n : 1, sizeof *data);
-    int64_t(*shape)[2] = calloc(n ? n : 1, sizeof *shape);
-    lz_status s = names && name_of && data && shape ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "finetune_state: out of memory");
-    for (size_t k = 0; s == LZ_OK && k < n; k++) {
-        const lz_ft_param *p = &m->params[k / PARTS];
-        snprintf(names + k * 160, 160, "%s%s", p->name, part_suffix[k % PARTS]);
-        name_of[k] = names + k * 160, data[k] = part_of(p, (int)(k % PARTS));
-        shape[k][0] = 0, shape[k][1] = (int64_t)p->n;
-    }
-    char path[4096];
+    f32_list list;
+    LZ_TRY(list_open(&list, (size_t)m->n_params * PARTS));
+    char name[200], path[4096];
+    for (int i = 0; i < m->n_params; i++)
+        for (int part = 0; part < PARTS; part++) {
+            const lz_ft_param *p = &m->params[i];
+            snprintf(name, sizeof name, "%s%s", p->name, part_suffix[part]);
+            list_add(&list, name, part_of(p, part), 0, (int64_t)p->n);
+        }
     snprintf(path, sizeof path, "%s/finetune_state.safetensors", r->a.out);
-    if (s == LZ_OK)
-        s = write_f32_file(path, n, name_of, data, (const int64_t(*)[2])shape);
-    free(names), free(name_of), free(data), free(shape);
-    if (s != LZ_OK)
-        return s;
+    LZ_TRY(list_write(&list, path));
     return write_json(r->a.out, "finetune_state.json",
                       json_pack("{s:I, s:s}", "step", (json_int_t)r->step, "signature", r->signature));
 }
@@ -221,31 +237,22 @@ lz_status lz_finetune_write_model(const lz_finetune_run *r) {
 lz_status lz_finetune_write_adapter(const lz_finetune_run *r) {
     const lz_ft_model *m = &r->model;
     LZ_TRY(lz_make_dirs(r->a.adapter_out, "--adapter-out"));
-    const size_t cap = (size_t)m->n_params;
-    char *names = calloc(cap ? cap : 1, 200);
-    const char **name_of = calloc(cap ? cap : 1, sizeof *name_of);
-    const float **data = calloc(cap ? cap : 1, sizeof *data);
-    int64_t(*shape)[2] = calloc(cap ? cap : 1, sizeof *shape);
-    lz_status s = names && name_of && data && shape ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "adapter: out of memory");
-    size_t n = 0;
-    for (int l = 0; s == LZ_OK && l < m->cfg.num_hidden_layers; l++)
+    f32_list list;
+    LZ_TRY(list_open(&list, (size_t)m->n_params));
+    char name[200], path[4096];
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++)
         for (int j = 0; j < LZ_LIN_COUNT; j++)
-            for (int ab = 0; m->layers[l].A[j] && ab < 2; ab++, n++) {
+            for (int ab = 0; m->layers[l].A[j] && ab < 2; ab++) {
                 const lz_ft_layer *ly = &m->layers[l];
-                snprintf(names + n * 200, 200, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l,
+                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l,
                          lz_lin_parent[j], lz_lin_module[j], ab ? 'B' : 'A');
-                name_of[n] = names + n * 200;
-                data[n] = ab ? ly->B[j]->w : ly->A[j]->w;
-                shape[n][0] = ab ? ly->out[j] : m->lora.rank;
-                shape[n][1] = ab ? m->lora.rank : ly->in[j];
+                if (ab)
+                    list_add(&list, name, ly->B[j]->w, ly->out[j], m->lora.rank);
+                else
+                    list_add(&list, name, ly->A[j]->w, m->lora.rank, ly->in[j]);
             }
-    char path[4096];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", r->a.adapter_out);
-    if (s == LZ_OK)
-        s = write_f32_file(path, n, name_of, data, (const int64_t(*)[2])shape);
-    free(names), free(name_of), free(data), free(shape);
-    if (s != LZ_OK)
-        return s;
+    LZ_TRY(list_write(&list, path));
     json_t *targets = json_array();
     for (int j = 0; j < LZ_LIN_COUNT; j++)
         if (m->lora.target[j])

@@ -5,8 +5,8 @@
 #include <stdio.h>    // snprintf
 #include <stdlib.h>   // calloc, free
 #include <string.h>   // strcmp, strchr, memset
-#include <sys/stat.h> // stat
 
+#include "distill_output.h" // lz_check_out_folder
 #include "finetune_run.h"
 #include "mpi_world.h" // lz_world_get
 
@@ -34,7 +34,8 @@ static lz_status parse_targets(const char *spec, bool *target) {
 static lz_status check_args(lz_finetune_run *r, const lz_config *cfg, lz_lora_config *lora) {
     const lz_finetune_args *a = &r->a;
     if (!cfg->has_lizard)
-        return lz_fail(LZ_ERR_INPUT, "--model %s: config.json has no lizard block (run lizard distill first)", a->model);
+        return lz_fail(LZ_ERR_INPUT, "--model %s: config.json has no lizard block (run lizard distill first)",
+                       a->model);
     if (cfg->sliding_window > 0 || cfg->attention_bias || cfg->mlp_bias)
         return lz_fail(LZ_ERR_INPUT, "--model %s: sliding-window attention and biases are not supported by finetune",
                        a->model);
@@ -62,14 +63,7 @@ static lz_status check_args(lz_finetune_run *r, const lz_config *cfg, lz_lora_co
                        cfg->max_position_embeddings);
     if (a->clip < 0)
         return lz_fail(LZ_ERR_INPUT, "--clip %g: must be >= 0 (0: off)", a->clip);
-    struct stat sb;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/finetune_state.json", a->out);
-    if (a->resume && stat(path, &sb) != 0)
-        return lz_fail(LZ_ERR_INPUT, "--resume: %s has no finetune_state.json to continue from", a->out);
-    snprintf(path, sizeof path, "%s/config.json", a->out);
-    if (!a->resume && stat(path, &sb) == 0)
-        return lz_fail(LZ_ERR_INPUT, "--out %s already holds a model (--resume continues its run)", a->out);
+    LZ_TRY(lz_check_out_folder(a->out, "finetune_state.json", a->resume));
     if (a->adapter_out && strcmp(a->adapter_out, a->out) == 0)
         return lz_fail(LZ_ERR_INPUT, "--adapter-out must differ from --out");
     lora->rank = (int)a->lora_rank, lora->alpha = a->lora_alpha, lora->dropout = a->lora_dropout;
