@@ -14,6 +14,7 @@
 #include <sys/stat.h> // mkdir
 
 #include "commands.h"        // lz_cmd_init
+#include "cpu/train_kernels.h" // lz_lizard_layer_sse_f32: the training forward
 #include "decoder_layer.h"   // lz_decoder_layer_forward
 #include "distill_data.h"    // the data under test
 #include "distill_output.h"  // lz_distill_write_model
