@@ -14,13 +14,7 @@ HERE=$(dirname "$0")
 
 T=$TMP/teacher
 "$LIZARD" init --config tiny-teacher --out "$T" --seed 3 >/dev/null 2>&1 && ok || bad "init tiny-teacher"
-# a fixed English text (not the repository's docs, which change)
-python3 - "$TMP/text.txt" <<'PY'
-import random, sys
-rng = random.Random(43)
-words = "the lizard sat on a warm stone and watched the slow river turn under an old bridge".split()
-open(sys.argv[1], "w").write(" ".join(rng.choice(words) for _ in range(220)) + ".\n")
-PY
+python3 "$HERE/word_text.py" 43 220 "$TMP/text.txt"
 
 if [ "$MODE" = ppl ]; then
     ids=$("$LIZARD" tokenize --model "$T" --file "$TMP/text.txt" 2>/dev/null)

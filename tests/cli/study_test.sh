@@ -12,17 +12,8 @@ MODE=$3
 . "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, expect_error
 
 "$LIZARD" init --config tiny-teacher --out "$TMP/teacher" --seed 1 >/dev/null 2>&1 && ok || bad "init tiny-teacher"
-python3 - "$TMP" <<'PY'
-import random, sys
-rng = random.Random(20260101)
-nouns = "lizard rock sun desert tail scale eye tongue insect shadow stone heat morning river sand leaf".split()
-verbs = "basks waits hunts rests climbs watches runs hides sleeps warms turns eats finds".split()
-adjs = "warm green small quick old bright still dry long cold slow sharp".split()
-for name, n in (("train.txt", 2500), ("valid.txt", 120)):
-    out = [f"The {rng.choice(adjs)} {rng.choice(nouns)} {rng.choice(verbs)} on the {rng.choice(nouns)}."
-           for _ in range(n)]
-    open(f"{sys.argv[1]}/{name}", "w").write(" ".join(out) + "\n")
-PY
+python3 "$SRC/tests/cli/word_text.py" 1 6000 "$TMP/train.txt"
+python3 "$SRC/tests/cli/word_text.py" 2 600 "$TMP/valid.txt"
 RUN=$LIZARD
 if [ "$MODE" = stage2 ]; then
     RUN=$TMP/lizard-with-finetune
