@@ -100,6 +100,7 @@ class Study:
         self.rows_path = os.path.join(self.res, "study.jsonl")
         open(self.rows_path, "w").close()
         self.failed = 0
+        self.started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
     def run(self, name, cmd):
         """Runs cmd with stdout and stderr in logs/NAME.{out,err}; (ok, seconds, stdout, last error line)."""
@@ -119,9 +120,14 @@ class Study:
                               stderr=subprocess.DEVNULL).returncode == 0
 
     def emit(self, row):
+        """Appends the row and redraws the table and plots, so that a run cut short leaves its results."""
         with open(self.rows_path, "a") as f:
             f.write(json.dumps(row) + "\n")
         self.failed += row["status"] not in ("ok", "not available")
+        study_report.write_all(self.rows(), self.res, self.about())
+
+    def rows(self):
+        return [json.loads(l) for l in open(self.rows_path)]
 
     def evaluate(self, name, model, row, train_seconds):
         a = self.a
@@ -201,19 +207,16 @@ class Study:
                 self.evaluate(name + "-stage2", s2, row2, secs)
             else:
                 self.emit(dict(row2, status="failed: " + why))
-        rows = [json.loads(l) for l in open(self.rows_path)]
-        about = self.about()
-        study_report.write_all(rows, self.res, about)
+        rows = self.rows()
         if a.update_docs:
-            study_report.update_docs(rows, self.res, a.docs, about)
+            study_report.update_docs(rows, self.res, a.docs, self.about())
         print(f"study: {len(rows)} rows in {self.rows_path}; {self.failed} failed", flush=True)
         return 1 if self.failed else 0
 
     def about(self):
         a = self.a
-        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         return (f"{a.label + ': ' if a.label else ''}teacher `{os.path.basename(os.path.normpath(a.teacher))}` "
-                f"({self.n_layers} layers), {a.device}, {when}; training text `{os.path.basename(a.train)}`, "
+                f"({self.n_layers} layers), {a.device}, {self.started}; training text `{os.path.basename(a.train)}`, "
                 f"held-out `{os.path.basename(a.valid)}`" +
                 (f" (first {a.valid_bytes} bytes)" if a.valid_bytes else "") +
                 f"; stage 1 {a.stage1_tokens} tokens, stage 2 {a.stage2_tokens} tokens, sequences of {a.seq_len}; "

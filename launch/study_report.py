@@ -107,7 +107,7 @@ def ppl_plot(rows):
     for k, c in enumerate(map(str, contexts(rows, "ppl"))):
         color = COLORS[k % len(COLORS)]
         for stage, dashed in (("stage1", True), ("stage2", False)):
-            line = [(r["retained"], r["ppl"][c]) for r in good + teacher
+            line = [(r["retained"], r["ppl"][c]) for r in good
                     if (r["stage"] == stage and r["selection"] != "by error" or r["stage"] == "teacher") and c in r["ppl"]]
             if len(line) > len(teacher):
                 series.append((f"{STAGE_NAMES[stage]}, window {c}", line, color, dashed, True))

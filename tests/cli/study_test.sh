@@ -66,6 +66,9 @@ for name in ("study-ppl.svg", "study-passkey.svg"):
         assert lines_drawn, path
 passkey_labels = [t.text for t in ET.parse(f"{res}/study-passkey.svg").getroot().iter("{http://www.w3.org/2000/svg}text")]
 assert all(any(l and l.startswith(c) for l in passkey_labels) for c in ("teacher", "lizard-0", "hybrid-50-err")), passkey_labels
+ppl_labels = [t.text for t in ET.parse(f"{res}/study-ppl.svg").getroot().iter("{http://www.w3.org/2000/svg}text")]
+stage2_drawn = any(l and l.startswith("stage 2, window") for l in ppl_labels)
+assert "stage 1, window 64" in ppl_labels and stage2_drawn == (mode == "stage2" or has_finetune), ppl_labels
 q = open(f"{docs}/quality.md").read()
 begin, end = q.index("<!-- study results: begin -->"), q.index("<!-- study results: end -->")
 assert md.strip() in q[begin:end] and "img/study-ppl.svg" in q[begin:end], q[begin:end]
