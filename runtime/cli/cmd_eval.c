@@ -10,7 +10,7 @@
  * negative log-likelihood of every token after the first of its window.
  * Passkey: eval_passkey.h. Forward passes go through the engine (engine.h). */
 #include <jansson.h> // json_pack, json_dumpf
-#include <math.h>    // exp, log
+#include <math.h>    // exp, log, isfinite
 #include <stdio.h>   // printf
 #include <stdlib.h>  // malloc, free
 
@@ -118,6 +118,11 @@ static lz_status passkey(lz_engine *e, lz_tokenizer *tok, const eval_args *a, co
 
 /* ---- --json ------------------------------------------------------------------------------- */
 
+/* a JSON number, or null where the figure is not finite (a model that produced NaN logits) */
+static json_t *real_or_null(double x) {
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
 /* {"model", "device", "softmax_layers", "text", "text_tokens",
  *  "perplexity": [{"context", "ppl", "mean_nll", "tokens", "windows"}],
  *  "passkey": [{"context", "trials", "correct", "accuracy"}]} on one line */
@@ -130,9 +135,9 @@ static lz_status print_json(const lz_engine *e, const eval_args *a, const length
             ok = json_array_append_new(layers, json_integer(l)) == 0;
     for (int i = 0; ok && a->text && i < lens->n; i++) {
         const double mean = ppl[i].nll / (double)ppl[i].predicted;
-        ok = json_array_append_new(pp, json_pack("{s:i, s:f, s:f, s:I, s:i}", "context", lens->len[i], "ppl",
-                                                 exp(mean), "mean_nll", mean, "tokens", (json_int_t)ppl[i].predicted,
-                                                 "windows", ppl[i].windows)) == 0;
+        ok = json_array_append_new(pp, json_pack("{s:i, s:o, s:o, s:I, s:i}", "context", lens->len[i], "ppl",
+                                                 real_or_null(exp(mean)), "mean_nll", real_or_null(mean), "tokens",
+                                                 (json_int_t)ppl[i].predicted, "windows", ppl[i].windows)) == 0;
     }
     for (int c = 0; ok && a->passkey && c < ctx->n; c++)
         ok = json_array_append_new(pk, json_pack("{s:i, s:I, s:i, s:f}", "context", ctx->len[c], "trials",

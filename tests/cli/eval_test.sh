@@ -73,6 +73,23 @@ ppl = float(text.split()[1])
 assert len(js["perplexity"]) == 1 and math.isfinite(js["perplexity"][0]["ppl"]), js
 assert abs(js["perplexity"][0]["ppl"] - ppl) <= 1e-4 * ppl, (js, ppl)
 PY
+    # a model whose logits are NaN: the figures are null, the object still parses
+    cp -r "$T" "$TMP/nan"
+    python3 - "$TMP/nan/model.safetensors" <<'PY'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+t = json.loads(raw[8:8 + n])["model.norm.weight"]
+assert t["dtype"] == "F32", t
+a, b = t["data_offsets"]
+raw[8 + n + a:8 + n + b] = struct.pack("<f", float("nan")) * ((b - a) // 4)
+open(sys.argv[1], "wb").write(raw)
+PY
+    "$LIZARD" eval --model "$TMP/nan" --text "$TMP/text.txt" --ppl-context 64 --json >"$TMP/nan.json" 2>"$TMP/err" \
+        && python3 -c "
+import json, sys; p = json.load(open(sys.argv[1]))['perplexity'][0]
+assert p['ppl'] is None and p['mean_nll'] is None and p['tokens'] > 0, p" "$TMP/nan.json" \
+        && ok || bad "NaN logits in --json: $(cat "$TMP/nan.json" "$TMP/err")"
 fi
 
 if [ "$MODE" = length ]; then

@@ -85,7 +85,7 @@ def load(dtype):
         m = LlamaForCausalLM.from_pretrained(args.teacher, dtype=dtype, attn_implementation="eager")
     except TypeError:
         m = LlamaForCausalLM.from_pretrained(args.teacher, torch_dtype=dtype, attn_implementation="eager")
-    return m.eval().to("cuda")
+    return m.to(dtype).eval().to("cuda")  # (transformers 4 may take dtype= as a config field and load fp32)
 
 
 def hf_logits(model, ids):

@@ -52,12 +52,16 @@ if [ -f "$W/teacher/model.safetensors" ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
   say "== 3. the study ($(left) s left)"
-  PYTHONUNBUFFERED=1 timeout -k 10 $(($(left) - 30)) python3 launch/study.py --teacher "$W/teacher" \
-    --train .corpus/distill.txt.xz --valid .corpus/valid.txt --results "$W/study" --lizard "$LZ" --device "$DEVICE" \
-    --stage1-tokens "$S1_TOKENS" --stage2-tokens "$S2_TOKENS" --valid-bytes "$VALID_BYTES" --trials "$TRIALS" \
-    --label "the teacher of tests/quality (trained ${TEACHER_BUDGET} s), one GPU" 2>&1 |
-    tee "$W/logs/study.log" | tee -a "$OUT/summary.txt"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  if [ "$(left)" -gt 90 ]; then
+    PYTHONUNBUFFERED=1 timeout -k 10 $(($(left) - 30)) python3 launch/study.py --teacher "$W/teacher" \
+      --train .corpus/distill.txt.xz --valid .corpus/valid.txt --results "$W/study" --lizard "$LZ" --device "$DEVICE" \
+      --stage1-tokens "$S1_TOKENS" --stage2-tokens "$S2_TOKENS" --valid-bytes "$VALID_BYTES" --trials "$TRIALS" \
+      --label "the teacher of tests/quality (trained ${TEACHER_BUDGET} s), one GPU" 2>&1 |
+      tee "$W/logs/study.log" | tee -a "$OUT/summary.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  else
+    status=1; say "no time left for the study"
+  fi
   for f in study.md study.jsonl; do [ -f "$W/study/$f" ] && cp "$W/study/$f" "$OUT/"; done
 fi
 
