@@ -1,34 +1,46 @@
 /* cmd_eval.c - `lizard eval`: how good a model is, teacher or Lizard.
  *
- *   lizard eval --model DIR --text FILE                      perplexity
- *   lizard eval --model DIR --passkey --contexts 1024,2048   passkey retrieval table
+ *   lizard eval --model DIR --text FILE --ppl-context 256,1024   perplexity at each window length
+ *   lizard eval --model DIR --passkey --contexts 1024,2048       passkey retrieval table
+ *   ... --json                                                   one JSON object instead (scripts)
  *
- * Perplexity: the text (with BOS) cut into segments of --ppl-context tokens,
- * each a fresh sequence; exp of the mean negative log-likelihood of every
- * token after the first of its segment.
- * Passkey: a 5-digit number hidden at a random depth in repeated filler text
- * of about the given number of tokens, asked for at the end; the greedy
- * continuation must contain it. Forward passes go through the engine (engine.h). */
-#include <math.h>   // exp, log
-#include <stdio.h>  // printf, snprintf
-#include <stdlib.h> // malloc, free
-#include <string.h> // strlen, strstr, memcpy
+ * Perplexity at window length W: the text (with BOS) is tokenized once and cut
+ * into consecutive windows of W tokens (the last one shorter when the text does
+ * not divide), each run as a fresh sequence; the result is exp of the mean
+ * negative log-likelihood of every token after the first of its window.
+ * Passkey: eval_passkey.h. Forward passes go through the engine (engine.h). */
+#include <jansson.h> // json_pack, json_dumpf
+#include <math.h>    // exp, log, isfinite
+#include <stdio.h>   // printf
+#include <stdlib.h>  // malloc, free
 
-#include "cli_options.h"   // lz_parse_command
-#include "commands.h"      // lz_cmd_eval
-#include "engine.h"        // lz_engine
-#include "id_list.h"       // lz_parse_id_list
-#include "mpi_world.h"     // lz_world_get
-#include "text_file.h"     // lz_read_text_file
-#include "tokenizer.h"     // lz_tokenizer
+#include "cli_options.h"  // lz_parse_command
+#include "commands.h"     // lz_cmd_eval
+#include "engine.h"       // lz_engine
+#include "eval_passkey.h" // lz_passkey_run
+#include "id_list.h"      // lz_parse_id_list
+#include "mpi_world.h"    // lz_world_get
+#include "text_file.h"    // lz_read_text_file
+#include "tokenizer.h"    // lz_tokenizer
 
 typedef struct {
-    const char *model, *text, *contexts, *device, *dtype, *softmax_layers;
-    long ppl_context, trials, seed, chunk;
-    bool passkey;
+    const char *model, *text, *ppl_contexts, *contexts, *device, *dtype, *softmax_layers;
+    long trials, seed, chunk;
+    bool passkey, json, allow_long;
 } eval_args;
 
+typedef struct {
+    int32_t *len; /* window lengths (--ppl-context) or passkey contexts (--contexts) */
+    int n;
+} length_list;
+
 /* ---- perplexity ------------------------------------------------------------------------- */
+
+typedef struct {
+    int windows;
+    long predicted; /* tokens scored: every token after the first of its window */
+    double nll;     /* their summed negative log-likelihood */
+} ppl_result;
 
 // log-softmax of logits[V] at `id`
 static double log_prob(const float *logits, int V, int id) {
@@ -40,37 +52,51 @@ static double log_prob(const float *logits, int V, int id) {
     return (double)logits[id] - mx - log(sum);
 }
 
-static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a) {
+/* ids[n] in windows of `seg` tokens, fed `piece` tokens a step. */
+static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, int piece, float *logits,
+                             ppl_result *r) {
+    const int V = e->model.cfg.vocab_size;
+    *r = (ppl_result){0};
+    for (int s0 = 0; s0 + 1 < n; s0 += seg, r->windows++) {
+        const int s1 = s0 + seg < n ? s0 + seg : n;
+        LZ_TRY(lz_state_reset_slot(&e->state, &e->model, 0));
+        for (int p0 = s0; p0 < s1; p0 += piece) {
+            const int p1 = p0 + piece < s1 ? p0 + piece : s1;
+            LZ_TRY(lz_engine_prefill(e, 0, ids + p0, p1 - p0, logits, (lz_step_out){0}));
+            for (int t = p0; t + 1 < s1 && t < p1; t++, r->predicted++)
+                r->nll -= log_prob(logits + (size_t)(t - p0) * V, V, ids[t + 1]);
+        }
+    }
+    return LZ_OK;
+}
+
+/* results[i] for window length lens->len[i]; *n_tokens = the text's tokens. */
+static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a, const length_list *lens,
+                            ppl_result *results, int *n_tokens) {
     char *text = NULL;
     size_t len = 0;
     LZ_TRY(lz_read_text_file("--text", a->text, &text, &len));
     int32_t *ids = NULL;
-    int n = 0;
-    lz_status s = lz_tokenizer_encode(tok, text, len, true, &ids, &n);
+    lz_status s = lz_tokenizer_encode(tok, text, len, true, &ids, n_tokens);
     free(text);
     if (s == LZ_OK)
-        s = lz_tokenizer_check_ids(tok, ids, n, e->model.cfg.vocab_size, "lizard eval: --text");
-    if (s == LZ_OK && n < 2)
-        s = lz_fail(LZ_ERR_INPUT, "--text %s: %d tokens; perplexity needs at least 2", a->text, n);
-    const int V = e->model.cfg.vocab_size, seg = (int)a->ppl_context, piece = (int)a->chunk;
+        s = lz_tokenizer_check_ids(tok, ids, *n_tokens, e->model.cfg.vocab_size, "lizard eval: --text");
+    if (s == LZ_OK && *n_tokens < 2)
+        s = lz_fail(LZ_ERR_INPUT, "--text %s: %d tokens; perplexity needs at least 2", a->text, *n_tokens);
+    const int V = e->model.cfg.vocab_size, piece = (int)a->chunk;
     float *logits = s == LZ_OK ? malloc(sizeof(float) * (size_t)piece * V) : NULL;
     if (s == LZ_OK && !logits)
         s = lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
-    double nll = 0;
-    long counted = 0;
-    for (int s0 = 0; s == LZ_OK && s0 + 1 < n; s0 += seg) {
-        const int s1 = s0 + seg < n ? s0 + seg : n;
-        s = lz_state_reset_slot(&e->state, &e->model, 0);
-        for (int p0 = s0; s == LZ_OK && p0 < s1; p0 += piece) {
-            const int p1 = p0 + piece < s1 ? p0 + piece : s1;
-            s = lz_engine_prefill(e, 0, ids + p0, p1 - p0, logits, (lz_step_out){0});
-            for (int t = p0; s == LZ_OK && t + 1 < s1 && t < p1; t++, counted++)
-                nll -= log_prob(logits + (size_t)(t - p0) * V, V, ids[t + 1]);
+    for (int i = 0; s == LZ_OK && i < lens->n; i++) {
+        ppl_result *r = &results[i];
+        s = windows_nll(e, ids, *n_tokens, lens->len[i], piece, logits, r);
+        if (s == LZ_OK && !a->json) {
+            printf("perplexity %.4f  (mean nll %.4f over %ld predicted tokens of %d, segments of %d)\n",
+                   exp(r->nll / (double)r->predicted), r->nll / (double)r->predicted, r->predicted, *n_tokens,
+                   lens->len[i]);
+            fflush(stdout);
         }
     }
-    if (s == LZ_OK)
-        printf("perplexity %.4f  (mean nll %.4f over %ld predicted tokens of %d, segments of %d)\n",
-               exp(nll / (double)counted), nll / (double)counted, counted, n, seg);
     free(logits);
     free(ids);
     return s;
@@ -78,152 +104,140 @@ static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a)
 
 /* ---- passkey ------------------------------------------------------------------------------ */
 
-static const char intro[] = "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
-                            "it. I will quiz you about the important information there.\n";
-static const char filler[] = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back "
-                             "again. ";
-static const char question[] = "\nWhat is the pass key? The pass key is";
-
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-/* intro + filler x before + needle + filler x after + question */
-static char *passkey_text(int n_filler, int before, int key) {
-    char needle[128];
-    snprintf(needle, sizeof needle, "The pass key is %d. Remember it. %d is the pass key. ", key, key);
-    const size_t cap = sizeof intro + strlen(needle) + sizeof question + (size_t)n_filler * strlen(filler) + 1;
-    char *text = malloc(cap), *p = text;
-    if (!text)
-        return NULL;
-    p += sprintf(p, "%s", intro);
-    for (int i = 0; i < n_filler; i++) {
-        if (i == before)
-            p += sprintf(p, "%s", needle);
-        p += sprintf(p, "%s", filler);
-    }
-    if (before >= n_filler)
-        p += sprintf(p, "%s", needle);
-    sprintf(p, "%s", question);
-    return text;
-}
-
-/* The prompt of about `context` tokens (at most context - answer room) for one trial. */
-static lz_status passkey_prompt(lz_tokenizer *tok, int context, int answer, double depth, int key, int32_t **ids,
-                                int *n) {
-    int n_filler = context / 8;
-    for (;;) {
-        char *text = passkey_text(n_filler, (int)(depth * n_filler), key);
-        if (!text)
-            return lz_fail(LZ_ERR_NOMEM, "passkey prompt: out of memory");
-        lz_status s = lz_tokenizer_encode(tok, text, strlen(text), true, ids, n);
-        free(text);
-        LZ_TRY(s);
-        if (*n + answer <= context)
-            return LZ_OK;
-        free(*ids);
-        *ids = NULL;
-        if (n_filler == 0)
-            return lz_fail(LZ_ERR_INPUT, "--contexts %d: too short for the passkey prompt", context);
-        const int over = *n + answer - context; // drop about enough filler and try again
-        n_filler -= over / 20 + 1 < n_filler ? over / 20 + 1 : n_filler;
-    }
-}
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        best = x[i] > x[best] ? i : best;
-    return best;
-}
-
-static lz_status passkey_trial(lz_engine *e, lz_tokenizer *tok, int context, uint64_t seed, bool *found) {
-    enum { ANSWER = 8 };
-    const int V = e->model.cfg.vocab_size, key = 10000 + (int)(mix64(seed) % 90000);
-    const double depth = (double)(mix64(seed ^ 0xD1B54A32D192ED03ULL) >> 11) * 0x1.0p-53;
-    int32_t *ids, n, out[ANSWER], slot = 0;
-    LZ_TRY(passkey_prompt(tok, context, ANSWER, depth, key, &ids, &n));
-    float *logits = malloc(sizeof(float) * (size_t)V);
-    lz_status s = logits ? lz_tokenizer_check_ids(tok, ids, n, V, "lizard eval: --passkey prompt")
-                         : lz_fail(LZ_ERR_NOMEM, "out of memory");
-    if (s == LZ_OK)
-        s = lz_state_reset_slot(&e->state, &e->model, 0);
-    if (s == LZ_OK)
-        s = lz_engine_prefill(e, 0, ids, n, NULL, (lz_step_out){.logits = logits});
-    for (int i = 0; s == LZ_OK && i < ANSWER; i++) {
-        out[i] = argmax(logits, V);
-        if (i + 1 < ANSWER)
-            s = lz_engine_decode(e, 1, &slot, &out[i], (lz_step_out){.logits = logits});
-    }
-    char *answer = NULL, want[16];
-    size_t len;
-    if (s == LZ_OK)
-        s = lz_tokenizer_decode(tok, out, ANSWER, true, &answer, &len);
-    snprintf(want, sizeof want, "%d", key);
-    *found = s == LZ_OK && strstr(answer, want) != NULL;
-    free(answer), free(logits), free(ids);
-    return s;
-}
-
-static lz_status passkey(lz_engine *e, lz_tokenizer *tok, const int32_t *contexts, int n_contexts,
-                         const eval_args *a) {
-    printf("%8s %7s %8s %9s\n", "context", "trials", "correct", "accuracy");
-    for (int c = 0; c < n_contexts; c++) {
-        int correct = 0;
-        for (int t = 0; t < a->trials; t++) {
-            bool found;
-            LZ_TRY(passkey_trial(e, tok, contexts[c], mix64((uint64_t)a->seed * 1000003u + (uint64_t)t), &found));
-            correct += found;
+static lz_status passkey(lz_engine *e, lz_tokenizer *tok, const eval_args *a, const length_list *ctx,
+                         int *correct) {
+    if (!a->json)
+        printf("%8s %7s %8s %9s\n", "context", "trials", "correct", "accuracy");
+    for (int c = 0; c < ctx->n; c++) {
+        LZ_TRY(lz_passkey_run(e, tok, ctx->len[c], a->trials, (uint64_t)a->seed, &correct[c]));
+        if (!a->json) {
+            printf("%8d %7ld %8d %9.2f\n", ctx->len[c], a->trials, correct[c], (double)correct[c] / (double)a->trials);
+            fflush(stdout);
         }
-        printf("%8d %7ld %8d %9.2f\n", contexts[c], a->trials, correct, (double)correct / (double)a->trials);
-        fflush(stdout);
     }
     return LZ_OK;
 }
 
+/* ---- --json ------------------------------------------------------------------------------- */
+
+/* a JSON number, or null where the figure is not finite (a model that produced NaN logits) */
+static json_t *real_or_null(double x) {
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+/* {"model", "device", "softmax_layers", "text", "text_tokens",
+ *  "perplexity": [{"context", "ppl", "mean_nll", "tokens", "windows"}],
+ *  "passkey": [{"context", "trials", "correct", "accuracy"}]} on one line */
+static lz_status print_json(const lz_engine *e, const eval_args *a, const length_list *lens,
+                            const ppl_result *ppl, int n_tokens, const length_list *ctx, const int *correct) {
+    json_t *root = json_object(), *layers = json_array(), *pp = json_array(), *pk = json_array();
+    bool ok = root && layers && pp && pk;
+    for (int l = 0; ok && l < e->cfg.num_hidden_layers; l++)
+        if (e->cfg.softmax_layer[l])
+            ok = json_array_append_new(layers, json_integer(l)) == 0;
+    for (int i = 0; ok && a->text && i < lens->n; i++) {
+        const double mean = ppl[i].nll / (double)ppl[i].predicted;
+        ok = json_array_append_new(pp, json_pack("{s:i, s:o, s:o, s:I, s:i}", "context", lens->len[i], "ppl",
+                                                 real_or_null(exp(mean)), "mean_nll", real_or_null(mean), "tokens",
+                                                 (json_int_t)ppl[i].predicted, "windows", ppl[i].windows)) == 0;
+    }
+    for (int c = 0; ok && a->passkey && c < ctx->n; c++)
+        ok = json_array_append_new(pk, json_pack("{s:i, s:I, s:i, s:f}", "context", ctx->len[c], "trials",
+                                                 (json_int_t)a->trials, "correct", correct[c], "accuracy",
+                                                 (double)correct[c] / (double)a->trials)) == 0;
+    ok = ok && json_object_set_new(root, "model", json_string(a->model)) == 0 &&
+         json_object_set_new(root, "device", json_string(a->device)) == 0 &&
+         json_object_set(root, "softmax_layers", layers) == 0 &&
+         json_object_set_new(root, "text", a->text ? json_string(a->text) : json_null()) == 0 &&
+         json_object_set_new(root, "text_tokens", json_integer(n_tokens)) == 0 &&
+         json_object_set(root, "perplexity", pp) == 0 && json_object_set(root, "passkey", pk) == 0 &&
+         json_dumpf(root, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10)) == 0 &&
+         printf("\n") == 1;
+    fflush(stdout);
+    json_decref(layers), json_decref(pp), json_decref(pk), json_decref(root);
+    return ok ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "--json: out of memory");
+}
+
 /* ---- the command ------------------------------------------------------------------------------ */
 
-static lz_status run_eval(const eval_args *a, const int32_t *contexts, int n_contexts) {
-    int max_context = a->text ? (int)a->ppl_context : 1;
-    for (int i = 0; i < n_contexts; i++)
-        max_context = contexts[i] > max_context ? contexts[i] : max_context;
+/* Past max_position_embeddings a softmax layer sees positions RoPE was never
+ * trained on; a Lizard layer has no position encoding, so a model of Lizard
+ * layers alone may run longer. */
+static lz_status check_length(const lz_config *cfg, int longest, bool allow) {
+    const int n_softmax = lz_config_count_softmax(cfg);
+    if (longest <= cfg->max_position_embeddings || n_softmax == 0 || allow)
+        return LZ_OK;
+    return lz_fail(LZ_ERR_INPUT,
+                   "context %d exceeds the model's max_position_embeddings %d (it runs %d softmax layers; "
+                   "--allow-long-context runs it anyway)",
+                   longest, cfg->max_position_embeddings, n_softmax);
+}
+
+static lz_status run_eval(const eval_args *a, const length_list *lens, const length_list *ctx) {
+    int longest = 1;
+    for (int i = 0; i < lens->n; i++)
+        longest = lens->len[i] > longest ? lens->len[i] : longest;
+    for (int i = 0; i < ctx->n; i++)
+        longest = ctx->len[i] > longest ? ctx->len[i] : longest;
     lz_tokenizer *tok;
     LZ_TRY(lz_tokenizer_load(a->model, &tok));
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype,
-                            .softmax_layers = a->softmax_layers, .n_slots = 1, .max_context = max_context,
+                            .softmax_layers = a->softmax_layers, .n_slots = 1, .max_context = longest,
                             .prefill_chunk = (int)a->chunk};
     lz_status s = lz_engine_open(&e, &eo);
-    if (s == LZ_OK && max_context > e.model.cfg.max_position_embeddings)
-        s = lz_fail(LZ_ERR_INPUT, "context %d exceeds the model's max_position_embeddings %d", max_context,
-                    e.model.cfg.max_position_embeddings);
+    if (s != LZ_OK) {
+        lz_tokenizer_free(tok);
+        return s;
+    }
+    ppl_result *ppl = calloc((size_t)lens->n + 1, sizeof *ppl);
+    int *correct = calloc((size_t)ctx->n + 1, sizeof *correct), n_tokens = 0;
+    s = ppl && correct ? check_length(&e.cfg, longest, a->allow_long) : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK)
         lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
     if (s == LZ_OK && a->text)
-        s = perplexity(&e, tok, a);
+        s = perplexity(&e, tok, a, lens, ppl, &n_tokens);
     if (s == LZ_OK && a->passkey)
-        s = passkey(&e, tok, contexts, n_contexts, a);
+        s = passkey(&e, tok, a, ctx, correct);
+    if (s == LZ_OK && a->json)
+        s = print_json(&e, a, lens, ppl, n_tokens, ctx, correct);
+    free(ppl), free(correct);
     lz_engine_close(&e);
     lz_tokenizer_free(tok);
     return s;
 }
 
+/* A list flag's lengths, each at least `min`. */
+static lz_status parse_lengths(const char *flag, const char *text, int min, const char *why, length_list *out) {
+    LZ_TRY(lz_parse_id_list(flag, text, &out->len, &out->n));
+    for (int i = 0; i < out->n; i++)
+        if (out->len[i] < min) {
+            const int bad = out->len[i];
+            free(out->len);
+            out->len = NULL;
+            return lz_fail(LZ_ERR_INPUT, "%s: %d tokens is too short %s", flag, bad, why);
+        }
+    return LZ_OK;
+}
+
 lz_status lz_cmd_eval(int argc, char **argv) {
-    eval_args a = {.contexts = "1024,2048,4096", .device = "cpu", .dtype = "bf16", .ppl_context = 1024,
+    eval_args a = {.ppl_contexts = "1024", .contexts = "1024,2048,4096", .device = "cpu", .dtype = "bf16",
                    .trials = 5, .chunk = 256};
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (teacher or Lizard) with tokenizer.json", &a.model, true, 0,
          0},
         {"--text", LZ_OPT_STRING, "FILE", "UTF-8 text: report its perplexity", &a.text, false, 0, 0},
-        {"--ppl-context", LZ_OPT_INT, "N", "tokens per perplexity segment (default 1024)", &a.ppl_context, false, 2,
-         1 << 24},
+        {"--ppl-context", LZ_OPT_STRING, "N,N,...", "perplexity window lengths in tokens, one result each (default "
+         "1024)", &a.ppl_contexts, false, 0, 0},
         {"--passkey", LZ_OPT_FLAG, "", "passkey retrieval at each of --contexts", &a.passkey, false, 0, 0},
         {"--contexts", LZ_OPT_STRING, "N,N,...", "passkey context lengths in tokens (default 1024,2048,4096)",
          &a.contexts, false, 0, 0},
         {"--trials", LZ_OPT_INT, "N", "passkey trials per context (default 5)", &a.trials, false, 1, 100000},
         {"--seed", LZ_OPT_INT, "N", "passkey numbers and depths (default 0)", &a.seed, false, 0, 9007199254740991.0},
+        {"--json", LZ_OPT_FLAG, "", "print one JSON object (model, perplexity and passkey tables) instead", &a.json,
+         false, 0, 0},
+        {"--allow-long-context", LZ_OPT_FLAG, "", "run softmax layers past max_position_embeddings", &a.allow_long,
+         false, 0, 0},
         {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per forward step (default 256)", &a.chunk, false, 1, 1 << 20},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &a.softmax_layers, false, 0, 0},
@@ -241,17 +255,14 @@ lz_status lz_cmd_eval(int argc, char **argv) {
     if (lz_world_get()->size > 1) // it resets sequence state between trials, which a pipeline's other ranks hold
         return lz_fail(LZ_ERR_INPUT, "lizard eval: runs in one process, not under mpirun -np %d",
                        lz_world_get()->size);
-    int32_t *contexts = NULL;
-    int n_contexts = 0;
-    if (a.passkey) {
-        LZ_TRY(lz_parse_id_list("--contexts", a.contexts, &contexts, &n_contexts));
-        for (int i = 0; i < n_contexts; i++)
-            if (contexts[i] < 64) {
-                free(contexts);
-                return lz_fail(LZ_ERR_INPUT, "--contexts: %d tokens is too short for a passkey prompt", contexts[i]);
-            }
-    }
-    lz_status s = run_eval(&a, contexts, n_contexts);
-    free(contexts);
+    length_list lens = {0}, ctx = {0};
+    lz_status s = LZ_OK;
+    if (a.text)
+        s = parse_lengths("--ppl-context", a.ppl_contexts, 2, "for a perplexity window", &lens);
+    if (s == LZ_OK && a.passkey)
+        s = parse_lengths("--contexts", a.contexts, LZ_PASSKEY_MIN_CONTEXT, "for a passkey prompt", &ctx);
+    if (s == LZ_OK)
+        s = run_eval(&a, &lens, &ctx);
+    free(lens.len), free(ctx.len);
     return s;
 }

@@ -36,7 +36,7 @@ static double engine_loss(const char *dir, const int32_t *ids) {
     CHECK(lz_engine_open(&e, &eo) == LZ_OK);
     const int V = e.model.cfg.vocab_size;
     float *logits = malloc(sizeof(float) * T * V);
-    CHECK(lz_engine_prefill(&e, 0, ids, T, logits, NULL) == LZ_OK);
+    CHECK(lz_engine_prefill(&e, 0, ids, T, logits, (lz_step_out){0}) == LZ_OK);
     double loss = 0;
     for (int t = 0; t + 1 < T; t++) {
         const float *z = logits + (size_t)t * V;
