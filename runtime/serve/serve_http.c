@@ -195,7 +195,9 @@ static bool same_key(const char *given, size_t n, const char *key) {
 }
 
 /* "Authorization: Bearer KEY": the scheme in any case (RFC 7235), then spaces,
- * then exactly the key: the header's length counts, so "KEY\0junk" is not it. */
+ * then exactly the key, to the value's end: "KEYx" or "KEY junk" is not it.
+ * (libmicrohttpd 0.9.x ends a header value at a NUL byte, so bytes after a
+ * NUL never reach this check; the length it reports is compared in full.) */
 static bool authorized(const serve_server *srv, struct MHD_Connection *c) {
     if (!srv->api_key)
         return true;
