@@ -63,7 +63,7 @@ static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a)
         s = lz_state_reset_slot(&e->state, &e->model, 0);
         for (int p0 = s0; s == LZ_OK && p0 < s1; p0 += piece) {
             const int p1 = p0 + piece < s1 ? p0 + piece : s1;
-            s = lz_engine_prefill(e, 0, ids + p0, p1 - p0, logits, NULL);
+            s = lz_engine_prefill(e, 0, ids + p0, p1 - p0, logits, (lz_step_out){0});
             for (int t = p0; s == LZ_OK && t + 1 < s1 && t < p1; t++, counted++)
                 nll -= log_prob(logits + (size_t)(t - p0) * V, V, ids[t + 1]);
         }
@@ -151,11 +151,11 @@ static lz_status passkey_trial(lz_engine *e, lz_tokenizer *tok, int context, uin
     if (s == LZ_OK)
         s = lz_state_reset_slot(&e->state, &e->model, 0);
     if (s == LZ_OK)
-        s = lz_engine_prefill(e, 0, ids, n, NULL, logits);
+        s = lz_engine_prefill(e, 0, ids, n, NULL, (lz_step_out){.logits = logits});
     for (int i = 0; s == LZ_OK && i < ANSWER; i++) {
         out[i] = argmax(logits, V);
         if (i + 1 < ANSWER)
-            s = lz_engine_decode(e, 1, &slot, &out[i], logits);
+            s = lz_engine_decode(e, 1, &slot, &out[i], (lz_step_out){.logits = logits});
     }
     char *answer = NULL, want[16];
     size_t len;

@@ -38,7 +38,8 @@ int main(void) {
     serve_metrics metrics;
     CHECK(serve_metrics_init(&metrics) == 0);
     serve_scheduler s;
-    const serve_scheduler_options so = {.max_batch = 2, .queue_size = 4, .session_memory = 1 << 20};
+    const serve_scheduler_options so = {.max_batch = 2, .queue_size = 4, .session_memory = 1 << 20,
+                                        .drain_timeout = 60}; // stop is set: answer what is queued
     CHECK_MSG(serve_scheduler_init(&s, &e, "/nonexistent", &gen, &metrics, &so) == LZ_OK, "%s", lz_error_message());
 
     const int32_t bad_ids[] = {1, 2, V + 7, 3}, good_ids[] = {1, 2, 3, 4, 5};
