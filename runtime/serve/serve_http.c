@@ -174,16 +174,45 @@ static serve_job *make_job(serve_server *srv, const serve_request *r, long numbe
 
 /* ---- routes ----------------------------------------------------------------- */
 
+/* "Authorization: Bearer KEY": the scheme in any case (RFC 7235), then spaces;
+ * *key (NUL-terminated) and *n: the rest of the value, all of it. (libmicrohttpd
+ * 0.9.x ends a header value at a NUL byte: bytes after a NUL never get here.) */
+static bool bearer_token(struct MHD_Connection *c, const char **key, size_t *n) {
+    static const char name[] = MHD_HTTP_HEADER_AUTHORIZATION;
+    const char *h = NULL;
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, name, sizeof name - 1, &h, &len) != MHD_YES || !h ||
+        len < 7 || strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    size_t at = 7;
+    while (at < len && h[at] == ' ')
+        at++;
+    *key = h + at;
+    *n = len - at;
+    return true;
+}
+
+/* The whole of given[0..n) against the key ("KEYx" and "KEY junk" are not it), in a
+ * time that depends on the key's length only, not on where they first differ. */
+static bool same_key(const char *given, size_t n, const char *key) {
+    const size_t k = strlen(key);
+    unsigned char diff = n != k;
+    for (size_t i = 0; i < k; i++)
+        diff |= (unsigned char)(key[i] ^ (i < n ? given[i] : 0));
+    return diff == 0;
+}
+
 /* --session-per-key: the job's session is stored under a hash of the
  * request's bearer token, so that only holders of that key continue it. */
 static bool key_session(struct MHD_Connection *c, serve_job *j, serve_error *err) {
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0')
+    const char *key;
+    size_t n;
+    if (!bearer_token(c, &key, &n) || n == 0)
         return serve_set_error(err, 401, "invalid_request_error", "session", "invalid_api_key",
                                "session: this server keeps sessions per API key (--session-per-key): send "
                                "Authorization: Bearer KEY");
     char *keyed;
-    if (serve_session_keyed_name(h + 7, j->session, &keyed) != LZ_OK) {
+    if (serve_session_keyed_name(key, j->session, &keyed) != LZ_OK) {
         lz_error_clear();
         return serve_set_error(err, 500, "server_error", NULL, NULL, "out of memory");
     }
@@ -243,18 +272,6 @@ static enum MHD_Result models(serve_server *srv, struct MHD_Connection *c) {
     return serve_reply_body(srv, c, 200, body, "application/json");
 }
 
-/* The whole of given[0..n) against the key, in a time that depends on the key's
- * length only (not on where they first differ). */
-static bool same_key(const char *given, size_t n, const char *key) {
-    const size_t k = strlen(key);
-    unsigned char diff = n != k;
-    for (size_t i = 0; i < k; i++)
-        diff |= (unsigned char)(key[i] ^ (i < n ? given[i] : 0));
-    return diff == 0;
-}
-
-/* "Authorization: Bearer KEY": the scheme in any case (RFC 7235), then spaces,
- * then exactly the key: the header's length counts, so "KEY\0junk" is not it. */
 /* 503 while draining or while an engine step has run past --health-step-timeout
  * (a stuck device or a stopped pipeline rank), as load balancers expect. */
 static enum MHD_Result health(serve_server *srv, struct MHD_Connection *c) {
@@ -273,16 +290,9 @@ static enum MHD_Result health(serve_server *srv, struct MHD_Connection *c) {
 static bool authorized(const serve_server *srv, struct MHD_Connection *c) {
     if (!srv->api_key)
         return true;
-    static const char name[] = MHD_HTTP_HEADER_AUTHORIZATION;
-    const char *h = NULL;
-    size_t n = 0;
-    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, name, sizeof name - 1, &h, &n) != MHD_YES || !h || n < 7 ||
-        strncasecmp(h, "Bearer ", 7) != 0)
-        return false;
-    size_t at = 7;
-    while (at < n && h[at] == ' ')
-        at++;
-    return same_key(h + at, n - at, srv->api_key);
+    const char *key;
+    size_t n;
+    return bearer_token(c, &key, &n) && same_key(key, n, srv->api_key);
 }
 
 typedef struct {

@@ -1,10 +1,10 @@
 /* fuzz_tokenizer_load.c - libFuzzer target: lz_tokenizer_load_json on
- * arbitrary bytes. A failure must say why; a tokenizer that loads must encode
+ * arbitrary bytes (tokenizer.json, and after a NUL byte tokenizer_config.json). A failure must say why; a tokenizer that loads must encode
  * a few texts (invalid UTF-8 included) into ids it knows, and decode them
  * back, streamed and whole alike. */
 #include <stdint.h> // uint8_t
 #include <stdlib.h> // abort, free
-#include <string.h> // memcmp, strlen
+#include <string.h> // memchr, memcmp, strlen
 
 #include "tokenizer.h" // lz_tokenizer
 
@@ -50,7 +50,11 @@ static void exercise(lz_tokenizer *tok, const char *text, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lz_tokenizer *tok = NULL;
     lz_error_clear();
-    if (lz_tokenizer_load_json((const char *)data, size, NULL, 0, &tok) != LZ_OK) {
+    // tokenizer.json, then optionally a NUL byte and tokenizer_config.json
+    const uint8_t *nul = memchr(data, 0, size);
+    const size_t json_len = nul ? (size_t)(nul - data) : size;
+    const char *config = nul ? (const char *)nul + 1 : NULL;
+    if (lz_tokenizer_load_json((const char *)data, json_len, config, nul ? size - json_len - 1 : 0, &tok) != LZ_OK) {
         if (tok || lz_error_message()[0] == '\0')
             abort();
         return 0;
