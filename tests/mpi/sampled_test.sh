@@ -31,8 +31,8 @@ done
 "$LIZARD" generate $COMMON --temperature 1.5 --seed 2 >"$TMP/s2" 2>/dev/null
 ! cmp -s "$TMP/s1" "$TMP/greedy" && ! cmp -s "$TMP/s1" "$TMP/s2" && ok || bad "sampled ids equal greedy or another seed's"
 
-# 8 tokens, then 8 more from the saved session (on 2 ranks, no sampling flags: the session keeps its
-# sampler): the ids of one 16-token run
+# 8 tokens, then 8 more from the saved session (on 2 ranks, its sampler restored without the flags):
+# the ids of one 16-token run
 "$LIZARD" generate $COMMON --temperature 0.8 --top-p 0.9 --seed 7 >"$TMP/whole" 2>/dev/null
 "$LIZARD" generate --model "$H" --ids $IDS --max-tokens 8 --format json --ignore-eos --temperature 0.8 --top-p 0.9 \
   --seed 7 --session "$TMP/s.lzs" >"$TMP/a" 2>/dev/null
