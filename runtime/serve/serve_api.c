@@ -203,31 +203,49 @@ static bool is_string_of(json_t *v, const char *a, const char *b) {
     return json_is_string(v) && (strcmp(json_string_value(v), a) == 0 || (b && strcmp(json_string_value(v), b) == 0));
 }
 
-/* Fields the API defines that this server accepts only where they change
- * nothing, as vLLM does: anything else would be a different answer. */
-static bool check_default(const char *key, json_t *v, serve_error *err) {
+/* Whether v is the value of an answer-changing field that changes nothing. */
+static bool neutral_value(const char *key, json_t *v) {
     if (strcmp(key, "n") == 0 || strcmp(key, "best_of") == 0)
-        return json_is_integer(v) && json_integer_value(v) == 1 ? true : UNSUPPORTED(key, "%s: only 1 is supported", key);
+        return json_is_integer(v) && json_integer_value(v) == 1;
     if (strcmp(key, "presence_penalty") == 0 || strcmp(key, "frequency_penalty") == 0)
-        return json_is_number(v) && json_number_value(v) == 0 ? true : UNSUPPORTED(key, "%s: only 0 is supported", key);
+        return json_is_number(v) && json_number_value(v) == 0;
     if (strcmp(key, "logprobs") == 0 || strcmp(key, "echo") == 0)
-        return json_is_false(v) ? true : UNSUPPORTED(key, "%s: not supported (only false or null)", key);
+        return json_is_false(v);
     if (strcmp(key, "top_logprobs") == 0)
-        return json_is_integer(v) && json_integer_value(v) == 0 ? true
-                                                                 : UNSUPPORTED(key, "top_logprobs: not supported (only 0 or null)");
+        return json_is_integer(v) && json_integer_value(v) == 0;
     if (strcmp(key, "tools") == 0 || strcmp(key, "functions") == 0)
-        return json_is_array(v) && json_array_size(v) == 0
-                   ? true
-                   : UNSUPPORTED(key, "%s: function calling is not supported by this server", key);
+        return json_is_array(v) && json_array_size(v) == 0;
     if (strcmp(key, "tool_choice") == 0 || strcmp(key, "function_call") == 0) // without tools "auto" is "none"
-        return is_string_of(v, "none", "auto") ? true
-                                               : UNSUPPORTED(key, "%s: function calling is not supported (only \"none\" or \"auto\")", key);
+        return is_string_of(v, "none", "auto");
     if (strcmp(key, "response_format") == 0)
-        return json_is_object(v) && json_object_size(v) == 1 && is_string_of(json_object_get(v, "type"), "text", NULL)
-                   ? true
-                   : UNSUPPORTED(key, "response_format: only {\"type\": \"text\"} is supported (no JSON mode or schema)");
-    if (strcmp(key, "suffix") == 0)
-        return is_string_of(v, "", NULL) ? true : UNSUPPORTED(key, "suffix: not supported (only \"\" or null)");
+        return json_is_object(v) && json_object_size(v) == 1 && is_string_of(json_object_get(v, "type"), "text", NULL);
+    return is_string_of(v, "", NULL); // suffix
+}
+
+/* Fields the API defines that would change the answer in a way this server
+ * does not offer: accepted only at the value that changes nothing, as vLLM does. */
+static const struct {
+    const char *name, *accepted; /* the value that changes nothing, for the message */
+} neutral_fields[] = {{"n", "1"},
+                      {"best_of", "1"},
+                      {"presence_penalty", "0"},
+                      {"frequency_penalty", "0"},
+                      {"logprobs", "false or null"},
+                      {"echo", "false or null"},
+                      {"top_logprobs", "0 or null"},
+                      {"tools", "[] or null: no function calling"},
+                      {"functions", "[] or null: no function calling"},
+                      {"tool_choice", "\"none\", \"auto\" or null: no function calling"},
+                      {"function_call", "\"none\", \"auto\" or null: no function calling"},
+                      {"response_format", "{\"type\": \"text\"} or null: no JSON mode or schema"},
+                      {"suffix", "\"\" or null"}};
+
+static bool check_default(const char *key, json_t *v, serve_error *err) {
+    for (size_t i = 0; i < sizeof neutral_fields / sizeof neutral_fields[0]; i++)
+        if (strcmp(key, neutral_fields[i].name) == 0)
+            return neutral_value(key, v) ? true
+                                         : UNSUPPORTED(key, "%s: not supported by this server (only %s)", key,
+                                                       neutral_fields[i].accepted);
     return BAD(key, "unknown field '%s'", key);
 }
 
@@ -265,7 +283,8 @@ static bool get_stream_options(json_t *v, serve_error *err) {
     json_t *x;
     json_object_foreach(v, key, x) {
         if (strcmp(key, "include_usage") != 0 && strcmp(key, "include_obfuscation") != 0)
-            return BAD("stream_options", "stream_options: unknown field '%s' (include_usage, include_obfuscation)", key);
+            return BAD("stream_options", "stream_options: unknown field '%s' (include_usage, include_obfuscation)",
+                       key);
         if (!json_is_boolean(x) && !json_is_null(x))
             return BAD("stream_options", "stream_options.%s: expected true or false", key);
     }
