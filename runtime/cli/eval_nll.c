@@ -1,11 +1,10 @@
 /* eval_nll.c - eval_nll.h: a V-wide log-softmax costs V exponentials a row, far more than the
  * forward of a small model on the GPU, so the rows are shared among threads. */
-#include <math.h>    // exp, log
-#include <pthread.h> // pthread_create, pthread_join
-#include <stdbool.h> // bool
-#include <unistd.h>  // sysconf
+#include <math.h>   // exp, log
+#include <unistd.h> // sysconf
 
 #include "eval_nll.h"
+#include "thread_slices.h" // lz_run_slices
 
 typedef struct {
     const float *logits;
@@ -37,15 +36,7 @@ void lz_rows_nll(const float *logits, int n, int V, const int32_t *next, double 
     int k = cores < 2 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
     k = n / MIN_ROWS < k ? (n / MIN_ROWS > 1 ? n / MIN_ROWS : 1) : k;
     rows_slice slices[MAX_THREADS];
-    pthread_t threads[MAX_THREADS];
-    bool started[MAX_THREADS] = {false};
-    for (int i = 0; i < k; i++) {
+    for (int i = 0; i < k; i++)
         slices[i] = (rows_slice){logits, next, nll, (int)((long)n * i / k), (int)((long)n * (i + 1) / k), V};
-        started[i] = i > 0 && pthread_create(&threads[i], NULL, slice_run, &slices[i]) == 0;
-        if (!started[i])
-            slice_run(&slices[i]); // slice 0 (and any thread that could not start) runs here
-    }
-    for (int i = 1; i < k; i++)
-        if (started[i])
-            pthread_join(threads[i], NULL);
+    lz_run_slices(slice_run, slices, sizeof slices[0], k);
 }
