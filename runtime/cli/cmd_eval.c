@@ -10,13 +10,14 @@
  * negative log-likelihood of every token after the first of its window.
  * Passkey: eval_passkey.h. Forward passes go through the engine (engine.h). */
 #include <jansson.h> // json_pack, json_dumpf
-#include <math.h>    // exp, log, isfinite
+#include <math.h>    // exp, isfinite
 #include <stdio.h>   // printf
 #include <stdlib.h>  // malloc, free
 
 #include "cli_options.h"  // lz_parse_command
 #include "commands.h"     // lz_cmd_eval
 #include "engine.h"       // lz_engine
+#include "eval_nll.h"     // lz_rows_nll
 #include "eval_passkey.h" // lz_passkey_run
 #include "id_list.h"      // lz_parse_id_list
 #include "mpi_world.h"    // lz_world_get
@@ -42,19 +43,10 @@ typedef struct {
     double nll;     /* their summed negative log-likelihood */
 } ppl_result;
 
-// log-softmax of logits[V] at `id`
-static double log_prob(const float *logits, int V, int id) {
-    double mx = logits[0], sum = 0;
-    for (int v = 1; v < V; v++)
-        mx = logits[v] > mx ? logits[v] : mx;
-    for (int v = 0; v < V; v++)
-        sum += exp((double)logits[v] - mx);
-    return (double)logits[id] - mx - log(sum);
-}
-
-/* ids[n] in windows of `seg` tokens, fed `piece` tokens a step. */
+/* ids[n] in windows of `seg` tokens, fed `piece` tokens a step; logits [piece, V] and nll [piece]
+ * are scratch. The rows' NLLs are added in order, so the sum does not depend on the threads. */
 static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, int piece, float *logits,
-                             ppl_result *r) {
+                             double *nll, ppl_result *r) {
     const int V = e->model.cfg.vocab_size;
     *r = (ppl_result){0};
     for (int s0 = 0; s0 + 1 < n; s0 += seg, r->windows++) {
@@ -63,8 +55,10 @@ static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, i
         for (int p0 = s0; p0 < s1; p0 += piece) {
             const int p1 = p0 + piece < s1 ? p0 + piece : s1;
             LZ_TRY(lz_engine_prefill(e, 0, ids + p0, p1 - p0, logits, (lz_step_out){0}));
-            for (int t = p0; t + 1 < s1 && t < p1; t++, r->predicted++)
-                r->nll -= log_prob(logits + (size_t)(t - p0) * V, V, ids[t + 1]);
+            const int scored = (p1 < s1 ? p1 : s1 - 1) - p0; // every row but the window's last
+            lz_rows_nll(logits, scored, V, ids + p0 + 1, nll);
+            for (int i = 0; i < scored; i++, r->predicted++)
+                r->nll += nll[i];
         }
     }
     return LZ_OK;
@@ -85,11 +79,12 @@ static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a,
         s = lz_fail(LZ_ERR_INPUT, "--text %s: %d tokens; perplexity needs at least 2", a->text, *n_tokens);
     const int V = e->model.cfg.vocab_size, piece = (int)a->chunk;
     float *logits = s == LZ_OK ? malloc(sizeof(float) * (size_t)piece * V) : NULL;
-    if (s == LZ_OK && !logits)
+    double *nll = s == LZ_OK ? malloc(sizeof(double) * (size_t)piece) : NULL;
+    if (s == LZ_OK && (!logits || !nll))
         s = lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
     for (int i = 0; s == LZ_OK && i < lens->n; i++) {
         ppl_result *r = &results[i];
-        s = windows_nll(e, ids, *n_tokens, lens->len[i], piece, logits, r);
+        s = windows_nll(e, ids, *n_tokens, lens->len[i], piece, logits, nll, r);
         if (s == LZ_OK && !a->json) {
             printf("perplexity %.4f  (mean nll %.4f over %ld predicted tokens of %d, segments of %d)\n",
                    exp(r->nll / (double)r->predicted), r->nll / (double)r->predicted, r->predicted, *n_tokens,
@@ -97,7 +92,7 @@ static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a,
             fflush(stdout);
         }
     }
-    free(logits);
+    free(logits), free(nll);
     free(ids);
     return s;
 }

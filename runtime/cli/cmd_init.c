@@ -24,7 +24,7 @@
 #include "clock.h"              // lz_now_seconds
 #include "hash.h"               // lz_fnv1a
 #include <unistd.h>             // unlink, sysconf
-#include <pthread.h>            // pthread_create, pthread_join
+#include "thread_slices.h"      // lz_run_slices, LZ_MAX_SLICES
 
 #include "bpe_builder.h"        // lz_bpe_train, lz_bpe_write_files
 #include "cli_options.h"        // lz_option, lz_parse_options, lz_print_usage
@@ -289,22 +289,14 @@ static lz_status fill_random(void *ctx, const lz_stw_tensor *t, uint64_t offset,
         c->dist = dist_for(c->preset, c->list->roles[index], t);
     }
     const size_t elem = lz_dtype_size(t->dtype), n = nbytes / elem;
-    enum { MAX_THREADS = 32 };
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int k = n < (1u << 20) || cores < 2 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
-    fill_slice slices[MAX_THREADS];
-    pthread_t threads[MAX_THREADS];
-    bool started[MAX_THREADS] = {false};
+    int k = n < (1u << 20) || cores < 2 ? 1 : cores > LZ_MAX_SLICES ? LZ_MAX_SLICES : (int)cores;
+    fill_slice slices[LZ_MAX_SLICES];
     for (int i = 0; i < k; i++) {
         const size_t a = n * (size_t)i / (size_t)k, b = n * (size_t)(i + 1) / (size_t)k;
         slices[i] = (fill_slice){(uint8_t *)buf + a * elem, b - a, c->stream, offset / elem + a, c->dist, t->dtype};
-        started[i] = i > 0 && pthread_create(&threads[i], NULL, fill_slice_run, &slices[i]) == 0;
-        if (!started[i])
-            fill_slice_run(&slices[i]); // slice 0 (and any thread that could not start) runs here
     }
-    for (int i = 1; i < k; i++)
-        if (started[i])
-            pthread_join(threads[i], NULL);
+    lz_run_slices(fill_slice_run, slices, sizeof slices[0], k);
     c->done += nbytes;
     report_progress(c, false);
     return LZ_OK;
