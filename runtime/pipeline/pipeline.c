@@ -32,7 +32,7 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
     p->rank = w->rank;
     p->n_ranks = w->size;
     if (w->size > 1)
-        LZ_TRY(lz_watchdog_start(w->rank, w->size));
+        LZ_TRY(lz_watchdog_start());
     // every rank's free bytes and model identity (a rank that read another config.json is named, not trusted)
     uint64_t mine[2] = {free_bytes, config_identity(cfg)}, *gathered = malloc(sizeof(uint64_t) * 2 * (size_t)w->size);
     uint64_t *free_all = malloc(sizeof(uint64_t) * (size_t)w->size);
@@ -203,20 +203,27 @@ static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
             continue;
         if (vis->embed)
             LZ_TRY(lz_step_embed(m, ws, ids, b));
-        else if (v > 0 && p->visits[v - 1].rank != p->rank)
+        else if (v > 0 && p->visits[v - 1].rank != p->rank) {
+            lz_watchdog_arm("for the activations from", p->step_id, p->visits[v - 1].rank);
             LZ_TRY(recv_x(p, m, ws, b->n_tokens, p->visits[v - 1].rank));
+            lz_watchdog_arm("a step", p->step_id, -1);
+        }
         if (vis->count > 0)
             LZ_TRY(lz_step_layers_replayed(m, st, ws, b, vis->first, vis->first + vis->count));
         if (vis->head)
             LZ_TRY(run_head(p, m, ws, rows, n_rows, ids_back, sample, logits, out_ids));
-        else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank)
+        else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank) {
+            lz_watchdog_arm("to hand the activations to", p->step_id, p->visits[v + 1].rank);
             LZ_TRY(send_x(p, m, ws, b->n_tokens, p->visits[v + 1].rank, async));
+            lz_watchdog_arm("a step", p->step_id, -1);
+        }
     }
     p->stats.steps++;
     p->stats.tokens += (uint64_t)b->n_tokens;
     if (async)
         return LZ_OK; // no wait here: the result is received by lz_pipeline_step_finish
     if (p->rank == 0 && p->plan.head_rank != 0) {
+        lz_watchdog_arm("for the result from", p->step_id, p->plan.head_rank);
         int rc = recv_result(p, m, n_rows, ids_back, logits, out_ids);
         if (rc != MPI_SUCCESS)
             return lz_world_mpi_error(rc, "MPI_Recv (the last stage's result)", __FILE__, __LINE__);
@@ -272,7 +279,8 @@ static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspac
     const int32_t *ids = h->token_ids, *rows = h->logit_rows;
     const int n_rows = (int)h->n_logit_rows;
     lz_pipeline_trace(p, "header", h->step_id);
-    lz_watchdog_arm("a step", h->step_id);
+    p->step_id = h->step_id; // the other ranks learn it here (rank 0 numbers the steps)
+    lz_watchdog_arm("a step", h->step_id, -1);
     if (s == LZ_OK)
         s = lz_step_begin(m, st, ws, ids, &a.b, rows, n_rows);
     lz_pipeline_trace(p, "begun", h->step_id);
@@ -358,7 +366,7 @@ lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, in
     p->n_inflight--;
     // results of one head rank arrive in the order the steps started (MPI keeps order per sender and tag)
     lz_pipeline_trace(p, "finish", 0);
-    lz_watchdog_arm("the result of a started step", p->step_id);
+    lz_watchdog_arm("for the result from", p->step_id - (uint64_t)p->n_inflight, p->plan.head_rank);
     int rc = recv_result(p, m, f->n_rows, f->ids_back, logits, out_ids);
     lz_pipeline_trace(p, "finished", 0);
     if (rc == MPI_SUCCESS && f->send != MPI_REQUEST_NULL)
