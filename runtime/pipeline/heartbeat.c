@@ -16,6 +16,7 @@ static int me, size;
 static char (*hosts)[HOST_LEN];
 static double *last_heard; /* per rank, seconds */
 static bool *gone;         /* said goodbye */
+static bool *warned;       /* reported by lz_heartbeat_newly_silent since last heard from */
 static MPI_Request *sends; /* per rank: the last "alive" still on its way */
 static const int alive = BEAT_ALIVE, goodbye = BEAT_GOODBYE;
 
@@ -28,7 +29,8 @@ lz_status lz_heartbeat_open(void) {
     last_heard = calloc((size_t)size, sizeof *last_heard);
     gone = calloc((size_t)size, sizeof *gone);
     sends = calloc((size_t)size, sizeof *sends);
-    if (!hosts || !last_heard || !gone || !sends)
+    warned = calloc((size_t)size, sizeof *warned);
+    if (!hosts || !last_heard || !gone || !sends || !warned)
         return lz_fail(LZ_ERR_NOMEM, "rank %d (%s): out of memory for the heartbeat", me, w->host);
     char mine[HOST_LEN] = {0};
     memcpy(mine, w->host, strnlen(w->host, HOST_LEN - 1));
@@ -65,6 +67,7 @@ void lz_heartbeat_tick(double now) {
         if (MPI_Recv(&kind, 1, MPI_INT, st.MPI_SOURCE, TAG_BEAT, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
             break;
         last_heard[st.MPI_SOURCE] = now;
+        warned[st.MPI_SOURCE] = false;
         gone[st.MPI_SOURCE] |= kind == BEAT_GOODBYE;
     }
 }
@@ -77,6 +80,14 @@ int lz_heartbeat_silent(double now, double timeout, double *silent_for) {
     if (worst >= 0)
         *silent_for = now - last_heard[worst];
     return worst;
+}
+
+int lz_heartbeat_newly_silent(double now, double after, double *silent_for) {
+    const int r = lz_heartbeat_silent(now, after, silent_for);
+    if (r < 0 || warned[r])
+        return -1;
+    warned[r] = true;
+    return r;
 }
 
 void lz_heartbeat_forgive(double now) {

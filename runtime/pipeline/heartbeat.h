@@ -16,6 +16,9 @@ void lz_heartbeat_tick(double now);
 /* The rank heard from longest ago, if that is more than `timeout` seconds
  * and it did not say goodbye; else -1. */
 int lz_heartbeat_silent(double now, double timeout, double *silent_for);
+/* The same, once per silence: a rank already returned is not returned again
+ * until it has been heard from. */
+int lz_heartbeat_newly_silent(double now, double after, double *silent_for);
 /* Counts every watched rank as heard from at `now` (after this process itself was paused). */
 void lz_heartbeat_forgive(double now);
 /* Tells the watched ranks that this rank's silence from now on is an orderly end. */

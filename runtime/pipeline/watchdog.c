@@ -106,10 +106,19 @@ static void *check_loop(void *unused) {
         before = now;
         lz_heartbeat_tick(now);
         char wait[256], line[512], who[96];
+        double silent_for = 0.0;
+        // a first word at a quarter of the deadline: where mpirun ends the job itself for a lost host (its
+        // keepalive), this is the line that names the rank
+        const int quiet = lz_heartbeat_newly_silent(now, timeout_s / 4.0, &silent_for);
+        if (quiet >= 0) {
+            name_rank(who, sizeof who, quiet);
+            fprintf(stderr, "lizard: warning: rank %d of %d (%s): %s has sent nothing for %.0f s; the job ends if it "
+                    "stays silent for %g s\n", w->rank, w->size, w->host, who, silent_for, timeout_s);
+            fflush(stderr);
+        }
         const long long at = atomic_load(&armed_at_ms);
         const bool overdue = at != 0 && (double)(now_ms() - at) >= timeout_s * 1000.0;
         // a rank silent for a good part of the deadline is the likely cause of an overdue wait too
-        double silent_for = 0.0;
         const int silent = lz_heartbeat_silent(now, overdue ? 1.0 + 10.0 * tick : timeout_s, &silent_for);
         if (silent < 0 && !overdue)
             continue;
