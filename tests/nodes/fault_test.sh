@@ -19,7 +19,7 @@ GEN=(generate --model "$M" --ids 1,2,3 --max-tokens 16000000 --ignore-eos --temp
 # every process on node-b, and times the rest
 lose() {
     local name=$1 how=$2
-    NODES_TIMEOUT=150 nodes_mpirun -np 3 "$LIZARD" "${GEN[@]}" >/dev/null 2>"$TMP/$name.err" &
+    NODES_TIMEOUT=150 nodes_mpirun 3 "$LIZARD" "${GEN[@]}" >/dev/null 2>"$TMP/$name.err" &
     local job=$!
     for _ in $(seq 1 100); do [ -n "$(ip netns pids "${LZ_NODES_PREFIX}node-c")" ] && break; sleep 0.1; done
     sleep 3

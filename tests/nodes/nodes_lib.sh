@@ -9,8 +9,7 @@
 #
 # nodes_up N: hosts node-a, node-b, ... with addresses $NODES_NET.1, .2, ...;
 #   the bridge is $NODES_NET.254. Skips the suite (exit 77) where namespaces cannot be made.
-# nodes_mpirun ARGS...: mpirun over a hostfile of the hosts (one slot each, rank r on the r-th host),
-#   bounded by NODES_TIMEOUT seconds (default 120)
+# nodes_mpirun N PROGRAM ARGS...: N ranks over the hosts (one slot each, rank r on the r-th host)
 # nodes_link HOST up|down, nodes_netem "delay 2ms rate 1gbit" (every host's link; "" removes it)
 
 NODES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -72,15 +71,13 @@ nodes_up() {
     printf '%s slots=1\n' "${NODES_HOSTS[@]}" >"$NODES_HOSTFILE"
 }
 
-# the mpirun flags that make Open MPI use the emulated hosts, and TCP on their subnet only; the
-# keepalive of launch/mpirun-hosts.sh (mpirun notices a lost host 12-20 s after it falls silent)
-nodes_mpi_flags() {
-    echo --allow-run-as-root --hostfile "$NODES_HOSTFILE" --mca plm_rsh_agent "$NODES_DIR/netns_agent.sh" \
-        --mca plm_rsh_no_tree_spawn 1 --mca pml ob1 --mca btl tcp,self \
-        --mca btl_tcp_if_include "$NODES_NET.0/24" --mca oob_tcp_if_include "$NODES_NET.0/24" \
-        --mca oob_tcp_keepalive_time 8 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 6
+# nodes_mpirun N PROGRAM ARGS...: launch/mpirun-hosts.sh over the hosts' hostfile (or NODES_HOSTFILE_USED),
+# with netns_agent.sh for ssh, TCP only on their subnet; bounded by NODES_TIMEOUT seconds (default 120)
+nodes_mpirun() {
+    LAUNCH_AGENT="$NODES_DIR/netns_agent.sh" LAUNCH_NET="$NODES_NET.0/24" \
+        MPIRUN_ARGS="--allow-run-as-root --mca plm_rsh_no_tree_spawn 1 --mca pml ob1 --mca btl tcp,self" \
+        timeout "${NODES_TIMEOUT:-120}" "$NODES_DIR/../../launch/mpirun-hosts.sh" "${NODES_HOSTFILE_USED:-$NODES_HOSTFILE}" "$@"
 }
-nodes_mpirun() { timeout "${NODES_TIMEOUT:-120}" mpirun $(nodes_mpi_flags) "$@"; }
 
 nodes_link() { ip link set "${NODES_TAG}v$(($(nodes_index "$1") + 1))" "$2"; }
 nodes_index() { local i; for i in "${!NODES_HOSTS[@]}"; do [ "${NODES_HOSTS[$i]}" = "$1" ] && echo "$i"; done; }

@@ -23,7 +23,7 @@ port=$(sed -n 's/.*listening on http:\/\/[0-9.]*:\([0-9]*\) .*/\1/p' "$TMP/one.l
 curl -s -m 30 -H 'Content-Type: application/json' -d "$BODY" "http://127.0.0.1:$port/v1/completions" >"$TMP/one.json"
 kill -TERM $one; wait $one
 
-NODES_TIMEOUT=200 nodes_mpirun -np 3 "$LIZARD" serve --model "$M" --host "$NODES_NET.1" --port 0 \
+NODES_TIMEOUT=200 nodes_mpirun 3 "$LIZARD" serve --model "$M" --host "$NODES_NET.1" --port 0 \
     --placement balanced --max-tokens 1000 >/dev/null 2>"$TMP/serve.log" &
 job=$!
 for _ in $(seq 1 300); do grep -q "listening on" "$TMP/serve.log" && break; sleep 0.1; done
