@@ -1,9 +1,11 @@
 /* pipeline.c - plan agreement, the steps (headers, visits, activations, results), the serve loop. */
 #include <mpi.h>    // MPI_Allgather, MPI_Send, MPI_Recv
+#include <stdio.h>  // fopen, fread
 #include <stdlib.h> // malloc, free
 #include <string.h> // memset
 
 #include "hash.h"              // lz_fnv1a
+#include "heartbeat.h"         // lz_heartbeat_host
 #include "mpi_world.h"         // LZ_MPI_TRY
 #include "pipeline_internal.h" // lz_pipeline_send_header, STEP_FLAG_*
 #include "step_header_check.h" // lz_step_header_check
@@ -25,6 +27,21 @@ static uint64_t config_identity(const lz_config *c) {
     return h;
 }
 
+/* The bytes of this rank's executable: ranks of different lizard builds (an
+ * old copy on one node) would disagree on messages; 0 where unreadable. */
+static uint64_t build_identity(void) {
+    FILE *f = fopen("/proc/self/exe", "rb");
+    if (!f)
+        return 0;
+    static uint8_t buf[1 << 16];
+    uint64_t h = LZ_FNV1A_INIT;
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        h = lz_fnv1a(h, buf, n);
+    fclose(f);
+    return h;
+}
+
 lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *placement, const char *plan_file,
                            uint64_t context, int batch, uint64_t free_bytes, lz_stage_parts *parts) {
     const lz_world *w = lz_world_get();
@@ -33,20 +50,28 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
     p->n_ranks = w->size;
     if (w->size > 1)
         LZ_TRY(lz_watchdog_start());
-    // every rank's free bytes and model identity (a rank that read another config.json is named, not trusted)
-    uint64_t mine[2] = {free_bytes, config_identity(cfg)}, *gathered = malloc(sizeof(uint64_t) * 2 * (size_t)w->size);
+    // every rank's free bytes, build and model identity (a rank that runs another build or read another
+    // config.json is named, not trusted)
+    static uint64_t build = 0;
+    if (build == 0)
+        build = build_identity();
+    uint64_t mine[3] = {free_bytes, build, config_identity(cfg)};
+    uint64_t *gathered = malloc(sizeof(uint64_t) * 3 * (size_t)w->size);
     uint64_t *free_all = malloc(sizeof(uint64_t) * (size_t)w->size);
     if (!free_all || !gathered) {
         free(free_all), free(gathered);
         return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", w->rank);
     }
     lz_status s = LZ_OK;
-    int rc = MPI_Allgather(mine, 2, MPI_UINT64_T, gathered, 2, MPI_UINT64_T, MPI_COMM_WORLD);
+    int rc = MPI_Allgather(mine, 3, MPI_UINT64_T, gathered, 3, MPI_UINT64_T, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS)
         s = lz_world_mpi_error(rc, "MPI_Allgather(free bytes)", __FILE__, __LINE__);
     for (int r = 0; s == LZ_OK && r < w->size; r++) {
-        free_all[r] = gathered[2 * r];
-        if (gathered[2 * r + 1] != gathered[1] && w->rank == 0)
+        free_all[r] = gathered[3 * r];
+        if (gathered[3 * r + 1] != gathered[1] && w->rank == 0)
+            s = lz_fail(LZ_ERR_INPUT, "rank %d (%s) runs a different lizard build than rank 0 (%s): every rank must "
+                        "run the same executable", r, lz_heartbeat_host(r), w->host);
+        else if (gathered[3 * r + 2] != gathered[2] && w->rank == 0)
             s = lz_fail(LZ_ERR_INPUT, "rank %d loaded a different model than rank 0 (config.json or --softmax-layers "
                         "differ): every rank must see the same model folder", r);
     }

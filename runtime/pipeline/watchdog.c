@@ -87,6 +87,51 @@ static void end_job(const char *line) {
     _exit(EXIT_STALLED);
 }
 
+/* After this process was itself paused (SIGSTOP, a frozen VM), no one else is to blame for the gap. */
+static void forgive_pause(void) {
+    lz_heartbeat_forgive(lz_now_seconds());
+    long long at = atomic_load(&armed_at_ms);
+    if (at != 0)
+        atomic_compare_exchange_strong(&armed_at_ms, &at, now_ms());
+}
+
+/* A first word at a quarter of the deadline: where mpirun ends the job itself for a lost host (its
+ * keepalive), this is the line that names the rank. */
+static void warn_quiet(const lz_world *w, double now) {
+    double silent_for = 0.0;
+    const int quiet = lz_heartbeat_newly_silent(now, timeout_s / 4.0, &silent_for);
+    if (quiet < 0)
+        return;
+    char who[96];
+    name_rank(who, sizeof who, quiet);
+    fprintf(stderr, "lizard: warning: rank %d of %d (%s): %s has sent nothing for %.0f s; the job ends if it stays "
+            "silent for %g s\n", w->rank, w->size, w->host, who, silent_for, timeout_s);
+    fflush(stderr);
+}
+
+/* Ends the job when a rank has been silent past the deadline or an armed wait has outlived it. */
+static void check_deadlines(const lz_world *w, double now, double tick) {
+    const long long at = atomic_load(&armed_at_ms);
+    const bool overdue = at != 0 && (double)(now_ms() - at) >= timeout_s * 1000.0;
+    double silent_for = 0.0;
+    // a rank silent for a good part of the deadline is the likely cause of an overdue wait too
+    const int silent = lz_heartbeat_silent(now, overdue ? 1.0 + 10.0 * tick : timeout_s, &silent_for);
+    if (silent < 0 && !overdue)
+        return;
+    char wait[256], line[512], who[96];
+    describe_wait(wait, sizeof wait, w);
+    if (silent >= 0) {
+        name_rank(who, sizeof who, silent);
+        snprintf(line, sizeof line, "%s sent nothing for %.0f s (stopped, dead or cut off) while this rank was %s",
+                 who, silent_for, wait);
+    } else {
+        snprintf(line, sizeof line, "still %s after %.0f s (%s)", wait, timeout_s,
+                 atomic_load(&armed_peer) >= 0 ? "that rank lives but does not answer"
+                                               : "this rank's device or another stage stalled");
+    }
+    end_job(line);
+}
+
 static void *check_loop(void *unused) {
     (void)unused;
     const lz_world *w = lz_world_get();
@@ -97,42 +142,12 @@ static void *check_loop(void *unused) {
     while (!atomic_load(&stopping)) {
         nanosleep(&nap, NULL);
         const double now = lz_now_seconds();
-        if (now - before > 1.0 + 10.0 * tick) { // this process was itself paused (SIGSTOP, a frozen VM): no one to blame
-            lz_heartbeat_forgive(now);
-            long long at = atomic_load(&armed_at_ms);
-            if (at != 0)
-                atomic_compare_exchange_strong(&armed_at_ms, &at, now_ms());
-        }
+        if (now - before > 1.0 + 10.0 * tick)
+            forgive_pause();
         before = now;
         lz_heartbeat_tick(now);
-        char wait[256], line[512], who[96];
-        double silent_for = 0.0;
-        // a first word at a quarter of the deadline: where mpirun ends the job itself for a lost host (its
-        // keepalive), this is the line that names the rank
-        const int quiet = lz_heartbeat_newly_silent(now, timeout_s / 4.0, &silent_for);
-        if (quiet >= 0) {
-            name_rank(who, sizeof who, quiet);
-            fprintf(stderr, "lizard: warning: rank %d of %d (%s): %s has sent nothing for %.0f s; the job ends if it "
-                    "stays silent for %g s\n", w->rank, w->size, w->host, who, silent_for, timeout_s);
-            fflush(stderr);
-        }
-        const long long at = atomic_load(&armed_at_ms);
-        const bool overdue = at != 0 && (double)(now_ms() - at) >= timeout_s * 1000.0;
-        // a rank silent for a good part of the deadline is the likely cause of an overdue wait too
-        const int silent = lz_heartbeat_silent(now, overdue ? 1.0 + 10.0 * tick : timeout_s, &silent_for);
-        if (silent < 0 && !overdue)
-            continue;
-        describe_wait(wait, sizeof wait, w);
-        if (silent >= 0) {
-            name_rank(who, sizeof who, silent);
-            snprintf(line, sizeof line, "%s sent nothing for %.0f s (stopped, dead or cut off) while this rank was %s",
-                     who, silent_for, wait);
-        } else {
-            snprintf(line, sizeof line, "still %s after %.0f s (%s)", wait, timeout_s,
-                     atomic_load(&armed_peer) >= 0 ? "that rank lives but does not answer"
-                                                   : "this rank's device or another stage stalled");
-        }
-        end_job(line);
+        warn_quiet(w, now);
+        check_deadlines(w, now, tick);
     }
     return NULL;
 }

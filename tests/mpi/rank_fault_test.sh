@@ -3,7 +3,8 @@
 # of a generation, or stopped while a server is idle, ends the whole job with
 # a non-zero exit within the rank timeout (default 30 s) and a few seconds,
 # with a line naming the silent rank, its host and what the reporting rank
-# was waiting for. Prints the measured end times (docs/running.md "Faults").
+# was waiting for. Prints the measured end times (docs/running.md "Faults"). A rank that runs another
+# lizard build is refused by name.
 set -u
 LIZARD=$1
 . "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, require_mpirun
@@ -68,6 +69,15 @@ LIZARD_STEP_TIMEOUT=-1 mpirun -np 2 -x LIZARD_STEP_TIMEOUT "$LIZARD" generate --
 rc=$?
 [ $rc -eq 2 ] && grep -q "rank [01] of 2 (.*): LIZARD_STEP_TIMEOUT=-1: expected seconds" "$TMP/err" && ok ||
     bad "LIZARD_STEP_TIMEOUT=-1: rc=$rc $(head -2 "$TMP/err")"
+
+# rank 1 runs another build (a copy of the executable with one byte more, as an old copy on one node
+# would differ): refused by name before anything loads, the whole job ends
+cp "$LIZARD" "$TMP/lizard-other" && printf 'x' >>"$TMP/lizard-other"
+timeout 60 mpirun -np 2 sh -c "[ \$OMPI_COMM_WORLD_RANK = 1 ] && b=\"$TMP/lizard-other\" || b=\"$LIZARD\"; exec \"\$b\" generate --model \"$TMP/tiny\" --ids 1 --max-tokens 1" \
+    >/dev/null 2>"$TMP/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "rank 1 (.*) runs a different lizard build than rank 0" "$TMP/err" && ok ||
+    bad "different builds: rc=$rc $(grep -m2 error "$TMP/err")"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -10,7 +10,7 @@
 # nodes_up N: hosts node-a, node-b, ... with addresses $NODES_NET.1, .2, ...;
 #   the bridge is $NODES_NET.254. Skips the suite (exit 77) where namespaces cannot be made.
 # nodes_mpirun N PROGRAM ARGS...: N ranks over the hosts (one slot each, rank r on the r-th host)
-# nodes_link HOST up|down, nodes_netem "delay 2ms rate 1gbit" (every host's link; "" removes it)
+# nodes_link HOST up|down; nodes_shape "delay 2ms rate 1gbit" | "rate 10mbit" (every host's link; "" removes it)
 
 NODES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODES_TAG=lz$$
@@ -82,10 +82,23 @@ nodes_mpirun() {
 nodes_link() { ip link set "${NODES_TAG}v$(($(nodes_index "$1") + 1))" "$2"; }
 nodes_index() { local i; for i in "${!NODES_HOSTS[@]}"; do [ "${NODES_HOSTS[$i]}" = "$1" ] && echo "$i"; done; }
 
-nodes_netem() {
+# nodes_shape SPEC: every host's link shaped by SPEC, e.g. "delay 2ms rate 1gbit" (netem, which needs the
+# kernel's sch_netem) or "rate 10mbit" (tbf, a token bucket of 1 ms of traffic); "" removes it
+nodes_shape() {
     for h in "${NODES_HOSTS[@]}"; do
-        ip netns exec "$LZ_NODES_PREFIX$h" tc qdisc del dev eth0 root 2>/dev/null
-        [ -n "$1" ] && { ip netns exec "$LZ_NODES_PREFIX$h" tc qdisc add dev eth0 root netem $1 || return 1; }
+        local ns=$LZ_NODES_PREFIX$h
+        ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null
+        case "$1" in
+        "") ;;
+        *delay*) ip netns exec "$ns" tc qdisc add dev eth0 root netem $1 || return 1 ;;
+        rate\ *)
+            local bits; bits=$(python3 -c "import sys; v=sys.argv[1].lower(); m={'kbit':1e3,'mbit':1e6,'gbit':1e9}
+print(int(float(v[:-4]) * m[v[-4:]]))" "${1#rate }") || return 1
+            local burst=$((bits / 8 / 1000 > 16384 ? bits / 8 / 1000 : 16384))
+            ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "${1#rate }" burst "$burst" latency 100ms || return 1 ;;
+        *) return 1 ;;
+        esac
     done
-    return 0
 }
+nodes_have_netem() { ip netns exec "$LZ_NODES_PREFIX${NODES_HOSTS[0]}" tc qdisc add dev lo root netem delay 1ms 2>/dev/null &&
+    ip netns exec "$LZ_NODES_PREFIX${NODES_HOSTS[0]}" tc qdisc del dev lo root; }
