@@ -3,8 +3,8 @@
 # of a generation, or stopped while a server is idle, ends the whole job with
 # a non-zero exit within the rank timeout (default 30 s) and a few seconds,
 # with a line naming the silent rank, its host and what the reporting rank
-# was waiting for. Prints the measured end times (docs/running.md "Faults"). A rank that runs another
-# lizard build is refused by name.
+# was waiting for; prints the measured end times (docs/running.md "Faults").
+# A rank that runs another lizard build is refused by name.
 set -u
 LIZARD=$1
 . "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, require_mpirun

@@ -5,14 +5,10 @@
 # Prints the measured end times (docs/running.md "Across nodes").
 set -u
 LIZARD=$1
-. "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, require_mpirun
-require_mpirun
-. "$(dirname "$0")/nodes_lib.sh"
-nodes_up 3
+. "$(dirname "$0")/nodes_lib.sh" # TMP, ok, bad (test_lib.sh), nodes_start, nodes_mpirun
+nodes_start 3 # the hosts, and the tiny model $M
 SLACK=8
 
-M=$TMP/tiny
-"$LIZARD" init --config tiny-hybrid --out "$M" >/dev/null 2>&1 || { bad "init tiny-hybrid"; exit 1; }
 GEN=(generate --model "$M" --ids 1,2,3 --max-tokens 16000000 --ignore-eos --temperature 0.9)
 
 # lose NAME HOW: starts the job, waits until rank 2 (the last host) runs, cuts node-b's link or kills

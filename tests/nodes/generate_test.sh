@@ -4,13 +4,9 @@
 # in one process with the ids of an uninterrupted run.
 set -u
 LIZARD=$1
-. "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, require_mpirun
-require_mpirun
-. "$(dirname "$0")/nodes_lib.sh"
-nodes_up 3
+. "$(dirname "$0")/nodes_lib.sh" # TMP, ok, bad (test_lib.sh), nodes_start, nodes_mpirun
+nodes_start 3 # the hosts, and the tiny model $M
 
-M=$TMP/tiny
-"$LIZARD" init --config tiny-hybrid --out "$M" >/dev/null 2>&1 || { bad "init tiny-hybrid"; exit 1; }
 GEN=(generate --model "$M" --prompt "lizards cross the network" --max-tokens 12 --ignore-eos --format json
      --temperature 0.8 --seed 11)
 "$LIZARD" "${GEN[@]}" >"$TMP/one" 2>"$TMP/err" || bad "one process: $(head -2 "$TMP/err")"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # link_bench.sh LIZARD [full] - decode tokens/s and time per step of a pipeline across emulated hosts
-# (nodes_lib.sh) against the delay and bandwidth tc netem adds to every host's link, at batch 1 and 64,
+# (nodes_lib.sh) against the bandwidth (tc tbf) and, where the kernel has netem, the delay of every host's link, at batch 1 and 64,
 # with the bytes per token each hop carries. Without "full" (CI, ctest nodes.links, ~30 s): 2 hosts,
 # three links, and the checks that the delay shows in batch 1's time per step and that the bytes per
 # token per hop are the activations' (hidden size x 4 on the CPU path). With "full" (manual, minutes):
@@ -9,12 +9,10 @@
 set -u
 LIZARD=$1
 MODE=${2:-ci}
-. "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, require_mpirun
-require_mpirun
-. "$(dirname "$0")/nodes_lib.sh"
+. "$(dirname "$0")/nodes_lib.sh" # TMP, ok, bad (test_lib.sh), nodes_start, nodes_mpirun, nodes_shape
 OUT=${LINK_BENCH_OUT:-$TMP/links.jsonl}
 : >"$OUT"
-nodes_up 3
+nodes_start 3
 if [ "$MODE" = full ]; then
     HOSTS="2 3" STEPS=40 LINKS=("none" "rate 10gbit" "rate 1gbit" "rate 100mbit" "rate 10mbit" "rate 1mbit")
     nodes_have_netem && LINKS+=("delay 0.2ms rate 10gbit" "delay 0.5ms rate 10gbit" "delay 1ms rate 1gbit"

@@ -7,12 +7,14 @@
 # traffic stays between them and the bridge's own address in the root
 # namespace (which test 2's curl uses).
 #
+# nodes_start N: the suite's start (mpirun or skip, N hosts, the tiny-hybrid model at $M from $LIZARD)
 # nodes_up N: hosts node-a, node-b, ... with addresses $NODES_NET.1, .2, ...;
 #   the bridge is $NODES_NET.254. Skips the suite (exit 77) where namespaces cannot be made.
 # nodes_mpirun N PROGRAM ARGS...: N ranks over the hosts (one slot each, rank r on the r-th host)
 # nodes_link HOST up|down; nodes_shape "delay 2ms rate 1gbit" | "rate 10mbit" (every host's link; "" removes it)
 
 NODES_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$NODES_DIR/../test_lib.sh" # TMP, ok, bad, require_mpirun
 NODES_TAG=lz$$
 export LZ_NODES_PREFIX=${NODES_TAG}-
 NODES_HOSTS=()
@@ -69,6 +71,13 @@ nodes_up() {
     done
     NODES_HOSTFILE=$TMP/hostfile
     printf '%s slots=1\n' "${NODES_HOSTS[@]}" >"$NODES_HOSTFILE"
+}
+
+nodes_start() {
+    require_mpirun
+    nodes_up "$1"
+    M=$TMP/tiny
+    "$LIZARD" init --config tiny-hybrid --out "$M" >/dev/null 2>&1 || { bad "init tiny-hybrid"; exit 1; }
 }
 
 # nodes_mpirun N PROGRAM ARGS...: launch/mpirun-hosts.sh over the hosts' hostfile (or NODES_HOSTFILE_USED),

@@ -5,13 +5,9 @@
 # (the request finishes) and the whole job exits 0.
 set -u
 LIZARD=$1
-. "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, require_mpirun
-require_mpirun
-. "$(dirname "$0")/nodes_lib.sh"
-nodes_up 3
+. "$(dirname "$0")/nodes_lib.sh" # TMP, ok, bad (test_lib.sh), nodes_start, nodes_mpirun
+nodes_start 3 # the hosts, and the tiny model $M
 
-M=$TMP/tiny
-"$LIZARD" init --config tiny-hybrid --out "$M" >/dev/null 2>&1 || { bad "init tiny-hybrid"; exit 1; }
 BODY='{"prompt": [5, 6, 7], "max_tokens": 10, "temperature": 0, "ignore_eos": true}'
 ids() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['choices'][0]['text'])" "$1" 2>&1 | tail -1; }
 
