@@ -2,7 +2,7 @@
 # install_deps.sh - the Debian packages lizard builds and tests with (run as root).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-packages=(build-essential cmake pkg-config ca-certificates
+packages=(build-essential cmake pkg-config ca-certificates iproute2 util-linux
           libjansson-dev libpcre2-dev protobuf-c-compiler libprotobuf-c-dev libmicrohttpd-dev nettle-dev
           curl clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3)
 # Node + npm for the OpenAI client test: Debian's, unless a Node that brings its own npm is there

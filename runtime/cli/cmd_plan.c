@@ -12,6 +12,7 @@
 #include "commands.h"      // lz_cmd_plan
 #include "model_presets.h" // lz_preset_find, lz_preset_write_config
 #include "plan.h"          // lz_plan, planners
+#include "plan_hosts.h"    // lz_hostmap_load, lz_plan_place_on_hosts
 
 #define DEFAULT_GPU_GB (141.0 * 0.9) /* an H200, less a tenth for activations, workspace and the CUDA context */
 
@@ -102,9 +103,36 @@ static void print_table(const lz_plan *p, const lz_plan_costs *c) {
     }
 }
 
+/* Which ranks each host holds, and the bytes per token that cross each host link. */
+static void print_host_links(const lz_plan *p, const lz_hostmap *h, const char *path, double act_bytes,
+                             double before) {
+    printf("\nhosts (%s):", path);
+    for (int k = 0, r = 0; k < h->n_hosts && r < h->n_ranks; k++) {
+        const int first = r;
+        while (r < h->n_ranks && h->host_of[r] == k)
+            r++;
+        printf("%s %s rank%s %d", k ? "," : "", h->name[k], r - first > 1 ? "s" : "", first);
+        if (r - first > 1)
+            printf("-%d", r - 1);
+    }
+    static lz_host_link links[LZ_MAX_RANKS * 4];
+    int n = 0;
+    const double total = lz_plan_host_links(p, h, act_bytes, links, LZ_MAX_RANKS * 4, &n);
+    printf("\nbytes per token across hosts (an activation crossing: %.0f B in bf16, twice that on the CPU path; the id "
+           "back to rank 0: 4 B):\n", act_bytes);
+    for (int i = 0; i < n && i < LZ_MAX_RANKS * 4; i++)
+        printf("  %s <-> %s  %.0f\n", h->name[links[i].a], h->name[links[i].b], links[i].bytes);
+    if (n == 0)
+        printf("  none: every rank on one host\n");
+    printf("  total  %.0f", total);
+    if (before > total)
+        printf(" (the same stages on ranks in order: %.0f)", before);
+    printf("\n");
+}
+
 lz_status lz_cmd_plan(int argc, char **argv) {
     const char *model = NULL, *shape = NULL, *placement = NULL, *plan_file = NULL, *memory = NULL, *softmax = NULL,
-               *out = NULL;
+               *out = NULL, *hosts_file = NULL;
     long ranks = 0, context = 8192, batch = 1;
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (only config.json is read)", &model, false, 0, 0},
@@ -123,6 +151,8 @@ lz_status lz_cmd_plan(int argc, char **argv) {
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &softmax, false, 0, 0},
         {"--out", LZ_OPT_STRING, "FILE", "also write the plan's text form to FILE", &out, false, 0, 0},
+        {"--hosts", LZ_OPT_STRING, "FILE", "an Open MPI hostfile (HOST slots=N): give the stages to the ranks so that "
+         "the fewest bytes per token cross between hosts, and show them", &hosts_file, false, 0, 0},
     };
     const lz_command_spec spec = {"plan", "place a model's layers on pipeline ranks and show each rank's bytes",
                                   options, (int)(sizeof options / sizeof options[0])};
@@ -134,8 +164,13 @@ lz_status lz_cmd_plan(int argc, char **argv) {
         return lz_fail(LZ_ERR_INPUT, "lizard plan: give exactly one of --model DIR or --shape PRESET");
     if (placement && plan_file)
         return lz_fail(LZ_ERR_INPUT, "lizard plan: give --placement or --plan FILE, not both");
+    static lz_hostmap hosts;
+    if (hosts_file) {
+        LZ_TRY(lz_hostmap_load(hosts_file, (int)ranks, &hosts));
+        ranks = ranks ? ranks : hosts.n_ranks;
+    }
     if (!plan_file && ranks == 0)
-        return lz_fail(LZ_ERR_INPUT, "lizard plan: --ranks N is required (or --plan FILE)");
+        return lz_fail(LZ_ERR_INPUT, "lizard plan: --ranks N is required (or --plan FILE, or --hosts FILE)");
 
     lz_config cfg;
     LZ_TRY(shape ? lz_preset_config(shape, "lizard plan: --shape", &cfg) : lz_config_load(model, &cfg));
@@ -166,9 +201,23 @@ lz_status lz_cmd_plan(int argc, char **argv) {
     } else {
         LZ_TRY(lz_plan_make(placement ? placement : "balanced", &costs, (int)ranks, free_bytes, &plan));
     }
+    const double act_bytes = 2.0 * cfg.hidden_size;
+    double before = 0.0;
+    if (hosts_file) {
+        if (hosts.n_ranks != plan.n_ranks)
+            return lz_fail(LZ_ERR_INPUT, "lizard plan: %s places %d ranks, the plan has %d", hosts_file, hosts.n_ranks,
+                           plan.n_ranks);
+        static lz_host_link none[1];
+        int n;
+        before = lz_plan_host_links(&plan, &hosts, act_bytes, none, 0, &n);
+        if (!plan_file) // a hand-written plan is shown as written
+            LZ_TRY(lz_plan_place_on_hosts(&plan, &costs, &hosts, act_bytes, free_bytes));
+    }
 
     LZ_TRY(lz_plan_write_text(&plan, stdout));
     print_table(&plan, &costs);
+    if (hosts_file)
+        print_host_links(&plan, &hosts, hosts_file, act_bytes, before);
     if (out) {
         lz_atomic_file f;
         LZ_TRY(lz_atomic_open(&f, out));

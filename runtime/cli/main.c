@@ -7,6 +7,7 @@
 #include "commands.h" // lz_cmd_*
 #include "error.h"    // lz_error_message
 #include "mpi_world.h" // lz_world_init, lz_world_finish
+#include "watchdog.h"  // lz_watchdog_set_timeout
 
 typedef struct {
     const char *name;
@@ -32,7 +33,9 @@ static const command commands[] = {
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: lizard <command> [flags]   (lizard <command> --help for its flags)\n\ncommands:\n");
+    fprintf(out, "usage: lizard [--rank-timeout S] <command> [flags]   (lizard <command> --help for its flags)\n\n"
+                 "  --rank-timeout S  under mpirun: a rank silent or waiting longer than S seconds ends the job\n"
+                 "                    (default: LIZARD_STEP_TIMEOUT, else 30; 0: off)\n\ncommands:\n");
     for (int i = 0; i < N_COMMANDS; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
@@ -42,10 +45,29 @@ static int finish(int code) {
     return code;
 }
 
+/* `lizard --rank-timeout S <command> ...` holds for every command (watchdog.h); the flag leaves argv. */
+static lz_status take_rank_timeout(int *argc, char ***argv) {
+    char **a = *argv;
+    if (*argc < 2 || strncmp(a[1], "--rank-timeout", 14) != 0 || (a[1][14] != 0 && a[1][14] != '='))
+        return LZ_OK;
+    const bool joined = a[1][14] == '=';
+    if (!joined && *argc < 3)
+        return lz_fail(LZ_ERR_INPUT, "--rank-timeout: expected seconds");
+    LZ_TRY(lz_watchdog_set_timeout(joined ? a[1] + 15 : a[2], "--rank-timeout"));
+    const int used = joined ? 1 : 2;
+    a[used] = a[0];
+    *argv = a + used, *argc -= used;
+    return LZ_OK;
+}
+
 int main(int argc, char **argv) {
     if (lz_world_init(&argc, &argv) != LZ_OK) {
         fprintf(stderr, "lizard: error: %s\n", lz_error_message());
         return 1;
+    }
+    if (take_rank_timeout(&argc, &argv) != LZ_OK) {
+        fprintf(stderr, "lizard: error: %s\n", lz_error_message());
+        return finish(2);
     }
     if (argc < 2) {
         usage(stderr);

@@ -6,6 +6,7 @@
 #include <unistd.h> // gethostname
 
 #include "mpi_world.h"
+#include "watchdog.h" // lz_watchdog_stop
 
 static lz_world world = {false, 0, 1, 0, "localhost"};
 
@@ -30,13 +31,14 @@ lz_status lz_world_init(int *argc, char ***argv) {
     gethostname(world.host, sizeof world.host - 1);
     if (!launched_by_mpi())
         return LZ_OK;
-    // FUNNELED: `lizard serve` runs HTTP threads beside the one thread that makes every MPI call
+    // MULTIPLE: the rank watchdog's thread beats the heartbeat and may call MPI_Abort while the main
+    // thread waits inside MPI (watchdog.h)
     int provided = MPI_THREAD_SINGLE;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return lz_fail(LZ_ERR_INTERNAL, "MPI_Init_thread failed on %s", world.host);
     world.active = true;
-    if (provided < MPI_THREAD_FUNNELED)
-        return lz_fail(LZ_ERR_INTERNAL, "the MPI library on %s gives thread level %d, lizard needs MPI_THREAD_FUNNELED",
+    if (provided < MPI_THREAD_MULTIPLE)
+        return lz_fail(LZ_ERR_INTERNAL, "the MPI library on %s gives thread level %d, lizard needs MPI_THREAD_MULTIPLE",
                        world.host, provided);
     // errors come back as codes (checked by LZ_MPI_TRY) instead of aborting inside MPI
     LZ_MPI_TRY(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
@@ -56,5 +58,6 @@ void lz_world_finish(int exit_code) {
         return;
     if (exit_code != 0 && world.size > 1)
         MPI_Abort(MPI_COMM_WORLD, exit_code); // the other ranks may be blocked waiting for this one
+    lz_watchdog_stop(); // this rank's silence from now on is an orderly end
     MPI_Finalize();
 }

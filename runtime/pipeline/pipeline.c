@@ -1,9 +1,11 @@
 /* pipeline.c - plan agreement, the steps (headers, visits, activations, results), the serve loop. */
 #include <mpi.h>    // MPI_Allgather, MPI_Send, MPI_Recv
+#include <stdio.h>  // fopen, fread
 #include <stdlib.h> // malloc, free
 #include <string.h> // memset
 
 #include "hash.h"              // lz_fnv1a
+#include "heartbeat.h"         // lz_heartbeat_host
 #include "mpi_world.h"         // LZ_MPI_TRY
 #include "pipeline_internal.h" // lz_pipeline_send_header, STEP_FLAG_*
 #include "step_header_check.h" // lz_step_header_check
@@ -25,6 +27,21 @@ static uint64_t config_identity(const lz_config *c) {
     return h;
 }
 
+/* The bytes of this rank's executable: ranks of different lizard builds (an
+ * old copy on one node) would disagree on messages; 0 where unreadable. */
+static uint64_t build_identity(void) {
+    FILE *f = fopen("/proc/self/exe", "rb");
+    if (!f)
+        return 0;
+    static uint8_t buf[1 << 16];
+    uint64_t h = LZ_FNV1A_INIT;
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        h = lz_fnv1a(h, buf, n);
+    fclose(f);
+    return h;
+}
+
 lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *placement, const char *plan_file,
                            uint64_t context, int batch, uint64_t free_bytes, lz_stage_parts *parts) {
     const lz_world *w = lz_world_get();
@@ -32,21 +49,29 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
     p->rank = w->rank;
     p->n_ranks = w->size;
     if (w->size > 1)
-        LZ_TRY(lz_watchdog_start(w->rank, w->size));
-    // every rank's free bytes and model identity (a rank that read another config.json is named, not trusted)
-    uint64_t mine[2] = {free_bytes, config_identity(cfg)}, *gathered = malloc(sizeof(uint64_t) * 2 * (size_t)w->size);
+        LZ_TRY(lz_watchdog_start());
+    // every rank's free bytes, build and model identity (a rank that runs another build or read another
+    // config.json is named, not trusted)
+    static uint64_t build = 0;
+    if (build == 0)
+        build = build_identity();
+    uint64_t mine[3] = {free_bytes, build, config_identity(cfg)};
+    uint64_t *gathered = malloc(sizeof(uint64_t) * 3 * (size_t)w->size);
     uint64_t *free_all = malloc(sizeof(uint64_t) * (size_t)w->size);
     if (!free_all || !gathered) {
         free(free_all), free(gathered);
         return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", w->rank);
     }
     lz_status s = LZ_OK;
-    int rc = MPI_Allgather(mine, 2, MPI_UINT64_T, gathered, 2, MPI_UINT64_T, MPI_COMM_WORLD);
+    int rc = MPI_Allgather(mine, 3, MPI_UINT64_T, gathered, 3, MPI_UINT64_T, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS)
         s = lz_world_mpi_error(rc, "MPI_Allgather(free bytes)", __FILE__, __LINE__);
     for (int r = 0; s == LZ_OK && r < w->size; r++) {
-        free_all[r] = gathered[2 * r];
-        if (gathered[2 * r + 1] != gathered[1] && w->rank == 0)
+        free_all[r] = gathered[3 * r];
+        if (gathered[3 * r + 1] != gathered[1] && w->rank == 0)
+            s = lz_fail(LZ_ERR_INPUT, "rank %d (%s) runs a different lizard build than rank 0 (%s): every rank must "
+                        "run the same executable", r, lz_heartbeat_host(r), w->host);
+        else if (gathered[3 * r + 2] != gathered[2] && w->rank == 0)
             s = lz_fail(LZ_ERR_INPUT, "rank %d loaded a different model than rank 0 (config.json or --softmax-layers "
                         "differ): every rank must see the same model folder", r);
     }
@@ -203,20 +228,27 @@ static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
             continue;
         if (vis->embed)
             LZ_TRY(lz_step_embed(m, ws, ids, b));
-        else if (v > 0 && p->visits[v - 1].rank != p->rank)
+        else if (v > 0 && p->visits[v - 1].rank != p->rank) {
+            lz_watchdog_arm("for the activations from", p->step_id, p->visits[v - 1].rank);
             LZ_TRY(recv_x(p, m, ws, b->n_tokens, p->visits[v - 1].rank));
+            lz_watchdog_arm("a step", p->step_id, -1);
+        }
         if (vis->count > 0)
             LZ_TRY(lz_step_layers_replayed(m, st, ws, b, vis->first, vis->first + vis->count));
         if (vis->head)
             LZ_TRY(run_head(p, m, ws, rows, n_rows, ids_back, sample, logits, out_ids));
-        else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank)
+        else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank) {
+            lz_watchdog_arm("to hand the activations to", p->step_id, p->visits[v + 1].rank);
             LZ_TRY(send_x(p, m, ws, b->n_tokens, p->visits[v + 1].rank, async));
+            lz_watchdog_arm("a step", p->step_id, -1);
+        }
     }
     p->stats.steps++;
     p->stats.tokens += (uint64_t)b->n_tokens;
     if (async)
         return LZ_OK; // no wait here: the result is received by lz_pipeline_step_finish
     if (p->rank == 0 && p->plan.head_rank != 0) {
+        lz_watchdog_arm("for the result from", p->step_id, p->plan.head_rank);
         int rc = recv_result(p, m, n_rows, ids_back, logits, out_ids);
         if (rc != MPI_SUCCESS)
             return lz_world_mpi_error(rc, "MPI_Recv (the last stage's result)", __FILE__, __LINE__);
@@ -272,7 +304,8 @@ static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspac
     const int32_t *ids = h->token_ids, *rows = h->logit_rows;
     const int n_rows = (int)h->n_logit_rows;
     lz_pipeline_trace(p, "header", h->step_id);
-    lz_watchdog_arm("a step", h->step_id);
+    p->step_id = h->step_id; // the other ranks learn it here (rank 0 numbers the steps)
+    lz_watchdog_arm("a step", h->step_id, -1);
     if (s == LZ_OK)
         s = lz_step_begin(m, st, ws, ids, &a.b, rows, n_rows);
     lz_pipeline_trace(p, "begun", h->step_id);
@@ -358,7 +391,7 @@ lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, in
     p->n_inflight--;
     // results of one head rank arrive in the order the steps started (MPI keeps order per sender and tag)
     lz_pipeline_trace(p, "finish", 0);
-    lz_watchdog_arm("the result of a started step", p->step_id);
+    lz_watchdog_arm("for the result from", p->step_id - (uint64_t)p->n_inflight, p->plan.head_rank);
     int rc = recv_result(p, m, f->n_rows, f->ids_back, logits, out_ids);
     lz_pipeline_trace(p, "finished", 0);
     if (rc == MPI_SUCCESS && f->send != MPI_REQUEST_NULL)

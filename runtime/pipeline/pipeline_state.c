@@ -127,7 +127,7 @@ lz_status lz_pipeline_save(lz_pipeline *p, lz_model *m, lz_state *st, int slot, 
     h.n_seq_ids = 1;
     h.seq_ids = &s32;
     LZ_TRY(lz_pipeline_send_header(p, &h));
-    lz_watchdog_arm("a session save", 0);
+    lz_watchdog_arm("a session save", 0, -1);
     return disarmed(save_collective(p, m, st, slot, state_bf16, stages));
 }
 
@@ -140,7 +140,7 @@ lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slo
     h.seq_ids = &s32;
     h.positions = &pos32;
     LZ_TRY(lz_pipeline_send_header(p, &h));
-    lz_watchdog_arm("a session restore", 0);
+    lz_watchdog_arm("a session restore", 0, -1);
     return disarmed(restore_collective(p, m, st, slot, position, all));
 }
 
@@ -148,7 +148,7 @@ lz_status lz_pipeline_restore(lz_pipeline *p, lz_model *m, lz_state *st, int slo
 lz_status lz_pipeline_serve_state(lz_pipeline *p, lz_model *m, lz_state *st, const Lizard__StepHeader *h) {
     if (h->n_seq_ids != 1 || ((h->flags & STEP_FLAG_RESTORE) && h->n_positions != 1))
         return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed state request", p->rank);
-    lz_watchdog_arm(h->flags & STEP_FLAG_SAVE ? "a session save" : "a session restore", 0);
+    lz_watchdog_arm(h->flags & STEP_FLAG_SAVE ? "a session save" : "a session restore", 0, -1);
     if (h->flags & STEP_FLAG_SAVE)
         return disarmed(save_collective(p, m, st, h->seq_ids[0], (h->flags & STEP_FLAG_STATE_BF16) != 0, NULL));
     return disarmed(restore_collective(p, m, st, h->seq_ids[0], (uint64_t)h->positions[0], NULL));

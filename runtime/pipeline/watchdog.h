@@ -1,14 +1,19 @@
-/* watchdog.h - a pipeline rank that waits too long in the middle of a step
- * ends itself, so that mpirun ends the job instead of leaving it hanging.
+/* watchdog.h - a pipeline rank that is stopped, killed or cut off, or that
+ * waits too long for another, ends the whole job instead of leaving it hung.
  *
- * A killed rank or one that returns an error already ends the job (mpirun
- * sees the exit); a stage that stalls without exiting — a hung kernel, a
- * stopped process, a lost link — would leave every other rank blocked in MPI
- * or NCCL forever. Around every step (and every wait for a started step's
- * result) the rank arms the watchdog; a thread checks it twice a second and,
- * past LIZARD_STEP_TIMEOUT seconds (default 600, as PyTorch's NCCL watchdog;
- * 0: off), prints one line naming the rank and the step and exits with
- * status 3. A rank waiting for its next step is idle, not armed. */
+ * Two checks, one deadline (the rank timeout: `lizard --rank-timeout S`, else
+ * LIZARD_STEP_TIMEOUT, default 30 s; 0 turns both off):
+ * - a heartbeat: rank 0 and every other rank exchange a small MPI message
+ *   several times a second from a thread of their own (heartbeat.h), so a
+ *   rank that falls silent (SIGSTOP, a dead host, a cut link) is noticed
+ *   even while every rank is idle;
+ * - an armed wait: around every step, every wait for another rank's
+ *   activations or result, and every session transfer, the rank arms the
+ *   watchdog; a wait longer than the deadline (a hung kernel, a stage that
+ *   lives but never answers) ends the job too.
+ * Either way the rank prints one line naming itself, its host, the silent
+ * rank and its host where known, and what it was waiting for, then calls
+ * MPI_Abort so that mpirun ends every rank and exits non-zero (status 3). */
 #ifndef LZ_WATCHDOG_H
 #define LZ_WATCHDOG_H
 
@@ -16,12 +21,22 @@
 
 #include "error.h" // lz_status
 
-/* Starts the checking thread once per process (later calls do nothing);
- * reads LIZARD_STEP_TIMEOUT (seconds; a bad value is an input error). */
-lz_status lz_watchdog_start(int rank, int n_ranks);
+/* The deadline from the command line (seconds; before lz_watchdog_start).
+ * `flag` names where it came from in messages. */
+lz_status lz_watchdog_set_timeout(const char *value, const char *flag);
 
-/* Marks the start of a wait that must end (what: a short phrase, static). */
-void lz_watchdog_arm(const char *what, uint64_t step_id);
+/* Collective over MPI_COMM_WORLD, once per process (later calls do nothing):
+ * reads LIZARD_STEP_TIMEOUT unless the timeout was set, learns every rank's
+ * host, and starts the heartbeat thread. */
+lz_status lz_watchdog_start(void);
+/* Says goodbye to the watched ranks (this rank's silence from now on is an
+ * orderly end) and joins the thread; before MPI_Finalize. */
+void lz_watchdog_stop(void);
+
+/* Marks the start of a wait that must end: `what` (static; with a peer, a
+ * phrase that the peer's name ends: "for the result from"), the step, and
+ * the rank it waits for (-1: its own work). */
+void lz_watchdog_arm(const char *what, uint64_t step_id, int peer);
 void lz_watchdog_disarm(void);
 
 #endif

@@ -175,7 +175,7 @@ start=$(date +%s)
 for _ in $(seq 1 30); do kill -0 $job 2>/dev/null || break; sleep 0.5; done
 wait $job
 rc=$? took=$(( $(date +%s) - start ))
-[ -n "$victim" ] && [ $rc -ne 0 ] && [ $took -le 12 ] && grep -q "rank [01] of 2: .* did not finish in 2 s" "$TMP/err" && ok ||
+[ -n "$victim" ] && [ $rc -ne 0 ] && [ $took -le 12 ] && grep -q "rank [01] of 2 (.*): rank [01] (.*) sent nothing for [0-9]* s.*(LIZARD_STEP_TIMEOUT=2)" "$TMP/err" && ok ||
   bad "stalled rank: rc=$rc after ${took}s (victim '$victim'): $(grep lizard: "$TMP/err" | head -2)"
 [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
 pkill -9 -f "lizard generate --model $N" 2>/dev/null
