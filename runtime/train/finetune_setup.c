@@ -36,9 +36,9 @@ static lz_status check_args(lz_finetune_run *r, const lz_config *cfg, lz_lora_co
     if (!cfg->has_lizard)
         return lz_fail(LZ_ERR_INPUT, "--model %s: config.json has no lizard block (run lizard distill first)",
                        a->model);
-    if (cfg->sliding_window > 0 || cfg->attention_bias || cfg->mlp_bias)
-        return lz_fail(LZ_ERR_INPUT, "--model %s: sliding-window attention and biases are not supported by finetune",
-                       a->model);
+    if ((cfg->sliding_window > 0 && a->seq_len > cfg->sliding_window) || cfg->attention_bias || cfg->mlp_bias)
+        return lz_fail(LZ_ERR_INPUT, "--model %s: biases, or a sliding window shorter than --seq-len, are not "
+                       "supported by finetune", a->model);
     LZ_TRY(parse_targets(a->targets, lora->target));
     const int C = cfg->hidden_size, I = cfg->intermediate_size;
     const int qd = cfg->num_attention_heads * cfg->head_dim, kd = cfg->num_key_value_heads * cfg->head_dim;
