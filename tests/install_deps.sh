@@ -5,11 +5,11 @@ export DEBIAN_FRONTEND=noninteractive
 packages=(build-essential cmake pkg-config ca-certificates
           libjansson-dev libpcre2-dev protobuf-c-compiler libprotobuf-c-dev libmicrohttpd-dev
           curl clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3)
-# tests/nodes: network namespaces, veth links, a bridge and tc (iproute2), UTS namespaces (util-linux's unshare)
-packages+=(iproute2 util-linux)
 # Node + npm for the OpenAI client test: Debian's, unless a Node that brings its own npm is there
 # (NodeSource's nodejs conflicts with Debian's npm package)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+# tests/nodes: network namespaces, veth links, a bridge and tc (iproute2), UTS namespaces (util-linux's unshare)
+packages+=(iproute2 util-linux)
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 echo "install_deps: done"
