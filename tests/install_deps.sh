@@ -2,14 +2,12 @@
 # install_deps.sh - the Debian packages lizard builds and tests with (run as root).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-packages=(build-essential cmake pkg-config ca-certificates
+packages=(build-essential cmake pkg-config ca-certificates iproute2 util-linux
           libjansson-dev libpcre2-dev protobuf-c-compiler libprotobuf-c-dev libmicrohttpd-dev
           curl clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3)
 # Node + npm for the OpenAI client test: Debian's, unless a Node that brings its own npm is there
 # (NodeSource's nodejs conflicts with Debian's npm package)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
-# tests/nodes: network namespaces, veth links, a bridge and tc (iproute2), UTS namespaces (util-linux's unshare)
-packages+=(iproute2 util-linux)
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 echo "install_deps: done"
