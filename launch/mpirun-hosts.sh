@@ -4,8 +4,7 @@
 # Before anything starts, checks that HOSTFILE's slots hold NRANKS and that every host that gets a rank
 # answers (one line naming the host, exit 2). Then Open MPI fills the slots in order (rank r on the host
 # of slot r, as `lizard plan --hosts HOSTFILE` assumes), TCP keepalive on its own connections so that
-# mpirun notices a host that vanished (12-20 s), a host whose daemon never reports ends the start after
-# 60 s, NCCL_* and LIZARD_* passed to every rank.
+# mpirun notices a host that vanished (12-20 s), NCCL_* and LIZARD_* passed to every rank.
 # Environment:
 #   LAUNCH_NET      the subnet or interface MPI uses between hosts (btl_tcp_if_include, oob_tcp_if_include),
 #                   e.g. 10.0.0.0/16 or ib0; default: Open MPI's choice
@@ -41,4 +40,4 @@ pass=()
 for v in $(env | sed -n 's/^\(\(NCCL\|LIZARD\)_[A-Za-z0-9_]*\)=.*/\1/p'); do pass+=(-x "$v"); done
 exec mpirun --hostfile "$hostfile" -np "$n" --map-by slot --mca plm_rsh_agent "$agent" "${net[@]}" \
     --mca oob_tcp_keepalive_time 8 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 6 \
-    --mca orte_startup_timeout 60 -x NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} "${pass[@]}" ${MPIRUN_ARGS:-} "$@"
+    -x NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} "${pass[@]}" ${MPIRUN_ARGS:-} "$@"
