@@ -114,8 +114,10 @@ static void check_deadlines(const lz_world *w, double now, double tick) {
     const long long at = atomic_load(&armed_at_ms);
     const bool overdue = at != 0 && (double)(now_ms() - at) >= timeout_s * 1000.0;
     double silent_for = 0.0;
-    // a rank silent for a good part of the deadline is the likely cause of an overdue wait too
-    const int silent = lz_heartbeat_silent(now, overdue ? 1.0 + 10.0 * tick : timeout_s, &silent_for);
+    // a rank silent for a good part of the deadline is the likely cause of an overdue wait too (a wait
+    // armed before that rank's last heartbeat expires before its silence does)
+    const double quiet = 1.0 + 10.0 * tick < timeout_s / 4.0 ? 1.0 + 10.0 * tick : timeout_s / 4.0;
+    const int silent = lz_heartbeat_silent(now, overdue ? quiet : timeout_s, &silent_for);
     if (silent < 0 && !overdue)
         return;
     char wait[256], line[512], who[96];

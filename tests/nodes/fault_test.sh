@@ -17,7 +17,10 @@ lose() {
     local name=$1 how=$2
     NODES_TIMEOUT=150 nodes_mpirun 3 "$LIZARD" "${GEN[@]}" >/dev/null 2>"$TMP/$name.err" &
     local job=$!
-    for _ in $(seq 1 100); do [ -n "$(ip netns pids "${LZ_NODES_PREFIX}node-c")" ] && break; sleep 0.1; done
+    for _ in $(seq 1 300); do # every host runs its rank (a host lost while Open MPI starts is another story)
+        [ "$(nodes_lizards node-a)$(nodes_lizards node-b)$(nodes_lizards node-c)" = 111 ] && break
+        sleep 0.1
+    done
     sleep 3
     if [ "$how" = cut ]; then
         nodes_link node-b down

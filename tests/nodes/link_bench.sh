@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # link_bench.sh LIZARD [full] - decode tokens/s and time per step of a pipeline across emulated hosts
-# (nodes_lib.sh) against the bandwidth (tc tbf) and, where the kernel has netem, the delay of every host's link, at batch 1 and 64,
-# with the bytes per token each hop carries. Without "full" (CI, ctest nodes.links, ~30 s): 2 hosts,
-# three links, and the checks that the delay shows in batch 1's time per step and that the bytes per
-# token per hop are the activations' (hidden size x 4 on the CPU path). With "full" (manual, minutes):
-# 2 and 3 hosts over a grid of delays and rates. Records go to $LINK_BENCH_OUT (JSON lines; default a
-# temporary file); plot_links.py turns them into docs/running.md's table and SVG.
+# (nodes_lib.sh) against the bandwidth of every host's link (tc tbf) and, where the kernel has netem,
+# its delay, at batch 1 and 64, with the bytes per token each hop carries. Without "full" (CI, ctest
+# nodes.links, ~40 s): 2 hosts, no limit and 1 Mbit/s (and 2 ms each way with netem), checked: a hop
+# carries one activation row per token, the narrow link shows in batch 64's step, the delay in batch
+# 1's. With "full" (by hand, minutes): 2 and 3 hosts over a grid of rates (and delays). Records go to
+# $LINK_BENCH_OUT (JSON lines; default a temporary file); plot_links.py turns them into docs/running.md's
+# table and SVG.
 set -u
 LIZARD=$1
 MODE=${2:-ci}

@@ -88,6 +88,13 @@ nodes_mpirun() {
         timeout "${NODES_TIMEOUT:-120}" "$NODES_DIR/../../launch/mpirun-hosts.sh" "${NODES_HOSTFILE_USED:-$NODES_HOSTFILE}" "$@"
 }
 
+# nodes_lizards HOST: how many lizard processes run on HOST
+nodes_lizards() {
+    local n=0
+    for p in $(ip netns pids "$LZ_NODES_PREFIX$1"); do grep -qx lizard "/proc/$p/comm" 2>/dev/null && n=$((n + 1)); done
+    echo $n
+}
+
 nodes_link() { ip link set "${NODES_TAG}v$(($(nodes_index "$1") + 1))" "$2"; }
 nodes_index() { local i; for i in "${!NODES_HOSTS[@]}"; do [ "${NODES_HOSTS[$i]}" = "$1" ] && echo "$i"; done; }
 

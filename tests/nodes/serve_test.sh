@@ -31,9 +31,8 @@ curl -s -m 30 -H 'Content-Type: application/json' -d "$BODY" "$url/v1/completion
     bad "3 hosts answer $(cat "$TMP/three.json") vs one process $(cat "$TMP/one.json")"
 # rank 0 really is on node-a and the layers elsewhere: each host runs one lizard
 for h in node-a node-b node-c; do
-    n=0
-    for p in $(ip netns pids "$LZ_NODES_PREFIX$h"); do grep -q lizard "/proc/$p/comm" 2>/dev/null && n=$((n + 1)); done
-    [ $n -eq 1 ] && ok || bad "$h runs $n lizard processes"
+    n=$(nodes_lizards $h)
+    [ "$n" = 1 ] && ok || bad "$h runs $n lizard processes"
 done
 
 # SIGTERM in the middle of a long request: it finishes, then every rank ends with 0
