@@ -70,7 +70,7 @@ static long temp_writer(const char *entry, const char *name, const char *ending)
     const char *mark = strstr(entry, ".tmp."), *next;
     while (mark && (next = strstr(mark + 1, ".tmp.")) != NULL) // the last ".tmp."
         mark = next;
-    if (!mark || !isdigit((unsigned char)mark[5]))
+    if (!mark || !isdigit((unsigned char)mark[5]) || strlen(mark + 5) > 9) // pids have at most 7 digits
         return 0;
     for (const char *p = mark + 5; *p; p++)
         if (!isdigit((unsigned char)*p))
