@@ -12,9 +12,8 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // int32_t, int64_t
 
-#include "dtype.h"       // lz_dtype
-#include "error.h"       // lz_status
-#include "safetensors.h" // lz_st_tensor
+#include "dtype.h" // lz_dtype, lz_host_tensor
+#include "error.h" // lz_status
 
 typedef struct lz_backend lz_backend; /* a backend's private context */
 
@@ -88,9 +87,9 @@ typedef struct lz_ops {
     lz_status (*alloc)(lz_backend *be, size_t bytes, void **out);
     void (*free)(lz_backend *be, void *p);
     lz_status (*zero)(lz_backend *be, void *p, size_t bytes);
-    /* Makes a backend weight from a checkpoint tensor (converting dtype),
+    /* Makes a backend weight from a host tensor (converting dtype),
      * viewed as [rows, cols]; rows * cols must equal the tensor's numel. */
-    lz_status (*upload_weight)(lz_backend *be, const lz_st_tensor *src, int64_t rows, int64_t cols, lz_weight *out);
+    lz_status (*upload_weight)(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols, lz_weight *out);
     void (*free_weight)(lz_backend *be, lz_weight *w);
     /* Optional: lays weights of one width and type (each owning its memory) one after another in one
      * allocation, in order, so that layers of one input may run as one product. Each stays its own

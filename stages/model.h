@@ -12,9 +12,10 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // uint64_t
 
-#include "config.h"      // lz_config
-#include "ops.h"         // lz_ops, lz_weight, lz_attn_dims
-#include "safetensors.h" // lz_weights
+#include "config.h" // lz_config
+#include "ops.h"    // lz_ops, lz_weight, lz_attn_dims
+
+struct lz_weights; /* a mapped checkpoint (runtime/core/safetensors.h) */
 
 typedef struct {
     int index;
@@ -44,33 +45,12 @@ typedef struct {
     lz_stage_parts parts;
     const lz_ops *ops;
     lz_backend *be;
-    lz_weights ckpt; /* the mapped checkpoint (CPU weights may point into it) */
+    struct lz_weights *ckpt; /* the mapped checkpoint (CPU weights may point into it); owned */
     lz_weight embed, final_norm, lm_head;
     lz_layer *layers;
     float *inv_freq; /* [head_dim / 2] RoPE frequencies, backend memory */
     size_t n_params_teacher, n_params_lizard; /* of the tensors loaded */
 } lz_model;
-
-/* Loads DIR's weights for `cfg` (already parsed, overrides applied). */
-lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be);
-/* Loads only `parts` (a pipeline stage); the other layers keep their kind
- * and geometry but no weights. */
-lz_status lz_model_load_stage(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
-                              const lz_stage_parts *parts);
-/* Every part of a model with `n_layers` layers. */
-void lz_stage_parts_all(lz_stage_parts *parts, int n_layers);
-/* The same model with random weights made on the backend (no files): for
- * benchmarks. Feature maps: phi_q shared, phi_k per key/value head. */
-lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be, uint64_t seed);
-/* Only `parts` of it (a pipeline stage); each tensor's values depend on the
- * seed and its name, so the stages of N ranks hold one process's weights. */
-lz_status lz_model_init_random_stage(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
-                                     const lz_stage_parts *parts, uint64_t seed);
-/* Checks every tensor of DIR against `cfg` (names, dtypes, shapes) and fills
- * the layer geometry and parameter counts, without uploading any weight:
- * what `lizard info` needs, for a model of any size. `ops` only sizes state. */
-lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops);
-void lz_model_free(lz_model *m);
 
 /* RoPE inverse frequencies [head_dim / 2] for the config (default or llama3),
  * computed as HF transformers does. */

@@ -26,7 +26,7 @@ static lz_status cpu_zero(lz_backend *be, void *p, size_t bytes) {
     return LZ_OK;
 }
 
-static lz_status cpu_upload_weight(lz_backend *be, const lz_st_tensor *src, int64_t rows, int64_t cols,
+static lz_status cpu_upload_weight(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols,
                                    lz_weight *out) {
     if (rows * cols != src->numel)
         return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,

@@ -17,27 +17,9 @@
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
+#include <stdint.h>  // int32_t
 
-/* Shape of one Lizard layer's attention. */
-typedef struct {
-    int Hq, Hkv;  /* query heads, key/value heads */
-    int Hs;       /* state heads = heads of phi_k: Hkv, or Hq when phi_k is per query head */
-    int n_wq;     /* heads of W in phi_q: 1 or Hq */
-    int n_wk;     /* heads of W in phi_k: 1, Hkv or Hq (Hq: keys repeated to every query head first) */
-    int d;        /* head_dim */
-    int f;        /* phi has 2f features */
-    int w;        /* window */
-    int m;        /* meta-memory logits */
-    bool normalize; /* GLA divided by its normaliser */
-    bool exp_map;   /* "exp" feature map instead of "softmax" */
-} lz_lizard_geom;
-
-/* Tokens per chunk of the chunked GLA (the same as the inference kernel's),
- * and the limits the model loader enforces (stack buffers are sized by them). */
-enum { LZ_TRAIN_CHUNK = 64, LZ_TRAIN_MAX_F = 512, LZ_TRAIN_MAX_D = 1024, LZ_TRAIN_MAX_W = 4096 };
-
-/* Number of chunks of T tokens. */
-static inline int lz_train_chunks(int T) { return (T + LZ_TRAIN_CHUNK - 1) / LZ_TRAIN_CHUNK; }
+#include "train_types.h" // lz_lizard_geom, lz_lizard_params_f32/_f64
 
 #define LZ_TRAIN_DECLARE(real, sfx)                                                                                 \
     /* out [T, Hout, 2f] = phi(x), x [T, Hx, d], w [n_w, d, f] */                                                    \
@@ -63,7 +45,19 @@ static inline int lz_train_chunks(int T) { return (T + LZ_TRAIN_CHUNK - 1) / LZ_
                                     const lz_lizard_geom *g);                                                       \
     /* dmeta [m] += dL/dt_j given dwin [T, Hq, d] (the gradient of WIN, i.e. alpha * dy) */                          \
     void window_backward_##sfx(real *dmeta, const real *dwin, const real *win, const real *q, const real *k,        \
-                               const real *meta, int T, const lz_lizard_geom *g);
+                               const real *meta, int T, const lz_lizard_geom *g);                              \
+    /* Fine-tuning: the same ops' gradients for their inputs (all added to, except dv of gla_backward_full,       \
+     * which is added to as well; NULL dv: none). */                                                              \
+    void feature_map_backward_input_##sfx(real *dx, const real *dphi, const real *phi, const real *w, int n_w,      \
+                                          int T, int Hx, int Hout, int d, int f, bool exp_map);                     \
+    void gate_backward_input_##sfx(real *dx, const real *dlog_gamma, const real *logit, const real *wg, int T,      \
+                                   int C);                                                                          \
+    void gla_backward_full_##sfx(real *dphi_q, real *dphi_k, real *dlog_gamma, real *dv, const real *dout,          \
+                                 const real *out, const real *S0, const real *z0, const real *phi_q,               \
+                                 const real *phi_k, const real *v, const real *log_gamma, int T,                    \
+                                 const lz_lizard_geom *g);                                                          \
+    void window_backward_input_##sfx(real *dq, real *dk, real *dv, const real *dwin, const real *win, const real *q, \
+                                     const real *k, const real *v, const real *meta, int T, const lz_lizard_geom *g);
 
 LZ_TRAIN_DECLARE(float, f32)
 LZ_TRAIN_DECLARE(double, f64)
@@ -72,9 +66,6 @@ LZ_TRAIN_DECLARE(double, f64)
  * output, loss = mean((y - target)^2), and its gradient for every trainable
  * tensor. Scratch for sequences of up to T tokens. */
 #define LZ_LAYER_TRAIN_DECLARE(real, sfx)                                                                          \
-    typedef struct {                                                                                               \
-        real *wq, *wk, *wg, *meta, *alpha; /* [n_wq, d, f], [n_wk, d, f], [C], [m], [1] */                         \
-    } lz_lizard_params_##sfx;                                                                                      \
     typedef struct {                                                                                               \
         int max_T, C;                                                                                              \
         real *phi_q, *phi_k, *logit, *lg, *gla, *S0, *z0, *win, *dy, *dphi_q, *dphi_k, *dlg, *dwin;               \
@@ -86,13 +77,60 @@ LZ_TRAIN_DECLARE(double, f64)
     double lz_lizard_layer_sse_##sfx(const lz_lizard_params_##sfx *p, lz_lizard_params_##sfx *grad,                \
                                      real grad_scale, const real *x, const real *q, const real *k, const real *v,  \
                                      const real *target, int T, const lz_lizard_geom *g,                           \
-                                     lz_lizard_scratch_##sfx *s);
+                                     lz_lizard_scratch_##sfx *s);                                                  \
+    /* y [T, Hq, d] = GLA + alpha WIN (y may be NULL); keeps in s what the backward reads. */                      \
+    void lz_lizard_layer_forward_##sfx(real *y, const lz_lizard_params_##sfx *p, const real *x, const real *q,      \
+                                       const real *k, const real *v, int T, const lz_lizard_geom *g,               \
+                                       lz_lizard_scratch_##sfx *s);                                                \
+    /* After the forward: from dy, adds d/dparam to grad (if not NULL) and d/dx, dq, dk, dv to those (if dq is     \
+     * not NULL; all four then). */                                                                                \
+    void lz_lizard_layer_backward_##sfx(lz_lizard_params_##sfx *grad, real *dx, real *dq, real *dk, real *dv,       \
+                                        const real *dy, const lz_lizard_params_##sfx *p, const real *x,             \
+                                        const real *q, const real *k, const real *v, int T, const lz_lizard_geom *g, \
+                                        lz_lizard_scratch_##sfx *s);
 
 LZ_LAYER_TRAIN_DECLARE(float, f32)
 LZ_LAYER_TRAIN_DECLARE(double, f64)
 
-/* Elements of each trainable tensor of a layer. */
-static inline size_t lz_lizard_wq_numel(const lz_lizard_geom *g) { return (size_t)g->n_wq * g->d * g->f; }
-static inline size_t lz_lizard_wk_numel(const lz_lizard_geom *g) { return (size_t)g->n_wk * g->d * g->f; }
+/* The other ops of the model for fine-tuning (stage 2), one sequence of T
+ * tokens from position 0 per call; backward_input/backward functions add to
+ * their outputs unless said otherwise. Equations in kernels/cpu/backward/. */
+enum { LZ_CE_CHUNK = 1024 }; /* vocabulary rows of logits at a time */
+#define LZ_MODEL_TRAIN_DECLARE(real, sfx)                                                                          \
+    /* y [T, C] = rmsnorm(x) * w; rinv [T] kept */                                                                 \
+    void rmsnorm_train_forward_##sfx(real *y, real *rinv, const real *x, const real *w, int T, int C, real eps);    \
+    void rmsnorm_backward_##sfx(real *dx, const real *dy, const real *x, const real *w, const real *rinv, int T,    \
+                                int C);                                                                            \
+    /* h [n] = silu(g) * u; dg, du overwritten */                                                                  \
+    void swiglu_train_forward_##sfx(real *h, const real *g, const real *u, size_t n);                              \
+    void swiglu_backward_##sfx(real *dg, real *du, const real *dh, const real *g, const real *u, size_t n);        \
+    void embedding_train_forward_##sfx(real *x, const real *E, const int32_t *ids, int T, int C);                  \
+    void embedding_backward_##sfx(real *dE, const real *dx, const int32_t *ids, int T, int C);                     \
+    /* x [T, H, d] rotated in place at positions 0..T-1; sign -1: the backward */                                  \
+    void rope_train_##sfx(real *x, int T, int H, int d, const float *inv_freq, real sign);                         \
+    /* causal attention, q [T, Hq, d], k, v [T, Hkv, d]; out [T, Hq, d], lse [T, Hq];                              \
+     * the backward overwrites dq, dk, dv */                                                                       \
+    void attention_train_forward_##sfx(real *out, real *lse, const real *q, const real *k, const real *v, int T,   \
+                                       int Hq, int Hkv, int d);                                                    \
+    void attention_backward_##sfx(real *dq, real *dk, real *dv, const real *dout, const real *out,                \
+                                  const real *lse, const real *q, const real *k, const real *v, int T, int Hq,     \
+                                  int Hkv, int d);                                                                 \
+    /* y [T, out] = x [T, in] W^T (overwritten), W [out, in]; dx += dy W */                                        \
+    void linear_train_forward_##sfx(real *y, const real *x, const real *W, int T, int in, int out);                \
+    void linear_backward_input_##sfx(real *dx, const real *dy, const real *W, int T, int in, int out);             \
+    /* y += scale (x*mask) A^T B^T, u [T, r] = (x*mask) A^T kept; A [r, in], B [out, r]; mask NULL: none;            \
+     * dx may be NULL */                                                                                           \
+    void lora_train_forward_##sfx(real *y, real *u, const real *x, const real *A, const real *B, const real *mask,  \
+                                  real scale, int T, int in, int out, int r);                                      \
+    void lora_backward_##sfx(real *dA, real *dB, real *dx, const real *dy, const real *x, const real *u,          \
+                             const real *A, const real *B, const real *mask, real scale, int T, int in, int out,   \
+                             int r);                                                                               \
+    /* sum over rows with targets[t] >= 0 of CE(h_t W^T, targets[t]), W [V, C]; dh [T, C] (overwritten,           \
+     * NULL: none) = grad_scale * d(sum)/dh */                                                                     \
+    double lm_head_cross_entropy_##sfx(real *dh, const real *h, const real *W, const int32_t *targets, int T,      \
+                                       int C, int V, real grad_scale);
+
+LZ_MODEL_TRAIN_DECLARE(float, f32)
+LZ_MODEL_TRAIN_DECLARE(double, f64)
 
 #endif

@@ -1,5 +1,5 @@
 /* train_kernels_f32.c - the training kernels in float: what `lizard distill` runs. */
-#include <math.h>   // INFINITY
+#include <math.h>   // INFINITY, cos, sin
 #include <stdlib.h> // malloc, calloc, free, abort
 #include <string.h> // memset, memcpy
 
@@ -11,3 +11,6 @@
 #include "backward/gla_backward.inc"
 #include "backward/window_backward.inc"
 #include "backward/layer_train.inc"
+#include "backward/norm_mlp_backward.inc"
+#include "backward/attention_backward.inc"
+#include "backward/linear_backward.inc"

@@ -121,7 +121,7 @@ static lz_status h2d(lz_backend *be, void *dst, const void *src, size_t bytes) {
 }
 
 // Converts on the host in pieces of at most 16M elements, then copies.
-static lz_status cuda_upload_weight(lz_backend *be, const lz_st_tensor *src, int64_t rows, int64_t cols,
+static lz_status cuda_upload_weight(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols,
                                     lz_weight *out) {
     if (rows * cols != src->numel)
         return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,

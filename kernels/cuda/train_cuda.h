@@ -19,7 +19,7 @@
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
 
-#include "cpu/train_kernels.h" // lz_lizard_geom, lz_lizard_params_f32
+#include "train_types.h" // lz_lizard_geom, lz_lizard_params_f32
 #include "error.h"             // lz_status
 
 /* out [N, Hout, 2f] = phi(x), x [N, Hx, d], w [n_w, d, f] (n_w 1 or Hout) */

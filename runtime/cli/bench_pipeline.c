@@ -115,12 +115,12 @@ static lz_status drive_prompt(lz_engine *e, const lz_bench_pipeline_args *a, int
     const int32_t slot = 0, zero = 0;
     const int warm = P < e->opt.prefill_chunk ? P : e->opt.prefill_chunk;
     if (s == LZ_OK) // warm-up: kernels load lazily, cuBLAS picks its algorithms
-        s = lz_engine_prefill(e, 0, ids, warm, NULL, logits);
+        s = lz_engine_prefill(e, 0, ids, warm, NULL, (lz_step_out){.logits = logits});
     if (s == LZ_OK)
         s = lz_engine_seek(e, 1, &slot, &zero);
     double t0 = lz_now_seconds();
     if (s == LZ_OK)
-        s = lz_engine_prefill(e, 0, ids, P, NULL, logits);
+        s = lz_engine_prefill(e, 0, ids, P, NULL, (lz_step_out){.logits = logits});
     const double dt = lz_now_seconds() - t0;
     if (s == LZ_OK)
         report(a, "prompt", P, 1, P, P / dt, e->load_seconds);
@@ -151,7 +151,7 @@ static lz_status drive_decode(lz_engine *e, const lz_bench_pipeline_args *a, int
         if (groups < 2) { // the ids chosen are the next inputs, as in generation
             if (round == 2)
                 t0 = lz_now_seconds();
-            s = lz_engine_decode_greedy(e, B, slots, ids, next);
+            s = lz_engine_decode(e, B, slots, ids, (lz_step_out){.ids = next});
             memcpy(ids, next, sizeof(int32_t) * (size_t)B);
             continue;
         }

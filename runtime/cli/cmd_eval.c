@@ -54,7 +54,7 @@ static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, i
         LZ_TRY(lz_state_reset_slot(&e->state, &e->model, 0));
         for (int p0 = s0; p0 < s1; p0 += piece) {
             const int p1 = p0 + piece < s1 ? p0 + piece : s1;
-            LZ_TRY(lz_engine_prefill(e, 0, ids + p0, p1 - p0, logits, NULL));
+            LZ_TRY(lz_engine_prefill(e, 0, ids + p0, p1 - p0, logits, (lz_step_out){0}));
             const int scored = (p1 < s1 ? p1 : s1 - 1) - p0; // every row but the window's last
             lz_rows_nll(logits, scored, V, ids + p0 + 1, nll);
             for (int i = 0; i < scored; i++, r->predicted++)
@@ -73,6 +73,8 @@ static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a,
     int32_t *ids = NULL;
     lz_status s = lz_tokenizer_encode(tok, text, len, true, &ids, n_tokens);
     free(text);
+    if (s == LZ_OK)
+        s = lz_tokenizer_check_ids(tok, ids, *n_tokens, e->model.cfg.vocab_size, "lizard eval: --text");
     if (s == LZ_OK && *n_tokens < 2)
         s = lz_fail(LZ_ERR_INPUT, "--text %s: %d tokens; perplexity needs at least 2", a->text, *n_tokens);
     const int V = e->model.cfg.vocab_size, piece = (int)a->chunk;
@@ -186,6 +188,8 @@ static lz_status run_eval(const eval_args *a, const length_list *lens, const len
     ppl_result *ppl = calloc((size_t)lens->n + 1, sizeof *ppl);
     int *correct = calloc((size_t)ctx->n + 1, sizeof *correct), n_tokens = 0;
     s = ppl && correct ? check_length(&e.cfg, longest, a->allow_long) : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    if (s == LZ_OK)
+        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
     if (s == LZ_OK && a->text)
         s = perplexity(&e, tok, a, lens, ppl, &n_tokens);
     if (s == LZ_OK && a->passkey)

@@ -44,7 +44,7 @@ lz_status lz_cmd_forward(int argc, char **argv) {
     if (s == LZ_OK && !e.worker) { // under mpirun only rank 0 writes the file
         const size_t V = (size_t)e.model.cfg.vocab_size;
         logits = malloc(sizeof(float) * (size_t)n * V);
-        s = logits ? lz_engine_prefill(&e, 0, ids, n, logits, NULL) : lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
+        s = logits ? lz_engine_prefill(&e, 0, ids, n, logits, (lz_step_out){0}) : lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
         if (s == LZ_OK)
             s = lz_npy_write_f32(out_path, logits, (size_t)n, V);
         if (s == LZ_OK)

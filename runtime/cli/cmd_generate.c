@@ -1,12 +1,14 @@
 /* cmd_generate.c - `lizard generate`: prefill a prompt, then sample tokens one
  * at a time until --max-tokens or an eos id. --stats reports the state a
  * sequence holds, by layer kind, as the context grows. */
+#include <inttypes.h> // PRIu64
 #include <jansson.h> // json_dumps (the "text" field)
 #include <stdio.h>   // printf, fprintf, fflush
 #include <stdlib.h> // malloc, free
 #include <string.h> // strcmp, strlen, memcpy
 #include <unistd.h> // access
 
+#include "atomic_file.h"       // lz_atomic_remove_stale_of
 #include "cli_options.h"       // lz_parse_options
 #include "commands.h"          // lz_cmd_generate
 #include "engine.h"            // lz_engine
@@ -58,15 +60,15 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
     lz_detok detok;
     if (tok)
         lz_detok_init(&detok, tok, true);
-    float *logits = malloc(sizeof(float) * (size_t)e->model.cfg.vocab_size);
-    if (!logits)
-        return lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
-    lz_status s = lz_engine_prefill(e, 0, prompt, n_prompt, NULL, logits);
+    // every id, the first included, is chosen where the logits are (greedy, or sampled with its draw)
+    const lz_sample_draw first = lz_sampler_draw(sampler);
+    int32_t id = 0;
+    lz_status s = lz_engine_prefill(e, 0, prompt, n_prompt, NULL,
+                                    (lz_step_out){.ids = &id, .draws = first.p.temperature == 0 ? NULL : &first});
     if (s == LZ_OK && a->stats)
         print_stats(e, e->state.slot_pos[0]);
     *n_out = 0;
     const int32_t slot = 0;
-    int32_t id = s == LZ_OK ? lz_sampler_next(sampler, logits) : 0;
     while (s == LZ_OK && *n_out < a->max_tokens) {
         out[(*n_out)++] = id;
         if (!json && (s = emit(&detok, tok, id, *n_out - 1)) != LZ_OK)
@@ -79,11 +81,9 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
             fprintf(stderr, "lizard generate: moved the sequence at position %d to %s\n", e->state.slot_pos[0],
                     a->move_plan ? a->move_plan : a->move_placement ? a->move_placement : "balanced");
         }
-        // the device picks the id (greedy, or sampled with this token's draw): no logits cross
         const lz_sample_draw draw = lz_sampler_draw(sampler);
         const int32_t in = id;
-        s = draw.p.temperature == 0 ? lz_engine_decode_greedy(e, 1, &slot, &in, &id)
-                                    : lz_engine_decode_sampled(e, 1, &slot, &in, &draw, &id);
+        s = lz_engine_decode(e, 1, &slot, &in, (lz_step_out){.ids = &id, .draws = draw.p.temperature == 0 ? NULL : &draw});
         int held = e->state.slot_pos[0];
         if (s == LZ_OK && a->stats && (held & (held - 1)) == 0) // at powers of two
             print_stats(e, held);
@@ -97,7 +97,6 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
             fwrite(text, 1, len, stdout);
         lz_detok_free(&detok);
     }
-    free(logits);
     return s;
 }
 
@@ -136,8 +135,34 @@ static lz_sampler_params sampler_params(const generate_args *a, const lz_generat
     p.temperature = a->temperature >= 0 ? a->temperature : p.temperature;
     p.top_k = a->top_k >= 0 ? (int)a->top_k : p.top_k;
     p.top_p = a->top_p >= 0 ? a->top_p : p.top_p;
-    p.seed = (uint64_t)a->seed;
+    p.seed = a->seed >= 0 ? (uint64_t)a->seed : 0;
     return p;
+}
+
+/* A continued session samples as it did (its parameters, seed and count of
+ * draws), but for the flags given now: those override it, with one line
+ * naming each that differs. */
+static lz_status continued_sampler(const generate_args *a, const Lizard__SequenceState *saved, lz_sampler_params *p,
+                                   uint64_t *draws) {
+    lz_sampler_params kept;
+    LZ_TRY(lz_session_sampler_load(saved, a->session, &kept, draws));
+    char said[512] = "";
+    size_t n = 0;
+#define OVERRIDE(given, field, flag, fmt)                                                                     \
+    if (given && p->field != kept.field)                                                                      \
+        n += (size_t)snprintf(said + n, n < sizeof said ? sizeof said - n : 0, "%s" flag " " fmt " (saved " fmt ")", \
+                              n ? ", " : "", p->field, kept.field);                                           \
+    kept.field = given ? p->field : kept.field;
+    OVERRIDE(a->temperature >= 0, temperature, "--temperature", "%g")
+    OVERRIDE(a->top_k >= 0, top_k, "--top-k", "%d")
+    OVERRIDE(a->top_p >= 0, top_p, "--top-p", "%g")
+    OVERRIDE(a->seed >= 0, seed, "--seed", "%" PRIu64)
+#undef OVERRIDE
+    if (n)
+        fprintf(stderr, "lizard generate: %s: sampling with the flags given instead of the session's: %s\n", a->session,
+                said);
+    *p = kept;
+    return LZ_OK;
 }
 
 /* The session to continue, if --session names an existing file: read and
@@ -164,23 +189,24 @@ static lz_status write_session(const generate_args *a, lz_engine *e, const Lizar
         memcpy(tokens + n_old, input, sizeof(int32_t) * (size_t)n_input);
     if (n_out > 0)
         memcpy(tokens + n_old + n_input, out, sizeof(int32_t) * (size_t)n_out);
-    uint8_t fp[LZ_FINGERPRINT_BYTES], smp[128];
-    size_t smp_len;
+    uint8_t fp[LZ_FINGERPRINT_BYTES];
     lz_session_fingerprint(&e->model, a->model, fp);
-    lz_session_sampler_bytes(sampler, smp, &smp_len);
     Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
+    Lizard__SamplerState sampling;
+    lz_session_sampler_save(&msg, &sampling, sampler);
     msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, fp};
     msg.position = (uint64_t)e->state.slot_pos[0];
     msg.tokens = tokens;
     msg.n_tokens = n_tokens;
     msg.has_pending = n_out > 0; // the last sampled token has not been fed
-    msg.sampler = (ProtobufCBinaryData){smp_len, smp};
     lz_status s = lz_engine_save_file(e, 0, &msg, a->session);
     free(tokens);
     return s;
 }
 
 static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32_t *input, int n_input) {
+    if (a->session) // temp files of saves to it that were killed
+        LZ_TRY(lz_atomic_remove_stale_of(a->session, NULL));
     lz_session_loaded file;
     LZ_TRY(read_session(a, &file));
     const Lizard__SequenceState *saved = file.msg;
@@ -219,19 +245,25 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
     lz_sampler sampler = {0};
     int n_out = 0;
     s = lz_generation_config_load(a->model, &e.model.cfg, &gen);
-    if (s == LZ_OK) {
-        const lz_sampler_params p = sampler_params(a, &gen);
-        s = lz_sampler_init(&sampler, &p, e.model.cfg.vocab_size);
+    if (s == LZ_OK && tok) {
+        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
+        if (a->prompt)
+            s = lz_tokenizer_check_ids(tok, input, n_input, e.model.cfg.vocab_size, "lizard generate: --prompt");
     }
-    if (s == LZ_OK && saved) { // the saved sequence: the same model, its state, its random stream
+    lz_sampler_params p = sampler_params(a, &gen);
+    uint64_t draws = 0;
+    if (s == LZ_OK && saved) // the saved sequence: the same model, its state, its sampler
+        s = continued_sampler(a, saved, &p, &draws);
+    if (s == LZ_OK && saved) {
         uint8_t fp[LZ_FINGERPRINT_BYTES];
         lz_session_fingerprint(&e.model, a->model, fp);
         s = lz_session_check_fingerprint(saved, fp, a->session);
         if (s == LZ_OK)
             s = lz_engine_restore_stages(&e, 0, saved);
-        if (s == LZ_OK)
-            s = lz_session_sampler_restore(&sampler, saved->sampler.data, saved->sampler.len);
     }
+    if (s == LZ_OK)
+        s = lz_sampler_init(&sampler, &p, e.model.cfg.vocab_size);
+    sampler.n = draws; // where its random stream is
     if (s == LZ_OK)
         s = run(&e, a, tok, feed, n_feed, &gen, &sampler, out, &n_out);
     if (s == LZ_OK && strcmp(a->format, "json") == 0)
@@ -285,6 +317,11 @@ static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const 
     lz_completion *out = calloc((size_t)n, sizeof(lz_completion));
     lz_batch_timing t;
     lz_status s = out ? lz_generation_config_load(a->model, &e.model.cfg, &gen) : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    if (s == LZ_OK && tok)
+        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
+    for (int i = 0; s == LZ_OK && tok && (a->prompt || a->prompts_file) && i < n; i++)
+        s = lz_tokenizer_check_ids(tok, prompts[i].ids, prompts[i].n, e.model.cfg.vocab_size,
+                                   a->prompts_file ? "lizard generate: --prompts-file" : "lizard generate: --prompt");
     if (s == LZ_OK) {
         const lz_sampler_params p = sampler_params(a, &gen);
         s = lz_generate_batch(&e, prompts, n, (int)a->max_tokens, &p, &gen, a->ignore_eos, out, &t);
@@ -345,7 +382,7 @@ static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **p
 static lz_status generate_checked(const generate_args *ap, bool continuing);
 
 lz_status lz_cmd_generate(int argc, char **argv) {
-    generate_args a = {.device = "cpu", .dtype = "bf16", .format = "text", .max_tokens = 16, .top_k = -1, .seed = 0,
+    generate_args a = {.device = "cpu", .dtype = "bf16", .format = "text", .max_tokens = 16, .top_k = -1, .seed = -1,
                        .chunk = 512, .temperature = -1.0, .top_p = -1.0};
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &a.model, true, 0, 0},
@@ -364,7 +401,7 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         {"--top-k", LZ_OPT_INT, "K", "keep the K most likely tokens (0 = off)", &a.top_k, false, 0, 1 << 30},
         {"--top-p", LZ_OPT_FLOAT, "P", "keep the smallest set with probability >= P (1 = off)", &a.top_p, false,
          1e-9, 1},
-        {"--seed", LZ_OPT_INT, "S", "sampling seed (default 0)", &a.seed, false, 0, 9e15},
+        {"--seed", LZ_OPT_INT, "S", "sampling seed (default 0; a continued --session: its own)", &a.seed, false, 0, 9e15},
         {"--format", LZ_OPT_STRING, "text|json",
          "text: the text as it comes (ids without a tokenizer); json: {\"ids\": [...], \"text\": ...}", &a.format,
          false, 0, 0},
@@ -377,7 +414,8 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         {"--placement", LZ_OPT_STRING, "balanced|by-type", "under mpirun: how layers are spread over the ranks",
          &a.placement, false, 0, 0},
         {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written placement plan", &a.plan, false, 0, 0},
-        {"--session", LZ_OPT_STRING, "FILE", "continue the sequence saved in FILE (if it exists), save it there after",
+        {"--session", LZ_OPT_STRING, "FILE", "continue the sequence saved in FILE (if it exists; with its sampler, but for "
+                                           "the sampling flags given), save it there after",
          &a.session, false, 0, 0},
         {"--session-dtype", LZ_OPT_STRING, "fp32|bf16", "the saved Lizard layers' S and z: fp32 (default, exact) or bf16 "
                                                         "(half the bytes; the continuation is rounded)", &a.session_dtype,

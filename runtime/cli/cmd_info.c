@@ -4,7 +4,7 @@
 
 #include "cli_options.h" // lz_parse_options
 #include "commands.h"    // lz_cmd_info
-#include "model.h"       // lz_model_describe
+#include "model_load.h"  // lz_model_describe
 #include "state.h"       // lz_state_bytes_at
 
 static void print_layers(const lz_model *m) {

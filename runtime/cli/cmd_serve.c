@@ -2,7 +2,8 @@
  * engine. Rank 0 listens (HTTP threads) and drives the engine from its main
  * thread (the scheduler); under mpirun the other ranks serve pipeline steps
  * inside lz_engine_open until rank 0 closes the engine. SIGTERM or SIGINT
- * drains: no new requests, the accepted ones finish, sessions are written
+ * drains: no new requests, the accepted ones go on for --drain-timeout
+ * seconds (a second signal: none), then end as they are; sessions are written
  * to --session-dir, exit 0. */
 #include <signal.h> // sigaction, SIGTERM
 #include <stdio.h>  // fprintf, snprintf
@@ -23,12 +24,17 @@ typedef struct {
     const char *model, *host, *api_key, *chat_template, *device, *dtype, *softmax, *placement, *plan, *session_dir;
     long port, max_batch, max_prompt_tokens, max_tokens, queue_size, max_context, chunk, max_body, prefix_cache,
         prefix_min;
-    double session_memory;
+    double session_memory, drain_timeout, health_step_timeout;
+    bool session_per_key, no_access_log;
 } serve_args;
 
-static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t stop_requested; /* stop signals received (1: drain, 2: end now) */
 
-static void on_stop_signal(int sig) { stop_requested = 1; }
+static void on_stop_signal(int sig) {
+    (void)sig;
+    if (stop_requested < 2)
+        stop_requested = stop_requested + 1;
+}
 
 static lz_status install_signals(void) {
     struct sigaction sa = {0};
@@ -65,6 +71,7 @@ static lz_status serve(const serve_args *a, lz_engine *e) {
     LZ_TRY(serve_chat_detect(a->model, a->chat_template, &chat, &why));
     lz_tokenizer *tok = NULL;
     LZ_TRY(lz_tokenizer_load(a->model, &tok));
+    lz_tokenizer_warn_vocab(tok, e->model.cfg.vocab_size, a->model);
     serve_metrics metrics;
     if (serve_metrics_init(&metrics) != 0) {
         lz_tokenizer_free(tok);
@@ -79,7 +86,8 @@ static lz_status serve(const serve_args *a, lz_engine *e) {
     const serve_scheduler_options so = {.max_batch = (int)a->max_batch, .queue_size = (int)a->queue_size,
                                         .session_memory = (size_t)a->session_memory, .session_dir = a->session_dir,
                                         .prefix_entries = (int)a->prefix_cache,
-                                        .prefix_min_tokens = (int)a->prefix_min};
+                                        .prefix_min_tokens = (int)a->prefix_min,
+                                        .drain_timeout = a->drain_timeout};
     lz_status s = serve_scheduler_init(&sched, e, a->model, &gen, &metrics, &so);
     if (s != LZ_OK) {
         serve_metrics_free(&metrics);
@@ -88,8 +96,11 @@ static lz_status serve(const serve_args *a, lz_engine *e) {
     }
     serve_server srv = {.sched = &sched, .metrics = &metrics, .tok = tok, .gen = &gen, .chat = chat,
                         .eos_text = eos_text, .model_name = model_name(a->model), .api_key = a->api_key,
+                        .session_per_key = a->session_per_key,
                         .max_prompt_tokens = a->max_prompt_tokens, .max_tokens = a->max_tokens,
-                        .max_body_bytes = a->max_body, .vocab = e->model.cfg.vocab_size};
+                        .max_body_bytes = a->max_body, .vocab = e->model.cfg.vocab_size,
+                        .stop = &stop_requested, .health_step_timeout = a->health_step_timeout,
+                        .access_log = !a->no_access_log};
     atomic_init(&srv.next_id, 1);
     atomic_init(&srv.in_flight, 0);
     int port = 0;
@@ -115,13 +126,14 @@ lz_status lz_cmd_serve(int argc, char **argv) {
     serve_args a = {.host = "127.0.0.1", .device = "cpu", .dtype = "bf16", .port = 8000, .max_batch = 8,
                     .max_prompt_tokens = 4096, .max_tokens = 256, .queue_size = 256, .max_context = 0,
                     .chunk = 512, .max_body = 1 << 20, .prefix_cache = 8, .prefix_min = 16,
-                    .session_memory = 256.0 * (1 << 20)};
+                    .session_memory = 256.0 * (1 << 20), .drain_timeout = 30, .health_step_timeout = 30};
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors + tokenizer.json)", &a.model, true,
          0, 0},
         {"--port", LZ_OPT_INT, "P", "TCP port (default 8000; 0 = any free port, printed at start)", &a.port, false, 0,
          65535},
-        {"--host", LZ_OPT_STRING, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", &a.host, false, 0, 0},
+        {"--host", LZ_OPT_STRING, "HOST", "address or host name to listen on (default 127.0.0.1)", &a.host, false, 0,
+         0},
         {"--api-key", LZ_OPT_STRING, "KEY", "require 'Authorization: Bearer KEY' on /v1/*", &a.api_key, false, 0, 0},
         {"--max-batch", LZ_OPT_INT, "N", "sequences generated together (state slots, default 8)", &a.max_batch,
          false, 1, 4096},
@@ -143,10 +155,20 @@ lz_status lz_cmd_serve(int argc, char **argv) {
          &a.session_memory, false, 0, 1e15},
         {"--session-dir", LZ_OPT_STRING, "DIR", "sessions beyond --session-memory, and all of them at exit",
          &a.session_dir, false, 0, 0},
+        {"--session-per-key", LZ_OPT_FLAG, "", "keep each API key's sessions apart (names stored under a hash of the "
+                                               "request's bearer key; a session request without one is refused)",
+         &a.session_per_key, false, 0, 0},
         {"--prefix-cache", LZ_OPT_INT, "N", "prompt states kept for prompts that extend them (default 8; 0 = off)",
          &a.prefix_cache, false, 0, 1 << 16},
         {"--prefix-min-tokens", LZ_OPT_INT, "N", "shortest prompt whose state is cached (default 16)", &a.prefix_min,
          false, 1, 1 << 24},
+        {"--drain-timeout", LZ_OPT_FLOAT, "SECONDS",
+         "after SIGTERM/SIGINT, how long running requests may go on before they end as they are (default 30)",
+         &a.drain_timeout, false, 0, 1e6},
+        {"--health-step-timeout", LZ_OPT_FLOAT, "SECONDS",
+         "/health answers 503 while an engine step has run longer (a stuck device or rank; default 30)",
+         &a.health_step_timeout, false, 0.001, 1e6},
+        {"--no-access-log", LZ_OPT_FLAG, "", "no line per request on stderr", &a.no_access_log, false, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
         {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &a.dtype, false, 0, 0},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
@@ -169,6 +191,7 @@ lz_status lz_cmd_serve(int argc, char **argv) {
         return lz_fail(LZ_ERR_INPUT, "lizard serve: %s: not found (the server tokenizes text)", tok_path);
     if (a.session_dir && access(a.session_dir, W_OK) != 0)
         return lz_fail(LZ_ERR_INPUT, "lizard serve: --session-dir %s: not a writable folder", a.session_dir);
+    LZ_TRY(serve_http_check_host(a.host));
     const long context = a.max_context ? a.max_context : a.max_prompt_tokens + a.max_tokens;
     lz_engine e;
     const lz_engine_options eo = {.model_dir = a.model, .device = a.device, .dtype = a.dtype,

@@ -14,6 +14,7 @@ lz_status lz_cmd_tokenize(int argc, char **argv);
 lz_status lz_cmd_bench(int argc, char **argv);
 lz_status lz_cmd_plan(int argc, char **argv);
 lz_status lz_cmd_distill(int argc, char **argv);
+lz_status lz_cmd_finetune(int argc, char **argv);
 lz_status lz_cmd_eval(int argc, char **argv);
 lz_status lz_cmd_serve(int argc, char **argv);
 

@@ -75,13 +75,16 @@ static lz_status passkey_trial(lz_engine *e, lz_tokenizer *tok, int context, uin
     int32_t *ids, n, out[ANSWER], slot = 0;
     LZ_TRY(passkey_prompt(tok, context, ANSWER, depth, key, &ids, &n));
     float *logits = malloc(sizeof(float) * (size_t)V);
-    lz_status s = logits ? lz_state_reset_slot(&e->state, &e->model, 0) : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    lz_status s = logits ? lz_tokenizer_check_ids(tok, ids, n, V, "lizard eval: --passkey prompt")
+                         : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK)
-        s = lz_engine_prefill(e, 0, ids, n, NULL, logits);
+        s = lz_state_reset_slot(&e->state, &e->model, 0);
+    if (s == LZ_OK)
+        s = lz_engine_prefill(e, 0, ids, n, NULL, (lz_step_out){.logits = logits});
     for (int i = 0; s == LZ_OK && i < ANSWER; i++) {
         out[i] = argmax(logits, V);
         if (i + 1 < ANSWER)
-            s = lz_engine_decode(e, 1, &slot, &out[i], logits);
+            s = lz_engine_decode(e, 1, &slot, &out[i], (lz_step_out){.logits = logits});
     }
     char *answer = NULL, want[16];
     size_t len;

@@ -23,6 +23,7 @@ static const command commands[] = {
     {"plan", lz_cmd_plan, "place the layers on pipeline ranks (balanced, by-type, a file) and show each rank's bytes",
      false},
     {"distill", lz_cmd_distill, "stage-1 attention distillation: a teacher folder -> a Lizard model folder", true},
+    {"finetune", lz_cmd_finetune, "stage 2: LoRA fine-tuning of a Lizard model folder on next-token prediction", true},
     {"eval", lz_cmd_eval, "perplexity of a text; passkey retrieval across context lengths", false},
     {"info", lz_cmd_info, "describe a model folder: layer kinds, parameters, state bytes", false},
     {"tokenize", lz_cmd_tokenize, "text -> token ids and back with the model's tokenizer.json", false},

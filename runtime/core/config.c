@@ -1,8 +1,9 @@
 /* config.c - read config.json: HF LLaMA/Mistral keys, both RoPE spellings, the "lizard" block. */
 #include "config.h"
+#include "json_read.h" // lz_json_loadb: integers of any size
 
 #include <errno.h>   // errno, ERANGE
-#include <jansson.h> // json_loadb, json_t
+#include <jansson.h> // json_t
 #include <limits.h>  // INT_MAX, INT_MIN
 #include <stdio.h>   // fopen, fread, snprintf
 #include <stdlib.h>  // malloc, realloc, free, strtol
@@ -291,7 +292,7 @@ static lz_status parse_root(const char *path, json_t *root, lz_config *out) {
 lz_status lz_config_parse(const char *text, size_t len, const char *path, lz_config *out) {
     memset(out, 0, sizeof *out);
     json_error_t err;
-    json_t *root = json_loadb(text, len, 0, &err);
+    json_t *root = lz_json_loadb(text, len, 0, &err);
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "%s: invalid JSON: %s (line %d, column %d)", path, err.text, err.line,
                        err.column);

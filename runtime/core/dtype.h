@@ -30,4 +30,13 @@ uint16_t lz_f32_to_f16(float f);  /* round to nearest even */
 /* n elements of `src` (F32/F16/BF16, little-endian, any alignment) -> fp32. */
 void lz_convert_to_f32(float *dst, const void *src, lz_dtype dtype, size_t n);
 
+/* A tensor's elements in host memory, whatever holds them (a checkpoint's
+ * mapping, a buffer): what a backend uploads, with no file format in sight. */
+typedef struct {
+    const char *name; /* for error messages */
+    lz_dtype dtype;
+    int64_t numel;
+    const void *data;
+} lz_host_tensor;
+
 #endif

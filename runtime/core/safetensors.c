@@ -1,9 +1,10 @@
 /* safetensors.c - validate and mmap safetensors files; a model folder's weights, one file or sharded. */
 #include "safetensors.h"
+#include "json_read.h" // lz_json_loadb, lz_json_load_file: integers of any size
 
 #include <errno.h>    // errno
 #include <fcntl.h>    // open, O_RDONLY, O_CLOEXEC
-#include <jansson.h>  // json_loadb, json_load_file, json_t
+#include <jansson.h>  // json_t
 #include <stdio.h>    // snprintf
 #include <stdlib.h>   // calloc, malloc, free, qsort, bsearch
 #include <string.h>   // memset, strcmp, strchr, strdup, strerror, strlen
@@ -202,7 +203,7 @@ static lz_status parse_header(const uint8_t *buf, size_t size, const char *path,
         return lz_fail(LZ_ERR_INPUT, "%s: header length %llu over the 100 MB limit", path,
                        (unsigned long long)n);
     json_error_t err;
-    *root = json_loadb((const char *)buf + 8, (size_t)n, JSON_REJECT_DUPLICATES, &err);
+    *root = lz_json_loadb((const char *)buf + 8, (size_t)n, JSON_REJECT_DUPLICATES, &err);
     if (!*root) {
         if (json_error_code(&err) == json_error_duplicate_key)
             return lz_fail(LZ_ERR_INPUT, "%s: header has a duplicate tensor name or key (%s, line %d, "
@@ -365,7 +366,7 @@ static lz_status check_weight_map(const lz_weights *w, json_t *wmap, const char 
 
 static lz_status open_sharded(lz_weights *w, const char *index_path) {
     json_error_t err;
-    json_t *root = json_load_file(index_path, 0, &err);
+    json_t *root = lz_json_load_file(index_path, 0, &err);
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "%s: %s (line %d, column %d)", index_path, err.text, err.line, err.column);
     json_t *wmap = json_object_get(root, "weight_map");

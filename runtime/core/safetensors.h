@@ -46,7 +46,7 @@ const lz_st_tensor *lz_st_find(const lz_st_file *f, const char *name);
 
 /* A model folder's weights: model.safetensors, or the shards listed in
  * model.safetensors.index.json ("weight_map": tensor -> file). */
-typedef struct {
+typedef struct lz_weights {
     char *dir;
     size_t n_files;
     lz_st_file *files;

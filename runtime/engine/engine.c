@@ -182,7 +182,7 @@ void lz_engine_close(lz_engine *e) {
 /* A prompt through a pipeline that can overlap steps: up to one chunk per
  * stage in flight (chunk k + 1 enters the first stage while chunk k is in
  * the second: each stage still sees the sequence's chunks in order). */
-static lz_status prefill_overlapped(lz_engine *e, int slot, const int32_t *ids, int n, float *logits_last,
+static lz_status prefill_overlapped(lz_engine *e, int slot, const int32_t *ids, int n, lz_step_out last,
                                     int overlap) {
     const int chunk = e->opt.prefill_chunk;
     int32_t *tpos = malloc(sizeof(int32_t) * (size_t)chunk);
@@ -193,33 +193,38 @@ static lz_status prefill_overlapped(lz_engine *e, int slot, const int32_t *ids, 
             s = lz_pipeline_step_finish(&e->pipe, &e->model, NULL, NULL); // a chunk without logits rows
             in_flight--;
         }
-        const int len = n - c0 < chunk ? n - c0 : chunk, pos = e->state.slot_pos[slot], start = 0, last = len - 1;
+        const int len = n - c0 < chunk ? n - c0 : chunk, pos = e->state.slot_pos[slot], start = 0, last_row = len - 1;
         for (int i = 0; i < len; i++)
             tpos[i] = pos + i;
         lz_batch b = {1, len, &slot, &start, &len, &pos, tpos};
         if (s == LZ_OK)
-            s = lz_pipeline_step_start(&e->pipe, &e->model, &e->state, &e->ws, ids + c0, &b, &last,
-                                       c0 + len == n ? 1 : 0, false, NULL);
+            s = lz_pipeline_step_start(&e->pipe, &e->model, &e->state, &e->ws, ids + c0, &b, &last_row,
+                                       c0 + len == n ? 1 : 0, last.ids != NULL, last.ids ? last.draws : NULL);
         in_flight += s == LZ_OK;
     }
-    for (; s == LZ_OK && in_flight > 0; in_flight--) // the last one started is the prompt's end: its logits
-        s = lz_pipeline_step_finish(&e->pipe, &e->model, in_flight == 1 ? logits_last : NULL, NULL);
+    for (; s == LZ_OK && in_flight > 0; in_flight--) // the last one started is the prompt's end: its row
+        s = lz_pipeline_step_finish(&e->pipe, &e->model, in_flight == 1 && !last.ids ? last.logits : NULL,
+                                    in_flight == 1 ? last.ids : NULL);
     free(tpos);
     return s;
 }
 
-lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, float *logits_all, float *logits_last) {
+lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, float *logits_all, lz_step_out last) {
     if (n < 1)
         return lz_fail(LZ_ERR_INPUT, "prompt is empty");
     if (slot < 0 || slot >= e->state.n_slots)
         return lz_fail(LZ_ERR_INPUT, "sequence slot %d out of range (%d slots)", slot, e->state.n_slots);
     const int overlap = lz_engine_overlap(e);
-    if (!logits_all && logits_last && overlap >= 2 && n > e->opt.prefill_chunk)
-        return prefill_overlapped(e, slot, ids, n, logits_last, overlap < LZ_MAX_INFLIGHT ? overlap : LZ_MAX_INFLIGHT);
+    const bool last_id = last.ids != NULL; // the last row's id, chosen where its logits are
+    if (!logits_all && (last.logits || last_id) && overlap >= 2 && n > e->opt.prefill_chunk)
+        return prefill_overlapped(e, slot, ids, n, last, overlap < LZ_MAX_INFLIGHT ? overlap : LZ_MAX_INFLIGHT);
+    if (logits_all && last_id)
+        return lz_fail(LZ_ERR_INTERNAL, "prefill: every position's logits and the last id at once");
+    float *logits_last = last_id ? NULL : last.logits;
     const int V = e->model.cfg.vocab_size, chunk = e->opt.prefill_chunk;
     int32_t *rows = malloc(sizeof(int32_t) * (size_t)chunk), *tpos = malloc(sizeof(int32_t) * (size_t)chunk);
-    float *tail = logits_all ? NULL : malloc(sizeof(float) * (size_t)V);
-    lz_status s = rows && tpos && (logits_all || tail) ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "prefill: out of memory");
+    float *tail = logits_all || last_id ? NULL : malloc(sizeof(float) * (size_t)V);
+    lz_status s = rows && tpos && (logits_all || last_id || tail) ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "prefill: out of memory");
     for (int c0 = 0; s == LZ_OK && c0 < n; c0 += chunk) {
         const int len = n - c0 < chunk ? n - c0 : chunk, pos = e->state.slot_pos[slot], start = 0;
         for (int i = 0; i < len; i++) {
@@ -231,6 +236,8 @@ lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, f
         const bool last_chunk = c0 + len == n;
         if (logits_all)
             s = engine_step(e, ids + c0, &b, rows, len, logits_all + (size_t)c0 * V, NULL, NULL);
+        else if (last_id)
+            s = engine_step(e, ids + c0, &b, rows + len - 1, last_chunk ? 1 : 0, NULL, last.ids, last.draws);
         else
             s = engine_step(e, ids + c0, &b, rows + len - 1, last_chunk ? 1 : 0, tail, NULL, NULL);
     }
@@ -243,17 +250,21 @@ lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, f
 }
 
 lz_status lz_engine_prefill_many(lz_engine *e, int n, const int32_t *slots, const int32_t *const *ids,
-                                 const int *lens, float *logits_last) {
+                                 const int *lens, lz_step_out last) {
     const int V = e->model.cfg.vocab_size, chunk = e->opt.prefill_chunk, cap = e->ws.max_tokens;
+    const bool last_id = last.ids != NULL;
     int *done = calloc((size_t)n, sizeof(int));
-    int32_t *buf = malloc(sizeof(int32_t) * (size_t)(6 * n + 2 * cap)), *tok = NULL;
-    float *rows_out = malloc(sizeof(float) * (size_t)n * V);
-    lz_status s = done && buf && rows_out ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "prefill: out of memory");
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)(7 * n + 2 * cap)), *tok = NULL;
+    float *rows_out = last_id ? NULL : malloc(sizeof(float) * (size_t)n * V);
+    lz_sample_draw *draws = last_id && last.draws ? malloc(sizeof(lz_sample_draw) * (size_t)n) : NULL;
+    lz_status s = done && buf && (last_id || rows_out) && (!last_id || !last.draws || draws)
+                      ? LZ_OK
+                      : lz_fail(LZ_ERR_NOMEM, "prefill: out of memory");
     for (int i = 0; s == LZ_OK && i < n; i++)
         if (lens[i] < 1)
             s = lz_fail(LZ_ERR_INPUT, "prompt %d is empty", i);
     int32_t *slot = buf, *start = buf + n, *len = buf + 2 * n, *pos = buf + 3 * n, *rows = buf + 4 * n,
-            *owner = buf + 5 * n, *tpos = buf + 6 * n;
+            *owner = buf + 5 * n, *chosen = buf + 6 * n, *tpos = buf + 7 * n;
     tok = tpos + cap;
     for (int first = 0; s == LZ_OK && first < n;) {
         // whole per-sequence chunks (the boundaries lz_engine_prefill uses), as many as fit in a step
@@ -269,8 +280,10 @@ lz_status lz_engine_prefill_many(lz_engine *e, int n, const int32_t *slots, cons
                 tok[T + k] = ids[i][done[i] + k];
                 tpos[T + k] = pos[S] + k;
             }
-            if (done[i] + take == lens[i]) { // the prompt's last row: its logits are wanted
+            if (done[i] + take == lens[i]) { // the prompt's last row: its logits or id are wanted
                 rows[R] = T + take - 1;
+                if (draws)
+                    draws[R] = last.draws[i];
                 owner[R++] = i;
             }
             done[i] += take;
@@ -278,13 +291,17 @@ lz_status lz_engine_prefill_many(lz_engine *e, int n, const int32_t *slots, cons
             S++;
         }
         lz_batch b = {S, T, slot, start, len, pos, tpos};
-        s = engine_step(e, tok, &b, rows, R, rows_out, NULL, NULL);
-        for (int r = 0; s == LZ_OK && r < R; r++)
-            memcpy(logits_last + (size_t)owner[r] * V, rows_out + (size_t)r * V, sizeof(float) * (size_t)V);
+        s = engine_step(e, tok, &b, rows, R, rows_out, last_id ? chosen : NULL, draws);
+        for (int r = 0; s == LZ_OK && r < R; r++) {
+            if (last_id)
+                last.ids[owner[r]] = chosen[r];
+            else
+                memcpy(last.logits + (size_t)owner[r] * V, rows_out + (size_t)r * V, sizeof(float) * (size_t)V);
+        }
         while (first < n && done[first] == lens[first])
             first++;
     }
-    free(done), free(buf), free(rows_out);
+    free(done), free(buf), free(rows_out), free(draws);
     return s;
 }
 
@@ -319,19 +336,6 @@ static lz_status decode_step(lz_engine *e, int n, const int32_t *slots, const in
     return s;
 }
 
-lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits) {
-    return decode_step(e, n, slots, ids, logits, NULL, NULL);
-}
-
-lz_status lz_engine_decode_greedy(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, int32_t *out_ids) {
-    return decode_step(e, n, slots, ids, NULL, out_ids, NULL);
-}
-
-lz_status lz_engine_decode_sampled(lz_engine *e, int n, const int32_t *slots, const int32_t *ids,
-                                  const lz_sample_draw *draws, int32_t *out_ids) {
-    return decode_step(e, n, slots, ids, NULL, out_ids, draws);
-}
-
 int lz_engine_overlap(const lz_engine *e) {
     if (!e->pipelined || !e->pipe.overlap_ok)
         return 1;
@@ -355,9 +359,13 @@ lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids)
     return lz_pipeline_step_finish(&e->pipe, &e->model, logits, out_ids);
 }
 
-lz_status lz_engine_decode_all(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits,
-                               int32_t *out_ids, const lz_sample_draw *draws) {
-    int groups = lz_engine_overlap(e);
+lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, lz_step_out out) {
+    float *logits = out.ids ? NULL : out.logits;
+    int32_t *out_ids = out.ids;
+    const lz_sample_draw *draws = out.ids ? out.draws : NULL;
+    if (!out_ids && !logits)
+        return lz_fail(LZ_ERR_INTERNAL, "decode: neither logits nor ids asked for");
+    int groups = out.overlap ? lz_engine_overlap(e) : 1;
     groups = groups < n ? groups : n;
     groups = groups < LZ_MAX_INFLIGHT ? groups : LZ_MAX_INFLIGHT;
     if (groups < 2)

@@ -7,7 +7,7 @@
 #include <stdbool.h> // bool
 #include <stdint.h>  // int32_t
 
-#include "model.h"    // lz_model
+#include "model_load.h" // lz_model, lz_model_load
 #include "pipeline.h" // lz_pipeline
 #include "sampler.h"  // lz_sample_draw
 #include "state.h" // lz_state
@@ -53,33 +53,42 @@ lz_status lz_open_backend(const char *device, const char *dtype, lz_backend **be
 lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt);
 void lz_engine_close(lz_engine *e);
 
+/* What a step gives back for its n rows: logits [n, vocab], or ids [n]
+ * chosen where the logits are (the device; the last stage of a pipeline), so
+ * that only ids come back: greedy, or row i sampled with draws[i]
+ * (sample_rows). overlap (decode): through a pipeline that allows it, the
+ * rows go as one group per stage, all started and then finished in order, so
+ * that every stage works (a prompt overlaps its chunks by itself). */
+typedef struct {
+    float *logits;               /* [n, vocab], when ids is NULL */
+    int32_t *ids;                /* [n], or NULL for logits */
+    const lz_sample_draw *draws; /* with ids: [n], or NULL for greedy */
+    bool overlap;
+} lz_step_out;
+
 /* Feeds n ids to the sequence in `slot` (from its current position), in
  * chunks of prefill_chunk tokens. logits_all [n, vocab] (may be NULL) gets
- * every position's logits, logits_last [vocab] (may be NULL) the last one. */
-lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, float *logits_all, float *logits_last);
+ * every position's logits; `last` the last position's logits or next id
+ * (one row; nothing when both of its pointers are NULL). */
+lz_status lz_engine_prefill(lz_engine *e, int slot, const int32_t *ids, int n, float *logits_all, lz_step_out last);
 
 /* Prompts of n sequences (slots[i], ids[i], lens[i] tokens) fed together:
  * each step carries whole chunks of several sequences (each sequence cut
  * where lz_engine_prefill would cut it, so the arithmetic is the same);
- * logits_last [n, vocab] gets each prompt's last row. */
+ * `last` gets each prompt's last row: logits [n, vocab] or ids [n]. */
 lz_status lz_engine_prefill_many(lz_engine *e, int n, const int32_t *slots, const int32_t *const *ids,
-                                 const int *lens, float *logits_last);
+                                 const int *lens, lz_step_out last);
 
-/* One token for each of n sequences; logits [n, vocab]. */
-lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits);
-/* The same, greedy: out_ids[n] = each row's argmax, taken on the device
- * (through a pipeline: on the last stage, so only ids come back). */
-lz_status lz_engine_decode_greedy(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, int32_t *out_ids);
-/* The same, sampled: out_ids[i] = row i sampled with draws[i] (sample_rows),
- * where the logits are (the device; the last stage of a pipeline). */
-lz_status lz_engine_decode_sampled(lz_engine *e, int n, const int32_t *slots, const int32_t *ids,
-                                  const lz_sample_draw *draws, int32_t *out_ids);
 
-/* Micro-batches in flight through a pipeline: how many can overlap (the
- * number of stages when the plan allows it, else 1), then start a decode
- * step and, later and in the same order, finish it (its logits, or with
- * ids_back its ids: greedy, or sampled with draws [n] when given). With one
- * micro-batch this is lz_engine_decode. */
+/* One token for each of n sequences (slots[i] is fed ids[i]). */
+lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, lz_step_out out);
+
+/* Micro-batches in flight through a pipeline, for callers that schedule the
+ * groups themselves: how many can overlap (the number of stages when the
+ * plan allows it, else 1), then start a decode step and, later and in the
+ * same order, finish it (its logits, or with ids_back its ids: greedy, or
+ * sampled with draws [n] when given). With one micro-batch this is
+ * lz_engine_decode. */
 int lz_engine_overlap(const lz_engine *e);
 lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool ids_back,
                                  const lz_sample_draw *draws);
@@ -92,13 +101,6 @@ lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids)
  * continuation is the same as without the move (a server drains a rank
  * this way). */
 lz_status lz_engine_replan(lz_engine *e, const char *placement, const char *plan_file);
-
-/* One token for each of n sequences (logits, or out_ids: greedy, or sampled
- * with draws [n] when given), as one step, or through a pipeline that allows
- * it as one group of rows per stage, all started and then finished in order,
- * so that every stage works. */
-lz_status lz_engine_decode_all(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, float *logits,
-                               int32_t *out_ids, const lz_sample_draw *draws);
 
 /* Benchmarks: slots[i] jump to positions[i] on every rank, state untouched
  * (a decode step then costs what it costs at that context). */

@@ -6,7 +6,6 @@
 
 typedef struct {
     lz_sampler *samplers;
-    float *logits;        /* [n, vocab]: the prompts' last logits */
     int32_t *slots, *ids; /* the running sequences: the slots and inputs of their next decode step */
     int32_t *next;        /* the ids the device chose, one per running row */
     lz_sample_draw *draws; /* each running row's draw for its next step */
@@ -18,20 +17,19 @@ static void free_scratch(batch_scratch *b, int n) {
     if (b->samplers)
         for (int i = 0; i < n; i++)
             lz_sampler_free(&b->samplers[i]);
-    free(b->samplers), free(b->logits), free(b->slots), free(b->ids), free(b->next), free(b->draws), free(b->index);
+    free(b->samplers), free(b->slots), free(b->ids), free(b->next), free(b->draws), free(b->index);
 }
 
 static lz_status alloc_scratch(batch_scratch *b, int n, int vocab, int max_tokens, const lz_sampler_params *params,
                                lz_completion *out) {
     b->samplers = calloc((size_t)n, sizeof(lz_sampler));
-    b->logits = malloc(sizeof(float) * (size_t)n * vocab);
     b->slots = malloc(sizeof(int32_t) * (size_t)n);
     b->ids = malloc(sizeof(int32_t) * (size_t)n);
     b->next = malloc(sizeof(int32_t) * (size_t)n);
     b->draws = malloc(sizeof(lz_sample_draw) * (size_t)n);
     b->index = malloc(sizeof(int) * (size_t)n);
     b->greedy = params->temperature == 0;
-    if (!b->samplers || !b->logits || !b->slots || !b->ids || !b->next || !b->draws || !b->index)
+    if (!b->samplers || !b->slots || !b->ids || !b->next || !b->draws || !b->index)
         return lz_fail(LZ_ERR_NOMEM, "generate: out of memory for %d sequences", n);
     for (int i = 0; i < n; i++) {
         lz_sampler_params p = *params;
@@ -44,12 +42,12 @@ static lz_status alloc_scratch(batch_scratch *b, int n, int vocab, int max_token
     return LZ_OK;
 }
 
-/* Records the next token of running row r (sampled from `logits`, or the
- * device's choice when it is NULL); false when its sequence is done. */
-static bool take_token(batch_scratch *b, int r, const float *logits, int max_tokens, const lz_generation_config *gen,
-                       bool ignore_eos, lz_completion *out) {
+/* Records the next token of running row r (the id the device chose);
+ * false when its sequence is done. */
+static bool take_token(batch_scratch *b, int r, int max_tokens, const lz_generation_config *gen, bool ignore_eos,
+                       lz_completion *out) {
     const int i = b->index[r];
-    const int32_t id = logits ? lz_sampler_next(&b->samplers[i], logits) : b->next[r];
+    const int32_t id = b->next[r];
     out[i].ids[out[i].n++] = id;
     b->ids[r] = id;
     out[i].stopped_at_eos = !ignore_eos && lz_generation_config_is_eos(gen, id);
@@ -62,7 +60,7 @@ static void take_tokens(batch_scratch *b, int r0, int *count, int max_tokens, co
                         bool ignore_eos, lz_completion *out) {
     int kept = r0;
     for (int r = r0; r < r0 + *count; r++) {
-        if (!take_token(b, r, NULL, max_tokens, gen, ignore_eos, out))
+        if (!take_token(b, r, max_tokens, gen, ignore_eos, out))
             continue;
         b->index[kept] = b->index[r];
         b->slots[kept] = b->slots[r];
@@ -100,8 +98,7 @@ static lz_status decode_all(lz_engine *e, batch_scratch *b, int running, int max
     if (groups < 2) { // ids come back from where the logits are, greedy or sampled
         while (running > 0) {
             const lz_sample_draw *draws = draw_rows(b, 0, running);
-            LZ_TRY(draws ? lz_engine_decode_sampled(e, running, b->slots, b->ids, draws, b->next)
-                         : lz_engine_decode_greedy(e, running, b->slots, b->ids, b->next));
+            LZ_TRY(lz_engine_decode(e, running, b->slots, b->ids, (lz_step_out){.ids = b->next, .draws = draws}));
             take_tokens(b, 0, &running, max_tokens, gen, ignore_eos, out);
         }
         return LZ_OK;
@@ -148,17 +145,19 @@ lz_status lz_generate_batch(lz_engine *e, const lz_prompt *prompts, int n, int m
         ids[i] = prompts[i].ids;
         lens[i] = prompts[i].n;
         timing->prompt_tokens += prompts[i].n;
+        b.index[i] = i;
     }
-    if (s == LZ_OK) // every prompt's last logits into row i
-        s = lz_engine_prefill_many(e, n, b.slots, ids, lens, b.logits);
+    const lz_sample_draw *first = s == LZ_OK ? draw_rows(&b, 0, n) : NULL;
+    if (s == LZ_OK) // every prompt's first id into row i, chosen where the logits are
+        s = lz_engine_prefill_many(e, n, b.slots, ids, lens, (lz_step_out){.ids = b.next, .draws = first});
     free(ids), free(lens);
     timing->prefill_seconds = lz_now_seconds() - t0;
     int running = 0;
     for (int i = 0; s == LZ_OK && i < n; i++) {
         b.index[running] = i;
         b.slots[running] = i;
-        // the prompt's logits are in row i (rows of sequences already done are skipped)
-        if (take_token(&b, running, b.logits + (size_t)i * vocab, max_tokens, gen, ignore_eos, out))
+        b.next[running] = b.next[i]; // the prompt's first id is in row i (rows of sequences done are skipped)
+        if (take_token(&b, running, max_tokens, gen, ignore_eos, out))
             running++;
     }
     t0 = lz_now_seconds();

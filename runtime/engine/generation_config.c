@@ -1,9 +1,10 @@
 /* generation_config.c - reading generation_config.json with jansson. */
-#include <jansson.h> // json_load_file
+#include <jansson.h> // json_t
 #include <stdio.h>   // snprintf
 #include <unistd.h>  // access
 
 #include "generation_config.h"
+#include "json_read.h" // lz_json_load_file: integers of any size
 
 static void add_eos(lz_generation_config *g, long id) {
     for (int i = 0; i < g->n_eos; i++)
@@ -58,7 +59,7 @@ lz_status lz_generation_config_load(const char *dir, const lz_config *cfg, lz_ge
     if (access(path, F_OK) != 0)
         return LZ_OK;
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    json_t *root = lz_json_load_file(path, 0, &err);
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "%s: line %d column %d: %s", path, err.line, err.column, err.text);
     lz_status s = json_is_object(root) ? LZ_OK : lz_fail(LZ_ERR_INPUT, "%s: not a JSON object", path);

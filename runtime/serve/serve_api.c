@@ -23,6 +23,8 @@ bool serve_set_error(serve_error *err, int http_status, const char *type, const 
 }
 
 #define BAD(param, ...) serve_set_error(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+#define UNSUPPORTED(param, ...) \
+    serve_set_error(err, 400, "invalid_request_error", param, "unsupported_value", __VA_ARGS__)
 
 char *serve_error_json(const serve_error *err) {
     // both may end inside a UTF-8 character where they were cut to size
@@ -197,29 +199,100 @@ static bool get_session(json_t *v, serve_request *r, serve_error *err) {
     return get_string(v, "session", &r->session, err);
 }
 
-/* Fields the API defines that this server accepts only at their default. */
+static bool is_string_of(json_t *v, const char *a, const char *b) {
+    return json_is_string(v) && (strcmp(json_string_value(v), a) == 0 || (b && strcmp(json_string_value(v), b) == 0));
+}
+
+/* Fields the API defines that this server accepts only where they change
+ * nothing, as vLLM does: anything else would be a different answer. */
 static bool check_default(const char *key, json_t *v, serve_error *err) {
-    if (strcmp(key, "n") == 0 || strcmp(key, "best_of") == 0) {
-        long n;
-        if (!get_int(v, key, 1, 1, &n, err))
-            return serve_set_error(err, 400, "invalid_request_error", key, "unsupported_value",
-                                   "%s: only 1 is supported", key);
-        return true;
-    }
-    if (strcmp(key, "presence_penalty") == 0 || strcmp(key, "frequency_penalty") == 0) {
-        double x;
-        if (!get_number(v, key, 0, 0, &x, err))
-            return serve_set_error(err, 400, "invalid_request_error", key, "unsupported_value",
-                                   "%s: only 0 is supported", key);
-        return true;
-    }
-    if (strcmp(key, "logprobs") == 0 || strcmp(key, "echo") == 0) {
-        if (!json_is_false(v))
-            return serve_set_error(err, 400, "invalid_request_error", key, "unsupported_value",
-                                   "%s: not supported (only false or null)", key);
-        return true;
-    }
+    if (strcmp(key, "n") == 0 || strcmp(key, "best_of") == 0)
+        return json_is_integer(v) && json_integer_value(v) == 1 ? true : UNSUPPORTED(key, "%s: only 1 is supported", key);
+    if (strcmp(key, "presence_penalty") == 0 || strcmp(key, "frequency_penalty") == 0)
+        return json_is_number(v) && json_number_value(v) == 0 ? true : UNSUPPORTED(key, "%s: only 0 is supported", key);
+    if (strcmp(key, "logprobs") == 0 || strcmp(key, "echo") == 0)
+        return json_is_false(v) ? true : UNSUPPORTED(key, "%s: not supported (only false or null)", key);
+    if (strcmp(key, "top_logprobs") == 0)
+        return json_is_integer(v) && json_integer_value(v) == 0 ? true
+                                                                 : UNSUPPORTED(key, "top_logprobs: not supported (only 0 or null)");
+    if (strcmp(key, "tools") == 0 || strcmp(key, "functions") == 0)
+        return json_is_array(v) && json_array_size(v) == 0
+                   ? true
+                   : UNSUPPORTED(key, "%s: function calling is not supported by this server", key);
+    if (strcmp(key, "tool_choice") == 0 || strcmp(key, "function_call") == 0) // without tools "auto" is "none"
+        return is_string_of(v, "none", "auto") ? true
+                                               : UNSUPPORTED(key, "%s: function calling is not supported (only \"none\" or \"auto\")", key);
+    if (strcmp(key, "response_format") == 0)
+        return json_is_object(v) && json_object_size(v) == 1 && is_string_of(json_object_get(v, "type"), "text", NULL)
+                   ? true
+                   : UNSUPPORTED(key, "response_format: only {\"type\": \"text\"} is supported (no JSON mode or schema)");
+    if (strcmp(key, "suffix") == 0)
+        return is_string_of(v, "", NULL) ? true : UNSUPPORTED(key, "suffix: not supported (only \"\" or null)");
     return BAD(key, "unknown field '%s'", key);
+}
+
+/* Fields the API defines that change nothing here: their type is checked, their value ignored. */
+static const struct {
+    const char *name;
+    char type; /* 's' string, 'o' object, 'b' boolean */
+} ignored_fields[] = {{"user", 's'},        {"metadata", 'o'},          {"store", 'b'},
+                      {"service_tier", 's'}, {"parallel_tool_calls", 'b'}, {"prompt_cache_key", 's'},
+                      {"safety_identifier", 's'}};
+
+/* The type an ignored field must have ('s', 'o', 'b'), or 0 when the field is not one of them. */
+static char ignored_type(const char *key) {
+    for (size_t i = 0; i < sizeof ignored_fields / sizeof ignored_fields[0]; i++)
+        if (strcmp(key, ignored_fields[i].name) == 0)
+            return ignored_fields[i].type;
+    return 0;
+}
+
+static bool check_ignored(const char *key, char type, json_t *v, serve_error *err) {
+    if (type == 's' && !json_is_string(v))
+        return BAD(key, "%s: expected a string", key);
+    if (type == 'o' && !json_is_object(v))
+        return BAD(key, "%s: expected an object", key);
+    if (type == 'b' && !json_is_boolean(v))
+        return BAD(key, "%s: expected true or false", key);
+    return true;
+}
+
+/* Usage comes with every stream's last chunk anyway; obfuscation padding is not sent. */
+static bool get_stream_options(json_t *v, serve_error *err) {
+    if (!json_is_object(v))
+        return BAD("stream_options", "stream_options: expected an object");
+    const char *key;
+    json_t *x;
+    json_object_foreach(v, key, x) {
+        if (strcmp(key, "include_usage") != 0 && strcmp(key, "include_obfuscation") != 0)
+            return BAD("stream_options", "stream_options: unknown field '%s' (include_usage, include_obfuscation)", key);
+        if (!json_is_boolean(x) && !json_is_null(x))
+            return BAD("stream_options", "stream_options.%s: expected true or false", key);
+    }
+    return true;
+}
+
+/* {"TOKEN_ID": BIAS, ...}, the bias in [-100, 100] as OpenAI defines it. */
+static bool get_logit_bias(json_t *v, serve_request *r, serve_error *err) {
+    if (!json_is_object(v))
+        return BAD("logit_bias", "logit_bias: expected an object of token id -> bias");
+    if (json_object_size(v) > SERVE_MAX_LOGIT_BIAS)
+        return BAD("logit_bias", "logit_bias: %zu entries, more than %d", json_object_size(v), SERVE_MAX_LOGIT_BIAS);
+    r->logit_bias = malloc(sizeof(serve_logit_bias) * (json_object_size(v) ? json_object_size(v) : 1));
+    if (!r->logit_bias)
+        return serve_set_error(err, 500, "server_error", "logit_bias", NULL, "logit_bias: out of memory");
+    const char *key;
+    json_t *x;
+    json_object_foreach(v, key, x) {
+        char *end = NULL;
+        const long id = key[0] >= '0' && key[0] <= '9' ? strtol(key, &end, 10) : -1;
+        if (id < 0 || id > INT32_MAX || !end || *end)
+            return BAD("logit_bias", "logit_bias: key '%.40s' is not a token id", key);
+        if (!json_is_number(x) || json_number_value(x) < -100 || json_number_value(x) > 100)
+            return BAD("logit_bias", "logit_bias[%ld]: expected a number in [-100, 100]", id);
+        r->logit_bias[r->n_logit_bias++] = (serve_logit_bias){(int32_t)id, (float)json_number_value(x)};
+    }
+    return true;
 }
 
 static bool parse_field(const char *key, json_t *v, serve_request *r, serve_error *err) {
@@ -258,29 +331,25 @@ static bool parse_field(const char *key, json_t *v, serve_request *r, serve_erro
         return get_stop(v, r, err);
     if (strcmp(key, "stream") == 0)
         return get_bool(v, key, &r->stream, err);
-    if (strcmp(key, "stream_options") == 0) { // usage comes with every stream's last chunk anyway
-        json_t *u = json_object_get(v, "include_usage");
-        if (!json_is_object(v) || json_object_size(v) > (u ? 1u : 0u) || (u && !json_is_boolean(u)))
-            return BAD(key, "stream_options: expected {\"include_usage\": true|false}");
-        return true;
-    }
-    if (strcmp(key, "user") == 0) {
-        char *ignored = NULL;
-        bool ok = get_string(v, key, &ignored, err);
-        free(ignored);
-        return ok;
-    }
+    if (strcmp(key, "stream_options") == 0)
+        return get_stream_options(v, err);
+    if (strcmp(key, "logit_bias") == 0)
+        return get_logit_bias(v, r, err);
     if (strcmp(key, "session") == 0)
         return get_session(v, r, err);
     if (strcmp(key, "return_token_ids") == 0)
         return get_bool(v, key, &r->return_token_ids, err);
     if (strcmp(key, "ignore_eos") == 0)
         return get_bool(v, key, &r->ignore_eos, err);
-    return check_default(key, v, err);
+    if (strcmp(key, "split_special_tokens") == 0)
+        return get_bool(v, key, &r->split_special_tokens, err);
+    const char type = ignored_type(key);
+    return type ? check_ignored(key, type, v, err) : check_default(key, v, err);
 }
 
 bool serve_parse_request(const char *body, size_t len, serve_kind kind, serve_request *out, serve_error *err) {
-    *out = (serve_request){.kind = kind, .max_tokens = -1, .temperature = -1, .top_p = -1, .top_k = -1, .seed = -1};
+    *out = (serve_request){.kind = kind, .max_tokens = -1, .temperature = -1, .top_p = -1, .top_k = -1, .seed = -1,
+                           .split_special_tokens = kind == SERVE_CHAT};
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
@@ -320,6 +389,7 @@ void serve_request_free(serve_request *r) {
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->session);
+    free(r->logit_bias);
     *r = (serve_request){0};
 }
 

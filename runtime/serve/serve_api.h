@@ -1,5 +1,7 @@
 /* serve_api.h - the OpenAI-style HTTP API as data: a request body parsed and
- * checked into a serve_request (every field typed, unknown fields refused),
+ * checked into a serve_request (every field typed; fields that change nothing
+ * here accepted and ignored, those that would change the answer and fields the
+ * API does not define refused),
  * errors as {"error": {message, type, param, code}} with their HTTP status,
  * and the JSON of answers and stream chunks. No I/O, no engine: the fuzzer
  * and the HTTP layer both drive it. */
@@ -17,7 +19,13 @@ typedef struct {
     char *content; /* text (content parts joined) */
 } serve_message;
 
-enum { SERVE_MAX_STOPS = 4, SERVE_MAX_SESSION_NAME = 128 };
+enum { SERVE_MAX_STOPS = 4, SERVE_MAX_SESSION_NAME = 128, SERVE_MAX_LOGIT_BIAS = 1024 };
+
+/* logit_bias: added to a token's logit before sampling (-100 bans it, +100 all but forces it). */
+typedef struct {
+    int32_t id;
+    float bias;
+} serve_logit_bias;
 
 typedef struct {
     serve_kind kind;
@@ -37,6 +45,10 @@ typedef struct {
     char *session;                /* keep the sequence's state under this name */
     bool return_token_ids;        /* choices[0].token_ids (as vLLM) */
     bool ignore_eos;              /* keep going past eos ids (as vLLM) */
+    bool split_special_tokens;    /* special-token text in the client's text is plain text (HF's name);
+                                     default: true for chat messages, false for a completion prompt */
+    serve_logit_bias *logit_bias; /* NULL when absent; ids not yet checked against the vocabulary */
+    int n_logit_bias;
 } serve_request;
 
 typedef struct {

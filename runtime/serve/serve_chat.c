@@ -1,7 +1,8 @@
 /* serve_chat.c - chat formats (see serve_chat.h). */
 #include "serve_chat.h"
+#include "json_read.h" // lz_json_load_file: integers of any size
 
-#include <jansson.h> // json_load_file
+#include <jansson.h> // json_t
 #include <stdio.h>   // snprintf
 #include <stdlib.h>  // malloc, realloc, free
 #include <string.h>  // strcmp, strstr, strlen, memcpy
@@ -25,7 +26,7 @@ lz_status serve_chat_detect(const char *model_dir, const char *flag, serve_chat_
     if (access(path, F_OK) != 0)
         return LZ_OK;
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    json_t *root = lz_json_load_file(path, 0, &jerr);
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "%s: line %d: %s", path, jerr.line, jerr.text);
     const char *tmpl = json_string_value(json_object_get(root, "chat_template"));
@@ -48,6 +49,8 @@ const char *serve_chat_turn_end(serve_chat_format f, const char *eos_text) {
 typedef struct {
     char *p;
     size_t n, cap;
+    lz_text_span *content; /* where messages' content lies in p */
+    int n_content, cap_content;
 } text_buf;
 
 static lz_status put(text_buf *b, const char *s) {
@@ -64,6 +67,21 @@ static lz_status put(text_buf *b, const char *s) {
     return LZ_OK;
 }
 
+/* A message's content: text that the client wrote, not the template. */
+static lz_status put_content(text_buf *b, const char *s) {
+    if (b->n_content == b->cap_content) {
+        const int cap = b->cap_content ? b->cap_content * 2 : 8;
+        lz_text_span *grown = realloc(b->content, sizeof *grown * (size_t)cap);
+        if (!grown)
+            return lz_fail(LZ_ERR_NOMEM, "chat template: out of memory");
+        b->content = grown, b->cap_content = cap;
+    }
+    const size_t start = b->n;
+    LZ_TRY(put(b, s));
+    b->content[b->n_content++] = (lz_text_span){start, b->n};
+    return LZ_OK;
+}
+
 /* HF's LLaMA-3 template trims each message's content. */
 static lz_status put_trimmed(text_buf *b, const char *s) {
     while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
@@ -74,7 +92,7 @@ static lz_status put_trimmed(text_buf *b, const char *s) {
     char *copy = strndup(s, k);
     if (!copy)
         return lz_fail(LZ_ERR_NOMEM, "chat template: out of memory");
-    lz_status st = put(b, copy);
+    lz_status st = put_content(b, copy);
     free(copy);
     return st;
 }
@@ -99,32 +117,44 @@ static lz_status render_mistral(text_buf *b, const serve_message *m, int n, cons
         } else if (strcmp(m[i].role, "user") == 0) {
             LZ_TRY(put(b, "[INST] "));
             if (system) {
-                LZ_TRY(put(b, system));
+                LZ_TRY(put_content(b, system));
                 LZ_TRY(put(b, "\n\n"));
                 system = NULL;
             }
-            LZ_TRY(put(b, m[i].content));
+            LZ_TRY(put_content(b, m[i].content));
             LZ_TRY(put(b, " [/INST]"));
         } else {
             LZ_TRY(put(b, " "));
-            LZ_TRY(put(b, m[i].content));
+            LZ_TRY(put_content(b, m[i].content));
             LZ_TRY(put(b, eos_text));
         }
     }
     return LZ_OK;
 }
 
-lz_status serve_chat_render(serve_chat_format f, const serve_message *m, int n, const char *eos_text, char **out,
-                            size_t *len) {
+lz_status serve_chat_render_spans(serve_chat_format f, const serve_message *m, int n, const char *eos_text,
+                                  char **out, size_t *len, lz_text_span **content, int *n_content) {
     text_buf b = {0};
     lz_status s = put(&b, ""); // an empty conversation is still a string
     if (s == LZ_OK)
         s = f == SERVE_CHAT_LLAMA3 ? render_llama3(&b, m, n) : render_mistral(&b, m, n, eos_text ? eos_text : "");
     if (s != LZ_OK) {
         free(b.p);
+        free(b.content);
         return s;
     }
     *out = b.p;
     *len = b.n;
+    *content = b.content;
+    *n_content = b.n_content;
     return LZ_OK;
+}
+
+lz_status serve_chat_render(serve_chat_format f, const serve_message *m, int n, const char *eos_text, char **out,
+                            size_t *len) {
+    lz_text_span *content = NULL;
+    int n_content = 0;
+    lz_status s = serve_chat_render_spans(f, m, n, eos_text, out, len, &content, &n_content);
+    free(content);
+    return s;
 }

@@ -9,6 +9,7 @@
 
 #include "error.h"     // lz_status
 #include "serve_api.h" // serve_message
+#include "tokenizer.h" // lz_text_span
 
 typedef enum { SERVE_CHAT_LLAMA3, SERVE_CHAT_MISTRAL } serve_chat_format;
 
@@ -22,6 +23,11 @@ const char *serve_chat_format_name(serve_chat_format f);
  * *out is malloc'd and NUL-terminated. */
 lz_status serve_chat_render(serve_chat_format f, const serve_message *m, int n, const char *eos_text, char **out,
                             size_t *len);
+/* The same, and where each message's content lies in *out (*content is
+ * malloc'd, in order): there special-token text is the client's, not the
+ * template's, and is tokenized as plain text. */
+lz_status serve_chat_render_spans(serve_chat_format f, const serve_message *m, int n, const char *eos_text,
+                                  char **out, size_t *len, lz_text_span **content, int *n_content);
 /* What closes an assistant turn (LLaMA-3: <|eot_id|>; Mistral: eos_text). */
 const char *serve_chat_turn_end(serve_chat_format f, const char *eos_text);
 

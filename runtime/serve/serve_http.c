@@ -1,13 +1,15 @@
 /* serve_http.c - routes, limits and jobs over libmicrohttpd (see serve_http.h). */
 #include "serve_http.h"
 
-#include <arpa/inet.h>  // inet_pton, htons
+#include <arpa/inet.h>  // inet_ntop
 #include <jansson.h>    // json_pack (/v1/models)
 #include <microhttpd.h> // MHD_*
-#include <netinet/in.h> // sockaddr_in
-#include <stdio.h>      // snprintf
+#include <netdb.h>      // getaddrinfo
+#include <netinet/in.h> // sockaddr_in, sockaddr_in6
+#include <stdio.h>      // snprintf, fprintf
 #include <stdlib.h>     // malloc, calloc, realloc, free, strtoll
 #include <string.h>     // strcmp, strlen, strncmp, strdup
+#include <strings.h>    // strncasecmp
 #include <time.h>       // time, nanosleep
 
 #include "clock.h"       // lz_now_seconds
@@ -19,14 +21,27 @@ typedef struct {
     size_t n, cap;
     bool too_big;
     serve_job *job; /* submitted: cancelled if the connection ends first */
+    long number;    /* in the access log, and the answer's id */
+    const char *id_prefix; /* "cmpl", "chatcmpl", else "req" */
+    double t_start;
+    char method[16], path[128]; /* for the access log: cut to size, printable ASCII */
 } http_request;
+
+/* A client's text into a log line: cut to cap - 1 bytes, anything but printable ASCII as '?'. */
+static void log_copy(char *out, size_t cap, const char *in) {
+    size_t i = 0;
+    for (; in && in[i] && i + 1 < cap; i++)
+        out[i] = in[i] > ' ' && in[i] < 127 ? in[i] : '?';
+    out[i] = '\0';
+}
 
 /* ---- building a job ------------------------------------------------------- */
 
-static bool encode(serve_server *srv, const char *text, size_t len, bool bos, int32_t **ids, int *n,
-                   serve_error *err) {
+/* plain: the n_plain ranges of text where special-token text is the client's, tokenized as plain text. */
+static bool encode(serve_server *srv, const char *text, size_t len, bool bos, const lz_text_span *plain, int n_plain,
+                   int32_t **ids, int *n, serve_error *err) {
     pthread_mutex_lock(&srv->tok_mu);
-    lz_status s = lz_tokenizer_encode(srv->tok, text, len, bos, ids, n);
+    lz_status s = lz_tokenizer_encode_plain(srv->tok, text, len, bos, plain, n_plain, ids, n);
     pthread_mutex_unlock(&srv->tok_mu);
     if (s != LZ_OK) {
         serve_set_error(err, 500, "server_error", NULL, NULL, "tokenizer: %s", lz_error_message());
@@ -34,6 +49,15 @@ static bool encode(serve_server *srv, const char *text, size_t len, bool bos, in
         return false;
     }
     return true;
+}
+
+/* Text can become ids the model lacks when tokenizer.json has more ids than config.json's vocab_size. */
+static bool in_vocab(const serve_server *srv, const int32_t *ids, int n, const char *param, serve_error *err) {
+    if (lz_tokenizer_check_ids(srv->tok, ids, n, srv->vocab, param) == LZ_OK)
+        return true;
+    serve_set_error(err, 400, "invalid_request_error", param, NULL, "%s", lz_error_message());
+    lz_error_clear();
+    return false;
 }
 
 static bool copy_ids(const int32_t *src, int n, int32_t **out, serve_error *err) {
@@ -60,27 +84,56 @@ static bool job_prompt(serve_server *srv, const serve_request *r, serve_job *j, 
     char *rendered = NULL;
     size_t len = 0;
     const char *text = r->prompt_text;
+    lz_text_span *content = NULL, whole;
+    int n_content = 0;
     if (r->kind == SERVE_CHAT) {
-        if (serve_chat_render(srv->chat, r->messages, r->n_messages, srv->eos_text, &rendered, &len) != LZ_OK) {
+        if (serve_chat_render_spans(srv->chat, r->messages, r->n_messages, srv->eos_text, &rendered, &len, &content,
+                                    &n_content) != LZ_OK) {
             lz_error_clear();
             return serve_set_error(err, 500, "server_error", "messages", NULL, "messages: out of memory");
         }
         text = rendered;
     } else {
         len = strlen(text);
+        whole = (lz_text_span){0, len};
+        content = &whole;
+        n_content = 1;
     }
-    bool ok = encode(srv, text, len, true, &j->prompt, &j->n_prompt, err);
+    const int n_plain = r->split_special_tokens ? n_content : 0; // the template's markers stay special
+    const char *param = r->kind == SERVE_CHAT ? "messages" : "prompt";
+    bool ok = encode(srv, text, len, true, content, n_plain, &j->prompt, &j->n_prompt, err) &&
+              in_vocab(srv, j->prompt, j->n_prompt, param, err);
     if (ok && r->session)
-        ok = encode(srv, text, len, false, &j->prompt_cont, &j->n_prompt_cont, err);
+        ok = encode(srv, text, len, false, content, n_plain, &j->prompt_cont, &j->n_prompt_cont, err);
     if (ok && r->session && r->kind == SERVE_CHAT) {
         const char *end = serve_chat_turn_end(srv->chat, srv->eos_text);
-        ok = encode(srv, end, strlen(end), false, &j->turn_end, &j->n_turn_end, err);
+        ok = encode(srv, end, strlen(end), false, NULL, 0, &j->turn_end, &j->n_turn_end, err) &&
+             in_vocab(srv, j->turn_end, j->n_turn_end, param, err);
     }
+    if (content != &whole)
+        free(content);
     free(rendered);
     return ok;
 }
 
-static serve_job *make_job(serve_server *srv, const serve_request *r, serve_error *err) {
+/* The request's logit_bias, its ids checked against the model's vocabulary. */
+static bool job_bias(const serve_server *srv, const serve_request *r, serve_job *j, serve_error *err) {
+    for (int i = 0; i < r->n_logit_bias; i++)
+        if (r->logit_bias[i].id >= srv->vocab)
+            return serve_set_error(err, 400, "invalid_request_error", "logit_bias", NULL,
+                                   "logit_bias: token id %d is out of range (vocabulary of %d)", r->logit_bias[i].id,
+                                   srv->vocab);
+    if (r->n_logit_bias == 0)
+        return true;
+    j->logit_bias = malloc(sizeof(serve_logit_bias) * (size_t)r->n_logit_bias);
+    if (!j->logit_bias)
+        return serve_set_error(err, 500, "server_error", NULL, NULL, "out of memory");
+    memcpy(j->logit_bias, r->logit_bias, sizeof(serve_logit_bias) * (size_t)r->n_logit_bias);
+    j->n_logit_bias = r->n_logit_bias;
+    return true;
+}
+
+static serve_job *make_job(serve_server *srv, const serve_request *r, long number, serve_error *err) {
     serve_job *j = serve_job_new();
     if (!j) {
         serve_set_error(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -99,6 +152,8 @@ static serve_job *make_job(serve_server *srv, const serve_request *r, serve_erro
                              srv->max_tokens);
     if (ok && r->session && !(j->session = strdup(r->session)))
         ok = serve_set_error(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (ok)
+        ok = job_bias(srv, r, j, err);
     if (!ok) {
         serve_job_release(j);
         return NULL;
@@ -110,18 +165,44 @@ static serve_job *make_job(serve_server *srv, const serve_request *r, serve_erro
     p.top_p = r->top_p > 0 ? r->top_p : p.top_p;
     p.top_k = r->top_k >= 0 ? (int)r->top_k : p.top_k;
     // no seed: a different stream for every request, as OpenAI's API samples
-    p.seed = r->seed >= 0 ? (uint64_t)r->seed
-                          : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull + (uint64_t)atomic_fetch_add(&srv->next_id, 1);
+    p.seed = r->seed >= 0 ? (uint64_t)r->seed : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull + (uint64_t)number;
     j->sampling = p;
     j->t_submit = lz_now_seconds();
+    j->number = number;
     return j;
 }
 
-/* Waits for tokens past *consumed (or the job's end) and feeds them to t;
- * false when the client left or memory ran out. */
 /* ---- routes ----------------------------------------------------------------- */
 
+/* --session-per-key: the job's session is stored under a hash of the
+ * request's bearer token, so that only holders of that key continue it. */
+static bool key_session(struct MHD_Connection *c, serve_job *j, serve_error *err) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0')
+        return serve_set_error(err, 401, "invalid_request_error", "session", "invalid_api_key",
+                               "session: this server keeps sessions per API key (--session-per-key): send "
+                               "Authorization: Bearer KEY");
+    char *keyed;
+    if (serve_session_keyed_name(h + 7, j->session, &keyed) != LZ_OK) {
+        lz_error_clear();
+        return serve_set_error(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    free(j->session);
+    j->session = keyed;
+    return true;
+}
+
+static enum MHD_Result refuse(serve_server *srv, struct MHD_Connection *c, int status) {
+    return serve_reply_error_text(srv, c, status, status == 429 ? "rate_limit_error" : "server_error",
+                                  status == 429 ? "queue_full" : "shutting_down",
+                                  status == 429 ? "the request queue is full (--queue-size); try again later"
+                                                : "the server is shutting down");
+}
+
 static enum MHD_Result generate(serve_server *srv, struct MHD_Connection *c, http_request *req, serve_kind kind) {
+    req->id_prefix = kind == SERVE_CHAT ? "chatcmpl" : "cmpl";
+    if (*srv->stop)
+        return refuse(srv, c, 503);
     serve_request r;
     serve_error err;
     if (!serve_parse_request(req->body ? req->body : "", req->n, kind, &r, &err))
@@ -132,7 +213,11 @@ static enum MHD_Result generate(serve_server *srv, struct MHD_Connection *c, htt
         serve_request_free(&r);
         return serve_reply_error(srv, c, &err);
     }
-    serve_job *j = make_job(srv, &r, &err);
+    serve_job *j = make_job(srv, &r, req->number, &err);
+    if (j && srv->session_per_key && j->session && !key_session(c, j, &err)) {
+        serve_job_release(j);
+        j = NULL;
+    }
     if (!j) {
         serve_request_free(&r);
         return serve_reply_error(srv, c, &err);
@@ -140,10 +225,7 @@ static enum MHD_Result generate(serve_server *srv, struct MHD_Connection *c, htt
     const int refused = serve_scheduler_submit(srv->sched, j);
     enum MHD_Result ok;
     if (refused) {
-        ok = serve_reply_error_text(srv, c, refused, refused == 429 ? "rate_limit_error" : "server_error",
-                             refused == 429 ? "queue_full" : "shutting_down",
-                             refused == 429 ? "the request queue is full (--queue-size); try again later"
-                                            : "the server is shutting down");
+        ok = refuse(srv, c, refused);
         serve_job_release(j);
     } else {
         req->job = j; // cancelled if the connection ends first
@@ -161,11 +243,46 @@ static enum MHD_Result models(serve_server *srv, struct MHD_Connection *c) {
     return serve_reply_body(srv, c, 200, body, "application/json");
 }
 
+/* The whole of given[0..n) against the key, in a time that depends on the key's
+ * length only (not on where they first differ). */
+static bool same_key(const char *given, size_t n, const char *key) {
+    const size_t k = strlen(key);
+    unsigned char diff = n != k;
+    for (size_t i = 0; i < k; i++)
+        diff |= (unsigned char)(key[i] ^ (i < n ? given[i] : 0));
+    return diff == 0;
+}
+
+/* "Authorization: Bearer KEY": the scheme in any case (RFC 7235), then spaces,
+ * then exactly the key: the header's length counts, so "KEY\0junk" is not it. */
+/* 503 while draining or while an engine step has run past --health-step-timeout
+ * (a stuck device or a stopped pipeline rank), as load balancers expect. */
+static enum MHD_Result health(serve_server *srv, struct MHD_Connection *c) {
+    char body[96];
+    const double step = serve_scheduler_step_seconds(srv->sched);
+    int status = 200;
+    if (*srv->stop)
+        status = 503, snprintf(body, sizeof body, "{\"status\":\"draining\"}");
+    else if (step > srv->health_step_timeout)
+        status = 503, snprintf(body, sizeof body, "{\"status\":\"stalled\",\"step_seconds\":%.1f}", step);
+    else
+        snprintf(body, sizeof body, "{\"status\":\"ok\"}");
+    return serve_reply_body(srv, c, status, strdup(body), "application/json");
+}
+
 static bool authorized(const serve_server *srv, struct MHD_Connection *c) {
     if (!srv->api_key)
         return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    return h && strncmp(h, "Bearer ", 7) == 0 && strcmp(h + 7, srv->api_key) == 0;
+    static const char name[] = MHD_HTTP_HEADER_AUTHORIZATION;
+    const char *h = NULL;
+    size_t n = 0;
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, name, sizeof name - 1, &h, &n) != MHD_YES || !h || n < 7 ||
+        strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    size_t at = 7;
+    while (at < n && h[at] == ' ')
+        at++;
+    return same_key(h + at, n - at, srv->api_key);
 }
 
 typedef struct {
@@ -198,7 +315,7 @@ static enum MHD_Result dispatch(serve_server *srv, struct MHD_Connection *c, con
         return serve_reply_error_text(srv, c, 413, "invalid_request_error", "request_too_large", msg);
     }
     if (strcmp(url, "/health") == 0)
-        return serve_reply_body(srv, c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
+        return health(srv, c);
     if (strcmp(url, "/metrics") == 0)
         return serve_reply_body(srv, c, 200, serve_metrics_text(srv->metrics), "text/plain; version=0.0.4");
     if (strcmp(url, "/v1/models") == 0)
@@ -215,6 +332,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!req)
             return MHD_NO;
         *con_cls = req;
+        req->number = atomic_fetch_add(&srv->next_id, 1);
+        req->id_prefix = "req";
+        req->t_start = lz_now_seconds();
+        log_copy(req->method, sizeof req->method, method);
+        log_copy(req->path, sizeof req->path, url);
         atomic_fetch_add(&srv->in_flight, 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         req->too_big = cl && strtoll(cl, NULL, 10) > srv->max_body_bytes;
@@ -240,12 +362,56 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return dispatch(srv, c, url, method, req);
 }
 
+static const char *ended_early(enum MHD_RequestTerminationCode toe) {
+    switch (toe) {
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+        return "";
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+        return " (ended early: connection timeout)";
+    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+        return " (ended early: server stopped)";
+    case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+    case MHD_REQUEST_TERMINATED_READ_ERROR:
+        return " (ended early: client gone)";
+    default:
+        return " (ended early: error)";
+    }
+}
+
+/* One line per request on stderr: client, method, path, status ("-": none
+ * sent), id, tokens, seconds since its headers came. */
+static void access_log(const serve_server *srv, struct MHD_Connection *c, const http_request *req,
+                       enum MHD_RequestTerminationCode toe) {
+    const union MHD_ConnectionInfo *who = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char addr[INET6_ADDRSTRLEN] = "-";
+    if (who && who->client_addr && who->client_addr->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)who->client_addr)->sin_addr, addr, sizeof addr);
+    else if (who && who->client_addr && who->client_addr->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)who->client_addr)->sin6_addr, addr, sizeof addr);
+    const union MHD_ConnectionInfo *sent = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+    char status[12] = "-";
+    if (sent && sent->http_status)
+        snprintf(status, sizeof status, "%u", sent->http_status);
+    int prompt = 0, completion = 0;
+    if (req->job) {
+        pthread_mutex_lock(&req->job->mu);
+        prompt = req->job->prompt_tokens;
+        completion = req->job->answered_tokens;
+        pthread_mutex_unlock(&req->job->mu);
+    }
+    fprintf(stderr, "lizard serve: %s %s %s %s %s-%ld prompt_tokens=%d completion_tokens=%d %.3fs%s\n", addr,
+            req->method, req->path, status, req->id_prefix, req->number, prompt, completion,
+            lz_now_seconds() - req->t_start, ended_early(toe));
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     serve_server *srv = cls;
     http_request *req = *con_cls;
     if (!req)
         return;
     atomic_fetch_sub(&srv->in_flight, 1);
+    if (srv->access_log)
+        access_log(srv, c, req, toe);
     if (req->job) {
         serve_job_cancel(req->job); // a no-op once it is done
         serve_job_release(req->job);
@@ -255,14 +421,43 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+static struct MHD_Daemon *listen_at(serve_server *srv, const struct addrinfo *at) {
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC;
+    if (at->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    const uint16_t port = ntohs(at->ai_family == AF_INET6 ? ((const struct sockaddr_in6 *)at->ai_addr)->sin6_port
+                                                          : ((const struct sockaddr_in *)at->ai_addr)->sin_port);
+    return MHD_start_daemon(flags, port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, at->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)1024, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+}
+
+static lz_status resolve(const char *host, int port, struct addrinfo **found) {
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    const struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                   .ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG};
+    const int rc = getaddrinfo(host, service, &hints, found);
+    if (rc != 0)
+        return lz_fail(LZ_ERR_INPUT, "lizard serve: --host %s: %s", host, gai_strerror(rc));
+    return LZ_OK;
+}
+
+lz_status serve_http_check_host(const char *host) {
+    struct addrinfo *found = NULL;
+    LZ_TRY(resolve(host, 0, &found));
+    freeaddrinfo(found);
+    return LZ_OK;
+}
+
 lz_status serve_http_start(serve_server *srv, const char *host, int port, int *bound_port) {
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
-        return lz_fail(LZ_ERR_INPUT, "lizard serve: --host: expected an IPv4 address, got '%s'", host);
-    srv->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC,
-                                   (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, &addr,
-                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_LIMIT,
-                                   (unsigned)1024, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    struct addrinfo *found = NULL;
+    LZ_TRY(resolve(host, port, &found));
+    srv->daemon = NULL;
+    for (const struct addrinfo *at = found; at && !srv->daemon; at = at->ai_next)
+        if (at->ai_family == AF_INET || at->ai_family == AF_INET6)
+            srv->daemon = listen_at(srv, at);
+    freeaddrinfo(found);
     if (!srv->daemon)
         return lz_fail(LZ_ERR_IO, "lizard serve: cannot listen on %s:%d (in use, or not allowed)", host, port);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -271,8 +466,9 @@ lz_status serve_http_start(serve_server *srv, const char *host, int port, int *b
 }
 
 void serve_http_stop(serve_server *srv) {
-    const double until = lz_now_seconds() + 30;
-    while (srv->daemon && atomic_load(&srv->in_flight) > 0 && lz_now_seconds() < until) {
+    const sig_atomic_t signals = *srv->stop;
+    const double until = lz_now_seconds() + 2;
+    while (srv->daemon && atomic_load(&srv->in_flight) > 0 && lz_now_seconds() < until && *srv->stop == signals) {
         struct timespec pause = {0, 10 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }

@@ -36,6 +36,7 @@ void serve_job_release(serve_job *j) {
     free(j->prompt_cont);
     free(j->turn_end);
     free(j->session);
+    free(j->logit_bias);
     free(j->tokens);
     free(j);
 }
@@ -74,6 +75,11 @@ void serve_job_finish(serve_job *j, bool stopped_at_eos) {
     j->stopped_at_eos = stopped_at_eos;
     pthread_cond_broadcast(&j->cond);
     pthread_mutex_unlock(&j->mu);
+}
+
+void serve_job_bias_logits(const serve_job *j, float *logits) {
+    for (int i = 0; i < j->n_logit_bias; i++)
+        logits[j->logit_bias[i].id] += j->logit_bias[i].bias;
 }
 
 void serve_job_fail(serve_job *j, int http_status, const char *type, const char *code, const char *fmt, ...) {

@@ -10,7 +10,8 @@
 #include <stdbool.h> // bool
 #include <stdint.h>  // int32_t
 
-#include "sampler.h" // lz_sampler_params
+#include "sampler.h"   // lz_sampler_params
+#include "serve_api.h" // serve_logit_bias
 
 typedef struct serve_job {
     /* input: set before submission, then read-only */
@@ -23,8 +24,12 @@ typedef struct serve_job {
     int max_tokens;
     lz_sampler_params sampling;
     bool ignore_eos;
+    serve_logit_bias *logit_bias; /* ids within the vocabulary; NULL: none */
+    int n_logit_bias;
     char *session;         /* NULL: forget the state after the answer */
     double t_submit;       /* lz_now_seconds() */
+    long number;           /* the request's number: its answer is cmpl-NUMBER / chatcmpl-NUMBER */
+    int answered_tokens;   /* HTTP side only: usage.completion_tokens as answered (the access log) */
 
     pthread_mutex_t mu;
     pthread_cond_t cond;   /* signalled on every change below */
@@ -52,6 +57,8 @@ void serve_job_finish(serve_job *j, bool stopped_at_eos);
 void serve_job_fail(serve_job *j, int http_status, const char *type, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 bool serve_job_cancelled(serve_job *j);
+/* Adds the job's logit_bias to one row of logits [vocab]. */
+void serve_job_bias_logits(const serve_job *j, float *logits);
 
 /* HTTP side: sets cancel. */
 void serve_job_cancel(serve_job *j);

@@ -3,12 +3,10 @@
  * come (see serve_reply.h). */
 #include "serve_reply.h"
 
-#include <errno.h>      // errno
-#include <poll.h>       // poll, POLLRDHUP
+#include <poll.h>       // poll, POLLHUP
 #include <stdio.h>      // snprintf
 #include <stdlib.h>     // malloc, calloc, realloc, free
 #include <string.h>     // strlen, memcpy, memmove
-#include <sys/socket.h> // recv, MSG_PEEK
 #include <time.h>       // time, clock_gettime
 
 #include "serve_text.h" // serve_text
@@ -57,20 +55,17 @@ enum MHD_Result serve_reply_error_text(serve_server *srv, struct MHD_Connection 
 
 /* ---- the client's socket -------------------------------------------------- */
 
-/* True once the peer has closed its end (a request waiting for tokens notices a
- * disconnect here rather than at its next write). */
+/* True once the client's socket is closed: reset by the peer (a write to a
+ * client that has closed makes it so) or in error. A peer that has only shut
+ * its sending side (`nc -N`, some proxies) still reads its answer: TCP cannot
+ * tell it from a peer that has closed until a write, so a whole (unstreamed)
+ * answer to a closed client is generated to the end. */
 static bool client_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!info)
         return false;
-    struct pollfd p = {.fd = info->connect_fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0)
-        return false;
-    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
-        return true;
-    char byte;
-    const ssize_t k = recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    struct pollfd p = {.fd = info->connect_fd, .events = 0}; // POLLHUP and POLLERR come unasked
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL));
 }
 
 /* Waits (job->mu held) up to 100 ms for the job to change. */
@@ -141,8 +136,9 @@ static bool follow(serve_job *j, struct MHD_Connection *c, serve_text *t, int *c
 
 static const char *finish_reason(const serve_text *t, bool at_eos) { return t->stopped || at_eos ? "stop" : "length"; }
 
-static void answer_meta(serve_server *srv, serve_kind kind, char *id, size_t cap, serve_answer_meta *m) {
-    snprintf(id, cap, "%s-%ld", kind == SERVE_CHAT ? "chatcmpl" : "cmpl", atomic_fetch_add(&srv->next_id, 1));
+static void answer_meta(serve_server *srv, serve_kind kind, const serve_job *j, char *id, size_t cap,
+                        serve_answer_meta *m) {
+    snprintf(id, cap, "%s-%ld", kind == SERVE_CHAT ? "chatcmpl" : "cmpl", j->number);
     *m = (serve_answer_meta){.id = id, .model = srv->model_name, .created = (long)time(NULL)};
 }
 
@@ -169,7 +165,7 @@ enum MHD_Result serve_reply_whole(serve_server *srv, struct MHD_Connection *c, c
     }
     char id[64];
     serve_answer_meta m;
-    answer_meta(srv, r->kind, id, sizeof id, &m);
+    answer_meta(srv, r->kind, j, id, sizeof id, &m);
     char *body = NULL;
     if (serve_text_flush(&t) == LZ_OK) {
         const char *p;
@@ -178,6 +174,7 @@ enum MHD_Result serve_reply_whole(serve_server *srv, struct MHD_Connection *c, c
         m.prompt_tokens = j->prompt_tokens;
         m.cached_tokens = j->cached_tokens;
         m.completion_tokens = t.n_tokens;
+        j->answered_tokens = t.n_tokens;
         body = serve_answer_json(r->kind, &m, p, n, finish_reason(&t, at_eos), j->tokens,
                                  r->return_token_ids ? t.n_tokens : -1);
     } else {
@@ -253,6 +250,7 @@ static bool queue_end(stream *st, bool failed, bool at_eos) {
         st->meta.prompt_tokens = st->job->prompt_tokens;
         st->meta.cached_tokens = st->job->cached_tokens;
         st->meta.completion_tokens = st->text.n_tokens;
+        st->job->answered_tokens = st->text.n_tokens;
         if (!queue_text(st, true) ||
             !queue_event(st, serve_chunk_event(st->kind, &st->meta, "", 0, false, finish_reason(&st->text, at_eos),
                                                true)))
@@ -326,7 +324,7 @@ enum MHD_Result serve_reply_stream(serve_server *srv, struct MHD_Connection *c, 
     bool copied = true;
     for (int i = 0; i < r->n_stop && copied; i++)
         copied = (st->stops[st->n_stops++] = strdup(r->stop[i])) != NULL;
-    answer_meta(srv, r->kind, st->id, sizeof st->id, &st->meta);
+    answer_meta(srv, r->kind, j, st->id, sizeof st->id, &st->meta);
     serve_text_init(&st->text, srv->tok, st->stops, st->n_stops);
     struct MHD_Response *resp =
         copied ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free) : NULL;

@@ -1,7 +1,8 @@
 /* serve_reply.h - answering one HTTP request of `lizard serve`: JSON bodies
  * and OpenAI error objects (counted in /metrics), a whole completion, or a
  * stream of server-sent events. A request waiting for its tokens notices a
- * client that hangs up within 100 ms and lets its job go. */
+ * closed connection within 100 ms and lets its job go; a client that has only
+ * shut its sending side gets its answer. */
 #ifndef LZ_SERVE_REPLY_H
 #define LZ_SERVE_REPLY_H
 

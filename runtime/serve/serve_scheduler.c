@@ -1,6 +1,7 @@
 /* serve_scheduler.c - continuous batching (see serve_scheduler.h). */
 #include "serve_scheduler.h"
 
+#include <stdio.h>  // fprintf, snprintf
 #include <stdlib.h> // malloc, calloc, realloc, free
 #include <string.h> // memcpy, strcmp
 #include <time.h>   // clock_gettime
@@ -20,6 +21,7 @@ lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *mod
     s->metrics = metrics;
     s->max_batch = opt->max_batch;
     s->prefix_min_tokens = opt->prefix_min_tokens;
+    s->drain_timeout = opt->drain_timeout;
     s->q_cap = opt->queue_size;
     for (int i = 0; i < e->model.cfg.num_hidden_layers; i++)
         s->context_bounded |= e->model.layers[i].run_softmax;
@@ -117,10 +119,8 @@ static void fail_seq(serve_scheduler *s, int slot, int http_status, const char *
     serve_job_fail(q->job, http_status, type, code, "%s", lz_error_message());
     lz_error_clear();
     if (q->session_backup) { // the session is as it was before this request
-        lz_status st = serve_sessions_put(&s->sessions, q->job->session, q->session_backup, q->session_backup_len);
+        serve_sessions_put_back(&s->sessions, q->job->session, q->session_backup, q->session_backup_len);
         q->session_backup = NULL;
-        if (st != LZ_OK)
-            lz_error_clear();
     }
     serve_job_release(q->job);
     free_seq(q);
@@ -130,6 +130,17 @@ static lz_status reset_slot(serve_scheduler *s, int slot) {
     if (!s->e->pipelined)
         return lz_state_reset_slot(&s->e->state, &s->e->model, slot);
     return lz_engine_restore_stages(s->e, slot, &s->empty);
+}
+
+/* A batched step failed: the state of its n slots (s->index) is undefined, so
+ * every sequence in it fails, each with the step's own message. */
+static void fail_round(serve_scheduler *s, int n) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", lz_error_message());
+    for (int k = 0; k < n; k++) {
+        lz_fail(LZ_ERR_INTERNAL, "%s", why); // fail_seq reports it and clears it
+        fail_seq(s, s->index[k], 500, "server_error", NULL);
+    }
 }
 
 /* A stored session of either format (one message or chunked) into `slot`;
@@ -155,7 +166,7 @@ static lz_status continue_session(const serve_scheduler *s, serve_seq *q, const 
     q->n_feed = (pending ? 1 : 0) + (close_turn ? j->n_turn_end : 0) + n_prompt;
     q->feed = malloc(sizeof(int32_t) * (size_t)(q->n_feed ? q->n_feed : 1));
     if (!q->feed)
-        return lz_fail(LZ_ERR_NOMEM, "session %s: out of memory", j->session);
+        return lz_fail(LZ_ERR_NOMEM, "session %s: out of memory", serve_session_shown(j->session));
     int at = 0;
     if (pending)
         q->feed[at++] = last;
@@ -193,6 +204,17 @@ static lz_status start_fresh(serve_scheduler *s, serve_seq *q, int slot, int *ca
     return history_add(q, j->prompt, from);
 }
 
+/* Every id a sequence is fed must be one of the model's: a bad one fails this
+ * sequence alone here, where it would otherwise fail the whole batched step. */
+static lz_status check_feed(const serve_scheduler *s, const serve_seq *q) {
+    const int V = s->e->model.cfg.vocab_size;
+    for (int i = 0; i < q->n_feed; i++)
+        if (q->feed[i] < 0 || q->feed[i] >= V)
+            return lz_fail(LZ_ERR_INPUT, "prompt: token %d is not in the model's vocabulary (vocab_size %d)",
+                           q->feed[i], V);
+    return LZ_OK;
+}
+
 /* Places a queued job in `slot`: its state, what to feed, its sampler. */
 static void admit(serve_scheduler *s, int slot, serve_job *j) {
     serve_seq *q = &s->seqs[slot];
@@ -203,19 +225,22 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
     if (j->session)
         st = serve_sessions_take(&s->sessions, j->session, &q->session_backup, &q->session_backup_len);
     if (st == LZ_OK && q->session_backup)
-        st = restore_packed(s, slot, q->session_backup, q->session_backup_len, j->session, &loaded);
+        st = restore_packed(s, slot, q->session_backup, q->session_backup_len, serve_session_shown(j->session),
+                            &loaded);
     const Lizard__SequenceState *saved = loaded.msg;
     if (st == LZ_OK)
         st = saved ? continue_session(s, q, saved) : start_fresh(s, q, slot, &cached);
     const int position = saved ? (int)saved->position : cached;
     lz_session_loaded_free(&loaded);
     if (st == LZ_OK)
+        st = check_feed(s, q);
+    if (st == LZ_OK)
         st = lz_sampler_init(&q->sampler, &j->sampling, s->e->model.cfg.vocab_size);
     if (st != LZ_OK)
         return fail_seq(s, slot, st == LZ_ERR_INPUT ? 400 : 500, st == LZ_ERR_INPUT ? "invalid_request_error" : "server_error", NULL);
     if (q->n_feed == 0) {
         lz_fail(LZ_ERR_INPUT, "prompt: no tokens to feed (an empty prompt and nothing pending in session %s)",
-                j->session ? j->session : "-");
+                j->session ? serve_session_shown(j->session) : "-");
         return fail_seq(s, slot, 400, "invalid_request_error", NULL);
     }
     if (s->context_bounded && (long)position + q->n_feed + j->max_tokens > s->e->opt.max_context) {
@@ -231,16 +256,14 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
  * last sampled one pending (not yet fed), as `lizard generate --session` does. */
 static lz_status save_session(serve_scheduler *s, int slot) {
     serve_seq *q = &s->seqs[slot];
-    uint8_t smp[128];
-    size_t smp_len;
-    lz_session_sampler_bytes(&q->sampler, smp, &smp_len);
     Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
+    Lizard__SamplerState sampling;
+    lz_session_sampler_save(&msg, &sampling, &q->sampler);
     msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, s->fingerprint};
     msg.position = (uint64_t)s->e->state.slot_pos[slot];
     msg.tokens = q->history;
     msg.n_tokens = (size_t)q->n_history;
     msg.has_pending = q->n_generated > 0;
-    msg.sampler = (ProtobufCBinaryData){smp_len, smp};
     uint8_t *buf = NULL;
     size_t len = 0;
     lz_status st = lz_engine_save_stages(s->e, slot, &msg);
@@ -268,10 +291,12 @@ static void finish_seq(serve_scheduler *s, int slot, bool at_eos) {
     free_seq(q);
 }
 
-/* A sampled token (from `logits`, or the device's `chosen` id when logits
- * is NULL): to the job, then on or done. */
-static void take_token(serve_scheduler *s, int slot, const float *logits, int32_t chosen) {
+/* A sampled token (from `logits`, biased here by the job's logit_bias, or the
+ * device's `chosen` id when logits is NULL): to the job, then on or done. */
+static void take_token(serve_scheduler *s, int slot, float *logits, int32_t chosen) {
     serve_seq *q = &s->seqs[slot];
+    if (logits)
+        serve_job_bias_logits(q->job, logits);
     const int32_t id = logits ? lz_sampler_next(&q->sampler, logits) : chosen;
     const double now = lz_now_seconds();
     serve_metrics_observe(s->metrics, q->n_generated == 0 ? &s->metrics->ttft : &s->metrics->itl,
@@ -360,11 +385,8 @@ static void prefill_round(serve_scheduler *s) {
     }
     if (n == 0)
         return;
-    if (lz_engine_prefill_many(s->e, n, s->slots, s->feeds, s->lens, s->logits) != LZ_OK) {
-        for (int k = 0; k < n; k++) // the slots' state is undefined: the next admission resets them
-            fail_seq(s, s->index[k], 500, "server_error", NULL);
-        return;
-    }
+    if (lz_engine_prefill_many(s->e, n, s->slots, s->feeds, s->lens, (lz_step_out){.logits = s->logits}) != LZ_OK)
+        return fail_round(s, n); // the next admission resets the slots
     for (int k = 0; k < n; k++) {
         serve_seq *q = &s->seqs[s->index[k]];
         q->fed += s->lens[k];
@@ -400,7 +422,7 @@ static void prefill_round(serve_scheduler *s) {
 
 static void decode_round(serve_scheduler *s) {
     int n = 0;
-    bool greedy = true;
+    bool greedy = true, host = false; // host: a logit_bias needs the logits here
     for (int i = 0; i < s->max_batch; i++) {
         serve_seq *q = &s->seqs[i];
         if (!q->job || q->prefilling)
@@ -411,20 +433,23 @@ static void decode_round(serve_scheduler *s) {
         }
         s->slots[n] = i;
         s->ids[n] = q->last;
-        s->draws[n] = lz_sampler_draw(&q->sampler); // every sequence's own parameters, seed and count
         s->index[n++] = i;
         greedy &= q->sampler.p.temperature == 0;
+        host |= q->job->n_logit_bias > 0;
     }
     if (n == 0)
         return;
+    for (int k = 0; k < n && !host; k++) // every sequence's own parameters, seed and count
+        s->draws[k] = lz_sampler_draw(&s->seqs[s->index[k]].sampler);
     // the ids are picked where the logits are: the argmax when every sequence is greedy, else each row sampled
-    if (lz_engine_decode_all(s->e, n, s->slots, s->ids, NULL, s->chosen, greedy ? NULL : s->draws) != LZ_OK) {
-        for (int k = 0; k < n; k++)
-            fail_seq(s, s->index[k], 500, "server_error", NULL);
-        return;
-    }
+    lz_step_out out = {.ids = s->chosen, .draws = greedy ? NULL : s->draws, .overlap = true};
+    if (host) // a logit_bias: the logits come here and the host picks
+        out = (lz_step_out){.logits = s->logits, .overlap = true};
+    if (lz_engine_decode(s->e, n, s->slots, s->ids, out) != LZ_OK)
+        return fail_round(s, n);
+    const size_t V = (size_t)s->e->model.cfg.vocab_size;
     for (int k = 0; k < n; k++)
-        take_token(s, s->index[k], NULL, s->chosen[k]);
+        take_token(s, s->index[k], host ? s->logits + (size_t)k * V : NULL, s->chosen[k]);
 }
 
 static int running(const serve_scheduler *s) {
@@ -450,8 +475,11 @@ static void publish_gauges(serve_scheduler *s, int queued) {
 /* Sleeps until a job arrives or 100 ms pass (to notice *stop). */
 static int wait_for_work(serve_scheduler *s, volatile sig_atomic_t *stop) {
     pthread_mutex_lock(&s->mu);
-    if (*stop)
+    if (*stop && !s->draining) {
         s->draining = true;
+        fprintf(stderr, "lizard serve: draining: %d running, %d queued; they go on for up to %g s (--drain-timeout), "
+                "a second signal ends them now\n", running(s), s->q_len, s->drain_timeout);
+    }
     if (s->q_len == 0 && running(s) == 0 && !s->draining) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
@@ -465,18 +493,69 @@ static int wait_for_work(serve_scheduler *s, volatile sig_atomic_t *stop) {
     return queued;
 }
 
+/* The end of a drain: queued jobs get 503, prefilling ones fail the same way
+ * (their sessions stay as they were), generating ones finish with what they
+ * have (finish_reason "length"; their sessions are saved). */
+static void end_all(serve_scheduler *s, const char *why) {
+    pthread_mutex_lock(&s->mu);
+    const int queued = s->q_len;
+    for (int i = 0; i < s->q_len; i++) {
+        serve_job_fail(s->queue[i], 503, "server_error", "shutting_down", "the server shut down (%s) before this "
+                       "request started", why);
+        serve_job_release(s->queue[i]);
+    }
+    s->q_len = 0;
+    pthread_mutex_unlock(&s->mu);
+    int cut = 0;
+    for (int i = 0; i < s->max_batch; i++) {
+        serve_seq *q = &s->seqs[i];
+        if (!q->job)
+            continue;
+        cut++;
+        if (!q->prefilling) {
+            finish_seq(s, i, false);
+            continue;
+        }
+        lz_fail(LZ_ERR_INTERNAL, "the server shut down (%s) before this prompt was read", why);
+        fail_seq(s, i, 503, "server_error", "shutting_down");
+    }
+    fprintf(stderr, "lizard serve: %s: %d running sequences ended, %d queued requests refused\n", why, cut, queued);
+}
+
+static void step_mark(serve_scheduler *s, bool begins) {
+    pthread_mutex_lock(&s->mu);
+    s->step_since = begins ? lz_now_seconds() : 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+double serve_scheduler_step_seconds(serve_scheduler *s) {
+    pthread_mutex_lock(&s->mu);
+    const double since = s->step_since;
+    pthread_mutex_unlock(&s->mu);
+    return since > 0 ? lz_now_seconds() - since : 0;
+}
+
 lz_status serve_scheduler_run(serve_scheduler *s, volatile sig_atomic_t *stop) {
+    double deadline = 0; // of the drain, once it began
     for (;;) {
         const int queued = wait_for_work(s, stop);
+        if (s->draining && deadline == 0)
+            deadline = lz_now_seconds() + s->drain_timeout;
+        step_mark(s, true);
+        if (s->draining && (*stop >= 2 || lz_now_seconds() >= deadline))
+            end_all(s, *stop >= 2 ? "a second signal" : "--drain-timeout");
         pthread_mutex_lock(&s->mu);
         const bool over = s->draining && s->q_len == 0 && running(s) == 0;
         pthread_mutex_unlock(&s->mu);
-        if (over)
+        if (over) {
+            step_mark(s, false);
             break;
+        }
         if (queued > 0)
             admit_queued(s);
         prefill_round(s);
         decode_round(s);
+        step_mark(s, false);
         pthread_mutex_lock(&s->mu);
         const int left = s->q_len;
         pthread_mutex_unlock(&s->mu);

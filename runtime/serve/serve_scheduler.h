@@ -50,11 +50,14 @@ typedef struct {
     bool context_bounded; /* a softmax layer's KV cache limits positions to e->opt.max_context */
     uint8_t fingerprint[LZ_FINGERPRINT_BYTES];
 
+    double drain_timeout;           /* seconds running sequences may go on after the first signal */
+
     pthread_mutex_t mu;
     pthread_cond_t wake;
     serve_job **queue;
     int q_len, q_cap;
     bool draining;
+    double step_since;              /* when the engine step in progress began; 0 between steps */
 
     serve_seq *seqs;                /* [max_batch], slot i = seqs[i] */
     Lizard__SequenceState empty;    /* a fresh slot: resets one on every pipeline stage */
@@ -71,6 +74,7 @@ typedef struct {
     size_t session_memory;
     const char *session_dir;
     int prefix_entries, prefix_min_tokens;
+    double drain_timeout;
 } serve_scheduler_options;
 
 /* The engine is open on rank 0 with at least max_batch slots. */
@@ -83,9 +87,16 @@ void serve_scheduler_free(serve_scheduler *s);
  * status to answer: 429 (queue full) or 503 (draining). */
 int serve_scheduler_submit(serve_scheduler *s, serve_job *j);
 
-/* Engine thread: runs until *stop is set and every accepted job is answered
- * (queued ones too); from *stop on, submissions get 503. Sessions held in
- * memory are written to --session-dir at the end. */
+/* Seconds the engine step in progress has run (0 between steps): what
+ * /health compares with --health-step-timeout. Any thread. */
+double serve_scheduler_step_seconds(serve_scheduler *s);
+
+/* Engine thread: runs until *stop (a count of stop signals) is set and every
+ * accepted job is answered; from *stop on, submissions get 503. Running and
+ * queued jobs go on for drain_timeout seconds, or until *stop reaches 2; then
+ * generating ones finish as they are (finish_reason "length", their sessions
+ * saved), the others fail with 503. Sessions held in memory are then written
+ * to --session-dir. */
 lz_status serve_scheduler_run(serve_scheduler *s, volatile sig_atomic_t *stop);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "atomic_file.h" // lz_atomic_open
 #include "hash.h"        // lz_fnv1a
+#include "safetensors.h" // lz_weights, lz_st_tensor
 #include "session.h"
 
 void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t out[LZ_FINGERPRINT_BYTES]) {
@@ -23,8 +24,9 @@ void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t ou
             a = lz_fnv1a(a, chunk, n);
         fclose(f);
     }
-    for (size_t i = 0; i < m->ckpt.n_tensors; i++) { // the tensor table, and a taste of each tensor
-        const lz_st_tensor *t = m->ckpt.index[i];
+    const size_t n_tensors = m->ckpt ? m->ckpt->n_tensors : 0;
+    for (size_t i = 0; i < n_tensors; i++) { // the tensor table, and a taste of each tensor
+        const lz_st_tensor *t = m->ckpt->index[i];
         b = lz_fnv1a(b, t->name, strlen(t->name));
         b = lz_fnv1a(b, &t->dtype, sizeof t->dtype);
         b = lz_fnv1a(b, t->shape, sizeof(int64_t) * (size_t)t->ndim);
@@ -36,10 +38,22 @@ void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t ou
     memcpy(out + 8, &b, 8);
 }
 
-/* The sampler as saved: its parameters and the count of tokens it drew (the
- * uniforms are a function of seed and count). Records of 64 bytes are the
- * earlier xoshiro256** state: their seed is kept and the count starts at 0
- * (the counter's draws share nothing with xoshiro's stream). */
+void lz_session_sampler_save(Lizard__SequenceState *msg, Lizard__SamplerState *keep, const lz_sampler *s) {
+    lizard__sampler_state__init(keep);
+    keep->temperature = s->p.temperature;
+    keep->top_k = s->p.top_k;
+    keep->top_p = s->p.top_p;
+    keep->seed = s->p.seed;
+    keep->draws = s->n;
+    msg->sampling = keep;
+    msg->sampler = (ProtobufCBinaryData){0, NULL};
+}
+
+/* The record files held before the SamplerState message: the parameters and
+ * the count of tokens drawn (the uniforms are a function of seed and count).
+ * Records of 64 bytes are the earlier xoshiro256** state: their parameters and
+ * seed are kept and the count starts at 0 (the counter's draws share nothing
+ * with xoshiro's stream). */
 typedef struct {
     double temperature, top_p;
     int64_t top_k;
@@ -48,24 +62,28 @@ typedef struct {
 
 enum { XOSHIRO_RECORD_BYTES = 64 };
 
-void lz_session_sampler_bytes(const lz_sampler *s, uint8_t *out, size_t *len) {
-    sampler_record r = {s->p.temperature, s->p.top_p, s->p.top_k, s->p.seed, s->n};
-    memcpy(out, &r, sizeof r);
-    *len = sizeof r;
-}
-
-lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t len) {
+lz_status lz_session_sampler_load(const Lizard__SequenceState *m, const char *what, lz_sampler_params *p,
+                                  uint64_t *draws) {
+    if (m->sampling) {
+        const Lizard__SamplerState *k = m->sampling;
+        *p = (lz_sampler_params){k->temperature, k->top_k, k->top_p, k->seed};
+        *draws = k->draws;
+        return LZ_OK;
+    }
     sampler_record r;
+    const size_t len = m->sampler.len;
     if (len == XOSHIRO_RECORD_BYTES) { // temperature, top_p, top_k, seed, then the xoshiro state
-        memcpy(&r, buf, offsetof(sampler_record, n));
+        memcpy(&r, m->sampler.data, offsetof(sampler_record, n));
         r.n = 0;
     } else if (len == sizeof r) {
-        memcpy(&r, buf, sizeof r);
+        memcpy(&r, m->sampler.data, sizeof r);
     } else {
-        return lz_fail(LZ_ERR_INPUT, "session: sampler state of %zu bytes, expected %zu", len, sizeof r);
+        return lz_fail(LZ_ERR_INPUT, "%s: sampler state of %zu bytes, expected %zu", what, len, sizeof r);
     }
-    s->p.seed = r.seed;
-    s->n = r.n;
+    if (r.top_k < 0 || r.top_k > INT32_MAX)
+        return lz_fail(LZ_ERR_INPUT, "%s: the saved sampler's top_k is %lld", what, (long long)r.top_k);
+    *p = (lz_sampler_params){r.temperature, (int)r.top_k, r.top_p, r.seed};
+    *draws = r.n;
     return LZ_OK;
 }
 
@@ -73,7 +91,14 @@ uint64_t lz_session_checksum_head(const Lizard__SequenceState *m) {
     uint64_t h = LZ_FNV1A_INIT;
     h = lz_fnv1a(h, &m->position, sizeof m->position);
     h = lz_hash_wide(h, m->tokens, sizeof(int32_t) * m->n_tokens);
-    return lz_fnv1a(h, m->sampler.data, m->sampler.len);
+    h = lz_fnv1a(h, m->sampler.data, m->sampler.len);
+    if (!m->sampling) // files written before the message: the checksum they carry
+        return h;
+    const Lizard__SamplerState *k = m->sampling;
+    uint64_t f[5] = {0, (uint64_t)(int64_t)k->top_k, 0, k->seed, k->draws};
+    memcpy(&f[0], &k->temperature, sizeof(double));
+    memcpy(&f[2], &k->top_p, sizeof(double));
+    return lz_fnv1a(h, f, sizeof f);
 }
 
 uint64_t lz_session_checksum_layer(uint64_t h, const Lizard__LayerState *l) {

@@ -21,11 +21,15 @@ enum { LZ_SESSION_MAGIC = 0x53535A4C, LZ_SESSION_VERSION = 2, LZ_FINGERPRINT_BYT
  * first bytes of each tensor) and the kinds its layers run as. */
 void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t out[LZ_FINGERPRINT_BYTES]);
 
-/* The sampler's parameters and random state, as bytes (and back). */
-void lz_session_sampler_bytes(const lz_sampler *s, uint8_t *out, size_t *len);
-lz_status lz_session_sampler_restore(lz_sampler *s, const uint8_t *buf, size_t len);
+/* The sampler's parameters and count of draws into msg->sampling (the
+ * SamplerState message, held in *keep). */
+void lz_session_sampler_save(Lizard__SequenceState *msg, Lizard__SamplerState *keep, const lz_sampler *s);
+/* The saved sampler: from msg->sampling, else (files written before it) from
+ * the `sampler` record; errors name `what`. */
+lz_status lz_session_sampler_load(const Lizard__SequenceState *m, const char *what, lz_sampler_params *p,
+                                  uint64_t *draws);
 
-/* Over position, tokens, sampler and the layers' payloads, in order (the
+/* Over position, tokens, sampler (record, then message) and the layers' payloads, in order (the
  * message's checksum field): the head's part, then each layer's in turn. */
 uint64_t lz_session_checksum(const Lizard__SequenceState *m);
 uint64_t lz_session_checksum_head(const Lizard__SequenceState *m);

@@ -61,7 +61,7 @@ static void layout_append(ProtobufCBuffer *buffer, size_t len, const uint8_t *da
 /* A nonzero value in the checksum's place while the layout is packed (a
  * proto3 zero would be left out); the real one is written over it. */
 static const uint64_t CHECKSUM_HOLE = 0x5A5A5A5A5A5A5A5Aull;
-enum { CHECKSUM_TAG = 9 << 3 | 1 }; // field 9, fixed64: the message's last 9 bytes
+enum { CHECKSUM_TAG = 9 << 3 | 1 }; // field 9, fixed64: last but for the fields numbered above it
 
 /* Payload b of the plan: fetched into its hole, then pointed at it (for the checksum). */
 static lz_status fill_hole(const lz_model *m, ProtobufCBinaryData *b, lz_session_buf *buf) {
@@ -100,6 +100,14 @@ static lz_status fill_and_checksum(const lz_model *m, Lizard__SequenceState *msg
     return s;
 }
 
+/* Bytes packed after the checksum (field 9): the fields numbered above it. */
+static size_t bytes_after_checksum(const Lizard__SequenceState *msg) {
+    Lizard__SequenceState tail = LIZARD__SEQUENCE_STATE__INIT;
+    tail.n_chunks = msg->n_chunks;
+    tail.sampling = msg->sampling;
+    return lizard__sequence_state__get_packed_size(&tail);
+}
+
 /* msg packed into buf with holes for the plan's payloads. */
 static lz_status pack_layout(Lizard__SequenceState *msg, lz_state_piece *pieces, size_t n_pieces,
                              lz_session_buf *buf) {
@@ -114,8 +122,10 @@ static lz_status pack_layout(Lizard__SequenceState *msg, lz_state_piece *pieces,
     layout_buffer lb = {{layout_append}, buf->data, 0, (uintptr_t)pieces, (uintptr_t)(pieces + n_pieces)};
     protobuf_c_message_pack_to_buffer(&msg->base, &lb.base);
     buf->len = lb.len;
-    if (lb.len != len || len < 9 || buf->data[len - 9] != CHECKSUM_TAG)
-        return lz_fail(LZ_ERR_INTERNAL, "session: packed %zu bytes of %zu, or the checksum is not last", lb.len, len);
+    const size_t after = bytes_after_checksum(msg);
+    if (lb.len != len || len < 9 + after || buf->data[len - 9 - after] != CHECKSUM_TAG)
+        return lz_fail(LZ_ERR_INTERNAL, "session: packed %zu bytes of %zu, or the checksum is not where expected",
+                       lb.len, len);
     return LZ_OK;
 }
 
@@ -140,9 +150,11 @@ lz_status lz_session_save_slot(const lz_model *m, const lz_state *st, int slot, 
     lz_status s = pack_layout(msg, pieces, 4 * stage.n_layers, b);
     if (s == LZ_OK)
         s = fill_and_checksum(m, msg, &stage, b);
-    if (s == LZ_OK) // into the checksum's place, little-endian
+    if (s == LZ_OK) { // into the checksum's place, little-endian
+        const size_t at = b->len - 8 - bytes_after_checksum(msg);
         for (int i = 0; i < 8; i++)
-            b->data[b->len - 8 + (size_t)i] = (uint8_t)(msg->checksum >> (8 * i));
+            b->data[at + (size_t)i] = (uint8_t)(msg->checksum >> (8 * i));
+    }
     msg->stages = NULL; // the caller's message, as it came
     msg->n_stages = 0;
     lz_state_io_free_plan(&stage, pieces);

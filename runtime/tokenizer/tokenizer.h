@@ -42,6 +42,18 @@ void lz_tokenizer_free(lz_tokenizer *tok);
  * *n is 0. */
 lz_status lz_tokenizer_encode(lz_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids, int *n);
 
+/* A byte range [start, end) of a text. */
+typedef struct {
+    size_t start, end;
+} lz_text_span;
+
+/* lz_tokenizer_encode, except that inside the n_plain ranges `plain` special
+ * tokens are ordinary text (HF's split_special_tokens=True there): a chat
+ * template's own markers stay special while the same text in a message's
+ * content does not. Added tokens that are not special still match. */
+lz_status lz_tokenizer_encode_plain(lz_tokenizer *tok, const char *text, size_t len, bool add_special,
+                                    const lz_text_span *plain, int n_plain, int32_t **ids, int *n);
+
 /* Decodes ids to text in one go (the same bytes as feeding an lz_detok and
  * flushing it). *text is malloc'd and NUL-terminated; *len excludes the NUL.
  * skip_special drops special tokens (HF's skip_special_tokens). Ids the
@@ -51,6 +63,14 @@ lz_status lz_tokenizer_decode(const lz_tokenizer *tok, const int32_t *ids, int n
 
 /* 1 + the largest id (model vocabulary and added tokens). */
 int32_t lz_tokenizer_vocab_size(const lz_tokenizer *tok);
+/* Ids from this tokenizer must also be ids of the model: fails (LZ_ERR_INPUT)
+ * naming the first id >= model_vocab and its token; `what` names the input
+ * ("--prompt", "messages"). */
+lz_status lz_tokenizer_check_ids(const lz_tokenizer *tok, const int32_t *ids, int n, int model_vocab,
+                                 const char *what);
+/* A warning on stderr when tokenizer.json (in dir) has ids the model's
+ * vocabulary lacks; text that becomes such an id is then refused. */
+void lz_tokenizer_warn_vocab(const lz_tokenizer *tok, int model_vocab, const char *dir);
 /* Id of a token string (added tokens first, then the model), or -1. */
 int32_t lz_tokenizer_token_to_id(const lz_tokenizer *tok, const char *token, size_t len);
 /* The token string of an id as tokenizer.json spells it, or NULL. */

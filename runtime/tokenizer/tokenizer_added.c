@@ -102,8 +102,16 @@ static size_t space_rightmost_at_start(const char *s, size_t n) {
     return i;
 }
 
-lz_status tk_added_find(const lz_tokenizer *tok, const tk_trie *t, const char *s, size_t n, tk_spans *out,
-                        tk_ids *which) {
+/* [start, end) overlaps one of the ranges. */
+static bool overlaps(const lz_text_span *plain, int n_plain, size_t start, size_t end) {
+    for (int k = 0; k < n_plain; k++)
+        if (start < plain[k].end && plain[k].start < end)
+            return true;
+    return false;
+}
+
+lz_status tk_added_find(const lz_tokenizer *tok, const tk_trie *t, const char *s, size_t n,
+                        const lz_text_span *plain, int n_plain, tk_spans *out, tk_ids *which) {
     out->n = 0;
     which->n = 0;
     if (n == 0)
@@ -120,8 +128,9 @@ lz_status tk_added_find(const lz_tokenizer *tok, const tk_trie *t, const char *s
             node = child(t, node, (uint8_t)s[j]);
             if (node < 0)
                 break;
-            if (t->nodes[node].added >= 0) {
-                best = t->nodes[node].added;
+            const int32_t found = t->nodes[node].added;
+            if (found >= 0 && !(tok->added[found].special && overlaps(plain, n_plain, i, j + 1))) {
+                best = found;
                 best_end = j + 1;
             }
         }

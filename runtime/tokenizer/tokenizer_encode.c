@@ -136,8 +136,9 @@ lz_status tk_load_post_processor(lz_tokenizer *tok, const tj_val *v) {
 
 /* ---- encoding ---------------------------------------------------------------------------------------- */
 
-/* Steps 2-3 for one piece of raw text between added tokens. */
-static lz_status encode_piece(lz_tokenizer *tok, const char *s, size_t n, bool at_start, tk_ids *out) {
+/* Steps 2-3 for one piece of raw text between added tokens; plain: the piece
+ * overlaps text where special tokens are ordinary text. */
+static lz_status encode_piece(lz_tokenizer *tok, const char *s, size_t n, bool at_start, bool plain, tk_ids *out) {
     const char *p = s;
     size_t m = n;
     if (tok->n_norms) {
@@ -149,7 +150,8 @@ static lz_status encode_piece(lz_tokenizer *tok, const char *s, size_t n, bool a
     if (tok->trie_norm.n == 0)
         return tk_pretokenize(tok, 0, p, m, at_start, out);
     tk_spans *spans = &tok->norm_spans;
-    LZ_TRY(tk_added_find(tok, &tok->trie_norm, p, m, spans, &tok->norm_which));
+    const lz_text_span all = {0, m}; // normalized offsets do not map back to the raw ranges: the whole piece
+    LZ_TRY(tk_added_find(tok, &tok->trie_norm, p, m, &all, plain ? 1 : 0, spans, &tok->norm_which));
     size_t k = 0;
     for (size_t i = 0; i < spans->n; i++) {
         const tk_span sp = spans->p[i];
@@ -161,22 +163,32 @@ static lz_status encode_piece(lz_tokenizer *tok, const char *s, size_t n, bool a
     return LZ_OK;
 }
 
-static lz_status encode_text(lz_tokenizer *tok, const char *s, size_t n, tk_ids *out) {
+static lz_status encode_text(lz_tokenizer *tok, const char *s, size_t n, const lz_text_span *plain, int n_plain,
+                             tk_ids *out) {
     tk_spans *spans = &tok->raw_spans;
-    LZ_TRY(tk_added_find(tok, &tok->trie_raw, s, n, spans, &tok->raw_which));
+    LZ_TRY(tk_added_find(tok, &tok->trie_raw, s, n, plain, n_plain, spans, &tok->raw_which));
     size_t k = 0;
     for (size_t i = 0; i < spans->n; i++) {
         const tk_span sp = spans->p[i];
         if (sp.match)
             LZ_TRY(tk_ids_push(out, tok->added[tok->raw_which.p[k++]].id));
-        else if (sp.end > sp.start)
-            LZ_TRY(encode_piece(tok, s + sp.start, sp.end - sp.start, sp.start == 0, out));
+        else if (sp.end > sp.start) {
+            bool in_plain = false;
+            for (int r = 0; r < n_plain && !in_plain; r++)
+                in_plain = sp.start < plain[r].end && plain[r].start < sp.end;
+            LZ_TRY(encode_piece(tok, s + sp.start, sp.end - sp.start, sp.start == 0, in_plain, out));
+        }
     }
     return LZ_OK;
 }
 
 lz_status lz_tokenizer_encode(lz_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **ids,
                               int *n) {
+    return lz_tokenizer_encode_plain(tok, text, len, add_special, NULL, 0, ids, n);
+}
+
+lz_status lz_tokenizer_encode_plain(lz_tokenizer *tok, const char *text, size_t len, bool add_special,
+                                    const lz_text_span *plain, int n_plain, int32_t **ids, int *n) {
     *ids = NULL;
     *n = 0;
     tk_ids out = {0};
@@ -185,7 +197,7 @@ lz_status lz_tokenizer_encode(lz_tokenizer *tok, const char *text, size_t len, b
     if (st == LZ_OK && add_special)
         st = tk_ids_append(&out, tok->pre_ids, (size_t)tok->n_pre);
     if (st == LZ_OK && len)
-        st = encode_text(tok, text, len, &out);
+        st = encode_text(tok, text, len, plain, n_plain, &out);
     if (st == LZ_OK && add_special)
         st = tk_ids_append(&out, tok->post_ids, (size_t)tok->n_post);
     if (st == LZ_OK && out.n > INT_MAX)

@@ -314,9 +314,11 @@ struct lz_tokenizer {
 lz_status tk_trie_add(tk_trie *t, const char *s, size_t n, int32_t added);
 void tk_trie_free(tk_trie *t);
 /* HF's AddedVocabulary::find_matches: spans covering s; a span holding an
- * added token has match = true and, in `which`, the token's index. */
-lz_status tk_added_find(const lz_tokenizer *tok, const tk_trie *t, const char *s, size_t n, tk_spans *out,
-                        tk_ids *which);
+ * added token has match = true and, in `which`, the token's index. No special
+ * token matches where it would overlap one of the n_plain ranges `plain`
+ * (offsets into s): there its text is ordinary text. */
+lz_status tk_added_find(const lz_tokenizer *tok, const tk_trie *t, const char *s, size_t n,
+                        const lz_text_span *plain, int n_plain, tk_spans *out, tk_ids *which);
 
 /* tokenizer_normalize.c */
 /* {"String": ...} or {"Regex": ...}; `what` names the part in errors. */

@@ -3,12 +3,13 @@
  * tokenizer_config.json (bos/eos, add_bos_token / add_eos_token), builds the
  * id -> string table, and answers the small lookups of tokenizer.h. */
 #include <errno.h>    // errno, ENOENT
-#include <jansson.h>  // json_loadb: tokenizer_config.json is small
-#include <stdio.h>    // fopen, fread, snprintf
+#include <jansson.h>  // json_t: tokenizer_config.json is small
+#include <stdio.h>    // fopen, fread, snprintf, fprintf
 #include <stdlib.h>   // calloc, malloc, free
 #include <string.h>   // strerror, memcmp, strlen
 #include <sys/stat.h> // fstat
 
+#include "json_read.h" // lz_json_loadb: "model_max_length": 1000000000000000019884624838656
 #include "tokenizer_internal.h"
 
 /* ---- the BPE model ----------------------------------------------------------------------------------- */
@@ -354,7 +355,7 @@ static const char *token_string(json_t *v) {
 
 static lz_status load_config(lz_tokenizer *t, const char *text, size_t len) {
     json_error_t err;
-    json_t *root = json_loadb(text, len, 0, &err);
+    json_t *root = lz_json_loadb(text, len, 0, &err);
     if (!root || !json_is_object(root)) {
         json_decref(root);
         return lz_fail(LZ_ERR_INPUT, "tokenizer_config.json: invalid JSON (line %d: %s)", err.line,
@@ -556,6 +557,27 @@ void lz_tokenizer_free(lz_tokenizer *t) {
 /* ---- lookups ----------------------------------------------------------------------------------------- */
 
 int32_t lz_tokenizer_vocab_size(const lz_tokenizer *tok) { return tok->n_ids; }
+
+lz_status lz_tokenizer_check_ids(const lz_tokenizer *tok, const int32_t *ids, int n, int model_vocab,
+                                 const char *what) {
+    for (int i = 0; i < n; i++) {
+        if (ids[i] >= 0 && ids[i] < model_vocab)
+            continue;
+        size_t len = 0;
+        const char *token = lz_tokenizer_id_to_token(tok, ids[i], &len);
+        return lz_fail(LZ_ERR_INPUT,
+                       "%s: token %d ('%.*s') is not in the model's vocabulary (vocab_size %d; the tokenizer has "
+                       "%d ids)", what, ids[i], token ? (int)(len > 64 ? 64 : len) : 0, token ? token : "", model_vocab,
+                       tok->n_ids);
+    }
+    return LZ_OK;
+}
+
+void lz_tokenizer_warn_vocab(const lz_tokenizer *tok, int model_vocab, const char *dir) {
+    if (tok->n_ids > model_vocab)
+        fprintf(stderr, "lizard: warning: %s/tokenizer.json has %d token ids, the model %d (config.json "
+                "vocab_size): text that becomes an id >= %d is refused\n", dir, tok->n_ids, model_vocab, model_vocab);
+}
 
 int32_t lz_tokenizer_token_to_id(const lz_tokenizer *tok, const char *token, size_t len) {
     int32_t k = tk_strmap_get(&tok->added_map, token, len);

@@ -5,7 +5,8 @@
 #include <stdlib.h> // calloc, free
 #include <string.h> // strcmp, memcpy, strchr
 
-#include <jansson.h> // json_pack, json_load_file
+#include <jansson.h> // json_pack
+#include "json_read.h" // lz_json_load_file
 
 #include "safetensors.h"        // lz_st_open, lz_st_find
 #include "safetensors_writer.h" // lz_stw_create, lz_write_file_atomic
@@ -76,9 +77,7 @@ lz_status lz_distill_checkpoint_save(const char *dir, const char *signature, con
     return s;
 }
 
-/* The key of the first "key=value;" item of the saved signature that the
- * new one lacks (the setting that changed). */
-static void first_difference(const char *saved, const char *now, char *out, size_t cap) {
+void lz_signature_first_difference(const char *saved, const char *now, char *out, size_t cap) {
     snprintf(out, cap, "settings");
     for (const char *p = saved; *p;) {
         const char *end = strchr(p, ';');
@@ -98,7 +97,7 @@ static lz_status load_json(const char *dir, const char *signature, lz_distill_pr
     char path[4096];
     snprintf(path, sizeof path, "%s/distill_state.json", dir);
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    json_t *root = lz_json_load_file(path, 0, &err);
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "--resume: %s: %s", path, err.text);
     json_t *step = json_object_get(root, "step"), *sig = json_object_get(root, "signature");
@@ -108,7 +107,7 @@ static lz_status load_json(const char *dir, const char *signature, lz_distill_pr
         s = lz_fail(LZ_ERR_INPUT, "--resume: %s: needs an integer \"step\" and a string \"signature\"", path);
     else if (strcmp(json_string_value(sig), signature) != 0) {
         char what[256];
-        first_difference(json_string_value(sig), signature, what, sizeof what);
+        lz_signature_first_difference(json_string_value(sig), signature, what, sizeof what);
         s = lz_fail(LZ_ERR_INPUT, "--resume: %s was made with different %s", path, what);
     }
     memset(p, 0, sizeof *p);

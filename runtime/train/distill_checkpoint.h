@@ -8,6 +8,7 @@
 #define LZ_DISTILL_CHECKPOINT_H
 
 #include <stdbool.h> // bool
+#include <stddef.h>  // size_t
 
 #include "config.h"         // LZ_MAX_LAYERS
 #include "distill_params.h" // lz_distill_layer
@@ -26,5 +27,9 @@ lz_status lz_distill_checkpoint_save(const char *dir, const char *signature, con
  * fails (LZ_ERR_INPUT) when the signature differs, naming the first setting that does. */
 lz_status lz_distill_checkpoint_load(const char *dir, const char *signature, lz_distill_progress *p,
                                      lz_distill_layer *layers, const bool *trained, int n_layers);
+
+/* The key of the first "key=value;" item of the saved signature that the
+ * new one lacks (the setting that changed) into out. */
+void lz_signature_first_difference(const char *saved, const char *now, char *out, size_t cap);
 
 #endif

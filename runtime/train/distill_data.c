@@ -1,5 +1,6 @@
 /* distill_data.c - loading, packing and shuffling the distillation data. */
 #include "distill_data.h"
+
 #include "npy.h" // lz_npy_read_i32
 
 #include <dirent.h>   // opendir, readdir, closedir
@@ -10,8 +11,9 @@
 #include <string.h>   // strcmp, strlen, strstr, strerror, memcpy
 #include <sys/stat.h> // stat, S_ISDIR, S_ISREG
 
-#include "text_file.h" // lz_read_text_file
-#include "tokenizer.h" // lz_tokenizer_load, lz_tokenizer_encode
+#include "distill_params.h" // lz_mix64
+#include "text_file.h"      // lz_read_text_file
+#include "tokenizer.h"      // lz_tokenizer_load, lz_tokenizer_encode
 
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -122,21 +124,15 @@ void lz_distill_data_free(lz_distill_data *d) {
     memset(d, 0, sizeof *d);
 }
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 /* The order of epoch `epoch`: Fisher-Yates driven by splitmix64 of
  * (seed, epoch), so it depends on nothing else. */
 static void shuffle_epoch(lz_distill_data *d, uint64_t epoch) {
     for (size_t i = 0; i < d->n_seqs; i++)
         d->order[i] = i;
-    uint64_t state = mix64(d->seed ^ mix64(epoch + 0x9E3779B97F4A7C15ULL));
+    uint64_t state = lz_mix64(d->seed ^ lz_mix64(epoch + 0x9E3779B97F4A7C15ULL));
     for (size_t i = d->n_seqs; i > 1; i--) {
         state += 0x9E3779B97F4A7C15ULL;
-        size_t j = (size_t)(mix64(state) % i);
+        size_t j = (size_t)(lz_mix64(state) % i);
         size_t t = d->order[i - 1];
         d->order[i - 1] = d->order[j];
         d->order[j] = t;

@@ -1,144 +1,108 @@
-/* distill_device.c - a distillation layer step on the GPU (distill_device.h). */
+/* distill_device.c - a distillation layer step through the training op table (distill_device.h). */
 #include "distill_device.h"
 
 #include <stdlib.h> // calloc, free
 
-#ifdef LIZARD_HAVE_CUDA
+#include "mpi_world.h" // lz_world_get: one device per rank of a node
 
-#include <cuda_runtime_api.h> // cudaMalloc, cudaMemcpy
+enum { ACT_X, ACT_Q, ACT_K, ACT_V, ACT_TARGET, ACT_COUNT };
 
-#include "cuda/train_cuda.h" // lz_lizard_layer_sse_cuda
-#include "mpi_world.h"       // lz_world_get: one GPU per rank of a node
-
-struct lz_distill_gpu {
+struct lz_distill_device {
+    const lz_train_ops *ops;
     lz_lizard_geom geom;
     int batch, seq_len, hidden;
-    lz_lizard_cuda_scratch s;
-    float *x, *q, *k, *v, *target;                 /* the batch's activations */
-    float *param[LZ_DT_COUNT], *grad[LZ_DT_COUNT]; /* one layer's, reused by every layer */
-    size_t numel[LZ_DT_COUNT];
+    void *scratch;
+    float *act[ACT_COUNT];                         /* the batch's activations in device memory (not host_memory) */
+    float *param[LZ_DT_COUNT], *grad[LZ_DT_COUNT]; /* one layer's, reused by every layer (not host_memory) */
+    size_t act_numel[ACT_COUNT], numel[LZ_DT_COUNT];
 };
 
-#define GPU_TRY(call)                                                                                                  \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess)                                                                                         \
-            return lz_fail(LZ_ERR_INTERNAL, "--device cuda: %s failed: %s", #call, cudaGetErrorString(e_));            \
-    } while (0)
-
-static lz_status alloc(float **p, size_t n) {
-    GPU_TRY(cudaMalloc((void **)p, sizeof(float) * (n ? n : 1)));
-    return LZ_OK;
+static lz_status alloc_floats(const lz_train_ops *ops, float **p, size_t n) {
+    return ops->alloc(sizeof(float) * n, (void **)p);
 }
 
-static lz_status open_buffers(lz_distill_gpu *gpu) {
-    const lz_lizard_geom *g = &gpu->geom;
-    const size_t T = (size_t)gpu->batch * gpu->seq_len, qd = T * g->Hq * g->d, kd = T * g->Hkv * g->d;
-    LZ_TRY(lz_lizard_cuda_scratch_create(&gpu->s, g, gpu->batch, gpu->seq_len, gpu->hidden));
-    LZ_TRY(alloc(&gpu->x, T * gpu->hidden));
-    LZ_TRY(alloc(&gpu->q, qd));
-    LZ_TRY(alloc(&gpu->k, kd));
-    LZ_TRY(alloc(&gpu->v, kd));
-    LZ_TRY(alloc(&gpu->target, qd));
-    const size_t numel[LZ_DT_COUNT] = {lz_lizard_wq_numel(g), lz_lizard_wk_numel(g), (size_t)gpu->hidden, (size_t)g->m,
-                                       1};
+static lz_status open_buffers(lz_distill_device *dev) {
+    const lz_train_ops *ops = dev->ops;
+    const lz_lizard_geom *g = &dev->geom;
+    const size_t T = (size_t)dev->batch * dev->seq_len, qd = T * g->Hq * g->d, kd = T * g->Hkv * g->d;
+    LZ_TRY(ops->lizard_scratch_create(&dev->scratch, g, dev->batch, dev->seq_len, dev->hidden));
+    const size_t act_numel[ACT_COUNT] = {T * dev->hidden, qd, kd, kd, qd};
+    const size_t numel[LZ_DT_COUNT] = {lz_lizard_wq_numel(g), lz_lizard_wk_numel(g), (size_t)dev->hidden,
+                                       (size_t)g->m, 1};
+    for (int i = 0; i < ACT_COUNT; i++)
+        dev->act_numel[i] = act_numel[i];
+    for (int i = 0; i < LZ_DT_COUNT; i++)
+        dev->numel[i] = numel[i];
+    if (ops->host_memory)
+        return LZ_OK; // the host's arrays are read and written in place
+    for (int i = 0; i < ACT_COUNT; i++)
+        LZ_TRY(alloc_floats(ops, &dev->act[i], act_numel[i]));
     for (int i = 0; i < LZ_DT_COUNT; i++) {
-        gpu->numel[i] = numel[i];
-        LZ_TRY(alloc(&gpu->param[i], numel[i]));
-        LZ_TRY(alloc(&gpu->grad[i], numel[i]));
+        LZ_TRY(alloc_floats(ops, &dev->param[i], numel[i]));
+        LZ_TRY(alloc_floats(ops, &dev->grad[i], numel[i]));
     }
     return LZ_OK;
 }
 
-lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int batch, int seq_len, int hidden,
-                              bool gla_bf16) {
+lz_status lz_distill_device_open(lz_distill_device **out, const char *device, const lz_lizard_geom *g, int batch,
+                                 int seq_len, int hidden, bool gla_bf16) {
     *out = NULL;
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
-        return lz_fail(LZ_ERR_INPUT, "--device cuda: no CUDA device is visible");
-    GPU_TRY(cudaSetDevice(lz_world_get()->local_rank % n)); // as the CUDA backend picks it
-    lz_distill_gpu *gpu = calloc(1, sizeof *gpu);
-    if (!gpu)
-        return lz_fail(LZ_ERR_NOMEM, "--device cuda: out of memory");
-    gpu->geom = *g, gpu->batch = batch, gpu->seq_len = seq_len, gpu->hidden = hidden;
-    lz_cuda_train_set_gla_precision(gla_bf16 ? LZ_GLA_BF16 : LZ_GLA_FP32);
-    const lz_status s = open_buffers(gpu);
+    const lz_train_ops *ops;
+    LZ_TRY(lz_train_ops_get(device, &ops));
+    LZ_TRY(ops->open(lz_world_get()->local_rank));
+    LZ_TRY(ops->set_gla_bf16(gla_bf16));
+    lz_distill_device *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return lz_fail(LZ_ERR_NOMEM, "--device %s: out of memory", device);
+    dev->ops = ops, dev->geom = *g, dev->batch = batch, dev->seq_len = seq_len, dev->hidden = hidden;
+    const lz_status s = open_buffers(dev);
     if (s != LZ_OK) {
-        lz_distill_gpu_close(gpu);
+        lz_distill_device_close(dev);
         return s;
     }
-    *out = gpu;
+    *out = dev;
     return LZ_OK;
 }
 
-void lz_distill_gpu_close(lz_distill_gpu *gpu) {
-    if (!gpu)
+void lz_distill_device_close(lz_distill_device *dev) {
+    if (!dev)
         return;
-    lz_lizard_cuda_scratch_free(&gpu->s);
-    float *bufs[] = {gpu->x, gpu->q, gpu->k, gpu->v, gpu->target};
-    for (int i = 0; i < 5; i++)
-        cudaFree(bufs[i]); // NULL is fine; an error here would be an earlier fault's
+    const lz_train_ops *ops = dev->ops;
+    ops->lizard_scratch_free(dev->scratch);
+    for (int i = 0; i < ACT_COUNT; i++)
+        ops->free(dev->act[i]);
     for (int i = 0; i < LZ_DT_COUNT; i++)
-        cudaFree(gpu->param[i]), cudaFree(gpu->grad[i]);
-    free(gpu);
+        ops->free(dev->param[i]), ops->free(dev->grad[i]);
+    free(dev);
 }
 
-static lz_status up(float *dst, const float *src, size_t n) {
-    GPU_TRY(cudaMemcpy(dst, src, sizeof(float) * n, cudaMemcpyHostToDevice));
-    return LZ_OK;
-}
-
-lz_status lz_distill_gpu_layer(lz_distill_gpu *gpu, lz_distill_layer *l, const lz_teacher_acts *acts, bool learn,
-                               float grad_scale, double *sse, double *energy) {
-    const lz_lizard_geom *g = &gpu->geom;
-    const size_t T = (size_t)gpu->batch * gpu->seq_len, qd = T * g->Hq * g->d, kd = T * g->Hkv * g->d;
-    const float *x = acts->x, *q = acts->q, *k = acts->k, *v = acts->v, *target = acts->target;
-    if (acts->on_device && acts->bf16) { // a bf16 teacher: the trainer reads fp32
-        LZ_TRY(lz_cuda_bf16_to_f32(gpu->x, acts->x, T * gpu->hidden));
-        LZ_TRY(lz_cuda_bf16_to_f32(gpu->q, acts->q, qd));
-        LZ_TRY(lz_cuda_bf16_to_f32(gpu->k, acts->k, kd));
-        LZ_TRY(lz_cuda_bf16_to_f32(gpu->v, acts->v, kd));
-        LZ_TRY(lz_cuda_bf16_to_f32(gpu->target, acts->target, qd));
-        x = gpu->x, q = gpu->q, k = gpu->k, v = gpu->v, target = gpu->target;
-    } else if (!acts->on_device) { // a teacher on the CPU: the batch goes up first
-        LZ_TRY(up(gpu->x, acts->x, T * gpu->hidden));
-        LZ_TRY(up(gpu->q, acts->q, qd));
-        LZ_TRY(up(gpu->k, acts->k, kd));
-        LZ_TRY(up(gpu->v, acts->v, kd));
-        LZ_TRY(up(gpu->target, acts->target, qd));
-        x = gpu->x, q = gpu->q, k = gpu->k, v = gpu->v, target = gpu->target;
+lz_status lz_distill_device_layer(lz_distill_device *dev, lz_distill_layer *l, const lz_teacher_acts *acts,
+                                  bool learn, float grad_scale, double *sse, double *energy) {
+    const lz_train_ops *ops = dev->ops;
+    const float *src[ACT_COUNT] = {acts->x, acts->q, acts->k, acts->v, acts->target};
+    const float *act[ACT_COUNT];
+    for (int i = 0; i < ACT_COUNT; i++) {
+        act[i] = src[i];
+        if (acts->on_device && acts->bf16) // a bf16 teacher: the trainer reads fp32
+            LZ_TRY(ops->bf16_to_f32(dev->act[i], src[i], dev->act_numel[i]));
+        else if (!acts->on_device && !ops->host_memory) // a teacher on the CPU: the batch goes up first
+            LZ_TRY(ops->upload(dev->act[i], src[i], sizeof(float) * dev->act_numel[i]));
+        else
+            continue;
+        act[i] = dev->act[i];
     }
+    float *const *param = ops->host_memory ? l->param : dev->param, *const *grad = ops->host_memory ? l->grad : dev->grad;
     for (int i = 0; i < LZ_DT_COUNT; i++) {
-        LZ_TRY(up(gpu->param[i], l->param[i], gpu->numel[i]));
+        if (!ops->host_memory)
+            LZ_TRY(ops->upload(param[i], l->param[i], sizeof(float) * dev->numel[i]));
         if (learn)
-            GPU_TRY(cudaMemset(gpu->grad[i], 0, sizeof(float) * gpu->numel[i]));
+            LZ_TRY(ops->zero(grad[i], sizeof(float) * dev->numel[i]));
     }
-    const lz_lizard_params_f32 p = {gpu->param[0], gpu->param[1], gpu->param[2], gpu->param[3], gpu->param[4]};
-    lz_lizard_params_f32 gr = {gpu->grad[0], gpu->grad[1], gpu->grad[2], gpu->grad[3], gpu->grad[4]};
-    LZ_TRY(lz_lizard_layer_sse_cuda(sse, energy, &p, learn ? &gr : NULL, grad_scale, x, q, k, v, target, gpu->batch,
-                                    gpu->seq_len, g, &gpu->s));
-    for (int i = 0; learn && i < LZ_DT_COUNT; i++)
-        GPU_TRY(cudaMemcpy(l->grad[i], gpu->grad[i], sizeof(float) * gpu->numel[i], cudaMemcpyDeviceToHost));
+    const lz_lizard_params_f32 p = {param[0], param[1], param[2], param[3], param[4]};
+    lz_lizard_params_f32 gr = {grad[0], grad[1], grad[2], grad[3], grad[4]};
+    LZ_TRY(ops->lizard_layer_sse(sse, energy, &p, learn ? &gr : NULL, grad_scale, act[ACT_X], act[ACT_Q], act[ACT_K],
+                                 act[ACT_V], act[ACT_TARGET], dev->batch, dev->seq_len, &dev->geom, dev->scratch));
+    for (int i = 0; learn && !ops->host_memory && i < LZ_DT_COUNT; i++)
+        LZ_TRY(ops->download(l->grad[i], grad[i], sizeof(float) * dev->numel[i]));
     return LZ_OK;
 }
-
-#else // a CPU-only build
-
-struct lz_distill_gpu {
-    int unused;
-};
-
-lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int batch, int seq_len, int hidden,
-                              bool gla_bf16) {
-    *out = NULL;
-    return lz_fail(LZ_ERR_INPUT, "--device cuda: this build has no CUDA backend (built with LIZARD_CUDA=OFF)");
-}
-
-void lz_distill_gpu_close(lz_distill_gpu *gpu) { free(gpu); }
-
-lz_status lz_distill_gpu_layer(lz_distill_gpu *gpu, lz_distill_layer *l, const lz_teacher_acts *acts, bool learn,
-                               float grad_scale, double *sse, double *energy) {
-    return lz_fail(LZ_ERR_INTERNAL, "--device cuda: this build has no CUDA backend");
-}
-
-#endif

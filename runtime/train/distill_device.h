@@ -1,9 +1,9 @@
-/* distill_device.h - `lizard distill --device cuda`: a layer's training step
- * on the GPU (kernels/cuda/train_cuda.h). The teacher still runs on the CPU
- * backend; its activations of the batch go up, the layer's tensors go up,
- * forward and backward run on the GPU, and the gradients come back, so the
- * AdamW update, checkpoints and MPI placement are the CPU path's, unchanged.
- * Without a CUDA build, opening fails with a message naming the flag. */
+/* distill_device.h - a distillation layer step through the training op table
+ * (kernels/train_ops.h), on the CPU or the GPU. The teacher runs on its own
+ * backend; on a device whose memory is not the host's, the batch's
+ * activations go up (unless the teacher already left them there), the
+ * layer's tensors go up and its gradients come back, so that the AdamW
+ * update, checkpoints and MPI placement are the same for every device. */
 #ifndef LZ_DISTILL_DEVICE_H
 #define LZ_DISTILL_DEVICE_H
 
@@ -12,20 +12,22 @@
 #include "distill_params.h"  // lz_distill_layer
 #include "distill_teacher.h" // lz_teacher_acts
 #include "error.h"           // lz_status
+#include "train_ops.h"       // lz_train_ops
 
-typedef struct lz_distill_gpu lz_distill_gpu;
+typedef struct lz_distill_device lz_distill_device;
 
-/* For batches of `batch` sequences of `seq_len` tokens, hidden size `hidden`;
- * gla_bf16: the GLA's in-chunk products in bf16 (train_cuda.h's bf16 path). */
-lz_status lz_distill_gpu_open(lz_distill_gpu **out, const lz_lizard_geom *g, int batch, int seq_len, int hidden,
-                              bool gla_bf16);
-void lz_distill_gpu_close(lz_distill_gpu *gpu);
+/* On `device` ("cpu" or "cuda"), for batches of `batch` sequences of
+ * `seq_len` tokens, hidden size `hidden`; gla_bf16: the GLA's in-chunk
+ * products in bf16 (the GPU only). */
+lz_status lz_distill_device_open(lz_distill_device **out, const char *device, const lz_lizard_geom *g, int batch,
+                                 int seq_len, int hidden, bool gla_bf16);
+void lz_distill_device_close(lz_distill_device *dev);
 
 /* The batch's SSE of layer l into *sse and its sum of target^2 into *energy;
- * with `learn`, l->grad is overwritten with grad_scale * d(SSE)/d(param) (what
- * the CPU path accumulates from zero). Activations on the device
- * (acts->on_device: a teacher on the GPU) are read where they are. */
-lz_status lz_distill_gpu_layer(lz_distill_gpu *gpu, lz_distill_layer *l, const lz_teacher_acts *acts, bool learn,
-                               float grad_scale, double *sse, double *energy);
+ * with `learn`, l->grad is overwritten with grad_scale * d(SSE)/d(param).
+ * Activations on the device (acts->on_device: a teacher on the GPU) are read
+ * where they are. */
+lz_status lz_distill_device_layer(lz_distill_device *dev, lz_distill_layer *l, const lz_teacher_acts *acts,
+                                  bool learn, float grad_scale, double *sse, double *energy);
 
 #endif

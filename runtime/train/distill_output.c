@@ -5,9 +5,10 @@
 #include <stdio.h>    // snprintf, FILE
 #include <stdlib.h>   // calloc, free
 #include <string.h>   // memcpy, strerror
-#include <sys/stat.h> // mkdir
+#include <sys/stat.h> // mkdir, stat
 
-#include <jansson.h> // json_load_file, json_object_set_new, json_dumps
+#include <jansson.h> // json_object_set_new, json_dumps
+#include "json_read.h" // lz_json_load_file: the teacher's config.json as HF wrote it
 
 #include "safetensors_writer.h" // lz_stw_write_model, lz_write_file_atomic
 
@@ -93,7 +94,7 @@ static lz_status write_config(const char *out_dir, const char *teacher_dir, cons
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", teacher_dir);
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    json_t *root = lz_json_load_file(path, 0, &err);
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "%s: %s", path, err.text);
     json_t *list = json_array(), *block = json_object();
@@ -117,8 +118,19 @@ static lz_status write_config(const char *out_dir, const char *teacher_dir, cons
     return s;
 }
 
-// copies teacher_dir/name to out_dir/name if the teacher has it
-static lz_status copy_optional(const char *out_dir, const char *teacher_dir, const char *name) {
+lz_status lz_check_out_folder(const char *out, const char *state_file, bool resume) {
+    struct stat sb;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", out, state_file);
+    if (resume && stat(path, &sb) != 0)
+        return lz_fail(LZ_ERR_INPUT, "--resume: %s has no %s to continue from", out, state_file);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    if (!resume && stat(path, &sb) == 0)
+        return lz_fail(LZ_ERR_INPUT, "--out %s already holds a model (--resume continues its run)", out);
+    return LZ_OK;
+}
+
+lz_status lz_copy_optional(const char *out_dir, const char *teacher_dir, const char *name) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", teacher_dir, name);
     FILE *fp = fopen(path, "rb");
@@ -145,7 +157,7 @@ lz_status lz_distill_write_model(const char *out_dir, const char *teacher_dir, c
     LZ_TRY(lz_make_dirs(out_dir, "--out"));
     static const char *const extras[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json"};
     for (size_t i = 0; i < sizeof extras / sizeof extras[0]; i++)
-        LZ_TRY(copy_optional(out_dir, teacher_dir, extras[i]));
+        LZ_TRY(lz_copy_optional(out_dir, teacher_dir, extras[i]));
     LZ_TRY(write_weights(out_dir, teacher, layers, softmax, n_layers));
     return write_config(out_dir, teacher_dir, softmax, n_layers, lizard); // last: a folder without it is unfinished
 }

@@ -19,4 +19,9 @@ lz_status lz_distill_write_model(const char *out_dir, const char *teacher_dir, c
 /* mkdir -p; `flag` names the option in errors. */
 lz_status lz_make_dirs(const char *path, const char *flag);
 
+/* --out before a run: with resume, it must hold state_file; without, no config.json (a finished model). */
+lz_status lz_check_out_folder(const char *out, const char *state_file, bool resume);
+/* Copies src_dir/name to out_dir/name if src_dir has it. */
+lz_status lz_copy_optional(const char *out_dir, const char *src_dir, const char *name);
+
 #endif

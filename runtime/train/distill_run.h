@@ -14,7 +14,7 @@
 #include "config.h"             // lz_lizard_config, LZ_MAX_LAYERS
 #include "distill_checkpoint.h" // lz_distill_progress
 #include "distill_data.h"       // lz_distill_data
-#include "distill_device.h"     // lz_distill_gpu
+#include "distill_device.h"     // lz_distill_device
 #include "distill_params.h"     // lz_distill_layer, lz_adamw_config
 #include "distill_teacher.h"    // lz_teacher
 #include "plan.h"               // lz_plan
@@ -44,8 +44,7 @@ typedef struct {
     bool planned;
     int rank;
     lz_distill_progress progress;
-    lz_lizard_scratch_f32 scratch;
-    lz_distill_gpu *gpu;         /* --device cuda: the layer steps run there */
+    lz_distill_device *dev;      /* where the layer steps run (--device) */
     int32_t *ids;                /* [batch, seq_len] */
     double mse[LZ_MAX_LAYERS], rel[LZ_MAX_LAYERS]; /* of the last pass */
     char signature[1024];

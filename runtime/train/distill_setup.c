@@ -5,8 +5,8 @@
 #include <stdio.h>    // snprintf, fopen
 #include <stdlib.h>   // calloc, free
 #include <string.h>   // strcmp, memcpy
-#include <sys/stat.h> // stat
 
+#include "distill_output.h" // lz_check_out_folder
 #include "distill_run.h"
 #include "mpi_world.h" // lz_world_get
 
@@ -33,15 +33,7 @@ static lz_status check_args(const lz_distill_args *a) {
         return lz_fail(LZ_ERR_INPUT, "--teacher-device cuda needs --device cuda (the CPU trainer reads host memory)");
     if (strcmp(a->map_heads, "per-head") != 0 && strcmp(a->map_heads, "shared") != 0)
         return lz_fail(LZ_ERR_INPUT, "--map-heads: '%s' is not per-head or shared", a->map_heads);
-    struct stat sb;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/distill_state.json", a->out);
-    if (a->resume && stat(path, &sb) != 0)
-        return lz_fail(LZ_ERR_INPUT, "--resume: %s has no distill_state.json to continue from", a->out);
-    snprintf(path, sizeof path, "%s/config.json", a->out);
-    if (!a->resume && stat(path, &sb) == 0)
-        return lz_fail(LZ_ERR_INPUT, "--out %s already holds a model (--resume continues its run)", a->out);
-    return LZ_OK;
+    return lz_check_out_folder(a->out, "distill_state.json", a->resume);
 }
 
 static void make_signature(lz_distill_run *r) {
@@ -113,7 +105,7 @@ lz_status lz_distill_setup(lz_distill_run *r) {
     LZ_TRY(lz_distill_data_load(&r->data, a->data, a->teacher, cfg.vocab_size, (int)a->seq_len, (uint64_t)a->seed));
     r->layers = calloc((size_t)r->n_layers, sizeof *r->layers);
     r->ids = calloc((size_t)(a->batch * a->seq_len), sizeof(int32_t));
-    if (!r->layers || !r->ids || lz_lizard_scratch_create_f32(&r->scratch, &g, (int)a->seq_len, cfg.hidden_size))
+    if (!r->layers || !r->ids)
         return lz_fail(LZ_ERR_NOMEM, "distillation buffers: out of memory");
     for (int i = 0; i < r->n_layers; i++) {
         r->trained[i] = !r->progress.softmax[i];
@@ -121,9 +113,8 @@ lz_status lz_distill_setup(lz_distill_run *r) {
         if (r->trained[i] && lz_distill_layer_init(&r->layers[i], i, &g, cfg.hidden_size, (uint64_t)a->seed))
             return lz_fail(LZ_ERR_NOMEM, "layer %d tensors: out of memory", i);
     }
-    if (strcmp(a->device, "cuda") == 0)
-        LZ_TRY(lz_distill_gpu_open(&r->gpu, &g, (int)a->batch, (int)a->seq_len, cfg.hidden_size,
-                                   strcmp(a->gla_precision, "bf16") == 0));
+    LZ_TRY(lz_distill_device_open(&r->dev, a->device, &g, (int)a->batch, (int)a->seq_len, cfg.hidden_size,
+                                  strcmp(a->gla_precision, "bf16") == 0));
     make_signature(r);
     if (a->resume)
         LZ_TRY(lz_distill_checkpoint_load(a->out, r->signature, &r->progress, r->layers, r->trained, r->n_layers));
@@ -137,8 +128,7 @@ void lz_distill_teardown(lz_distill_run *r) {
         lz_distill_layer_free(&r->layers[i]);
     free(r->layers);
     free(r->ids);
-    lz_lizard_scratch_free_f32(&r->scratch);
-    lz_distill_gpu_close(r->gpu);
+    lz_distill_device_close(r->dev);
     lz_distill_data_free(&r->data);
     lz_teacher_close(&r->teacher);
     if (r->log)

@@ -33,24 +33,9 @@ static lz_status layer_pass(void *ctx, const lz_teacher_acts *acts) {
         return LZ_OK;
     lz_distill_layer *l = &r->layers[i];
     const lz_lizard_geom *g = &l->geom;
-    const int L = r->teacher.seq_len, H = l->hidden;
-    const size_t qrow = (size_t)L * g->Hq * g->d, krow = (size_t)L * g->Hkv * g->d;
-    const double n_out = (double)r->teacher.batch * qrow;
-    const lz_lizard_params_f32 p = lz_distill_layer_params(l);
-    lz_lizard_params_f32 grad = lz_distill_layer_grads(l);
-    if (c->learn)
-        lz_distill_layer_zero_grad(l);
+    const double n_out = (double)r->teacher.batch * r->teacher.seq_len * g->Hq * g->d;
     double sse = 0, energy = 0;
-    if (r->gpu) // the whole batch in one call; the gradient comes back into l->grad
-        LZ_TRY(lz_distill_gpu_layer(r->gpu, l, acts, c->learn, (float)(1.0 / n_out), &sse, &energy));
-    for (int b = 0; !r->gpu && b < r->teacher.batch; b++) {
-        const float *target = acts->target + b * qrow;
-        sse += lz_lizard_layer_sse_f32(&p, c->learn ? &grad : NULL, (float)(1.0 / n_out), acts->x + (size_t)b * L * H,
-                                       acts->q + b * qrow, acts->k + b * krow, acts->v + b * krow, target, L, g,
-                                       &r->scratch);
-        for (size_t e = 0; e < qrow; e++)
-            energy += (double)target[e] * target[e];
-    }
+    LZ_TRY(lz_distill_device_layer(r->dev, l, acts, c->learn, (float)(1.0 / n_out), &sse, &energy));
     r->mse[i] = sse / n_out;
     r->rel[i] = energy > 0 ? sse / energy : 0;
     if (c->learn)
@@ -200,7 +185,7 @@ static lz_status save(lz_distill_run *r) {
         return LZ_OK; // rank 0 writes
     LZ_TRY(lz_make_dirs(r->a.out, "--out"));
     if (r->progress.chosen)
-        LZ_TRY(lz_distill_write_model(r->a.out, r->a.teacher, &r->teacher.model.ckpt, r->layers,
+        LZ_TRY(lz_distill_write_model(r->a.out, r->a.teacher, r->teacher.model.ckpt, r->layers,
                                       r->progress.softmax, r->n_layers, &r->lizard));
     return lz_distill_checkpoint_save(r->a.out, r->signature, &r->progress, r->layers, r->trained, r->n_layers);
 }

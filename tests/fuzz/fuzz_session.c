@@ -2,7 +2,7 @@
  * or accept without crashing, and what they accept must be self-consistent
  * (tokens = position + pending) and survive a round trip. Version 2: the
  * decoder (runtime/session/session.c) and the in-place reader (session_view.c) give
- * the same verdict and the same layers. Version 3 (session_chunks.c, reached
+ * the same verdict, the same layers and the same sampler (SamplerState or record). Version 3 (session_chunks.c, reached
  * through session_file.c): what it accepts, written again chunked (in
  * chunks of a size taken from the input), reads back to the same layers, and
  * the in-memory writer (lz_session_pack_chunked, the serve store's) gives the
@@ -39,12 +39,23 @@ static bool same_layers(const Lizard__SequenceState *a, const Lizard__SequenceSt
     return true;
 }
 
+/* The saved sampler (a SamplerState, or an earlier record) reads the same from both. */
+static bool same_sampler(const Lizard__SequenceState *a, const Lizard__SequenceState *b) {
+    lz_sampler_params pa, pb;
+    uint64_t da = 0, db = 0;
+    const lz_status sa = lz_session_sampler_load(a, "fuzz", &pa, &da), sb = lz_session_sampler_load(b, "fuzz", &pb, &db);
+    lz_error_clear();
+    return sa == sb && (sa != LZ_OK || (memcmp(&pa.temperature, &pb.temperature, sizeof(double)) == 0 &&
+                                        memcmp(&pa.top_p, &pb.top_p, sizeof(double)) == 0 && pa.top_k == pb.top_k &&
+                                        pa.seed == pb.seed && da == db));
+}
+
 static void version2(const uint8_t *data, size_t size, const uint8_t *fp) {
     Lizard__SequenceState *m = NULL, *view = NULL;
     lz_error_clear();
     const bool ok = lz_session_unpack(data, size, "fuzz", fp, &m) == LZ_OK;
     const bool view_ok = lz_session_view(data, size, "fuzz", fp, &view) == LZ_OK;
-    if (ok != view_ok || (ok && !same_layers(m, view)))
+    if (ok != view_ok || (ok && (!same_layers(m, view) || !same_sampler(m, view))))
         abort(); // the two readers disagree
     lz_session_view_free(view);
     if (!ok)
@@ -54,7 +65,8 @@ static void version2(const uint8_t *data, size_t size, const uint8_t *fp) {
     uint8_t *buf = NULL;
     size_t len = 0;
     Lizard__SequenceState *again = NULL;
-    if (lz_session_pack(m, &buf, &len) != LZ_OK || lz_session_unpack(buf, len, "fuzz", fp, &again) != LZ_OK)
+    if (lz_session_pack(m, &buf, &len) != LZ_OK || lz_session_unpack(buf, len, "fuzz", fp, &again) != LZ_OK ||
+        !same_sampler(m, again))
         abort(); // what was accepted must survive a round trip
     lizard__sequence_state__free_unpacked(again, NULL);
     lizard__sequence_state__free_unpacked(m, NULL);

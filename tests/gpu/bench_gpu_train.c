@@ -6,7 +6,7 @@
  *   forward:  the same without the gradient;
  *   distill:  what `lizard distill --device cuda` does per layer and batch
  *             today: activations and tensors up, forward + backward, gradients
- *             down, AdamW on the host (lz_distill_gpu_layer + lz_distill_layer_adamw).
+ *             down, AdamW on the host (lz_distill_device_layer + lz_distill_layer_adamw).
  * Prints tokens/s per layer, and for a model of --model-layers such layers
  * (a step trains every layer on the batch, so model tokens/s = layer / layers).
  * LIZARD_TRAIN_GLA=bf16 times the bf16 GLA path. Exit 77 when no GPU is visible. */
@@ -18,7 +18,7 @@
 
 #include "clock.h"           // lz_now_seconds
 #include "cuda/train_cuda.h" // lz_lizard_layer_sse_cuda
-#include "distill_device.h"  // lz_distill_gpu_layer
+#include "distill_device.h"  // lz_distill_device_layer
 #include "distill_params.h"  // lz_distill_layer_init, lz_distill_layer_adamw
 
 static float *rand_host(size_t n, float lo, float hi, unsigned seed) {
@@ -129,8 +129,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     const lz_adamw_config opt = {1e-3, 1e-4, 0.01, 0.9, 0.999, 1e-8, 1, 1000};
-    lz_distill_gpu *gpu;
-    OK(lz_distill_gpu_open(&gpu, &g, B, L, hidden, lz_cuda_train_gla_precision() == LZ_GLA_BF16));
+    lz_distill_device *gpu;
+    OK(lz_distill_device_open(&gpu, "cuda", &g, B, L, hidden, lz_cuda_train_gla_precision() == LZ_GLA_BF16));
     // resident: the batch and tensors on the device once
     float *dx = to_dev(x, N * hidden), *dq = to_dev(q, qd), *dk = to_dev(k, kd), *dv = to_dev(v, kd),
           *dt = to_dev(tg, qd);
@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
         double t1 = lz_now_seconds();
         OK(lz_lizard_layer_sse_cuda(&sse, NULL, &p, NULL, scale, dx, dq, dk, dv, dt, B, L, &g, &s));
         double t2 = lz_now_seconds();
-        OK(lz_distill_gpu_layer(gpu, &layer, &acts, true, scale, &sse, NULL));
+        OK(lz_distill_device_layer(gpu, &layer, &acts, true, scale, &sse, NULL));
         lz_distill_layer_adamw(&layer, &opt, it);
         double t3 = lz_now_seconds();
         if (it > 0) {
@@ -167,6 +167,6 @@ int main(int argc, char **argv) {
                (double)N / ts[i], (double)N / ts[i] / layers, layers);
     profile(&p, &gr, dx, dq, dk, dv, B, L, hidden, &g, &s);
     lz_lizard_cuda_scratch_free(&s);
-    lz_distill_gpu_close(gpu);
+    lz_distill_device_close(gpu);
     return 0;
 }

@@ -71,10 +71,9 @@ static float *download_f32(backend *b, const float *p, size_t n) {
     return h;
 }
 
-/* A weight [rows, cols] from host floats, as an F32 checkpoint tensor. */
+/* A weight [rows, cols] from host floats. */
 static lz_weight weight(backend *b, const float *host, int64_t rows, int64_t cols) {
-    lz_st_tensor t = {.name = "test", .dtype = LZ_DTYPE_F32, .ndim = 2, .shape = {rows, cols}, .numel = rows * cols,
-                      .data = host, .nbytes = sizeof(float) * rows * cols};
+    lz_host_tensor t = {.name = "test", .dtype = LZ_DTYPE_F32, .numel = rows * cols, .data = host};
     lz_weight w;
     if (b->ops->upload_weight(b->be, &t, rows, cols, &w) != LZ_OK)
         abort();

@@ -75,7 +75,7 @@ static void check_prefill(const char *model_dir, const run_spec *r, const int32_
         return;
     const int V = e.model.cfg.vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)T * V);
-    lz_status s = lz_engine_prefill(&e, 0, ids, T, logits, NULL);
+    lz_status s = lz_engine_prefill(&e, 0, ids, T, logits, (lz_step_out){0});
     CHECK_MSG(s == LZ_OK, "%s: prefill: %s", r->name, lz_error_message());
     if (s == LZ_OK) {
         double err = rel_err(logits, ref, (size_t)T * V);
@@ -97,7 +97,7 @@ static void check_decode_and_greedy(const char *model_dir, const run_spec *r, co
     const int32_t slot = 0;
     lz_status s = LZ_OK;
     for (int t = 0; t < T && s == LZ_OK; t++)
-        s = lz_engine_decode(&e, 1, &slot, &ids[t], logits + (size_t)t * V);
+        s = lz_engine_decode(&e, 1, &slot, &ids[t], (lz_step_out){.logits = logits + (size_t)t * V});
     CHECK_MSG(s == LZ_OK, "%s: decode: %s", r->name, lz_error_message());
     if (s == LZ_OK) {
         double err = rel_err(logits, ref, (size_t)T * V);
@@ -112,7 +112,7 @@ static void check_decode_and_greedy(const char *model_dir, const run_spec *r, co
             CHECK_MSG(id == r->greedy[i], "%s: greedy token %d: %d, expected %d", r->name, i, id, r->greedy[i]);
         matched += id == r->greedy[i];
         if (i + 1 < r->n_greedy)
-            s = lz_engine_decode(&e, 1, &slot, &id, last);
+            s = lz_engine_decode(&e, 1, &slot, &id, (lz_step_out){.logits = last});
     }
     fprintf(stderr, "  %-22s greedy            %d/%d tokens match\n", r->name, matched, r->n_greedy);
     free(logits);
@@ -138,7 +138,7 @@ static void check_batched_decode(const char *model_dir, const run_spec *r, const
             if (p >= 0 && p < T)
                 slots[n] = N_COPIES - 1 - j, step_ids[n] = ids[p], copy[n++] = j;
         }
-        s = lz_engine_decode(&e, n, slots, step_ids, logits);
+        s = lz_engine_decode(&e, n, slots, step_ids, (lz_step_out){.logits = logits});
         for (int i = 0; i < n && s == LZ_OK; i++)
             memcpy(mine + ((size_t)copy[i] * T + (step - copy[i] % 3)) * V, logits + (size_t)i * V, sizeof(float) * V);
     }

@@ -66,6 +66,33 @@ wait_metric() {
     return 1
 }
 
+# generate_ids PROMPT_IDS MAX_TOKENS [generate args]: greedy ids of `lizard generate --model $M`
+generate_ids() {
+    local ids=$1 n=$2; shift 2
+    "$LIZARD" generate --model "$M" --ids "$ids" --max-tokens "$n" --format json --ignore-eos "$@" 2>/dev/null |
+        python3 -c "import json,sys; print(','.join(map(str, json.load(sys.stdin)['ids'])))" 2>/dev/null
+}
+
+# session_ids PROMPT_IDS MAX_TOKENS SESSION [curl args]: greedy ids through the server, kept under SESSION
+session_ids() {
+    local ids=$1 n=$2 name=$3; shift 3
+    local code; code=$(req POST /v1/completions "{\"prompt\": [$ids], \"max_tokens\": $n, \"ignore_eos\": true,
+        \"return_token_ids\": true, \"temperature\": 0, \"session\": \"$name\"}" "$@")
+    [ "$code" = 200 ] || { echo "status $code: $(head -c 300 "$TMP/body")" >&2; return 1; }
+    jget "$TMP/body" "','.join(map(str, d['choices'][0]['token_ids']))"
+}
+
+# wait_health STATUS SECONDS: polls /health until it answers STATUS (its body in $TMP/body); false if it never does
+wait_health() {
+    local code=
+    for _ in $(seq 1 $(($2 * 10))); do
+        code=$(req GET /health)
+        [ "$code" = "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # expect_error STATUS PARAM_OR_DASH METHOD PATH BODY [curl args]: the status and an OpenAI error object
 expect_error() {
     local want=$1 param=$2; shift 2

@@ -16,17 +16,6 @@ command -v curl >/dev/null || { echo "curl not found: skipped"; exit 77; }
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 
-generate_ids() { # PROMPT_IDS MAX_TOKENS [generate args]: greedy ids of `lizard generate`
-    local ids=$1 n=$2; shift 2
-    "$LIZARD" generate --model "$M" --ids "$ids" --max-tokens "$n" --format json --ignore-eos "$@" 2>/dev/null |
-        python3 -c "import json,sys; print(','.join(map(str, json.load(sys.stdin)['ids'])))"
-}
-serve_ids() { # PROMPT_IDS MAX_TOKENS SESSION: greedy ids through the server
-    local code; code=$(req POST /v1/completions "{\"prompt\": [$1], \"max_tokens\": $2, \"ignore_eos\": true,
-        \"return_token_ids\": true, \"temperature\": 0, \"session\": \"$3\"}")
-    [ "$code" = 200 ] || { echo "status $code: $(head -c 300 "$TMP/body")" >&2; return 1; }
-    jget "$TMP/body" "','.join(map(str, d['choices'][0]['token_ids']))"
-}
 chunked() { [ "$(head -c 5 "$1" | od -An -tx1 | tr -d ' \n')" != 0d4c5a5353 ]; } # not "\x0dLZSS": version 3
 
 P1=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16
@@ -39,11 +28,11 @@ for cfg in teacher hybrid lizard; do
     # spilled: a 1-byte budget sends every session to the folder
     start_server "$TMP/$cfg-a.log" --model "$M" --session-memory 1 --session-dir "$TMP/disk-$cfg" ||
         { bad "$cfg: server did not start"; continue; }
-    A1=$(serve_ids "$P1" 6 s1)
+    A1=$(session_ids "$P1" 6 s1)
     f=$TMP/disk-$cfg/s1.lzs
     [ -f "$f" ] && chunked "$f" && ok || bad "$cfg: spilled session not a chunked file: $(ls "$TMP/disk-$cfg")"
     cp "$f" "$TMP/$cfg-copy.lzs"
-    A2=$(serve_ids "$P2" 6 s1)
+    A2=$(session_ids "$P2" 6 s1)
     want=$(generate_ids "$P1,$A1,$P2" 6)
     [ -n "$A2" ] && [ "$A2" = "$want" ] && ok || bad "$cfg: session from the folder: $A2 vs $want"
     # the spilled file is an ordinary session file for `lizard generate` (without the knob)
@@ -54,9 +43,9 @@ for cfg in teacher hybrid lizard; do
     stop_server && ok || bad "$cfg: server exit"
     # in memory: restored from the store's buffer, written to the folder at shutdown
     start_server "$TMP/$cfg-b.log" --model "$M" --session-dir "$TMP/mem-$cfg" || { bad "$cfg: server did not start"; continue; }
-    B1=$(serve_ids "$P1" 6 m1)
+    B1=$(session_ids "$P1" 6 m1)
     [ ! -e "$TMP/mem-$cfg/m1.lzs" ] && ok || bad "$cfg: session spilled without need"
-    B2=$(serve_ids "$P2" 6 m1)
+    B2=$(session_ids "$P2" 6 m1)
     [ "$B1" = "$A1" ] && [ "$B2" = "$want" ] && ok || bad "$cfg: session from memory: $B1 / $B2 vs $A1 / $want"
     stop_server && ok || bad "$cfg: server exit"
     [ -f "$TMP/mem-$cfg/m1.lzs" ] && chunked "$TMP/mem-$cfg/m1.lzs" && ok || bad "$cfg: session not flushed chunked"

@@ -117,6 +117,25 @@ body=$(python3 -c "import json,sys; print(json.dumps({'prompt': 'Warm rocks', 'm
 curl -sN "${AUTH[@]}" -o "$TMP/s3" "$URL/v1/completions" --data-binary "$body"
 sse_text "$TMP/s3" completion | grep -q "^$want_stop stop " && ok || bad "streamed stop: $(sse_text "$TMP/s3" completion) (want $want_stop)"
 
+# logit_bias: +100 on one id makes greedy pick it every time (the first token from the prompt's
+# logits, the others from decode steps); -100 on greedy's first id bans it; requests without it keep
+# the answer of lizard generate
+want=$(generate_ids "$P1" 8)
+code=$(req POST /v1/completions "{\"prompt\": [$P1], \"max_tokens\": 8, \"ignore_eos\": true, \"temperature\": 0,
+    \"return_token_ids\": true, \"logit_bias\": {\"77\": 100}}" "${AUTH[@]}")
+[ "$code" = 200 ] && [ "$(jget "$TMP/body" "','.join(map(str, d['choices'][0]['token_ids']))")" = 77,77,77,77,77,77,77,77 ] &&
+    ok || bad "logit_bias +100: $code $(head -c 300 "$TMP/body")"
+code=$(req POST /v1/completions "{\"prompt\": [$P1], \"max_tokens\": 8, \"ignore_eos\": true, \"temperature\": 0,
+    \"return_token_ids\": true, \"logit_bias\": {\"${want%%,*}\": -100}}" "${AUTH[@]}")
+first=$(jget "$TMP/body" "d['choices'][0]['token_ids'][0]")
+[ "$code" = 200 ] && [ -n "$first" ] && [ "$first" != "${want%%,*}" ] && ok || bad "logit_bias -100 on ${want%%,*}: $code $(head -c 300 "$TMP/body")"
+[ "$(serve_ids "$P1" 8)" = "$want" ] && ok || bad "greedy answer after logit_bias requests"
+# fields that change nothing here are accepted and ignored
+code=$(req POST /v1/chat/completions "{\"messages\": $MSGS, \"max_tokens\": 2, \"user\": \"u1\", \"metadata\": {\"k\": \"v\"},
+    \"store\": false, \"service_tier\": \"auto\", \"parallel_tool_calls\": false, \"tools\": [], \"tool_choice\": \"none\",
+    \"response_format\": {\"type\": \"text\"}, \"stream_options\": {\"include_usage\": true}}" "${AUTH[@]}")
+[ "$code" = 200 ] && ok || bad "ignorable fields: $code $(head -c 300 "$TMP/body")"
+
 # sessions: the second turn sends only its new tokens; the answer equals the whole conversation at once
 P2=7,8,9,10
 A1=$(serve_ids "$P1" 6 conv1)
@@ -154,6 +173,9 @@ expect_error 400 temperature POST /v1/completions '{"prompt": "x", "temperature"
 expect_error 400 top_p POST /v1/completions '{"prompt": "x", "top_p": "high"}' "${AUTH[@]}"
 expect_error 400 n POST /v1/completions '{"prompt": "x", "n": 2}' "${AUTH[@]}"
 expect_error 400 stop POST /v1/completions '{"prompt": "x", "stop": [1]}' "${AUTH[@]}"
+expect_error 400 tools POST /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}' "${AUTH[@]}"
+expect_error 400 response_format POST /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}' "${AUTH[@]}"
+expect_error 400 logit_bias POST /v1/completions '{"prompt": "x", "logit_bias": {"99999": 5}}' "${AUTH[@]}"
 expect_error 400 stream POST /v1/completions '{"prompt": "x", "stream": "yes"}' "${AUTH[@]}"
 expect_error 400 prompt POST /v1/completions '{"max_tokens": 3}' "${AUTH[@]}"
 expect_error 400 prompt POST /v1/completions '{"prompt": {"a": 1}}' "${AUTH[@]}"

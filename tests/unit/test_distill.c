@@ -14,11 +14,13 @@
 #include <sys/stat.h> // mkdir
 
 #include "commands.h"        // lz_cmd_init
+#include "cpu/train_kernels.h" // lz_lizard_layer_sse_f32: the training forward
 #include "decoder_layer.h"   // lz_decoder_layer_forward
 #include "distill_data.h"    // the data under test
 #include "distill_output.h"  // lz_distill_write_model
 #include "distill_params.h"  // lz_distill_layer, lz_distill_lr
 #include "distill_teacher.h" // lz_teacher
+#include "model_load.h"      // lz_model_load
 #include "test_util.h"       // CHECK
 #include "tokenizer.h"       // lz_tokenizer_encode
 
@@ -125,7 +127,7 @@ static void check_written_folder(lz_teacher *t, target_ctx *c, const int32_t *id
     }
     const lz_lizard_config lc = {.feature_dim = 8, .feature_map = exp_map ? LZ_FMAP_EXP : LZ_FMAP_SOFTMAX,
                                  .window_size = 6, .num_meta_tokens = 3, .gla_normalize = normalize};
-    CHECK(lz_distill_write_model(out_dir, teacher_dir, &t->model.ckpt, layers, softmax, n, &lc) == LZ_OK);
+    CHECK(lz_distill_write_model(out_dir, teacher_dir, t->model.ckpt, layers, softmax, n, &lc) == LZ_OK);
     // the training forward of layer 0 (sequence 0) with these tensors
     lz_lizard_scratch_f32 s;
     CHECK(lz_lizard_scratch_create_f32(&s, &g, L, H) == 0);

@@ -10,7 +10,7 @@
 #include "cpu_kernels.h" // sample_rows_forward, sample_row, argmax_rows_forward
 #include "sample_rule.h" // lz_sample_key, lz_sample_mass
 #include "sampler.h"     // lz_sample_uniform, lz_sampler
-#include "session.h"     // lz_session_sampler_bytes, lz_session_sampler_restore
+#include "session.h"     // lz_session_sampler_save, lz_session_sampler_load
 #include "test_util.h"   // CHECK
 
 #define PINNED_U00 0.03121713052699171
@@ -260,28 +260,44 @@ static void test_uniform(void) {
     }
 }
 
-/* A session keeps seed and count; a record of the xoshiro sampler (64 bytes:
- * temperature, top_p, top_k, seed, state) still loads, with its seed, from count 0. */
+/* A session keeps the parameters, seed and count (a SamplerState message);
+ * files written before it hold a record: of the counter sampler (40 bytes,
+ * parameters, seed, count) or of the xoshiro one (64 bytes: temperature,
+ * top_p, top_k, seed, state), which loads with its parameters and seed from count 0. */
 static void test_session_record(void) {
-    lz_sampler a, b;
-    const lz_sampler_params pa = {0.8, 40, 0.9, 1234}, pb = {1.0, 0, 1.0, 1};
-    CHECK(lz_sampler_init(&a, &pa, 8) == LZ_OK && lz_sampler_init(&b, &pb, 8) == LZ_OK);
+    lz_sampler a;
+    const lz_sampler_params pa = {0.8, 40, 0.9, 1234};
+    CHECK(lz_sampler_init(&a, &pa, 8) == LZ_OK);
     for (int i = 0; i < 5; i++)
         lz_sampler_draw(&a);
-    uint8_t buf[128];
-    size_t len = 0;
-    lz_session_sampler_bytes(&a, buf, &len);
-    CHECK(lz_session_sampler_restore(&b, buf, len) == LZ_OK);
-    CHECK(b.p.seed == 1234 && b.n == 5);
+    Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
+    Lizard__SamplerState keep;
+    lz_session_sampler_save(&msg, &keep, &a);
+    lz_sampler_params p;
+    uint64_t draws = 0;
+    CHECK(lz_session_sampler_load(&msg, "s", &p, &draws) == LZ_OK);
+    CHECK(p.temperature == 0.8 && p.top_k == 40 && p.top_p == 0.9 && p.seed == 1234 && draws == 5);
+    Lizard__SequenceState old_msg = LIZARD__SEQUENCE_STATE__INIT;
+    const struct {
+        double temperature, top_p;
+        int64_t top_k;
+        uint64_t seed, n;
+    } counter = {0.6, 0.5, 3, 99, 17};
+    old_msg.sampler = (ProtobufCBinaryData){sizeof counter, (uint8_t *)&counter};
+    CHECK(lz_session_sampler_load(&old_msg, "s", &p, &draws) == LZ_OK);
+    CHECK(p.temperature == 0.6 && p.top_k == 3 && p.top_p == 0.5 && p.seed == 99 && draws == 17);
     const struct {
         double temperature, top_p;
         int64_t top_k;
         uint64_t seed, rng[4];
-    } old = {0.7, 0.95, 0, 77, {1, 2, 3, 4}};
-    CHECK(sizeof old == 64);
-    CHECK(lz_session_sampler_restore(&b, (const uint8_t *)&old, sizeof old) == LZ_OK);
-    CHECK(b.p.seed == 77 && b.n == 0);
-    CHECK_FAILS_WITH(lz_session_sampler_restore(&b, buf, 17), LZ_ERR_INPUT, "sampler state of 17 bytes");
+    } xoshiro = {0.7, 0.95, 0, 77, {1, 2, 3, 4}};
+    CHECK(sizeof xoshiro == 64);
+    old_msg.sampler = (ProtobufCBinaryData){sizeof xoshiro, (uint8_t *)&xoshiro};
+    CHECK(lz_session_sampler_load(&old_msg, "s", &p, &draws) == LZ_OK);
+    CHECK(p.temperature == 0.7 && p.top_p == 0.95 && p.seed == 77 && draws == 0);
+    old_msg.sampler.len = 17;
+    CHECK_FAILS_WITH(lz_session_sampler_load(&old_msg, "old.lzs", &p, &draws), LZ_ERR_INPUT,
+                     "old.lzs: sampler state of 17 bytes");
 }
 
 int main(void) {

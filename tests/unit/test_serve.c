@@ -2,17 +2,21 @@
  * parsing (fields, defaults, each error naming its field), the chat formats
  * (exact prompt text), stop strings over decoded tokens (the answer ends
  * before the match and no taken piece shows a stop string's first bytes),
- * the session store's budget and spill, and the prefix cache's longest match. */
+ * the session store's budget and spill (files replaced, never removed;
+ * a failed write named by its own session; stale temp files), keyed names, and the prefix cache's longest match. */
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // getenv, free, malloc
 #include <string.h> // strcmp, strstr, strlen
-#include <unistd.h> // access
+#include <sys/stat.h> // mkdir
+#include <sys/wait.h> // waitpid
+#include <unistd.h>   // access, fork, getpid
 
 #include "serve_api.h"      // serve_parse_request
 #include "serve_chat.h"     // serve_chat_render
 #include "serve_prefix.h"   // serve_prefix
 #include "serve_sessions.h" // serve_sessions
 #include "serve_text.h"     // serve_text
+#include "session.h"        // lz_session_read_file
 #include "test_util.h"      // CHECK
 
 static bool parse(const char *body, serve_kind kind, serve_request *r, serve_error *e) {
@@ -148,6 +152,13 @@ static void stop_strings(const char *fixtures) {
     lz_tokenizer_free(tok);
 }
 
+/* Removes dir and what is in it (files, and the folders block_write made). */
+static void remove_tree(const char *dir) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 static uint8_t *bytes(size_t n, uint8_t v) {
     uint8_t *b = malloc(n);
     memset(b, v, n);
@@ -166,16 +177,94 @@ static void session_store(void) {
     CHECK(access(path, F_OK) == 0 && s.n == 1 && s.bytes == 60 && s.on_disk == 1);
     uint8_t *buf;
     size_t len;
-    CHECK(serve_sessions_take(&s, "a", &buf, &len) == LZ_OK); // back from the folder, the file gone
-    CHECK(buf && len == 60 && buf[59] == 1 && access(path, F_OK) != 0 && s.on_disk == 0);
+    CHECK(serve_sessions_take(&s, "a", &buf, &len) == LZ_OK); // back from the folder
+    CHECK(buf && len == 60 && buf[59] == 1 && s.on_disk == 1);
+    CHECK(access(path, F_OK) == 0); // and still there until its successor is written
+    CHECK(serve_sessions_put(&s, "a", bytes(70, 3), 70) == LZ_OK); // its successor: "b" spills
+    CHECK(s.n == 1 && s.on_disk == 2);
     free(buf);
     CHECK(serve_sessions_take(&s, "c", &buf, &len) == LZ_OK && buf == NULL);
-    CHECK(serve_sessions_flush(&s) == LZ_OK && s.n == 0);
-    snprintf(path, sizeof path, "%s/b.lzs", dir);
-    CHECK(access(path, F_OK) == 0);
-    unlink(path);
+    CHECK(serve_sessions_flush(&s) == LZ_OK && s.n == 0 && s.on_disk == 2); // "a" replaced, not counted twice
+    CHECK(lz_session_read_file(path, &buf, &len) == LZ_OK && len == 70 && buf[0] == 3);
+    free(buf);
     serve_sessions_free(&s);
-    rmdir(dir);
+    remove_tree(dir);
+}
+
+/* A directory where a session's temp file goes makes its write fail. */
+static void block_write(const char *dir, const char *name) {
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s/%s.lzs.tmp.%ld", dir, name, (long)getpid());
+    CHECK(mkdir(tmp, 0700) == 0);
+}
+
+/* A failed write: the error names only the session being saved, no path; the
+ * other sessions stay where they were; the counts say what is in memory and
+ * on disk; at shutdown the others are still written. */
+static void session_store_failed_write(void) {
+    char dir[] = "/tmp/lz_test_sessions_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    serve_sessions s;
+    CHECK(serve_sessions_init(&s, 100, dir) == LZ_OK);
+    block_write(dir, "alice");
+    CHECK(serve_sessions_put(&s, "alice", bytes(60, 1), 60) == LZ_OK);
+    lz_error_clear();
+    CHECK(serve_sessions_put(&s, "bob", bytes(60, 2), 60) == LZ_ERR_IO); // "alice" must spill, and cannot
+    const char *msg = lz_error_message();
+    CHECK_MSG(strstr(msg, "bob") && !strstr(msg, "alice") && !strstr(msg, dir) && !strchr(msg, '/'), "%s", msg);
+    CHECK(s.n == 1 && s.bytes == 60 && s.on_disk == 0 && strcmp(s.entries[0].name, "alice") == 0);
+    lz_error_clear();
+    CHECK(serve_sessions_put(&s, "alice", bytes(200, 3), 200) == LZ_ERR_IO); // alone beyond the budget
+    msg = lz_error_message();
+    CHECK_MSG(strstr(msg, "alice") && !strchr(msg, '/'), "%s", msg);
+    CHECK(s.n == 0 && s.bytes == 0 && s.on_disk == 0); // this save is refused: the request fails ...
+    serve_sessions_put_back(&s, "alice", bytes(60, 1), 60); // ... and puts back what it took
+    CHECK(serve_sessions_put(&s, "carol", bytes(30, 4), 30) == LZ_OK);
+    CHECK(s.n == 2 && s.bytes == 90);
+    lz_error_clear();
+    CHECK(serve_sessions_flush(&s) == LZ_ERR_IO); // "carol" is written all the same
+    CHECK(s.n == 1 && s.on_disk == 1 && strcmp(s.entries[0].name, "alice") == 0);
+    char path[300];
+    snprintf(path, sizeof path, "%s/carol.lzs", dir);
+    CHECK(access(path, F_OK) == 0);
+    serve_sessions_free(&s);
+    remove_tree(dir);
+}
+
+/* Temp files of saves that were killed go at start; a live writer's stay. */
+static void session_store_stale_temps(void) {
+    char dir[] = "/tmp/lz_test_sessions_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    CHECK(waitpid(dead, NULL, 0) == dead);
+    char stale[300], live[300], other[300];
+    snprintf(stale, sizeof stale, "%s/s.lzs.tmp.%ld", dir, (long)dead);
+    snprintf(live, sizeof live, "%s/s.lzs.tmp.%ld", dir, (long)getppid());
+    snprintf(other, sizeof other, "%s/notes.txt.tmp.%ld", dir, (long)dead); // not a session's
+    const char *files[] = {stale, live, other};
+    for (int i = 0; i < 3; i++) {
+        FILE *f = fopen(files[i], "wb");
+        CHECK(f && fputs("partial", f) >= 0 && fclose(f) == 0);
+    }
+    serve_sessions s;
+    CHECK(serve_sessions_init(&s, 100, dir) == LZ_OK);
+    CHECK(access(stale, F_OK) != 0 && access(live, F_OK) == 0 && access(other, F_OK) == 0 && s.on_disk == 0);
+    serve_sessions_free(&s);
+    remove_tree(dir);
+}
+
+/* --session-per-key: the name on disk holds a hash of the key, never the key. */
+static void session_keyed_names(void) {
+    char *a = NULL, *b = NULL, *c = NULL;
+    CHECK(serve_session_keyed_name("sk-secret-1", "chat", &a) == LZ_OK);
+    CHECK(serve_session_keyed_name("sk-secret-2", "chat", &b) == LZ_OK);
+    CHECK(serve_session_keyed_name("sk-secret-1", "chat", &c) == LZ_OK);
+    CHECK(a && b && c && strcmp(a, b) != 0 && strcmp(a, c) == 0 && !strstr(a, "secret"));
+    CHECK(a && strlen(a) == 32 + 1 + 4 && strcmp(serve_session_shown(a), "chat") == 0);
+    CHECK(strcmp(serve_session_shown("plain"), "plain") == 0);
+    free(a), free(b), free(c);
 }
 
 static void prefix_cache(void) {
@@ -200,6 +289,9 @@ int main(void) {
     chat_formats();
     stop_strings(fixtures ? fixtures : "tests/fixtures");
     session_store();
+    session_store_failed_write();
+    session_store_stale_temps();
+    session_keyed_names();
     prefix_cache();
     return lz_test_finish("test_serve");
 }

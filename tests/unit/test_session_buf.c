@@ -1,7 +1,8 @@
 /* test_session_buf.c - the one-pass session message (session_buf.c) against
  * the message lz_session_pack writes from lz_state_io_save: the same bytes,
- * read back in place to the same state, and every refusal kept (truncated,
- * corrupted, foreign, wrong version). */
+ * read back in place to the same state (with the sampler as a record or as a
+ * SamplerState message, which is packed after the checksum and covered by
+ * it), and every refusal kept (truncated, corrupted, foreign, wrong version). */
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // malloc, free, mkstemp, getenv
 #include <string.h> // memcmp, memcpy
@@ -13,16 +14,25 @@
 
 #include "session_fixture.h" // fixture, open_fixture, close_fixture, layer_sizes
 
+static bool with_sampling; /* the header carries a SamplerState (packed after the checksum), not a record */
+
 static Lizard__SequenceState header(int32_t *tokens) {
     static uint8_t fp[LZ_FINGERPRINT_BYTES] = {1, 2, 3};
     static uint8_t sampler[8] = {9, 8, 7};
+    static Lizard__SamplerState sampling = LIZARD__SAMPLER_STATE__INIT;
     Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
     msg.fingerprint = (ProtobufCBinaryData){sizeof fp, fp};
     msg.position = POS;
     msg.tokens = tokens;
     msg.n_tokens = POS + 1;
     msg.has_pending = true;
-    msg.sampler = (ProtobufCBinaryData){sizeof sampler, sampler};
+    if (with_sampling) {
+        sampling.temperature = 0.7, sampling.top_k = 40, sampling.top_p = 0.9, sampling.seed = 12345;
+        sampling.draws = 7; // the message's last byte
+        msg.sampling = &sampling;
+    } else {
+        msg.sampler = (ProtobufCBinaryData){sizeof sampler, sampler};
+    }
     return msg;
 }
 
@@ -88,6 +98,8 @@ static void test_same_bytes_and_state(const char *preset, bool bf16) {
     CHECK(lz_session_unpack(old, old_len, "test", msg.fingerprint.data, &unpacked) == LZ_OK);
     if (view && unpacked) {
         CHECK(view->position == POS && view->n_tokens == POS + 1 && view->has_pending);
+        CHECK(!with_sampling || (view->sampling && view->sampling->top_k == 40 && view->sampling->draws == 7 &&
+                                 view->sampling->temperature == 0.7 && view->sampling->seed == 12345));
         CHECK(view->n_stages == 1 && view->stages[0]->n_layers == unpacked->stages[0]->n_layers);
         for (size_t j = 0; j < view->stages[0]->n_layers; j++) {
             const Lizard__LayerState *a = view->stages[0]->layers[j], *c = unpacked->stages[0]->layers[j];
@@ -103,6 +115,14 @@ static void test_same_bytes_and_state(const char *preset, bool bf16) {
     }
     lz_session_view_free(view);
     lizard__sequence_state__free_unpacked(unpacked, NULL);
+    if (with_sampling) { // the sampler is under the checksum: another count of draws is refused
+        CHECK(b.data[b.len - 1] == 7);
+        b.data[b.len - 1] = 6;
+        view = NULL;
+        CHECK_FAILS_WITH(lz_session_view(b.data, b.len, "test", msg.fingerprint.data, &view), LZ_ERR_INPUT,
+                         "checksum");
+        b.data[b.len - 1] = 7;
+    }
 
     // file: written atomically, read back into the buffer
     char path[] = "/tmp/test-session-buf-XXXXXX";
@@ -231,6 +251,10 @@ int main(void) {
     test_same_bytes_and_state("tiny-hybrid", true);
     test_same_bytes_and_state("tiny-lizard", false);
     test_same_bytes_and_state("tiny-teacher", false);
+    with_sampling = true;
+    test_same_bytes_and_state("tiny-hybrid", false);
+    test_same_bytes_and_state("tiny-lizard", true);
+    with_sampling = false;
     test_refusals();
     test_stages();
     test_version1_file();

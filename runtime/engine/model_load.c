@@ -4,8 +4,9 @@
 #include <stdlib.h> // calloc, free
 #include <string.h> // memset, strstr, strlen
 
-#include "hash.h"  // lz_fnv1a
-#include "model.h"
+#include "hash.h"        // lz_fnv1a
+#include "model_load.h"
+#include "safetensors.h" // lz_weights
 
 /* Limits of the reference kernels' stack buffers. */
 enum { LZ_MAX_HEAD_DIM = 1024, LZ_MAX_FEATURE_DIM = 512, LZ_MAX_WINDOW = 4096 };
@@ -35,12 +36,13 @@ static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_
     if (L->random)
         return random_tensor(L, name, rows, cols, out);
     const lz_st_tensor *t;
-    LZ_TRY(lz_weights_expect(&L->m->ckpt, name, ndim, shape, &t));
+    LZ_TRY(lz_weights_expect(L->m->ckpt, name, ndim, shape, &t));
     if (L->describe) {
         *out = (lz_weight){NULL, t->dtype, rows, cols, false, 0};
         return LZ_OK;
     }
-    return L->m->ops->upload_weight(L->m->be, t, rows, cols, out);
+    const lz_host_tensor host = {t->name, t->dtype, t->numel, t->data};
+    return L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
 }
 
 static lz_status load_matrix(loader *L, const char *name, int64_t rows, int64_t cols, lz_weight *out) {
@@ -91,14 +93,14 @@ static lz_status load_mlp(loader *L, lz_layer *ly, const char *p) {
 /* A feature map [heads, head_dim, f] whose head count must be one of `allowed`. */
 static lz_status load_feature_map(loader *L, const char *name, const int *allowed, int n_allowed, lz_weight *out) {
     const lz_config *c = &L->m->cfg;
-    const lz_st_tensor *t = L->random ? NULL : lz_weights_find(&L->m->ckpt, name);
+    const lz_st_tensor *t = L->random ? NULL : lz_weights_find(L->m->ckpt, name);
     int64_t heads = t && t->ndim == 3 ? t->shape[0] : L->random ? allowed[n_allowed == 2 ? 0 : 1] : -1;
     bool ok = false;
     for (int i = 0; i < n_allowed; i++)
         ok |= heads == allowed[i];
     int64_t shape[3] = {ok ? heads : allowed[0], c->head_dim, c->lizard.feature_dim};
     if (t && !ok)
-        return lz_fail(LZ_ERR_INPUT, "%s: tensor '%s' has %lld maps; expected 1, %d%s%s", L->m->ckpt.dir, name,
+        return lz_fail(LZ_ERR_INPUT, "%s: tensor '%s' has %lld maps; expected 1, %d%s%s", L->m->ckpt->dir, name,
                        (long long)heads, allowed[n_allowed - 1], n_allowed > 2 ? " or " : "",
                        n_allowed > 2 ? "num_key_value_heads" : " (num_attention_heads)");
     return load_tensor(L, name, 3, shape, shape[0], shape[1] * shape[2], out);
@@ -119,7 +121,7 @@ static lz_status load_lizard(loader *L, lz_layer *ly, const char *p) {
     if (L->random) {
         ly->alpha = 1.0f;
     } else {
-        LZ_TRY(lz_weights_expect(&L->m->ckpt, LZ_NAME("self_attn.window_alpha"), 1, one, &alpha));
+        LZ_TRY(lz_weights_expect(L->m->ckpt, LZ_NAME("self_attn.window_alpha"), 1, one, &alpha));
         lz_convert_to_f32(&ly->alpha, alpha->data, alpha->dtype, 1); // a host scalar, read from the mapping
     }
     // State is per query head only when phi_k is (keys repeated to every query head).
@@ -148,9 +150,9 @@ static lz_status load_lizard_layer(loader *L, lz_layer *ly, const char *p, const
     const int i = ly->index;
     if (!c->has_lizard)
         return lz_fail(LZ_ERR_INPUT, "%s: layer %d would run as Lizard but config.json has no \"lizard\" block",
-                       m->ckpt.dir, i);
+                       m->ckpt->dir, i);
     if (!ly->has_lizard)
-        return lz_fail(LZ_ERR_INPUT, "%s: layer %d runs as Lizard but tensor '%s' is missing", m->ckpt.dir, i, name);
+        return lz_fail(LZ_ERR_INPUT, "%s: layer %d runs as Lizard but tensor '%s' is missing", m->ckpt->dir, i, name);
     ly->dims.feature_dim = c->lizard.feature_dim;
     ly->dims.window = c->lizard.window_size;
     ly->dims.n_meta = c->lizard.num_meta_tokens;
@@ -168,7 +170,7 @@ static lz_status load_layer(loader *L, int i) {
     snprintf(name, sizeof name, "%s.self_attn.feature_map_q.weight", p);
     ly->index = i;
     ly->run_softmax = c->softmax_layer[i];
-    ly->has_lizard = L->random ? c->has_lizard : lz_weights_find(&m->ckpt, name) != NULL;
+    ly->has_lizard = L->random ? c->has_lizard : lz_weights_find(m->ckpt, name) != NULL;
     ly->dims = (lz_attn_dims){.n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
                               .head_dim = c->head_dim, .sliding_window = c->sliding_window};
     if (!m->parts.layer[i])
@@ -204,13 +206,15 @@ static lz_status begin_model(lz_model *m, const lz_config *cfg, const lz_ops *op
     m->parts = *parts;
     m->ops = ops;
     m->be = be;
-    return check_limits(cfg);
+    LZ_TRY(check_limits(cfg));
+    m->ckpt = calloc(1, sizeof *m->ckpt);
+    return m->ckpt ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "model: out of memory");
 }
 
 lz_status lz_model_load_stage(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
                               const lz_stage_parts *parts) {
     LZ_TRY(begin_model(m, cfg, ops, be, parts));
-    LZ_TRY(lz_weights_open(dir, &m->ckpt));
+    LZ_TRY(lz_weights_open(dir, m->ckpt));
     return load_all(m, dir, cfg, false, false, 0);
 }
 
@@ -225,7 +229,10 @@ lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, 
     m->cfg = *cfg;
     lz_stage_parts_all(&m->parts, cfg->num_hidden_layers);
     m->ops = ops;
-    LZ_TRY(lz_weights_open(dir, &m->ckpt));
+    m->ckpt = calloc(1, sizeof *m->ckpt);
+    if (!m->ckpt)
+        return lz_fail(LZ_ERR_NOMEM, "model: out of memory");
+    LZ_TRY(lz_weights_open(dir, m->ckpt));
     return load_all(m, dir, cfg, false, true, 0);
 }
 
@@ -303,6 +310,8 @@ void lz_model_free(lz_model *m) {
         m->ops->free_weight(m->be, &m->lm_head);
     if (m->inv_freq)
         m->ops->free(m->be, m->inv_freq);
-    lz_weights_close(&m->ckpt);
+    if (m->ckpt)
+        lz_weights_close(m->ckpt);
+    free(m->ckpt);
     memset(m, 0, sizeof *m);
 }

@@ -1,0 +1,269 @@
+/* finetune_output.c - what a fine-tuning run writes: its checkpoint, the
+ * merged model folder and the PEFT adapter folder (finetune_run.h). */
+#include <jansson.h> // json_*
+#include <stdio.h>   // snprintf
+#include <stdlib.h>  // calloc, malloc, free
+#include <string.h>  // memcpy, strcmp, strlen
+
+#include "distill_checkpoint.h" // lz_signature_first_difference
+#include "distill_output.h"     // lz_make_dirs, lz_copy_optional
+#include "dtype.h"              // lz_f32_to_bf16, lz_f32_to_f16, lz_dtype_size
+#include "finetune_run.h"
+#include "safetensors_writer.h" // lz_stw_*
+
+enum { PARTS = 3 };
+static const char *const part_suffix[PARTS] = {"", ".adam_m", ".adam_v"};
+
+static float *part_of(const lz_ft_param *p, int part) { return part == 0 ? p->w : part == 1 ? p->m1 : p->m2; }
+
+static lz_status write_json(const char *dir, const char *file, json_t *root) {
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    if (!text)
+        return lz_fail(LZ_ERR_NOMEM, "%s: out of memory", file);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    const lz_status s = lz_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return s;
+}
+
+/* A list of F32 tensors to write as one safetensors file. */
+typedef struct {
+    size_t n, cap;
+    char (*names)[200];
+    const float **data;
+    lz_stw_tensor *tensors;
+} f32_list;
+
+static lz_status list_open(f32_list *l, size_t cap) {
+    memset(l, 0, sizeof *l);
+    l->cap = cap ? cap : 1;
+    l->names = calloc(l->cap, sizeof *l->names);
+    l->data = calloc(l->cap, sizeof *l->data);
+    l->tensors = calloc(l->cap, sizeof *l->tensors);
+    if (l->names && l->data && l->tensors)
+        return LZ_OK;
+    free(l->names), free(l->data), free(l->tensors);
+    return lz_fail(LZ_ERR_NOMEM, "tensor list: out of memory");
+}
+
+// rows 0: a 1-D tensor of cols elements
+static void list_add(f32_list *l, const char *name, const float *data, int64_t rows, int64_t cols) {
+    snprintf(l->names[l->n], sizeof l->names[l->n], "%s", name);
+    l->data[l->n] = data;
+    l->tensors[l->n] = (lz_stw_tensor){l->names[l->n], LZ_DTYPE_F32, rows ? 2 : 1, {rows ? rows : cols, cols}};
+    l->n++;
+}
+
+// writes the list to path and frees it
+static lz_status list_write(f32_list *l, const char *path) {
+    lz_st_writer *w = NULL;
+    lz_status s = lz_stw_create(path, l->tensors, l->n, &w);
+    for (size_t i = 0; s == LZ_OK && i < l->n; i++) {
+        const lz_stw_tensor *t = &l->tensors[i];
+        const size_t numel = (size_t)(t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0]);
+        s = lz_stw_write(w, l->data[i], sizeof(float) * numel);
+    }
+    if (s == LZ_OK)
+        s = lz_stw_finish(w);
+    if (s == LZ_OK)
+        s = lz_stw_commit(w);
+    else
+        lz_stw_abort(w);
+    free(l->names), free(l->data), free(l->tensors);
+    return s;
+}
+
+lz_status lz_finetune_checkpoint_save(const lz_finetune_run *r) {
+    const lz_ft_model *m = &r->model;
+    f32_list list;
+    LZ_TRY(list_open(&list, (size_t)m->n_params * PARTS));
+    char name[200], path[4096];
+    for (int i = 0; i < m->n_params; i++)
+        for (int part = 0; part < PARTS; part++) {
+            const lz_ft_param *p = &m->params[i];
+            snprintf(name, sizeof name, "%s%s", p->name, part_suffix[part]);
+            list_add(&list, name, part_of(p, part), 0, (int64_t)p->n);
+        }
+    snprintf(path, sizeof path, "%s/finetune_state.safetensors", r->a.out);
+    LZ_TRY(list_write(&list, path));
+    return write_json(r->a.out, "finetune_state.json",
+                      json_pack("{s:I, s:s}", "step", (json_int_t)r->step, "signature", r->signature));
+}
+
+lz_status lz_finetune_checkpoint_load(lz_finetune_run *r) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/finetune_state.json", r->a.out);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root)
+        return lz_fail(LZ_ERR_INPUT, "--resume: %s: %s", path, err.text);
+    json_t *step = json_object_get(root, "step"), *sig = json_object_get(root, "signature");
+    lz_status s = LZ_OK;
+    if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_string(sig))
+        s = lz_fail(LZ_ERR_INPUT, "--resume: %s: needs an integer \"step\" and a string \"signature\"", path);
+    else if (strcmp(json_string_value(sig), r->signature) != 0) {
+        char what[256];
+        lz_signature_first_difference(json_string_value(sig), r->signature, what, sizeof what);
+        s = lz_fail(LZ_ERR_INPUT, "--resume: %s was made with different %s", path, what);
+    } else
+        r->step = (long)json_integer_value(step);
+    json_decref(root);
+    if (s != LZ_OK)
+        return s;
+    snprintf(path, sizeof path, "%s/finetune_state.safetensors", r->a.out);
+    lz_st_file f;
+    LZ_TRY(lz_st_open(path, &f));
+    char name[160];
+    for (int i = 0; s == LZ_OK && i < r->model.n_params; i++)
+        for (int part = 0; s == LZ_OK && part < PARTS; part++) {
+            const lz_ft_param *p = &r->model.params[i];
+            snprintf(name, sizeof name, "%s%s", p->name, part_suffix[part]);
+            const lz_st_tensor *t = lz_st_find(&f, name);
+            if (!t || t->dtype != LZ_DTYPE_F32 || (size_t)t->numel != p->n)
+                s = lz_fail(LZ_ERR_INPUT, "--resume: %s: tensor %s missing or not F32 [%zu]", path, name, p->n);
+            else
+                memcpy(part_of(p, part), t->data, t->nbytes);
+        }
+    lz_st_close(&f);
+    return s;
+}
+
+/* ---- the merged model ---------------------------------------------------------------------- */
+
+typedef struct {
+    const lz_weights *src;
+    const lz_stw_tensor *tensors;
+    void *const *replaced; /* [n]: the new bytes in the tensor's dtype, or NULL: the source's */
+} fill_ctx;
+
+static lz_status fill(void *ctx, const lz_stw_tensor *t, uint64_t offset, void *buf, size_t nbytes) {
+    const fill_ctx *c = ctx;
+    const size_t i = (size_t)(t - c->tensors);
+    const void *from = c->replaced[i] ? c->replaced[i] : c->src->index[i]->data;
+    memcpy(buf, (const char *)from + offset, nbytes);
+    return LZ_OK;
+}
+
+/* vals [n] fp32 as `dtype` bytes (malloc'd) */
+static void *as_dtype(const float *vals, size_t n, lz_dtype dtype) {
+    void *out = malloc(n * lz_dtype_size(dtype) + 1);
+    for (size_t e = 0; out && e < n; e++) {
+        if (dtype == LZ_DTYPE_F32)
+            ((float *)out)[e] = vals[e];
+        else if (dtype == LZ_DTYPE_BF16)
+            ((uint16_t *)out)[e] = lz_f32_to_bf16(vals[e]);
+        else
+            ((uint16_t *)out)[e] = lz_f32_to_f16(vals[e]);
+    }
+    return out;
+}
+
+/* The new values of source tensor `name` (malloc'd fp32 [n]), or NULL when it is unchanged. */
+static float *new_values(const lz_ft_model *m, const char *name, size_t n) {
+    for (int i = 0; i < m->n_params; i++) // a trained Lizard tensor: same name
+        if (strcmp(m->params[i].name, name) == 0 && !strstr(name, ".lora_")) {
+            float *v = malloc(sizeof(float) * (n ? n : 1));
+            if (v)
+                memcpy(v, m->params[i].w, sizeof(float) * n);
+            return v;
+        }
+    int l, used = 0;
+    char parent[16], module[16];
+    if (sscanf(name, "model.layers.%d.%15[^.].%15[^.].weight%n", &l, parent, module, &used) != 3 ||
+        used != (int)strlen(name) || l < 0 || l >= m->cfg.num_hidden_layers)
+        return NULL;
+    for (int j = 0; j < LZ_LIN_COUNT; j++)
+        if (strcmp(module, lz_lin_module[j]) == 0 && strcmp(parent, lz_lin_parent[j]) == 0 && m->layers[l].A[j]) {
+            float *v = malloc(sizeof(float) * n);
+            if (v)
+                lz_ft_merged_weight(m, l, j, v);
+            return v;
+        }
+    return NULL;
+}
+
+static lz_status write_config(const lz_finetune_run *r) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", r->a.model);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root)
+        return lz_fail(LZ_ERR_INPUT, "%s: %s", path, err.text);
+    json_t *block = json_object_get(root, "lizard"), *list = json_array();
+    for (int i = 0; i < r->model.cfg.num_hidden_layers; i++)
+        if (r->model.cfg.softmax_layer[i])
+            json_array_append_new(list, json_integer(i));
+    json_object_set_new(block, "softmax_layers", list); // as trained (--softmax-layers)
+    return write_json(r->a.out, "config.json", root);
+}
+
+lz_status lz_finetune_write_model(const lz_finetune_run *r) {
+    const lz_ft_model *m = &r->model;
+    const lz_weights *src = &m->ckpt;
+    LZ_TRY(lz_make_dirs(r->a.out, "--out"));
+    const size_t n = src->n_tensors;
+    lz_stw_tensor *tensors = calloc(n, sizeof *tensors);
+    void **replaced = calloc(n, sizeof *replaced);
+    lz_status s = tensors && replaced ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "model folder: out of memory");
+    for (size_t i = 0; s == LZ_OK && i < n; i++) {
+        const lz_st_tensor *t = src->index[i];
+        tensors[i] = (lz_stw_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim};
+        memcpy(tensors[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        float *vals = new_values(m, t->name, (size_t)t->numel);
+        if (vals) {
+            replaced[i] = as_dtype(vals, (size_t)t->numel, t->dtype);
+            free(vals);
+            if (!replaced[i])
+                s = lz_fail(LZ_ERR_NOMEM, "model folder: out of memory");
+        }
+    }
+    if (s == LZ_OK) {
+        fill_ctx c = {src, tensors, replaced};
+        s = lz_stw_write_model(r->a.out, tensors, n, 5000000000ULL, fill, &c);
+    }
+    for (size_t i = 0; replaced && i < n; i++)
+        free(replaced[i]);
+    free(tensors), free(replaced);
+    static const char *const extras[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+    for (size_t i = 0; s == LZ_OK && i < sizeof extras / sizeof extras[0]; i++)
+        s = lz_copy_optional(r->a.out, r->a.model, extras[i]);
+    return s == LZ_OK ? write_config(r) : s; // config.json last: a folder without it is unfinished
+}
+
+/* ---- the PEFT adapter ------------------------------------------------------------------------ */
+
+lz_status lz_finetune_write_adapter(const lz_finetune_run *r) {
+    const lz_ft_model *m = &r->model;
+    LZ_TRY(lz_make_dirs(r->a.adapter_out, "--adapter-out"));
+    f32_list list;
+    LZ_TRY(list_open(&list, (size_t)m->n_params));
+    char name[200], path[4096];
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++)
+        for (int j = 0; j < LZ_LIN_COUNT; j++)
+            for (int ab = 0; m->layers[l].A[j] && ab < 2; ab++) {
+                const lz_ft_layer *ly = &m->layers[l];
+                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l,
+                         lz_lin_parent[j], lz_lin_module[j], ab ? 'B' : 'A');
+                if (ab)
+                    list_add(&list, name, ly->B[j]->w, ly->out[j], m->lora.rank);
+                else
+                    list_add(&list, name, ly->A[j]->w, m->lora.rank, ly->in[j]);
+            }
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", r->a.adapter_out);
+    LZ_TRY(list_write(&list, path));
+    json_t *targets = json_array();
+    for (int j = 0; j < LZ_LIN_COUNT; j++)
+        if (m->lora.target[j])
+            json_array_append_new(targets, json_string(lz_lin_module[j]));
+    json_t *root = json_pack("{s:s, s:s, s:s, s:n, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:b, s:b, s:n, s:n, s:n, "
+                             "s:{}, s:{}, s:n}",
+                             "peft_type", "LORA", "task_type", "CAUSAL_LM", "base_model_name_or_path", r->a.model,
+                             "revision", "r", m->lora.rank, "lora_alpha", m->lora.alpha, "lora_dropout",
+                             m->lora.dropout, "target_modules", targets, "bias", "none", "fan_in_fan_out", 0,
+                             "inference_mode", 1, "init_lora_weights", 1, "use_rslora", 0, "use_dora", 0,
+                             "modules_to_save", "layers_to_transform", "layers_pattern", "rank_pattern",
+                             "alpha_pattern", "megatron_config");
+    return write_json(r->a.adapter_out, "adapter_config.json", root);
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# finetune_test.sh LIZARD SRC MODE - `lizard finetune` end to end on the tiny-hybrid preset and a
+# slice of real text (tests/fixtures/corpus/finetune_slice.txt).
+#   MODE fall:   the held-out loss falls over the run; the merged folder loads and generates; the
+#                PEFT folder has PEFT's config keys and tensor names, and merged = base + alpha/r B A;
+#   MODE resume: --stop-at-step + --resume gives the losses of one uninterrupted run, bit for bit;
+#   MODE errors: bad input -> exit 2, one line naming the fault, no output folder.
+set -u
+LIZARD=$1
+SRC=$2
+MODE=$3
+. "$(dirname "$0")/../test_lib.sh" # TMP, ok, bad, expect_error
+
+M=$TMP/model
+"$LIZARD" init --config tiny-hybrid --out "$M" --seed 1 >/dev/null 2>&1 && ok || bad "init tiny-hybrid"
+TEXT=$SRC/tests/fixtures/corpus/finetune_slice.txt
+SMALL=(--model "$M" --data "$TEXT" --seq-len 32 --batch 2 --lr 3e-3 --log-every 1000)
+
+if [ "$MODE" = fall ]; then
+    "$LIZARD" finetune "${SMALL[@]}" --tokens 3200 --out "$TMP/A" --adapter-out "$TMP/Aa" --log "$TMP/A.jsonl" \
+        --lora-targets q,k,v,o,gate,up,down --eval-batches 4 2>"$TMP/A.err" && ok || bad "finetune: $(tail -2 "$TMP/A.err")"
+    python3 - "$TMP/A.jsonl" <<'PY' && ok || bad "held-out loss did not fall: $(grep eval "$TMP/A.jsonl")"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+ev = {r["eval"]: r["valid_loss"] for r in rows if "eval" in r}
+steps = [r for r in rows if "step" in r and "eval" not in r]
+assert len(steps) == 50 and all(r["tok_per_s"] > 0 and r["grad_norm"] > 0 for r in steps), len(steps)
+print(f"held-out loss {ev['start']:.4f} -> {ev['end']:.4f}")
+assert ev["end"] < ev["start"] - 0.05, ev
+PY
+    grep -q "tok/s  loss" "$TMP/A.err" && ok || bad "progress line: $(head -3 "$TMP/A.err")"
+    "$LIZARD" generate --model "$TMP/A" --prompt "The whale" --max-tokens 4 >/dev/null 2>&1 && ok || bad "generate"
+    python3 - "$M" "$TMP/A" "$TMP/Aa" <<'PY' && ok || bad "adapter folder or merged weights"
+import json, struct, sys
+def read(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n]); head.pop("__metadata__", None)
+    out = {}
+    for name, t in head.items():
+        assert t["dtype"] == "F32", t
+        b, e = t["data_offsets"]
+        out[name] = (t["shape"], struct.unpack(f"<{(e - b) // 4}f", raw[8 + n + b:8 + n + e]))
+    return out
+base, merged = read(sys.argv[1] + "/model.safetensors"), read(sys.argv[2] + "/model.safetensors")
+ad = read(sys.argv[3] + "/adapter_model.safetensors")
+cfg = json.load(open(sys.argv[3] + "/adapter_config.json"))
+for key in ["peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "target_modules", "bias",
+            "fan_in_fan_out", "base_model_name_or_path", "inference_mode", "modules_to_save"]:
+    assert key in cfg, key
+assert cfg["peft_type"] == "LORA" and cfg["r"] == 8 and cfg["lora_alpha"] == 16, cfg
+assert sorted(cfg["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                 "down_proj"]), cfg
+assert len(ad) == 4 * 7 * 2, len(ad)
+scale = cfg["lora_alpha"] / cfg["r"]
+for l in range(4):
+    for parent, mod in [("self_attn", "q_proj"), ("self_attn", "v_proj"), ("mlp", "down_proj")]:
+        pre = f"base_model.model.model.layers.{l}.{parent}.{mod}"
+        (r, i), A = ad[pre + ".lora_A.weight"]
+        (o, r2), B = ad[pre + ".lora_B.weight"]
+        assert r == r2 == 8
+        name = f"model.layers.{l}.{parent}.{mod}.weight"
+        (o2, i2), W = base[name]
+        _, Wm = merged[name]
+        assert (o2, i2) == (o, i)
+        worst = max(abs(Wm[a * i + b] - W[a * i + b] - scale * sum(B[a * r + k] * A[k * i + b] for k in range(r)))
+                    for a in range(0, o, 7) for b in range(0, i, 5))
+        assert worst < 1e-5, (name, worst)
+        assert any(abs(x) > 1e-4 for x in B), name
+print("adapter: PEFT keys and names; merged = base + scale B A")
+PY
+fi
+
+if [ "$MODE" = resume ]; then
+    R=(--tokens 1280 --lora-dropout 0.1 --eval-batches 0)
+    "$LIZARD" finetune "${SMALL[@]}" "${R[@]}" --out "$TMP/one" --log "$TMP/one.jsonl" 2>"$TMP/one.err" && ok ||
+        bad "one run: $(tail -1 "$TMP/one.err")"
+    "$LIZARD" finetune "${SMALL[@]}" "${R[@]}" --out "$TMP/two" --log "$TMP/two.jsonl" --stop-at-step 7 \
+        2>"$TMP/two.err" && ok || bad "first half: $(tail -1 "$TMP/two.err")"
+    [ ! -e "$TMP/two/config.json" ] && ok || bad "a stopped run wrote a model"
+    "$LIZARD" finetune "${SMALL[@]}" "${R[@]}" --out "$TMP/two" --log "$TMP/two.jsonl" --resume 2>>"$TMP/two.err" &&
+        ok || bad "resume: $(tail -1 "$TMP/two.err")"
+    python3 - "$TMP/one.jsonl" "$TMP/two.jsonl" <<'PY' && ok || bad "resumed losses differ"
+import json, sys
+def losses(p):
+    return [(r["step"], r["loss"]) for r in map(json.loads, open(p)) if "loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == 20 and a == b, (a, b)
+PY
+    cmp "$TMP/one/model.safetensors" "$TMP/two/model.safetensors" && ok || bad "resumed weights differ"
+    expect_error "different lr" "$LIZARD" finetune "${SMALL[@]}" "${R[@]}" --out "$TMP/two" --resume --lr 1e-3 \
+        --stop-at-step 1
+fi
+
+if [ "$MODE" = errors ]; then
+    O=$TMP/o
+    "$LIZARD" init --config tiny-teacher --out "$TMP/teacher" --seed 1 >/dev/null 2>&1 && ok || bad "init teacher"
+    expect_error "no lizard block" "$LIZARD" finetune --model "$TMP/teacher" --data "$TEXT" --out "$O"
+    expect_error "--lora-rank 0" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --lora-rank 0
+    expect_error "--lora-rank 5000" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --lora-rank 5000
+    expect_error "--lora-rank 100: must be 1 .. 64" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --lora-rank 100
+    expect_error "unknown module 'qkv'" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --lora-targets q,qkv
+    head -c 40 "$TEXT" >"$TMP/short.txt"
+    expect_error "fewer than one sequence" "$LIZARD" finetune "${SMALL[@]}" --data "$TMP/short.txt" --out "$O"
+    expect_error "nope.txt" "$LIZARD" finetune "${SMALL[@]}" --data "$TMP/nope.txt" --out "$O"
+    expect_error "--lora-dropout" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --lora-dropout 1
+    expect_error "--resume" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --resume
+    expect_error "not built for cuda\|no CUDA backend" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --device cuda
+    [ ! -e "$O" ] && ok || bad "a refused run left $O"
+fi
+
+echo "finetune_test $MODE: $pass passed, $fail failed"
+[ $fail -eq 0 ]
