@@ -45,6 +45,7 @@ def parse_args(argv):
     ap.add_argument("--batch", type=int, default=8, help="stage-1 sequences per step (8)")
     ap.add_argument("--stage1-args", default="", help="more `lizard distill` flags, e.g. '--feature-dim 32 --lr 3e-2'")
     ap.add_argument("--stage2-args", default="", help="more `lizard finetune` flags")
+    ap.add_argument("--stage2-device", choices=["cpu", "cuda"], help="where stage 2 runs (default: --device)")
     ap.add_argument("--ppl-contexts", default="256,1024,4096", help="perplexity window lengths (256,1024,4096)")
     ap.add_argument("--passkey-contexts", default="256,512,1024,2048,4096,8192", help="passkey contexts")
     ap.add_argument("--trials", type=int, default=5, help="passkey trials per context (5)")
@@ -201,7 +202,7 @@ class Study:
             shutil.rmtree(s2, ignore_errors=True)
             ok, secs, _, why = self.run(name + "-stage2", [
                 self.lizard, "finetune", "--model", s1, "--data", train, "--out", s2, "--tokens", str(a.stage2_tokens),
-                "--seq-len", str(a.seq_len), "--device", a.device,
+                "--seq-len", str(a.seq_len), "--device", a.stage2_device or a.device,
                 "--log", os.path.join(self.res, "logs", name + "-stage2.jsonl")] + a.stage2_args.split())
             if ok:
                 self.evaluate(name + "-stage2", s2, row2, secs)

@@ -11,13 +11,14 @@
 #   logs.tgz      every log, the study's logs and plots (not its models)
 # Settings (environment): TEACHER_BUDGET (training seconds, 180), DEADLINE (seconds for the whole
 # script, 570), S1_TOKENS / S2_TOKENS (the study's per-stage budgets, 1000000), VALID_BYTES (held-out
-# bytes the study measures, 262144; 0: all), TRIALS (passkey trials, 5), DEVICE (the study's, cuda).
+# bytes the study measures, 262144; 0: all), TRIALS (passkey trials, 5), DEVICE (the study's, cuda),
+# STAGE2_DEVICE (stage 2's, as DEVICE).
 set -uo pipefail
 source tests/gpu/device_env.sh
 START=$SECONDS
 TEACHER_BUDGET=${TEACHER_BUDGET:-180} DEADLINE=${DEADLINE:-570}
 S1_TOKENS=${S1_TOKENS:-1000000} S2_TOKENS=${S2_TOKENS:-1000000} VALID_BYTES=${VALID_BYTES:-262144} TRIALS=${TRIALS:-5}
-DEVICE=${DEVICE:-cuda}
+DEVICE=${DEVICE:-cuda} STAGE2_DEVICE=${STAGE2_DEVICE:-${DEVICE:-cuda}}
 W=/tmp/quality
 rm -rf "$W" && mkdir -p "$W/logs"
 LZ=$PWD/.devout/lizard
@@ -55,6 +56,7 @@ if [ -f "$W/teacher/model.safetensors" ]; then
   if [ "$(left)" -gt 90 ]; then
     PYTHONUNBUFFERED=1 timeout -k 10 $(($(left) - 30)) python3 launch/study.py --teacher "$W/teacher" \
       --train .corpus/distill.txt.xz --valid .corpus/valid.txt --results "$W/study" --lizard "$LZ" --device "$DEVICE" \
+      --stage2-device "$STAGE2_DEVICE" \
       --stage1-tokens "$S1_TOKENS" --stage2-tokens "$S2_TOKENS" --valid-bytes "$VALID_BYTES" --trials "$TRIALS" \
       --label "the teacher of tests/quality (trained ${TEACHER_BUDGET} s), one GPU" 2>&1 |
       tee "$W/logs/study.log" | tee -a "$OUT/summary.txt"
