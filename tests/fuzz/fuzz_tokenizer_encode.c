@@ -4,7 +4,8 @@
  * The first input byte picks the tokenizer and the flags, the rest is text.
  * Invariants: encoding never fails; ids are in the vocabulary; streamed
  * decode == whole decode; the byte-level layout gives back every byte, and the
- * SentencePiece one too where the text holds no added token and no "▁". */
+ * SentencePiece one too where the text holds no added token and no "▁"; where
+ * the text is plain (lz_tokenizer_encode_plain) no special token comes out. */
 #include <stdint.h> // uint8_t
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // abort, malloc, free
@@ -194,6 +195,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (exact && (len != n || memcmp(back, text, n) != 0))
         abort();
     free(back);
+    free(ids);
+    /* special tokens as plain text (a chat message's content): in the first half, then everywhere */
+    const lz_text_span first_half = {0, n / 2}, all = {0, n};
+    if (lz_tokenizer_encode_plain(tok, text, n, false, &first_half, 1, &ids, &k) != LZ_OK)
+        abort();
+    back = decode_checked(tok, ids, k, false, &len);
+    if (which == 0 && (len != n || memcmp(back, text, n) != 0))
+        abort(); /* byte-level: every byte comes back, plain or not */
+    free(back);
+    free(ids);
+    if (lz_tokenizer_encode_plain(tok, text, n, false, &all, 1, &ids, &k) != LZ_OK)
+        abort();
+    for (int i = 0; i < k; i++)
+        if (lz_tokenizer_is_special(tok, ids[i]))
+            abort(); /* no special token where all of the text is plain */
     free(ids);
     return 0;
 }
