@@ -7,7 +7,7 @@
  * output (MSE before o_proj), on the teacher's own hidden states: layers
  * train independently, each with its own AdamW. With --retain-fraction the
  * layers hardest to linearise (largest relative error after a calibration
- * phase) stay softmax. The result is a model folder in MODEL_FORMAT.md's
+ * phase) stay softmax. The result is a model folder in docs/model-format.md's
  * format; a run checkpoints beside it and --resume continues it.
  * Under mpirun -np N the teacher is split by a placement plan (plan.h): each
  * rank trains the layers it owns while the activations pass through, and
