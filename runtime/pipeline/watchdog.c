@@ -3,15 +3,14 @@
  * writes one line and calls _exit (no MPI call from a second thread: the
  * library is initialised for one thread, and mpirun ends the job on a
  * non-zero exit anyway). */
-#include <errno.h>     // errno
 #include <pthread.h>   // pthread_create
 #include <stdatomic.h> // atomic_*
 #include <stdbool.h>   // true
 #include <stdio.h>     // fprintf
-#include <stdlib.h>    // getenv, strtod
 #include <time.h>      // clock_gettime, nanosleep
 #include <unistd.h>    // _exit
 
+#include "knobs.h"    // lz_knobs_get
 #include "watchdog.h"
 
 static atomic_llong armed_at_ms; /* 0: disarmed */
@@ -49,16 +48,8 @@ static void *check_loop(void *unused) {
 lz_status lz_watchdog_start(int rank, int n_ranks) {
     if (atomic_load(&started))
         return LZ_OK;
-    timeout_s = 600.0;
-    const char *v = getenv("LIZARD_STEP_TIMEOUT");
-    if (v && *v) {
-        char *end = NULL;
-        errno = 0;
-        const double t = strtod(v, &end);
-        if (errno || *end || !(t >= 0.0) || t > 1e7)
-            return lz_fail(LZ_ERR_INPUT, "LIZARD_STEP_TIMEOUT=%s: expected seconds (0 turns the watchdog off)", v);
-        timeout_s = t;
-    }
+    LZ_TRY(lz_knobs_status());
+    timeout_s = lz_knobs_get()->step_timeout;
     my_rank = rank, world_size = n_ranks;
     atomic_store(&started, true);
     if (timeout_s == 0.0)
