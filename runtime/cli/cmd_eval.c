@@ -16,6 +16,7 @@
 
 #include "cli_options.h"   // lz_parse_command
 #include "commands.h"      // lz_cmd_eval
+#include "context_limit.h" // lz_check_context
 #include "engine.h"        // lz_engine
 #include "id_list.h"       // lz_parse_id_list
 #include "mpi_world.h"     // lz_world_get
@@ -25,7 +26,7 @@
 typedef struct {
     const char *model, *text, *contexts, *device, *dtype, *softmax_layers;
     long ppl_context, trials, seed, chunk;
-    bool passkey;
+    bool passkey, allow_long;
 } eval_args;
 
 /* ---- perplexity ------------------------------------------------------------------------- */
@@ -190,10 +191,12 @@ static lz_status run_eval(const eval_args *a, const int32_t *contexts, int n_con
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype,
                             .softmax_layers = a->softmax_layers, .n_slots = 1, .max_context = max_context,
                             .prefill_chunk = (int)a->chunk};
-    lz_status s = lz_engine_open(&e, &eo);
-    if (s == LZ_OK && max_context > e.model.cfg.max_position_embeddings)
-        s = lz_fail(LZ_ERR_INPUT, "context %d exceeds the model's max_position_embeddings %d", max_context,
-                    e.model.cfg.max_position_embeddings);
+    lz_status s = lz_check_context(a->model, a->softmax_layers, max_context, a->allow_long);
+    if (s != LZ_OK) {
+        lz_tokenizer_free(tok);
+        return s;
+    }
+    s = lz_engine_open(&e, &eo);
     if (s == LZ_OK && a->text)
         s = perplexity(&e, tok, a);
     if (s == LZ_OK && a->passkey)
@@ -207,7 +210,7 @@ lz_status lz_cmd_eval(int argc, char **argv) {
     eval_args a = {.contexts = "1024,2048,4096", .device = "cpu", .dtype = "bf16", .ppl_context = 1024,
                    .trials = 5, .chunk = 256};
     const lz_option options[] = {
-        {"--model", LZ_OPT_STRING, "DIR", "model folder (teacher or Lizard) with tokenizer.json", &a.model, true, 0,
+        {"--model", LZ_OPT_DIR, "DIR", "model folder (teacher or Lizard) with tokenizer.json", &a.model, true, 0,
          0},
         {"--text", LZ_OPT_STRING, "FILE", "UTF-8 text: report its perplexity", &a.text, false, 0, 0},
         {"--ppl-context", LZ_OPT_INT, "N", "tokens per perplexity segment (default 1024)", &a.ppl_context, false, 2,
@@ -222,6 +225,8 @@ lz_status lz_cmd_eval(int argc, char **argv) {
          &a.softmax_layers, false, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
         {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &a.dtype, false, 0, 0},
+        {"--allow-long-context", LZ_OPT_FLAG, "", "let softmax layers run past max_position_embeddings",
+         &a.allow_long, false, 0, 0},
     };
     const lz_command_spec spec = {"eval", "perplexity of a text and passkey retrieval across context lengths",
                                   options, (int)(sizeof options / sizeof options[0])};

@@ -50,9 +50,9 @@ expect_error "exactly one of" "$LIZARD" generate --model "$M" --prompt x --promp
 # many sequences at once: each line of a prompts file, or --batch copies of one prompt
 printf 'The lizard\n\nA warm rock\n' >"$TMP/prompts.txt"
 "$LIZARD" generate --model "$M" --prompts-file "$TMP/prompts.txt" --max-tokens 5 --format json --ignore-eos >"$TMP/b1" 2>/dev/null && ok || bad "--prompts-file"
-[ "$(grep -c '^{"index": [01], "ids": \[' "$TMP/b1")" -eq 2 ] && ok || bad "--prompts-file output: $(cat "$TMP/b1")"
+[ "$(grep -c '^{"index": [02], "ids": \[' "$TMP/b1")" -eq 2 ] && ok || bad "--prompts-file output: $(cat "$TMP/b1")"
 "$LIZARD" generate --model "$M" --prompt "A warm rock" --max-tokens 5 --format json --ignore-eos >"$TMP/b2" 2>/dev/null
-[ "$(sed -n 2p "$TMP/b1" | sed 's/"index": 1, //')" = "$(cat "$TMP/b2")" ] && ok || bad "batched sequence differs from alone"
+[ "$(sed -n 2p "$TMP/b1" | sed 's/"index": 2, //')" = "$(cat "$TMP/b2")" ] && ok || bad "batched sequence differs from alone"
 "$LIZARD" generate --model "$M" --prompt "x" --batch 4 --max-tokens 3 --temperature 1 --ignore-eos >"$TMP/b3" 2>/dev/null && ok || bad "--batch 4"
 [ "$(grep -c '^\[[0-3]\] ' "$TMP/b3")" -eq 4 ] && ok || bad "--batch output: $(cat "$TMP/b3")"
 expect_error "no prompts" "$LIZARD" generate --model "$M" --prompts-file /dev/null
