@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # papercuts_test.sh - what a new user runs into first: lizard bench on the CPU by default (quick, each
 # line as it comes, "-" where the CPU has no ceiling or memory figure), a missing model folder named as
-# such, the position limit of softmax layers (refused unless allowed; none for pure Lizard), --stats
-# under mpirun counting every rank's layers, init and info counting parameters alike, --prompts-file
+# such, the position limit of softmax layers (refused unless allowed; none for pure Lizard), init and
+# info counting parameters alike, --prompts-file
 # results numbered by their lines, error messages that say "lizard" once, and distill refusing a run
-# that keeps every layer softmax. Usage: papercuts_test.sh LIZARD
+# that keeps every layer softmax (--stats under mpirun: tests/mpi/stats_test.sh). Usage: papercuts_test.sh LIZARD
 set -uo pipefail
 LIZARD=$1
 source "$(dirname "$0")/../test_lib.sh"
@@ -83,13 +83,5 @@ expect_error "--retain-fraction 1 keeps every layer softmax" \
   "$LIZARD" distill --teacher "$T" --data "$TMP/data.txt" --out "$TMP/o3" --retain-fraction 1
 [ ! -e "$TMP/o1" ] && [ ! -e "$TMP/o3" ] && ok || bad "a refused distill left an output folder"
 
-# --stats under mpirun: every rank's layers (2 softmax + 2 Lizard), not rank 0's
-if command -v mpirun >/dev/null; then
-  require_mpirun
-  run 2 "$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 3 --stats >/dev/null 2>"$TMP/stats" && ok ||
-    bad "mpirun generate --stats: $(tail -2 "$TMP/stats")"
-  grep -q "softmax KV .*(2 layers) | lizard GLA .*(2 layers)" "$TMP/stats" && ok ||
-    bad "--stats under mpirun: $(grep stats "$TMP/stats" | head -1)"
-fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
