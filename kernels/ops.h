@@ -166,12 +166,7 @@ typedef struct lz_ops {
     /* Fused forms of the decoder layer's dense ops, each optional (NULL: the stage runs the composition named).
      * The buffers named "the composition's" are scratch that a backend may use to compose (e.g. for prompts);
      * a backend that fuses leaves them as they are.
-     * norm_linear_many: outs[i][T, ws[i]->rows] = rmsnorm(x; norm, eps) . ws[i]^T (+ biases[i]), count <= 4;
-     *   xn [T, C] is the composition's (rmsnorm into xn, then linear_many). */
-    lz_status (*norm_linear_many)(lz_backend *be, int count, void *const *outs, void *xn, const void *x,
-                                  const lz_weight *norm, float eps, const lz_weight *const *ws,
-                                  const lz_weight *const *biases, int T);
-    /* norm_swiglu: the MLP's input, out[T, I] = silu(n . w_gate^T + b_gate) * (n . w_up^T + b_up),
+     * norm_swiglu: the MLP's input, out[T, I] = silu(n . w_gate^T + b_gate) * (n . w_up^T + b_up),
      *   n = rmsnorm(x; norm, eps); xn [T, C] and up [T, I] are the composition's (rmsnorm, linear_many, swiglu). */
     lz_status (*norm_swiglu)(lz_backend *be, void *out, void *xn, void *up, const void *x, const lz_weight *norm,
                              float eps, const lz_weight *w_gate, const lz_weight *b_gate, const lz_weight *w_up,
@@ -241,10 +236,9 @@ lz_status lz_cpu_backend_create(lz_backend **be, const lz_ops **ops);
  * and weights in `dtype` (LZ_DTYPE_BF16 or LZ_DTYPE_F32), GLA state in fp32.
  * The GPU is picked by the local rank (OMPI_COMM_WORLD_LOCAL_RANK,
  * SLURM_LOCALID or LOCAL_RANK; 0 without) modulo the visible GPUs.
- * The table has the fused gla_decode op and linear_residual (a prompt's GEMM accumulating in place;
- * decode: the GEMV, then the add); LIZARD_FUSE=all folds RMSNorm, SwiGLU and the residual add into the
- * decode GEMVs (norm_linear_many, norm_swiglu, linear_residual); LIZARD_FUSE=0 has none of them and
- * the unsplit GLA decode kernel. */
+ * The table has the fused ops gla_decode, norm_swiglu (SwiGLU in the gate/up GEMV's epilogue),
+ * linear_residual (a prompt's GEMM accumulating in place; decode: the residual add in the GEMV's
+ * epilogue) and linear_many_rope (RoPE in the q/k/v GEMV's epilogue). */
 lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **be, const lz_ops **ops);
 
 #endif

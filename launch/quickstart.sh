@@ -1,15 +1,36 @@
 #!/usr/bin/env bash
-# quickstart.sh - on a fresh Debian/Ubuntu machine: install, build, write the
-# embedded default model (tiny-hybrid: 4 layers, 2 softmax + 2 Lizard) and
-# generate from it, with the per-sequence state report.
+# quickstart.sh - on a Debian/Ubuntu machine: the packages (only those missing; installing needs
+# root), a build of what the machine can run (the CUDA backend only where nvidia-smi sees a GPU and
+# nvcc is there), the embedded default model (tiny-hybrid: 4 layers, 2 softmax + 2 Lizard) and a
+# generation from it with the per-sequence state report. MODEL (first argument): where the model goes;
+# BUILD: the build folder (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "$(id -u)" -eq 0 ]; then bash tests/install_deps.sh; else sudo bash tests/install_deps.sh; fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)" --target lizard
+BUILD=${BUILD:-build}
+# the build's and the tests' packages (tests/install_deps.sh's list) that dpkg does not have installed
+missing=""
+for p in $(bash tests/install_deps.sh --list); do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "quickstart: installing the missing packages:$missing"
+  if [ "$(id -u)" -eq 0 ]; then bash tests/install_deps.sh
+  elif command -v sudo >/dev/null; then sudo bash tests/install_deps.sh
+  else echo "quickstart: run as root: bash tests/install_deps.sh" >&2; exit 2; fi
+fi
+cuda=OFF
+if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU' && command -v nvcc >/dev/null; then
+  cuda=ON
+fi
+echo "quickstart: building with -DLIZARD_CUDA=$cuda"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLIZARD_CUDA=$cuda >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target lizard
+device=cpu
+[ $cuda = ON ] && device=cuda
 MODEL=${1:-models/tiny-hybrid}
-[ -f "$MODEL/config.json" ] || ./build/lizard init --config tiny-hybrid --out "$MODEL"
-./build/lizard info --model "$MODEL"
+[ -f "$MODEL/config.json" ] || "$BUILD/lizard" init --config tiny-hybrid --out "$MODEL"
+"$BUILD/lizard" info --model "$MODEL"
 # random weights: the text is noise; the point is the state report (Lizard bytes stay constant)
-./build/lizard generate --model "$MODEL" --prompt "Lizards bask in the sun" --max-tokens 64 --temperature 0.8 \
-    --seed 1 --ignore-eos --stats
+"$BUILD/lizard" generate --model "$MODEL" --prompt "Lizards bask in the sun" --max-tokens 64 --temperature 0.8 \
+    --seed 1 --ignore-eos --stats --device $device
+echo "quickstart: to put lizard on PATH: cmake --install $BUILD --prefix ~/.local (then ~/.local/bin on PATH)"

@@ -11,7 +11,7 @@ static lz_status softmax_attention(lz_model *m, lz_layer_state *ls, lz_workspace
     return m->ops->softmax_attention(m->be, ws->att, ws->q, ws->k, ws->v, ls, b, dims);
 }
 
-/* GLA_i + alpha * WIN_i (MODEL_FORMAT.md, "The function"); the gate's logit
+/* GLA_i + alpha * WIN_i (docs/model-format.md, "The function"); the gate's logit
  * was computed with q, k and v. */
 static lz_status lizard_attention(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws, const lz_batch *b,
                                   const lz_attn_dims *dims) {
@@ -37,14 +37,11 @@ static lz_status lizard_attention(lz_model *m, lz_layer *ly, lz_layer_state *ls,
     return ops->window_attention(m->be, ws->att, ws->q, ws->k, ws->v, &ly->meta, ly->alpha, ls, b, dims);
 }
 
-/* outs[i] = rmsnorm(x) . w[i]^T: fused where the backend can, else through ws->xn. */
+/* outs[i] = rmsnorm(x) . w[i]^T, through ws->xn. */
 static lz_status norm_linear_many(lz_model *m, lz_workspace *ws, int count, void *const *outs, const lz_weight *norm,
                                   const lz_weight *const *w, const lz_weight *const *bias, int T) {
     const lz_ops *ops = m->ops;
-    const float eps = (float)m->cfg.rms_norm_eps;
-    if (ops->norm_linear_many)
-        return ops->norm_linear_many(m->be, count, outs, ws->xn, ws->x, norm, eps, w, bias, T);
-    LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, norm, T, eps));
+    LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, norm, T, (float)m->cfg.rms_norm_eps));
     return ops->linear_many(m->be, count, outs, ws->xn, w, bias, T);
 }
 
@@ -68,8 +65,8 @@ lz_status lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls
     dims.kv_capacity = kv_capacity;
 
     /* q, k, v (and a Lizard layer's gate) read the same input: one launch where the backend can; a
-     * softmax layer's RoPE folded into it where the backend can (unless the norm is folded instead) */
-    const bool roped = ly->run_softmax && ops->linear_many_rope && !ops->norm_linear_many;
+     * softmax layer's RoPE folded into it where the backend can */
+    const bool roped = ly->run_softmax && ops->linear_many_rope;
     {
         void *outs[4] = {ws->q, ws->k, ws->v, ws->gate_logit};
         const lz_weight *w[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->gate};

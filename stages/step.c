@@ -139,12 +139,6 @@ static lz_status head_ops(lz_model *m, lz_workspace *ws, const int32_t *logit_ro
     const lz_ops *ops = m->ops;
     const float eps = (float)m->cfg.rms_norm_eps;
     LZ_TRY(ops->gather_rows(m->be, ws->head_in, ws->x, logit_rows, n_logit_rows, m->cfg.hidden_size));
-    if (ops->norm_linear_many) { /* the norm folded into the LM head (in place when composed) */
-        void *outs[1] = {ws->logits};
-        const lz_weight *w[1] = {&m->lm_head};
-        return ops->norm_linear_many(m->be, 1, outs, ws->head_in, ws->head_in, &m->final_norm, eps, w, NULL,
-                                     n_logit_rows);
-    }
     LZ_TRY(ops->rmsnorm(m->be, ws->head_in, ws->head_in, &m->final_norm, n_logit_rows, eps));
     return ops->linear(m->be, ws->logits, ws->head_in, &m->lm_head, NULL, n_logit_rows);
 }

@@ -167,18 +167,13 @@ static lz_status op_window(lz_backend *be, void *out, const void *q, const void 
 }
 
 /* The fused ops as the compositions they stand for (the reference the GPU's fused kernels are checked against). */
-static lz_status op_norm_linear_many(lz_backend *be, int count, void *const *outs, void *xn, const void *x,
-                                     const lz_weight *norm, float eps, const lz_weight *const *ws,
-                                     const lz_weight *const *biases, int T) {
-    LZ_TRY(op_rmsnorm(be, xn, x, norm, T, eps));
-    return op_linear_many(be, count, outs, xn, ws, biases, T);
-}
 static lz_status op_norm_swiglu(lz_backend *be, void *out, void *xn, void *up, const void *x, const lz_weight *norm,
                                 float eps, const lz_weight *w_gate, const lz_weight *b_gate, const lz_weight *w_up,
                                 const lz_weight *b_up, int T) {
     void *outs[2] = {out, up};
     const lz_weight *w[2] = {w_gate, w_up}, *b[2] = {b_gate, b_up};
-    LZ_TRY(op_norm_linear_many(be, 2, outs, xn, x, norm, eps, w, b, T));
+    LZ_TRY(op_rmsnorm(be, xn, x, norm, T, eps));
+    LZ_TRY(op_linear_many(be, 2, outs, xn, w, b, T));
     return op_swiglu(be, out, out, up, (size_t)T * (size_t)w_gate->rows);
 }
 static lz_status op_linear_residual(lz_backend *be, void *y, void *tmp, const void *x, const lz_weight *w,
@@ -244,7 +239,6 @@ static const lz_ops cpu_ops = {
     .rmsnorm = op_rmsnorm,
     .linear = op_linear,
     .linear_many = op_linear_many,
-    .norm_linear_many = op_norm_linear_many,
     .norm_swiglu = op_norm_swiglu,
     .linear_residual = op_linear_residual,
     .add = op_add,

@@ -2,21 +2,15 @@
 // retained softmax layers over their KV cache, and the Lizard window branch over its ring of the
 // last w keys and values (meta-memory logits in the denominator, added as alpha * WIN).
 //
-// grid (tokens, Hkv, splits), block DEC_WARPS warps. Measured on the H200 (LLaMA-3-8B shapes): one
-// 64-key tile per block ran at 32% of the copy rate at 64 sequences (one memory round trip per
-// block, nothing in flight while it computed), and at one sequence the kernel (14 us), the merge
-// kernel (9 us) and kv_append (5 us) cost ~30 us for ~2 us of KV reads. So:
+// grid (tokens, Hkv, splits), block DEC_WARPS warps. A decode step's attention reads little (a few MB
+// at batch 1), so its time is round trips and launches, not bytes. So:
 // - each warp streams its own tiles of keys (every DEC_WARPS-th of the block's range) through a
 //   cp.async ring of tiles in shared memory (CUDA cores: 4 stages, or 2 for long rows; mma: 3), and no
 //   block barriers in the loop; all the query heads of the kv head share each tile;
 // - bf16 (TCS > 0): a tile is 16 keys, and the scores and the weighted values are bf16 mma.sync
 //   products with the group's query heads as the rows (q K^T, then P V with P as bf16, fp32
-//   accumulation, as flash attention does), 3 ring stages (2 blocks an SM). The CUDA-core loop
-//   takes ~75 instructions a key; on the H200 (8B teacher, 2K context, 64 sequences) the mma took
-//   decode from 5,773 to 6,283 tok/s. fp32, splits of <= 64 keys (see lz_attention_decode) and
-//   LIZARD_DECODE_TC=0 keep the CUDA-core loop. (With
-//   4 stages the rings took 139 KB, one block an SM, and it was slower than the CUDA cores;
-//   2 stages measured within 1% of 3.)
+//   accumulation, as flash attention does), 3 ring stages (2 blocks an SM). fp32 and splits of <= 64
+//   keys (see lz_attention_decode) keep the CUDA-core loop;
 // - a warp keeps its own online softmax (log2 domain, exp2); the block merges its warps at the end;
 // - the key range of a split follows the sequence's current length (read on the device), so all
 //   splits of a sequence get work whatever the cache capacity, while the grid depends only on the
@@ -27,29 +21,19 @@
 //   writes them into the cache or ring), so no append launch. A ring row p % w held position
 //   p - w, which no window of this step reads.
 // - after the PDL wait, q's loads go out before the owning block's append (they overlap), and the
-//   last split copies all partials into shared memory at once where they fit the rings (batch 1 of
-//   the 8B teacher at 2K: 17 splits, 35 KB), instead of a round trip for m and l and then one for each
-//   8 splits' accumulators. Session 13 (H200, 8B shapes, three rounds against session 12's kernel):
-//   teacher batch 1 226.3 -> 230.0 tok/s at 2K, 179.3 -> 184.9 at 32K (two rounds; 33 splits, merged
-//   from L2: the q loads alone); hybrid 226.8 -> 228.7; batch 16 and 64 within 1%. A globaltimer trace
-//   of one layer before the change (teacher, batch 1, 2K): blocks waited 2.0-2.4 us for the RoPE
-//   kernel, were past their tiles at 4.3-5.3 us, had written their partials at 5.3-6.3 and the last
-//   one began the merge at 6.5-6.7 us.
+//   last split copies all partials into shared memory at once where they fit the rings, instead of
+//   a round trip for m and l and then one for each 8 splits' accumulators.
 // DEC_MAX_SPLITS: the merge's m and l [splits][group] must fit in the rings' shared memory.
 #include "attention_decode.cuh"
 #include "attention_tile.cuh" // lz_load4
 #include "pdl.cuh" // lz_launch, lz_pdl_wait
 #include "ptx.cuh" // lz_cp_async16, lz_ldsm_x4, lz_mma_bf16, lz_fast_exp2, lz_pack_bf16
 
-extern "C" {
-#include "env_switch.h" // lz_env_int, lz_env_int_in
-}
-
 // DEC_LONG_CACHE: above this capacity one sequence's split count aims at as many blocks an SM as fit
 enum { DEC_WARPS = 4, DEC_MIN_KEYS = 64, DEC_MAX_SPLITS = 512, DEC_MAX_PARTIALS = 1 << 21, DEC_LONG_CACHE = 16384 };
 #define DEC_LOG2E 1.4426950408889634f
 
-// TCS: 0 the CUDA-core loop, else the mma loop with TCS ring stages a warp (LIZARD_DECODE_TC).
+// TCS: 0 the CUDA-core loop, else the mma loop with TCS ring stages a warp.
 // Keys a tile: 16 for the mma (its k and n dimensions), 8 for the CUDA-core loop.
 template <int TCS> __host__ __device__ constexpr int dec_kt() { return TCS ? 16 : 8; }
 // ring stages per warp: the mma's TCS; CUDA cores 4 for rows up to 256 bytes, else 2
@@ -526,12 +510,6 @@ template <typename T> static dec_entry<T> *dec_find(int group, int d, int tcs) {
     return NULL;
 }
 
-// LIZARD_DECODE_ATTN: blocks an SM that the kernel's split count aims at (default: by the batch and
-// the cache, below; 8 for the CUDA-core loop; 0: the older decode kernels of softmax_attention.cu);
-// LIZARD_DECODE_TC: the mma loop's ring stages (2 or 3, default 3), 0: the CUDA-core loop for bf16 too.
-static int dec_blocks_per_sm = -1;
-static int dec_tc_stages = 3;
-
 // The kernel's arrival counters: at least n zeros (grown outside graph recording: every step
 // shape runs once eagerly first).
 static lz_status dec_counters(lz_cuda_ctx *c, int n) {
@@ -550,15 +528,11 @@ static lz_status dec_counters(lz_cuda_ctx *c, int n) {
     return LZ_OK;
 }
 
-// A window ring of at most 2 tiles a warp (w <= 128) never fills a third ring stage: 2 stages, so that
-// 3 blocks fit an SM instead of 2. Measured on the H200 (pure Lizard, 2K, tok/s, two rounds):
-// batch 16 2,633-2,649 -> 2,637-2,667, batch 64 8,358-8,373 -> 8,359-8,426, batch 256 15,847-15,942 ->
-// 16,270-16,296.
+// The mma loop with a ring of 3 stages; a window ring of at most 2 tiles a warp (w <= 128) never fills
+// a third stage: 2, so that 3 blocks fit an SM instead of 2. Else the CUDA-core loop.
 template <typename T> static const dec_entry<T> *dec_pick(const lz_cuda_ctx *c, int group, int d, int ring_keys = 0) {
-    if (dec_blocks_per_sm == 0)
-        return NULL;
-    const int stages = ring_keys > 0 && ring_keys <= 2 * dec_kt<2>() * DEC_WARPS && dec_tc_stages > 2 ? 2 : dec_tc_stages;
-    const dec_entry<T> *e = stages == 0 || c->tc_off ? NULL : dec_find<T>(group, d, stages);
+    const int stages = ring_keys > 0 && ring_keys <= 2 * dec_kt<2>() * DEC_WARPS ? 2 : 3;
+    const dec_entry<T> *e = dec_find<T>(group, d, stages);
     e = e ? e : dec_find<T>(group, d, 0);
     return e && e->fit > 0 ? e : NULL;
 }
@@ -576,28 +550,19 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
     if (!e)
         return lz_fail(LZ_ERR_INTERNAL, "decode attention: no kernel for %d query heads per kv head, head_dim %d", group, d);
     // The grid follows the batch size and the cache capacity only (graphs stay valid); about
-    // per_sm blocks an SM in all, each split at least DEC_MIN_KEYS keys of the capacity. Measured
-    // on the H200 (8B teacher, tok/s, blocks an SM in brackets). The mma loop: at batch 1 (8
-    // (sequence, kv head) pairs) one wave, as many blocks an SM as fit: 175 at 32K context (2)
-    // against 163 (3), 155 (4), 136 (8); at batch 16 (128 pairs) 715-735 (3: 4 splits), 704 (8),
-    // 659 (4: 5 splits, 2.4 waves), 630-643 (2); at batch 64 (2K) 6,195-6,283 (4 and 8), 5,992 (16).
-    // So 3 up to 256 pairs, else 4; the CUDA-core loop: 8. Up to 32 pairs (batch 4) one block an SM,
-    // except one sequence above 16K positions (as many as fit): session 12, two rounds, teacher at
-    // 2K / 8K / 32K, tok/s, one block an SM against as many as fit (2 with the 3-stage ring): batch 1
-    // 221.7 / 211.2 / 175.0 against 218.3 / 209.8 / 177.2; batch 2 321 / 300 / 234 against 313 / 289
-    // / 218; batch 4 584 / 515 / 344 against 572 / 494 / 330. (Not separated: fewer partials to merge,
-    // or, at batch 2 and 4, the rounded-up split count of as-many-as-fit overfilling one wave.)
+    // per_sm blocks an SM in all, each split at least DEC_MIN_KEYS keys of the capacity: the mma loop
+    // 3 blocks an SM up to 256 (sequence, kv head) pairs, else 4; up to 32 pairs one block an SM, except
+    // one sequence above 16K positions (as many as fit); the CUDA-core loop 8.
     const int pairs = n * Hkv;
-    int per_sm = dec_blocks_per_sm;
+    int per_sm = c->decode_attn; // (LIZARD_DECODE_ATTN; -1: by the batch)
     if (per_sm < 0 && e->tcs && pairs <= 32)
         per_sm = n == 1 && capacity > DEC_LONG_CACHE ? e->fit : 1;
     else if (per_sm < 0)
         per_sm = !e->tcs ? 8 : pairs <= 256 ? 3 : 4;
     per_sm = per_sm > 0 ? per_sm : 1;
     // The window's ring (w keys, 128 in the paper's layers): one split, no merge, unless
-    // LIZARD_DECODE_ATTN says otherwise: pure Lizard at 64 sequences 7,622-7,654 -> 7,808-7,879
-    // tok/s against two splits of 64 keys.
-    const int want = ring && dec_blocks_per_sm < 0 ? 1 : (per_sm * c->n_sms + pairs - 1) / pairs;
+    // LIZARD_DECODE_ATTN says otherwise.
+    const int want = ring && c->decode_attn < 0 ? 1 : (per_sm * c->n_sms + pairs - 1) / pairs;
     int splits = (capacity + DEC_MIN_KEYS - 1) / DEC_MIN_KEYS;
     splits = splits < want ? splits : want;
     const int cap = (int)(DEC_MAX_PARTIALS / ((size_t)n * Hq));
@@ -605,9 +570,8 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
     splits = splits < DEC_MAX_SPLITS ? splits : DEC_MAX_SPLITS;
     splits = splits > 1 ? splits : 1;
     // Splits of at most DEC_MIN_KEYS keys (a short cache, few sequences) leave one 16-key tile a warp,
-    // where the CUDA-core loop is ahead: teacher batch 1 at 2K 210.7 against 207.8 tok/s (16 against
-    // 13 us a layer). Not for the rings: the window at 64 sequences is faster on the mma either way.
-    if (e->tcs && !ring && dec_blocks_per_sm < 0 && (size_t)splits * DEC_MIN_KEYS >= (size_t)capacity) {
+    // where the CUDA-core loop is ahead. Not for the rings: the window is faster on the mma either way.
+    if (e->tcs && !ring && c->decode_attn < 0 && (size_t)splits * DEC_MIN_KEYS >= (size_t)capacity) {
         const dec_entry<T> *cc = dec_find<T>(group, d, 0);
         e = cc && cc->fit > 0 ? cc : e;
     }
@@ -625,9 +589,6 @@ lz_status lz_attention_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, co
 // Once per backend (not per launch, so that decode steps can be captured in graphs): each kernel's
 // shared memory limit and how many of its blocks fit an SM (0: more shared memory than the GPU has).
 template <typename T> lz_status lz_attention_decode_init(lz_cuda_ctx *c) {
-    LZ_TRY(lz_env_int("LIZARD_DECODE_ATTN", 0, 64, -1, &dec_blocks_per_sm)); // -1: by the batch
-    static const int tc_stages[] = {0, 2, 3}; // 0: the CUDA-core loop; else the mma loop's ring stages
-    LZ_TRY(lz_env_int_in("LIZARD_DECODE_TC", tc_stages, 3, 3, &dec_tc_stages));
     for (int group = 1; group <= 8; group *= 2)
         for (int d = 64; d <= 256; d *= 2)
             for (int tcs = 0; tcs <= 3; tcs++) {

@@ -11,7 +11,7 @@
 // Keys are walked from the diagonal down: the first tile ends at the chunk's last
 // position, so only it, and the tiles that the sliding window or the first key
 // cut, need a mask. The same function as attention_tc_kernel (attention_tc.cu),
-// which stays as the fallback (LIZARD_FLASH=0, head_dim other than 64 or 128).
+// which stays as the fallback (head_dim other than 64 or 128).
 #include "cuda_kernels.cuh" // lz_cuda_ctx, checks
 #include "flash_fragments.cuh" // the masking, online softmax and store both flash kernels share
 #include "ptx.cuh"          // lz_cp_async16, lz_ldsm_x4, lz_mma_bf16
@@ -150,16 +150,16 @@ lz_status lz_attention_flash_init(lz_cuda_ctx *c) {
     return LZ_OK;
 }
 
-// Two heads per block where the GQA group pairs them (LIZARD_FLASH=1: one, for comparison).
+// Two heads per block where the GQA group pairs them, else one.
 static int flash_heads(const lz_cuda_ctx *c, int Hq, int Hkv) {
-    return (Hq / Hkv) % 2 == 0 && !c->flash_one_head ? 2 : 1;
+    return (Hq / Hkv) % 2 == 0 ? 2 : 1;
 }
 
 bool lz_attention_flash_fits(const lz_cuda_ctx *c, int d, int Hq, int Hkv, int n_chunks) {
     const bool two = flash_heads(c, Hq, Hkv) == 2;
     const size_t smem = d == 64 ? (two ? flash_smem<64, 2>() : flash_smem<64, 1>())
                                 : (two ? flash_smem<128, 2>() : flash_smem<128, 1>());
-    return !c->tc_off && !c->flash_off && (d == 64 || d == 128) && smem <= c->max_smem && n_chunks <= 65535;
+    return (d == 64 || d == 128) && smem <= c->max_smem && n_chunks <= 65535;
 }
 
 template <int D, int HPB>

@@ -101,7 +101,7 @@ lz_status lz_attention_tc_init(lz_cuda_ctx *c) {
 }
 
 bool lz_attention_tc_fits(const lz_cuda_ctx *c, int d) {
-    return !c->tc_off && d % 16 == 0 && lz_attention_tc_smem(d) <= c->max_smem;
+    return d % 16 == 0 && lz_attention_tc_smem(d) <= c->max_smem;
 }
 
 lz_status lz_attention_tc(lz_cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc,

@@ -229,7 +229,7 @@ lz_status lz_attention_wgmma_init(lz_cuda_ctx *c) {
 bool lz_attention_wgmma_fits(const lz_cuda_ctx *c, int d, int Hq, int Hkv, int n_chunks, const void *q,
                              const void *kc, const void *vc) {
     const uintptr_t align = (uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc; // (the copy engine's maps: 16 bytes)
-    return tma_encode && c->wgmma && !c->tc_off && !c->flash_off && !c->flash_one_head && d == D &&
+    return tma_encode && c->wgmma && d == D &&
            (Hq / Hkv) % 2 == 0 && SMEM <= c->max_smem && n_chunks <= 65535 && (align & 15) == 0;
 }
 

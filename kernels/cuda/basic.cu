@@ -1,7 +1,6 @@
 // basic.cu - the small ops: embedding, RMSNorm, residual add, SwiGLU, row
 // gather, log-sigmoid, and linear layers through cuBLAS (fp32 accumulation).
-// Every kernel is launched through lz_launch (a programmatic dependent when
-// ctx->pdl) and waits for the previous kernel before it touches activations;
+// Every kernel is launched through lz_launch (a programmatic dependent) and waits for the previous kernel before it touches activations;
 // only weights (and the step's index arrays, which the host copies before the
 // step's first kernel) may be read before the wait.
 #include <stdint.h> // uintptr_t
@@ -406,7 +405,7 @@ template <> cudaDataType_t cuda_type<__nv_bfloat16>() { return CUDA_R_16BF; }
 template <typename T>
 static lz_status gemm_xwt(lz_cuda_ctx *c, T *out, const T *x, const T *w, int n, int in, int out_features, float beta) {
     const float one = 1.0f;
-    LZ_CUBLAS_TRY(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in, &one, w, cuda_type<T>(), in, x,
+    LZ_CUDA_TRY(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in, &one, w, cuda_type<T>(), in, x,
                                cuda_type<T>(), in, &beta, out, cuda_type<T>(), out_features, CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT));
     return LZ_OK;
@@ -416,7 +415,7 @@ template <typename T>
 lz_status linear_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int in, int out_features) {
     // One-token steps and outputs of a few rows (the Lizard gate) are memory-bound: our GEMV.
     const bool vec_ok = in % (16 / (int)sizeof(T)) == 0;
-    if (vec_ok && (lz_gemv_takes_step(c, n) || (!c->gemv_off && out_features <= 4)))
+    if (vec_ok && (lz_gemv_takes_step(c, n) || out_features <= 4))
         return gemv_forward<T>(c, out, x, w, bias, n, in, out_features);
     if constexpr (sizeof(T) == 2) { // decode steps of a few tokens: the weights streamed (linear_stream.cu)
         const lz_stream_segment seg = {out, w, bias, out_features};

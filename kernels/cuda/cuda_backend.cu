@@ -2,9 +2,9 @@
 // conversion, the per-step batch upload, and the op table (one per activation
 // type) pointing at the launchers of this folder.
 #include <limits.h> // INT_MAX
-#include <stdlib.h> // getenv, malloc, free, atoi
+#include <stdlib.h> // malloc, free
 #include <stdio.h>  // fprintf
-#include <string.h> // memcpy, strcmp
+#include <string.h> // memcpy
 #include <time.h>   // clock_gettime
 
 #include "cuda_kernels.cuh"
@@ -14,7 +14,7 @@
 
 extern "C" {
 #include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16
-#include "env_switch.h"  // lz_env_int, lz_env_int_in
+#include "knobs.h"       // lz_knobs_get
 #include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
 }
 
@@ -568,10 +568,9 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
             return linear_forward<T>(c, (T *)outs[i], x, (const T *)ws[i]->data, b && b->data ? (const T *)b->data : NULL,
                                      n, (int)ws[i]->cols, (int)ws[i]->rows);
         };
-        // side by side (LIZARD_FORK): q, k, v and the gate (3 or 4 layers), or the MLP's gate and up (2)
-        const unsigned op = count >= 3 ? LZ_FORK_QKV : LZ_FORK_MLP;
+        // side by side: q, k, v and the gate (3 or 4 layers), or the MLP's gate and up (2)
         const int sides = count - 1 < LZ_SIDE_STREAMS ? count - 1 : LZ_SIDE_STREAMS;
-        if (sides < 1 || !(c->fork_ops & op) || n > c->fork_tokens) {
+        if (sides < 1 || n > c->fork_tokens) {
             for (int i = 0; i < count; i++)
                 LZ_TRY(one(i));
             return LZ_OK;
@@ -593,31 +592,13 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
 template <typename T> static bool gemv_takes(const lz_cuda_ctx *c, const lz_weight *w, int n) {
     return lz_gemv_takes_step(c, n) && w->cols % (16 / (int64_t)sizeof(T)) == 0;
 }
-// The fused GEMV takes steps of up to ctx->fuse_tokens tokens (LIZARD_FUSE_TOKENS, default 1): with 4
-// and 8 tokens a warp its per-warp norm sums made batch 4 slower than the composition (H200, 8B
-// teacher: 455 against 548 tok/s, session 7).
-// (Which fused ops run at all is the ops table's choice: LIZARD_FUSE picks the table.)
+// The fused GEMV takes steps of up to ctx->fuse_tokens tokens (LIZARD_FUSE_TOKENS).
 template <typename T> static bool fused_gemv_takes(const lz_cuda_ctx *c, const lz_weight *w, int n) {
     return gemv_takes<T>(c, w, n) && n <= c->fuse_tokens;
 }
 
+// The RMSNorm, then the gate/up products with SwiGLU folded in.
 template <typename T>
-static lz_status norm_linear_many_forward(lz_cuda_ctx *c, int count, void *const *outs, T *xn, const T *x,
-                                          const lz_weight *norm, float eps, const lz_weight *const *ws,
-                                          const lz_weight *const *biases, int n) {
-    bool fused = count >= 1 && count <= LZ_GEMV_MAX_SEGMENTS && norm->cols == ws[0]->cols;
-    for (int i = 0; i < count && fused; i++)
-        fused = fused_gemv_takes<T>(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
-    if (!fused) {
-        LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
-        return linear_many_forward<T>(c, count, outs, xn, ws, biases, n);
-    }
-    lz_gemv_segments<T> seg = gemv_segments_of<T>(count, outs, ws, biases);
-    return gemv_fused_forward<T>(c, seg, x, (const T *)norm->data, eps, LZ_GEMV_STORE, n, (int)ws[0]->cols);
-}
-
-// NORM_PROLOGUE: the RMSNorm inside the GEMV (LIZARD_FUSE=norm,swiglu), else its own launch first.
-template <typename T, bool NORM_PROLOGUE>
 static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const T *x, const lz_weight *norm, float eps,
                                      const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
                                      const lz_weight *bu, int n) {
@@ -642,30 +623,27 @@ static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const
     seg.m[0] = seg.m[1] = (int)wg->rows;
     seg.bias[0] = bg && bg->data ? (const T *)bg->data : NULL;
     seg.bias[1] = bu && bu->data ? (const T *)bu->data : NULL;
-    if (!NORM_PROLOGUE) {
-        LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
-        return gemv_fused_forward<T>(c, seg, xn, NULL, 0.0f, LZ_GEMV_SWIGLU, n, (int)wg->cols);
-    }
-    return gemv_fused_forward<T>(c, seg, x, (const T *)norm->data, eps, LZ_GEMV_SWIGLU, n, (int)wg->cols);
+    LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
+    return gemv_fused_forward<T>(c, seg, xn, LZ_GEMV_SWIGLU, n, (int)wg->cols);
 }
 
-// y += x . W^T (+ bias). Decode-sized: the fused GEMV epilogue (FUSED_GEMV, LIZARD_FUSE=all) or the
-// GEMV then the add (measured faster at batch 1); prompt-sized: one GEMM accumulating into y.
-template <typename T, bool FUSED_GEMV>
+// y += x . W^T (+ bias). Decode-sized: the fused GEMV epilogue (steps of up to fuse_tokens) or the
+// GEMV then the add; prompt-sized: one GEMM accumulating into y.
+template <typename T>
 static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *x, const lz_weight *w,
                                          const lz_weight *bias, int n) {
     const T *b = bias && bias->data ? (const T *)bias->data : NULL;
     const bool gemv = gemv_takes<T>(c, w, n);
-    if (!gemv && !b && !c->gemv_off)
+    if (!gemv && !b)
         return linear_accumulate_forward<T>(c, y, x, (const T *)w->data, n, (int)w->cols, (int)w->rows);
-    if (!FUSED_GEMV || !fused_gemv_takes<T>(c, w, n)) {
+    if (!fused_gemv_takes<T>(c, w, n)) {
         LZ_TRY(linear_forward<T>(c, tmp, x, (const T *)w->data, b, n, (int)w->cols, (int)w->rows));
         return add_forward<T>(c, y, tmp, (size_t)n * (size_t)w->rows);
     }
     lz_gemv_segments<T> seg = {};
     seg.count = 1;
     seg.out[0] = y, seg.w[0] = (const T *)w->data, seg.bias[0] = b, seg.m[0] = (int)w->rows;
-    return gemv_fused_forward<T>(c, seg, x, NULL, 0.0f, LZ_GEMV_RESIDUAL, n, (int)w->cols);
+    return gemv_fused_forward<T>(c, seg, x, LZ_GEMV_RESIDUAL, n, (int)w->cols);
 }
 
 // q, k, v then RoPE on q and k. One-token steps: the GEMV's RoPE epilogue (the rope launch goes);
@@ -688,7 +666,7 @@ static lz_status linear_many_rope_forward(lz_cuda_ctx *c, int count, void *const
     }
     lz_gemv_segments<T> seg = gemv_segments_of<T>(count, outs, ws, biases);
     seg.rope_freq = inv_freq, seg.rope_pos = b->token_pos, seg.rope_half = hd / 2;
-    return gemv_fused_forward<T>(c, seg, x, NULL, 0.0f, LZ_GEMV_ROPE, n, (int)ws[0]->cols);
+    return gemv_fused_forward<T>(c, seg, x, LZ_GEMV_ROPE, n, (int)ws[0]->cols);
 }
 
 // Many sequences: the feature maps then the state streamed (two launches); few: gates, feature maps
@@ -733,24 +711,14 @@ template <typename T> struct cuda_ops {
                                  const lz_weight *const *ws, const lz_weight *const *biases, int n) {
         return profiled(be, "linear", [&] { return linear_many_forward<T>(&be->ctx, count, outs, (const T *)x, ws, biases, n); });
     }
-    static lz_status norm_linear_many(lz_backend *be, int count, void *const *outs, void *xn, const void *x,
-                                      const lz_weight *norm, float eps, const lz_weight *const *ws,
-                                      const lz_weight *const *biases, int n) {
-        return profiled(be, "norm_linear", [&] { return norm_linear_many_forward<T>(&be->ctx, count, outs, (T *)xn, (const T *)x, norm, eps, ws, biases, n); });
-    }
-    template <bool NORM_PROLOGUE>
     static lz_status norm_swiglu(lz_backend *be, void *out, void *xn, void *up, const void *x, const lz_weight *norm,
                                  float eps, const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
                                  const lz_weight *bu, int n) {
-        return profiled(be, "norm_swiglu", [&] { return norm_swiglu_forward<T, NORM_PROLOGUE>(&be->ctx, (T *)out, (T *)xn, (T *)up, (const T *)x, norm, eps, wg, bg, wu, bu, n); });
+        return profiled(be, "norm_swiglu", [&] { return norm_swiglu_forward<T>(&be->ctx, (T *)out, (T *)xn, (T *)up, (const T *)x, norm, eps, wg, bg, wu, bu, n); });
     }
     static lz_status linear_residual(lz_backend *be, void *y, void *tmp, const void *x, const lz_weight *w,
                                      const lz_weight *bias, int n) {
-        return profiled(be, "linear_residual", [&] { return linear_residual_forward<T, true>(&be->ctx, (T *)y, (T *)tmp, (const T *)x, w, bias, n); });
-    }
-    static lz_status linear_residual_gemm(lz_backend *be, void *y, void *tmp, const void *x, const lz_weight *w,
-                                          const lz_weight *bias, int n) {
-        return profiled(be, "linear_residual", [&] { return linear_residual_forward<T, false>(&be->ctx, (T *)y, (T *)tmp, (const T *)x, w, bias, n); });
+        return profiled(be, "linear_residual", [&] { return linear_residual_forward<T>(&be->ctx, (T *)y, (T *)tmp, (const T *)x, w, bias, n); });
     }
     static lz_status linear_many_rope(lz_backend *be, int count, void *const *outs, const void *x,
                                       const lz_weight *const *ws, const lz_weight *const *biases, int n,
@@ -810,39 +778,11 @@ template <typename T> struct cuda_ops {
 
 static void cuda_destroy(lz_backend *be);
 
-// Which fused decode ops a table has (the stages compose the missing ones from the plain ops): table 0
-// none (LIZARD_FUSE=0); table 1 + bits the GLA decode and the dense ops of bits (LZ_FUSE_*). The
-// default is the GLA decode, the residual adds folded into o_proj's and down_proj's GEMVs, the
-// SwiGLU into the gate/up GEMV (its RMSNorm still a launch of its own) and a softmax layer's RoPE
-// into its q/k/v GEMV.
-// Measured on the H200 (8B shapes, batch 1, session 8, against the GLA alone at 210.8 / 210.1 /
-// 210.3 tok/s for teacher / hybrid / pure Lizard): residual 215.9 / 211.4 / 211.5; the norm prologue
-// 203.9 / 201.8 / 202.2; norm and residual 202.7 / 203.1 / 204.1; all three 195.5 / 198.7 / 203.2
-// (gate and up rows streamed one after the other instead of side by side: 186.7 / 189.5 / 194.9,
-// so not kept). Over five runs the residual fold gave the teacher -1.3 to +5.1 tok/s (mean +2.0):
-// the size of the spread between invocations, kept because it never cost more than that.
-// SwiGLU on paired warps without the norm prologue (residual,swiglu; session 10, three rounds): teacher
-// 218.0 -> 212.9, hybrid 213.2 -> 213.6, pure Lizard 211.2 -> 214.8; again with the window overlap:
-// 217.5 -> 213.2, 219.1 -> 218.7, 222.0 -> 225.2. On the halves of one warp (no shared memory;
-// session 11, three runs of two rounds, against residual alone): 219.9 / 224.1 / 231.2 against
-// 218.1 / 221.4 / 225.7; 219.5 / 222.4 / 229.8 against 218.7 / 220.2 / 225.0; 218.3 / 221.8 / 229.1
-// against 219.1 / 219.8 / 224.5: so it is the default now.
-// Tried in session 11 and not kept: RoPE inside the decode attention (q rotated in registers, the new
-// key as it is appended; the rope launch gone): teacher / hybrid 220.6 / 224.3 against 219.9 / 224.1
-// tok/s, inside the spread, and the kernel's registers moved (so it was taken out again).
-// RoPE in the q/k/v GEMV's epilogue instead (LZ_FUSE_ROPE, the default since session 13; not with the
-// norm prologue, whose GEMV takes the Lizard gate too): three rounds, batch 1, 2K, teacher 226.0 ->
-// 228.6 tok/s, hybrid 227.5 -> 229.0; batch 4 (cuBLAS and the rope launch either way) 741.9 / 740.4.
-// (Skipping the rope launch altogether measured 4,475 -> 4,405 us a teacher step, the most to gain.)
-// Tried in session 28, not kept: the next RMSNorm in the residual GEMV (o_proj, down_proj) at one
-// token, taken by the last block to finish (every block's row warps fenced their stores, met at a named
-// barrier and took an atomic ticket), so that the norm's own launch went: pure Lizard / hybrid / teacher
-// 220.4-221.7 / 213.1-214.4 / 213.4-214.7 tok/s against 227.7-228.3 / 229.0-229.1 / 233.8-234.6. The
-// timeline showed 5 us from o_proj's last block to gate/up's wait, against 2.9-3.1 us with the launch.
-// The dense decode ops the fused GEMV can take (LIZARD_FUSE=norm,residual,swiglu,rope; all: every one).
-enum { LZ_FUSE_NORM = 1, LZ_FUSE_RESIDUAL = 2, LZ_FUSE_SWIGLU = 4, LZ_FUSE_ROPE = 8, LZ_FUSE_DENSE_ALL = 15 };
-enum { FUSE_TABLES = 1 + LZ_FUSE_DENSE_ALL + 1 };
-template <typename T> static lz_ops make_ops(const char *name, int table) {
+// The fused decode ops (the stages compose the others from the plain ops): the GLA decode, the
+// residual adds folded into o_proj's and down_proj's GEMVs, SwiGLU into the gate/up GEMV (its RMSNorm
+// a launch of its own) and a softmax layer's RoPE into its q/k/v GEMV (docs/benchmarks.md has the
+// measurements that chose them).
+template <typename T> static lz_ops make_ops(const char *name) {
     lz_ops o = {};
     o.name = name;
     o.act_size = sizeof(T);
@@ -890,42 +830,16 @@ template <typename T> static lz_ops make_ops(const char *name, int table) {
     o.gla_chunked = cuda_ops<T>::gla_chunked;
     o.gla_recurrent = cuda_ops<T>::gla_recurrent;
     o.window_attention = cuda_ops<T>::window;
-    if (table > 0) {
-        const unsigned dense = (unsigned)table - 1;
-        o.gla_decode = cuda_ops<T>::gla_decode;
-        if (dense & LZ_FUSE_NORM)
-            o.norm_linear_many = cuda_ops<T>::norm_linear_many;
-        if (dense & LZ_FUSE_SWIGLU) // (the gate/up GEMV; the norm as its prologue too if the table folds norms)
-            o.norm_swiglu = dense & LZ_FUSE_NORM ? cuda_ops<T>::template norm_swiglu<true>
-                                                 : cuda_ops<T>::template norm_swiglu<false>;
-        // either way a prompt's residual GEMMs accumulate in place; decode: the epilogue, or the GEMV then the add
-        o.linear_residual = dense & LZ_FUSE_RESIDUAL ? cuda_ops<T>::linear_residual : cuda_ops<T>::linear_residual_gemm;
-        if (dense & LZ_FUSE_ROPE)
-            o.linear_many_rope = cuda_ops<T>::linear_many_rope;
-    }
+    o.gla_decode = cuda_ops<T>::gla_decode;
+    o.norm_swiglu = cuda_ops<T>::norm_swiglu;
+    o.linear_residual = cuda_ops<T>::linear_residual;
+    o.linear_many_rope = cuda_ops<T>::linear_many_rope;
     return o;
 }
 
-#define LZ_OPS_PAIR(t) {make_ops<float>("cuda-fp32", t), make_ops<__nv_bfloat16>("cuda-bf16", t)}
-static const lz_ops cuda_ops_table[FUSE_TABLES][2] = { // [table][bf16?]
-    LZ_OPS_PAIR(0),  LZ_OPS_PAIR(1),  LZ_OPS_PAIR(2),  LZ_OPS_PAIR(3),  LZ_OPS_PAIR(4),  LZ_OPS_PAIR(5),
-    LZ_OPS_PAIR(6),  LZ_OPS_PAIR(7),  LZ_OPS_PAIR(8),  LZ_OPS_PAIR(9),  LZ_OPS_PAIR(10), LZ_OPS_PAIR(11),
-    LZ_OPS_PAIR(12), LZ_OPS_PAIR(13), LZ_OPS_PAIR(14), LZ_OPS_PAIR(15), LZ_OPS_PAIR(16),
-};
-#undef LZ_OPS_PAIR
-static_assert(FUSE_TABLES == 17, "one LZ_OPS_PAIR a table");
+static const lz_ops cuda_ops_table[2] = {make_ops<float>("cuda-fp32"), make_ops<__nv_bfloat16>("cuda-bf16")}; // [bf16?]
 
 // Creation ------------------------------------------------------------------------
-
-static int local_rank(void) {
-    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
-    for (int i = 0; i < 3; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v)
-            return atoi(v);
-    }
-    return 0;
-}
 
 static void cuda_destroy(lz_backend *be) {
     if (!be)
@@ -968,7 +882,7 @@ static lz_status init_device(lz_backend *be) {
     if (e != cudaSuccess || count == 0)
         return lz_fail(LZ_ERR_INPUT, "--device cuda: no CUDA device available (%s)",
                        e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    be->device = local_rank() % count;
+    be->device = lz_knobs_get()->local_rank % count;
     LZ_CUDA_TRY(cudaSetDevice(be->device));
     cudaDeviceProp prop;
     LZ_CUDA_TRY(cudaGetDeviceProperties(&prop, be->device));
@@ -978,15 +892,15 @@ static lz_status init_device(lz_backend *be) {
     be->ctx.sm_smem = prop.sharedMemPerMultiprocessor;
     be->ctx.wgmma = be->ctx.wgmma && prop.major == 9 && prop.minor == 0; // sm_90a code runs on 9.0 only
     LZ_CUDA_TRY(cudaStreamCreateWithFlags(&be->ctx.stream, cudaStreamNonBlocking));
-    LZ_CUBLAS_TRY(cublasCreate(&be->ctx.cublas));
-    LZ_CUBLAS_TRY(cublasSetStream(be->ctx.cublas, be->ctx.stream));
+    LZ_CUDA_TRY(cublasCreate(&be->ctx.cublas));
+    LZ_CUDA_TRY(cublasSetStream(be->ctx.cublas, be->ctx.stream));
     // a workspace of our own: cuBLAS must not allocate while a decode step is recorded
     const size_t ws_bytes = (size_t)32 << 20;
     LZ_CUDA_TRY(cudaMalloc(&be->cublas_workspace, ws_bytes));
-    LZ_CUBLAS_TRY(cublasSetWorkspace(be->ctx.cublas, be->cublas_workspace, ws_bytes));
+    LZ_CUDA_TRY(cublasSetWorkspace(be->ctx.cublas, be->cublas_workspace, ws_bytes));
     // fp32 runs are exactness checks: no TF32 shortcuts
     const cublasMath_t math = be->dtype == LZ_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
-    LZ_CUBLAS_TRY(cublasSetMathMode(be->ctx.cublas, math));
+    LZ_CUDA_TRY(cublasSetMathMode(be->ctx.cublas, math));
     LZ_TRY(lz_cuda_side_create(&be->ctx, ws_bytes, math));
     LZ_TRY(lz_trace_open());
     if (be->dtype == LZ_DTYPE_BF16) {
@@ -1008,109 +922,22 @@ static lz_status init_device(lz_backend *be) {
     return LZ_OK;
 }
 
-// Whether the environment variable is set to "0".
-static bool env_is_zero(const char *name) {
-    const char *v = getenv(name);
-    return v && strcmp(v, "0") == 0;
-}
-
-// A comma-separated list of names into the OR of their bits (added to *bits); false on a name not in names.
-struct named_bit {
-    const char *name;
-    unsigned bit;
-};
-static bool parse_bit_list(const char *v, const named_bit *names, size_t n_names, unsigned *bits) {
-    for (const char *p = v; *p;) {
-        const size_t len = strcspn(p, ",");
-        unsigned bit = 0;
-        for (size_t i = 0; i < n_names; i++)
-            if (len == strlen(names[i].name) && strncmp(p, names[i].name, len) == 0)
-                bit = names[i].bit;
-        if (!bit)
-            return false;
-        *bits |= bit;
-        p += len + (p[len] == ',');
-    }
-    return true;
-}
-
-// LIZARD_FUSE beyond "0": unset (the GLA decode, the residual and SwiGLU epilogues), "gla" (the GLA
-// decode alone), "all" or "1" (every dense op), or a comma-separated list of norm, residual, swiglu,
-// rope.
-// False for anything else.
-static bool parse_fuse_dense(const char *v, unsigned *bits) {
-    *bits = 0;
-    if (!v || !*v) {
-        *bits = LZ_FUSE_RESIDUAL | LZ_FUSE_SWIGLU | LZ_FUSE_ROPE;
-        return true;
-    }
-    if (strcmp(v, "gla") == 0)
-        return true;
-    if (strcmp(v, "all") == 0 || strcmp(v, "1") == 0) {
-        *bits = LZ_FUSE_DENSE_ALL;
-        return true;
-    }
-    static const named_bit ops[] = {
-        {"norm", LZ_FUSE_NORM}, {"residual", LZ_FUSE_RESIDUAL}, {"swiglu", LZ_FUSE_SWIGLU}, {"rope", LZ_FUSE_ROPE}};
-    return parse_bit_list(v, ops, sizeof ops / sizeof ops[0], bits);
-}
-
-// LIZARD_FORK: unset or "all" (both), "0" (none), or a comma-separated list of qkv, mlp. False for
-// anything else.
-static bool parse_fork(const char *v, unsigned *bits) {
-    *bits = LZ_FORK_QKV | LZ_FORK_MLP;
-    if (!v || !*v || strcmp(v, "all") == 0)
-        return true;
-    *bits = 0;
-    if (strcmp(v, "0") == 0)
-        return true;
-    static const named_bit ops[] = {{"qkv", LZ_FORK_QKV}, {"mlp", LZ_FORK_MLP}};
-    return parse_bit_list(v, ops, sizeof ops / sizeof ops[0], bits);
-}
-
-// The LIZARD_* switches of the context (docs/running.md) and the ops table they pick; a bad value is
-// an input error naming the variable.
-static lz_status read_switches(lz_cuda_ctx *c, int *table) {
-    // the switches back to older paths (for comparison, or as a fallback): each "0" turns one off
-    c->gemv_off = env_is_zero("LIZARD_GEMV");
-    c->tc_off = env_is_zero("LIZARD_TC");
-    c->flash_off = env_is_zero("LIZARD_FLASH");
-    const char *flash = getenv("LIZARD_FLASH");
-    c->flash_one_head = flash && strcmp(flash, "1") == 0;
-    c->wgmma = lz_wgmma_built() && !env_is_zero("LIZARD_WGMMA"); // and a 9.0 device (init_device)
-    c->fuse_off = env_is_zero("LIZARD_FUSE");
-    unsigned fuse_dense = 0;
-    if (!c->fuse_off && !parse_fuse_dense(getenv("LIZARD_FUSE"), &fuse_dense))
-        return lz_fail(LZ_ERR_INPUT, "LIZARD_FUSE=%s: not 0, gla, all or a list of norm,residual,swiglu,rope",
-                       getenv("LIZARD_FUSE"));
-    *table = c->fuse_off ? 0 : 1 + (int)fuse_dense;
-    c->fmap_prompt_off = env_is_zero("LIZARD_FMAP_PROMPT");
-    c->window_decode_off = env_is_zero("LIZARD_WINDOW_DECODE");
-    c->window_overlap = !env_is_zero("LIZARD_WINDOW_OVERLAP");
-    c->gla_early = !env_is_zero("LIZARD_GLA_EARLY");
-    c->gla_ring = !env_is_zero("LIZARD_GLA_RING");
-    c->pdl = !env_is_zero("LIZARD_PDL"); // kernels start while their predecessor drains
-    // the decode GEMV's load variant (-1: by the step's tokens), its most warps a row, the fused
-    // GEMVs' largest step, and the batch sizes from which two decode kernels change
-    LZ_TRY(lz_env_int("LIZARD_GEMV_LOAD", 0, 5, -1, &c->gemv_load));
-    static const int splits[] = {1, 2, 4};
-    LZ_TRY(lz_env_int_in("LIZARD_GEMV_SPLIT", splits, 3, 4, &c->gemv_split));
-    c->gemv_prefetch = !env_is_zero("LIZARD_GEMV_PREFETCH");
-    LZ_TRY(lz_env_int("LIZARD_FUSE_TOKENS", 1, LZ_GEMV_MAX_TOKENS, 1, &c->fuse_tokens));
-    LZ_TRY(lz_env_int("LIZARD_GEMV_TOKENS", 1, LZ_GEMV_MAX_TOKENS, LZ_GEMV_TOKENS_DEFAULT, &c->gemv_tokens));
-    LZ_TRY(lz_env_int("LIZARD_WINDOW_SPLIT_MIN", 1, INT_MAX, 16, &c->window_split_min));
-    LZ_TRY(lz_env_int("LIZARD_GLA_RING_BLOCKS", 0, INT_MAX, 0, &c->gla_ring_blocks));
-    LZ_TRY(lz_env_int("LIZARD_WINDOW_RING", 0, INT_MAX, LZ_WINDOW_RING_MIN_DEFAULT, &c->window_ring_min));
-    LZ_TRY(lz_env_int("LIZARD_WINDOW_RING_BLOCKS", 0, INT_MAX, 0, &c->window_ring_blocks));
-    LZ_TRY(lz_env_int("LIZARD_GLA_STREAM_MIN", 0, INT_MAX, LZ_GLA_STREAM_MIN_DEFAULT, &c->gla_stream_min));
-    LZ_TRY(lz_env_int("LIZARD_GLA_SPREAD", 0, INT_MAX, LZ_GLA_SPREAD_MAX_DEFAULT, &c->gla_spread_max));
-    if (!parse_fork(getenv("LIZARD_FORK"), &c->fork_ops))
-        return lz_fail(LZ_ERR_INPUT, "LIZARD_FORK=%s: not 0, all or a list of qkv,mlp", getenv("LIZARD_FORK"));
-    LZ_TRY(lz_env_int("LIZARD_FORK_TOKENS", 1, INT_MAX, LZ_FORK_TOKENS_DEFAULT, &c->fork_tokens));
-    LZ_TRY(lz_env_int("LIZARD_STREAM_TOKENS", 0, LZ_STREAM_MAX_TOKENS, LZ_STREAM_TOKENS_DEFAULT, &c->stream_tokens));
-    LZ_TRY(lz_env_int("LIZARD_STREAM_SPLIT", 0, 8, 0, &c->stream_split));
-    LZ_TRY(lz_env_int("LIZARD_JOIN_TOKENS", 0, LZ_JOIN_TOKENS_MAX, LZ_JOIN_TOKENS_DEFAULT, &c->join_tokens));
-    return LZ_OK;
+// The context's kernel knobs (runtime/core/knobs.h, docs/knobs.md), read once at start.
+static void take_knobs(lz_cuda_ctx *c, const lz_knobs *k) {
+    c->wgmma = lz_wgmma_built() && k->wgmma; // and a 9.0 device (init_device)
+    c->gemv_tokens = k->gemv_tokens;
+    c->fuse_tokens = k->fuse_tokens;
+    c->window_split_min = k->window_split_min;
+    c->gla_ring_blocks = k->gla_ring_blocks;
+    c->window_ring_min = k->window_ring;
+    c->window_ring_blocks = k->window_ring_blocks;
+    c->gla_stream_min = k->gla_stream_min;
+    c->gla_spread_max = k->gla_spread;
+    c->fork_tokens = k->fork_tokens;
+    c->stream_tokens = k->stream_tokens;
+    c->stream_split = k->stream_split;
+    c->join_tokens = k->join_tokens;
+    c->decode_attn = k->decode_attn;
 }
 
 extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, const lz_ops **ops) {
@@ -1120,22 +947,21 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     if (!be)
         return lz_fail(LZ_ERR_NOMEM, "cuda backend: out of memory");
     be->dtype = dtype;
-    const char *prof = getenv("LIZARD_PROFILE");
-    be->prof.on = prof && *prof && strcmp(prof, "0") != 0;
-    int table = 0;
-    const lz_status sw = read_switches(&be->ctx, &table);
-    if (sw != LZ_OK) {
+    const lz_status ks = lz_knobs_status();
+    if (ks != LZ_OK) {
         free(be);
-        return sw;
+        return ks;
     }
-    const char *no_graphs = getenv("LIZARD_NO_GRAPHS");
-    be->graphs.off = be->prof.on || (no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
+    const lz_knobs *k = lz_knobs_get();
+    be->prof.on = k->profile;
+    take_knobs(&be->ctx, k);
+    be->graphs.off = k->profile || k->no_graphs;
     lz_status s = init_device(be);
     if (s != LZ_OK) {
         cuda_destroy(be);
         return s;
     }
     *out = be;
-    *ops = &cuda_ops_table[table][dtype == LZ_DTYPE_BF16];
+    *ops = &cuda_ops_table[dtype == LZ_DTYPE_BF16];
     return LZ_OK;
 }

@@ -1,6 +1,6 @@
 // cuda_common.cuh - what every CUDA kernel file shares: the checked-call
-// macros (every CUDA / cuBLAS call names itself, the device and file:line in
-// the error), element conversions for the two activation types (bf16, fp32),
+// macro (every CUDA / cuBLAS / NCCL call names itself, the device, the rank and
+// file:line in the error), element conversions for the two activation types (bf16, fp32),
 // and warp/block reductions.
 #ifndef LZ_CUDA_COMMON_CUH
 #define LZ_CUDA_COMMON_CUH
@@ -16,27 +16,33 @@ extern "C" {
 #include "ops.h"   // lz_batch, lz_attn_dims
 }
 
+// What went wrong, or NULL: one overload per library's status type (nccl_p2p.cu adds NCCL's).
+static inline const char *lz_gpu_error(cudaError_t e) { return e == cudaSuccess ? NULL : cudaGetErrorString(e); }
+static inline const char *lz_gpu_error(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? NULL : cublasGetStatusString(s);
+}
+// The error of a failed call: "[rank R (host): ]cuda device D: WHAT failed: WHY (file:line)".
+static inline lz_status lz_gpu_fail(const char *what, const char *why, const char *file, int line) {
+    int dev = -1;
+    cudaGetDevice(&dev);
+    return lz_fail_at(LZ_ERR_INTERNAL, file, line, "cuda device %d: %s failed: %s", dev, what, why);
+}
+
+// The one check of the CUDA backend: a CUDA, cuBLAS or NCCL call that fails returns its error.
 #define LZ_CUDA_TRY(call)                                                                                   \
     do {                                                                                                    \
-        cudaError_t lz_e_ = (call);                                                                         \
-        if (lz_e_ != cudaSuccess) {                                                                         \
-            int lz_dev_ = -1;                                                                               \
-            cudaGetDevice(&lz_dev_);                                                                        \
-            return lz_fail(LZ_ERR_INTERNAL, "cuda device %d: %s failed: %s (%s:%d)", lz_dev_, #call,         \
-                           cudaGetErrorString(lz_e_), __FILE__, __LINE__);                                  \
-        }                                                                                                   \
+        const char *lz_why_ = lz_gpu_error(call);                                                           \
+        if (lz_why_)                                                                                        \
+            return lz_gpu_fail(#call, lz_why_, __FILE__, __LINE__);                                         \
     } while (0)
 
-#define LZ_CUBLAS_TRY(call)                                                                                 \
+// After every launch (what: the kernel's name): a bad configuration shows up here, a fault at the next sync.
+#define LZ_LAUNCH_CHECK(what)                                                                               \
     do {                                                                                                    \
-        cublasStatus_t lz_s_ = (call);                                                                      \
-        if (lz_s_ != CUBLAS_STATUS_SUCCESS)                                                                 \
-            return lz_fail(LZ_ERR_INTERNAL, "cublas: %s failed: %s (%s:%d)", #call,                         \
-                           cublasGetStatusString(lz_s_), __FILE__, __LINE__);                               \
+        const char *lz_why_ = lz_gpu_error(cudaGetLastError());                                             \
+        if (lz_why_)                                                                                        \
+            return lz_gpu_fail("launch of " what, lz_why_, __FILE__, __LINE__);                             \
     } while (0)
-
-// After every launch: a bad configuration shows up here, a fault at the next sync.
-#define LZ_LAUNCH_CHECK(what) LZ_CUDA_TRY(cudaGetLastError())
 
 __device__ __forceinline__ float lz_to_float(float x) { return x; }
 __device__ __forceinline__ float lz_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

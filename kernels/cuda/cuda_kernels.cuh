@@ -6,8 +6,7 @@
 
 #include "cuda_common.cuh" // lz_cuda_batch, checks
 
-// LIZARD_FORK's ops: a layer's q/k/v/gate GEMMs, the MLP's gate/up GEMMs; LIZARD_FORK_TOKENS's default.
-enum { LZ_SIDE_STREAMS = 3, LZ_FORK_QKV = 1, LZ_FORK_MLP = 2, LZ_FORK_TOKENS_DEFAULT = 32 };
+enum { LZ_SIDE_STREAMS = 3 };
 
 struct lz_cuda_ctx {
     cudaStream_t stream;
@@ -18,32 +17,19 @@ struct lz_cuda_ctx {
     void *scratch;         // device scratch for multi-pass kernels
     size_t scratch_bytes;
     bool buffers_moved;    // scratch or step arrays reallocated: recorded graphs are stale
-    bool gemv_off;         // LIZARD_GEMV=0: every linear layer through cuBLAS (for comparison)
     int gemv_tokens;       // LIZARD_GEMV_TOKENS: the largest step the decode GEMV takes (the rest: cuBLAS)
-    int gemv_load;         // LIZARD_GEMV_LOAD: the decode GEMV's weight-load cache operators (gemv_kernel.cuh)
-    int gemv_split;        // LIZARD_GEMV_SPLIT: the most warps a row of a one-token GEMV (gemv_kernel.cuh)
-    bool gemv_prefetch;    // LIZARD_GEMV_PREFETCH=0: o_proj does not prefetch its weights into L2 (gemv_kernel.cuh)
     bool hbm_idle_next;    // the kernel just launched barely reads HBM: the next one-token residual GEMV prefetches
     size_t l2_bytes;       // the device's L2 cache
     int fuse_tokens;       // LIZARD_FUSE_TOKENS: the fused dense decode ops take steps of up to this many tokens
-    bool tc_off;           // LIZARD_TC=0: the CUDA-core versions of the tensor-core kernels
-    bool flash_off;        // LIZARD_FLASH=0: the prompt attention on attention_tc.cu's kernel (for comparison)
-    bool flash_one_head;   // LIZARD_FLASH=1: the flash kernel with one query head per block (for comparison)
     bool wgmma;            // the prompt attention may take attention_wgmma.cu: an sm_90a build on a
                            // compute capability 9.0 device, and not LIZARD_WGMMA=0
-    bool fuse_off;         // LIZARD_FUSE=0: no fused ops, the unsplit GLA decode, the plain GEMV loop
-    bool window_decode_off; // LIZARD_WINDOW_DECODE=0: decode steps' window on the tile kernel + ring store
-    bool gla_early;        // LIZARD_GLA_EARLY=0: the batch-1 GLA decode kernel loads nothing before its PDL wait
-    bool window_overlap;   // LIZARD_WINDOW_OVERLAP=0: the batch-1 window kernel waits for the GLA kernel before it starts
+    int decode_attn;       // LIZARD_DECODE_ATTN: decode attention blocks an SM (-1: by the batch)
     int window_split_min;  // LIZARD_WINDOW_SPLIT_MIN: decode steps of this many sequences on take the split kernel (default 16)
     int gla_stream_min;    // LIZARD_GLA_STREAM_MIN: decode steps of this many sequences on take gla_decode_stream.cu
     int gla_spread_max;    // LIZARD_GLA_SPREAD: decode steps of up to this many sequences spread the GLA kernel (gla_decode.cu)
-    bool gla_ring;         // LIZARD_GLA_RING=0: the streamed GLA decode's update on the stream kernel, not the ring
     int gla_ring_blocks;   // LIZARD_GLA_RING_BLOCKS: the ring kernel's blocks (default 0: one an SM; tests: few, many items each)
     int window_ring_min;   // LIZARD_WINDOW_RING: decode steps of this many sequences on take window_decode_ring.cu (0: none)
     int window_ring_blocks; // LIZARD_WINDOW_RING_BLOCKS: that kernel's blocks (default 0: one an SM; tests: few)
-    bool pdl;              // LIZARD_PDL: kernels launched through lz_launch start as programmatic dependents (pdl.cuh)
-    bool fmap_prompt_off;  // LIZARD_FMAP_PROMPT=0: the bf16 prompt feature maps on the WMMA kernel (feature_map.cu)
     unsigned *attn_count;  // decode attention: per (sequence, kv head) arrival counters, zero between launches
     int attn_count_n;
     // linear_stream.cu (bf16 linear layers at 2 .. LIZARD_STREAM_TOKENS tokens; 0: none) and its shares of
@@ -63,7 +49,6 @@ struct lz_cuda_ctx {
     cublasHandle_t side_cublas[LZ_SIDE_STREAMS];
     void *side_workspace[LZ_SIDE_STREAMS];
     cudaEvent_t fork_event, join_event[LZ_SIDE_STREAMS];
-    unsigned fork_ops;     // LIZARD_FORK: which ops take side streams (LZ_FORK_* bits; 0: none)
     int fork_tokens;       // LIZARD_FORK_TOKENS: linear layers side by side on steps of at most this many tokens
     bool on_side;          // launching onto a side stream now (lz_on_side)
 };
@@ -143,7 +128,7 @@ lz_status gla_recurrent_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const T 
 // The GLA decode step split over a thread-block cluster per state head (gla_decode.cu): from the
 // feature maps (gla_recurrent), or fused with the gate and the feature maps (gla_decode op).
 // Above this many sequences a decode step has enough (sequence, head) blocks without the split, and
-// the unsplit GLA kernel measured faster (pure Lizard 8B, 256 sequences: 10154 vs 9064 tok/s).
+// the unsplit GLA kernel is faster.
 enum { LZ_GLA_SPLIT_MAX_SEQS = 64 };
 // The head shape for which the small-batch attention kernels (this GLA kernel, window_attention.cu's
 // decode kernel) also have an instance with it fixed at compile time: LLaMA-3-8B's and Mistral-7B's
@@ -158,22 +143,11 @@ template <typename T>
 lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *k, const T *v, const T *gate_logit,
                                    const T *wq, int n_wq, const T *wk, int n_wk, bool exp_map, lz_layer_state *st,
                                    const lz_cuda_batch *b, const lz_batch *hb, const lz_attn_dims *dims);
-// The GLA decode step for many sequences (gla_decode_stream.cu): a launch for the gates and feature
-// maps (fp32 into scratch, gla_decode_stream_scratch bytes; z updated), then one that streams S.
-// From 8 sequences on (H200, 8B pure Lizard, 2K, two rounds, session 12): 16 sequences 2,257-2,260
-// tok/s on the split kernel against 2,655-2,669 streamed (the split kernel 61.6 us a layer, the
-// two launches 15.7 + 12.5, Nsight Compute); 8: 611 against 616; 4: 571 against 565 (so not from 2).
-enum { LZ_GLA_STREAM_MIN_DEFAULT = 8 };
-// Steps of up to this many sequences give the GLA decode kernel at most two blocks an SM (gla_decode.cu).
-enum { LZ_GLA_SPREAD_MAX_DEFAULT = 2 };
-// The window branch of decode steps from this many sequences on takes the persistent kernel
-// (window_decode_ring.cu; bf16, a 9.0 device). On the H200 (8B pure Lizard, 2K, session 20) against
-// the split kernel: +2.2% at 16 sequences, +0.5-1.3% at 64, +2.0% at 256. Below it the cluster kernel
-// of window_attention.cu takes the window. From 16 down to 8 (session 31, one run): at 8 sequences the
-// cluster kernel's 512 blocks took two waves (its last block ended 9 us after the median one), and the
-// ring took pure Lizard from 1,486 to 1,601 tok/s, the hybrid from 1,483 to 1,552; from 4 it lost at 4
-// (pure Lizard 847 -> 824), and from 5 at 6 beside the stream kernel's linear layers (1,208 -> 1,171).
-enum { LZ_WINDOW_RING_MIN_DEFAULT = 8 };
+// The GLA decode step for many sequences (gla_decode_stream.cu, from gla_stream_min sequences on): a
+// launch for the gates and feature maps (fp32 into scratch, gla_decode_stream_scratch bytes; z
+// updated), then one that streams S. (The window branch takes the persistent kernel of
+// window_decode_ring.cu from window_ring_min sequences on; below it the cluster kernel of
+// window_attention.cu.)
 template <typename T> bool gla_decode_stream_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims);
 template <typename T> size_t gla_decode_stream_scratch(const lz_attn_dims *dims, int n_seqs);
 template <typename T> lz_status gla_decode_stream_init(lz_cuda_ctx *c);
@@ -187,15 +161,13 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
                                    const lz_attn_dims *dims);
 
 // Few-token linear layers (see gemv.cu): the kernel takes up to LZ_GEMV_MAX_TOKENS tokens; the
-// launchers give it steps of up to LIZARD_GEMV_TOKENS (default LZ_GEMV_TOKENS_DEFAULT) and layers
-// of at most 4 rows (the Lizard gate) at any size. One token: at 2-8 tokens cuBLAS reads the
-// weights faster (H200, 8B shapes, 2K, session 12: teacher batch 2 / 4 / 8 310 / 577 / 630 tok/s
-// on the GEMV against 360 / 715 / 1,363 on cuBLAS; pure Lizard 324 / 571 / 612 against 356 / 686 /
-// 1,224): the GEMV's 4 or 8 tokens a warp multiply the loads of x by that many.
-enum { LZ_GEMV_MAX_TOKENS = 8, LZ_GEMV_MAX_SEGMENTS = 4, LZ_GEMV_TOKENS_DEFAULT = 1 };
+// launchers give it steps of up to LIZARD_GEMV_TOKENS and layers of at most 4 rows (the Lizard gate)
+// at any size. Larger steps go to cuBLAS, which reads the weights faster there: the GEMV's 4 or 8
+// tokens a warp multiply the loads of x by that many.
+enum { LZ_GEMV_MAX_TOKENS = 8, LZ_GEMV_MAX_SEGMENTS = 4 };
 // Whether the launchers give the GEMV a step of n tokens (the one place that decides it).
 static inline bool lz_gemv_takes_step(const lz_cuda_ctx *c, int n) {
-    return !c->gemv_off && n >= 1 && n <= c->gemv_tokens;
+    return n >= 1 && n <= c->gemv_tokens;
 }
 // Linear layers of one input launched together: out[s][n, m[s]] = x . w[s]^T (+ bias[s]).
 template <typename T> struct lz_gemv_segments {
@@ -212,11 +184,11 @@ template <typename T> struct lz_gemv_segments {
 template <typename T> lz_status gemv_segments_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, int n, int k);
 template <typename T>
 lz_status gemv_forward(lz_cuda_ctx *c, T *out, const T *x, const T *w, const T *bias, int n, int k, int m);
-// The same with a prologue and an epilogue (gemv_fused.cu), n <= LZ_GEMV_MAX_TOKENS:
-//   norm (NULL: none): x is RMS-normalised per token with weight norm [k] and eps on the way in;
-//   LZ_GEMV_STORE: out = x . W^T (+ bias); LZ_GEMV_RESIDUAL: out += x . W^T (+ bias);
+// The same with an epilogue (gemv_fused.cu), n <= LZ_GEMV_MAX_TOKENS (LZ_GEMV_STORE, out = x . W^T
+// (+ bias), is gemv_segments_forward's):
+//   LZ_GEMV_RESIDUAL: out += x . W^T (+ bias);
 //   LZ_GEMV_SWIGLU: two segments of equal rows (gate, up), out[0] = silu(gate) * up;
-//   LZ_GEMV_ROPE: LZ_GEMV_STORE, then RoPE on segments 0 and 1 (q, k; one token, no norm; see
+//   LZ_GEMV_ROPE: out = x . W^T (+ bias), then RoPE on segments 0 and 1 (q, k; one token; see
 //     lz_gemv_rope_fits).
 enum lz_gemv_epilogue { LZ_GEMV_STORE, LZ_GEMV_RESIDUAL, LZ_GEMV_SWIGLU, LZ_GEMV_ROPE };
 // Whether the RoPE epilogue takes a step of n tokens with q rows m_q, k rows m_k, total_rows in all
@@ -226,8 +198,8 @@ static inline bool lz_gemv_rope_fits(int n, int m_q, int m_k, int total_rows, in
     return n == 1 && head_dim % 8 == 0 && m_q % head_dim == 0 && m_k % head_dim == 0 && total_rows % 8 == 0;
 }
 template <typename T>
-lz_status gemv_fused_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, const T *norm, float eps,
-                             lz_gemv_epilogue epilogue, int n, int k);
+lz_status gemv_fused_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, lz_gemv_epilogue epilogue, int n,
+                             int k);
 
 // The prompt path of the feature maps on tensor cores (bf16; feature_map.cu).
 lz_status lz_feature_map_tc_init(lz_cuda_ctx *c);

@@ -4,10 +4,9 @@
 // among them): the streaming kernel, a copy with a small GEMM inside (one block
 // a SM, W staged once, warps on 16-token units: cp.async x, mma.sync, softmax
 // from registers, 16-byte row stores); its reason and design above the kernel.
-// Other bf16 prompts (or LIZARD_FMAP_PROMPT=0): one block per 64 tokens and
-// output head, u on WMMA with the head's W in shared memory per block, the
-// softmaxes as the epilogue (one warp per token); ~5x off the copy rate on an
-// H200 for LLaMA-3-8B's q map (0.25 ms at 8K tokens against 49 us).
+// Other bf16 prompts: one block per 64 tokens and output head, u on WMMA with
+// the head's W in shared memory per block, the softmaxes as the epilogue (one
+// warp per token).
 #include <mma.h>       // nvcuda::wmma
 #include <stdint.h>    // uintptr_t
 #include <type_traits> // std::is_same
@@ -404,7 +403,7 @@ lz_status lz_feature_map_tc_init(lz_cuda_ctx *c) {
 // every row starts 16-byte aligned; false: the caller takes the WMMA kernel.
 static bool feature_map_stream(lz_cuda_ctx *c, bf16 *out, const bf16 *x, const bf16 *w, int n_w, int n, int Hx,
                                int Hout, int d, int f, bool exp_map, lz_status *st) {
-    if (c->fmap_prompt_off || (((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) & 15) != 0)
+    if ((((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) & 15) != 0)
         return false;
     const long steps = (long)((n + FMS_GROUP - 1) / FMS_GROUP) * Hout;
     const unsigned grid = (unsigned)(steps < c->n_sms ? steps : c->n_sms); // one block a SM: its shared memory
@@ -424,7 +423,7 @@ static bool feature_map_stream(lz_cuda_ctx *c, bf16 *out, const bf16 *x, const b
 
 static bool feature_map_tc_fits(const lz_cuda_ctx *c, int n, int d, int f) {
     const fm_layout L = fm_layout_of(d, f);
-    return !c->tc_off && n >= FM_MIN_TOKENS && L.dp <= FM_MAX && L.fp <= FM_MAX && L.bytes <= c->max_smem;
+    return n >= FM_MIN_TOKENS && L.dp <= FM_MAX && L.fp <= FM_MAX && L.bytes <= c->max_smem;
 }
 
 static lz_status feature_map_tc(lz_cuda_ctx *c, bf16 *out, const bf16 *x, const bf16 *w, int n_w, int n, int Hx,

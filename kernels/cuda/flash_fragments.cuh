@@ -150,8 +150,7 @@ template <int OT> __device__ __forceinline__ void flash_rescale_o(float (&o)[OT]
     }
 }
 
-// Both steps at once, O always rescaled (the mma.sync kernel: with the skip it measured ~5% slower,
-// one run against another machine's).
+// Both steps at once, O always rescaled (the mma.sync kernel: the skip did not pay there).
 template <int NT, int OT>
 __device__ __forceinline__ void flash_online_softmax(float (&s)[NT][4], float (&o)[OT][4], float (&m_r)[2],
                                                      float (&l_r)[2], float scale_log2) {

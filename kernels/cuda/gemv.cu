@@ -9,16 +9,16 @@
 // (The launchers give it one-token steps unless LIZARD_GEMV_TOKENS says more: cuda_kernels.cuh.)
 // Accumulators per warp follow the step's size: 1 token (batch-1 decode), up to 4, up to 8. A
 // layer of very few rows (the Lizard gate: one) takes one token a warp, so that its warps fill the
-// GPU: with 8 tokens a warp the gate of 64 sequences was one block, 28.8 µs a layer (H200).
+// GPU (with 8 tokens a warp the gate of 64 sequences would be one block).
 template <typename T> lz_status gemv_segments_forward(lz_cuda_ctx *c, lz_gemv_segments<T> seg, const T *x, int n, int k) {
     seg.total_rows = 0;
     for (int s = 0; s < seg.count; s++)
         seg.total_rows += seg.m[s];
     if (n <= 1 || (size_t)seg.total_rows * (size_t)n <= (size_t)32 * (size_t)c->n_sms)
-        return lz_gemv_launch<T, 1, false, LZ_GEMV_STORE>(c, seg, x, NULL, 0.0f, n, k);
+        return lz_gemv_launch<T, 1, LZ_GEMV_STORE>(c, seg, x, n, k);
     if (n <= 4)
-        return lz_gemv_launch<T, 4, false, LZ_GEMV_STORE>(c, seg, x, NULL, 0.0f, n, k);
-    return lz_gemv_launch<T, LZ_GEMV_MAX_TOKENS, false, LZ_GEMV_STORE>(c, seg, x, NULL, 0.0f, n, k);
+        return lz_gemv_launch<T, 4, LZ_GEMV_STORE>(c, seg, x, n, k);
+    return lz_gemv_launch<T, LZ_GEMV_MAX_TOKENS, LZ_GEMV_STORE>(c, seg, x, n, k);
 }
 
 template <typename T>

@@ -1,75 +1,29 @@
-// gemv_kernel.cuh - the decode GEMV kernel that gemv.cu (plain) and gemv_fused.cu (norm prologue,
-// residual or SwiGLU epilogue) launch: out[n, m] = x[n, k] . W[m, k]^T for n <= LZ_GEMV_MAX_TOKENS.
+// gemv_kernel.cuh - the decode GEMV kernel that gemv.cu (plain) and gemv_fused.cu (residual, SwiGLU
+// or RoPE epilogue) launch: out[n, m] = x[n, k] . W[m, k]^T for n <= LZ_GEMV_MAX_TOKENS.
 //
 // Memory-bound: one warp streams one weight row with 16-byte loads and applies it to NT tokens;
 // each lane's first load goes before griddepcontrol.wait (weights depend on no kernel), so a GEMV's
 // loads start while the previous kernel drains. LOAD picks the weight load's cache operators and the
-// registers (LIZARD_GEMV_LOAD, bf16 only): 0 plain (L1 and L2 as the hardware likes), 1 L2
-// evict-first (weights are read once a step), 2 L1 no-allocate, 3 L2 fetches of 256 bytes; 4 and 5
-// are 0 and 2 held to 32 registers a thread, so that 8 blocks fit an SM instead of 6 (one token: the
-// q/k/v GEMV's 768 blocks then take 73% of the slots, not 97%, and the next kernel's blocks find
-// room while it runs).
-// SPLIT (LIZARD_GEMV_SPLIT, one token): warps a row, so that layers of few rows (o_proj, down_proj:
-// 4096) fill the GPU's thread slots with warps streaming a half or a quarter of a row each.
+// registers (bf16 only): 0 plain (L1 and L2 as the hardware likes), 2 L1 no-allocate, 5 as 2 held to
+// 32 registers a thread, so that 8 blocks fit an SM instead of 6 (one token: the q/k/v GEMV's 768
+// blocks then take 73% of the slots, not 97%, and the next kernel's blocks find room while it runs).
+// SPLIT (one token): warps a row, so that layers of few rows (o_proj, down_proj: 4096) fill the GPU's
+// thread slots with warps streaming a half or a quarter of a row each.
 // The SwiGLU epilogue (HALVES): lanes 0-15 of a warp stream the gate row of an output and lanes 16-31
 // its up row, and the halves meet by a shuffle; so the fused GEMV keeps the plain one's registers
-// (32, no spills), 8 blocks an SM, and no shared memory. H200, 8B shapes, LIZARD_FUSE=residual,swiglu,
-// batch 1, two rounds (session 11): teacher / hybrid / pure Lizard 218.2-218.4 / 221.1-222.4 / 229.1
-// tok/s against 212.8-213.3 / 218.2-220.0 / 228.0-228.4 with the two rows on sibling warps meeting in
-// shared memory (session 10's kernel; with its preferred carveout at 100% of shared memory the
-// teacher recovered to 215-217 and pure Lizard fell to 221-222, so its cost came from how a little
-// static shared memory meets the decode attention's 70 KB rings, not from the loads), and 212.1 /
-// 209.8 / 211.9 (session 10) with both rows in one warp (38 registers, 6 blocks an SM).
+// (32, no spills), 8 blocks an SM, and no shared memory.
 // The RoPE epilogue (ROPE, a softmax layer's q, k, v at one token): the 8 warps of a block stream rows
 // i .. i + 3 and i + d/2 .. i + d/2 + 3 of one head (rows permuted within the head), meet in 32 bytes
 // of shared memory and write the rotated pairs with rope.cu's arithmetic (rope_rotate.cuh), so the
-// rope launch goes (cuda_backend.cu has the measurements).
-// L2 prefetch of o_proj at one sequence (l2_prefetch; LIZARD_GEMV_PREFETCH=0: off): in a Lizard layer
-// the GLA and window decode kernels before o_proj are chains of small dependent steps that leave HBM
-// nearly idle for ~15 us (the kernel timeline, LIZARD_TRACE), so o_proj's first lane of each row asks
-// the copy engine for the whole row (cp.async.bulk.prefetch.L2) before its PDL wait, and streams it
-// from L2 after. The window decode launcher marks the chance (ctx->hbm_idle_next), so softmax layers,
-// whose attention reads the KV cache, and down_proj never prefetch. H200, 8B shapes, batch 1, four
-// rounds in alternating order (session 28): pure Lizard 229.2 -> 232.3 tok/s (every round), hybrid
-// 230.9 -> 231.5, the teacher (never prefetches) 236.3 / 235.3. The instruction sits in the residual
-// epilogue's instance only and reuses the first load's address: as a runtime test in every instance
-// it made ptxas spill 24-28 bytes in the 32-register one-token GEMVs (teacher 217-219 tok/s).
-// Tried in session 28, not kept (batch 1, against 229-237 tok/s in the same runs): rows split over 2-3
-// waves of thread slots (4 warps a row), 225-235; a persistent kernel of resident blocks taking tasks
-// of 2 rows from an atomic counter, 212-220 (docs/benchmarks.md).
-// Tried in session 13, not kept (batch 1, 2K, teacher / hybrid / pure Lizard, three rounds in one
-// run, tok/s, against 222.8 / 226.7 / 230.6): the next 16 bytes of weights loaded before the current
-// ones' products, 221.5 / 224.4 / 227.6 (4 bytes of spills at 32 registers; 223.1 / 223.6 / 228.2 with
-// LIZARD_GEMV_LOAD=2); the same with the token test dropped at one token (no spills), 222.8 / 224.3 /
-// 229.0. (cuobjdump: the loop as it is already keeps two weight loads a lane in flight.)
-// Tried on the H200 (8B shapes, session 7) and measured slower, so removed:
-// - the weights through a per-warp cp.async ring in shared memory, 2-8 chunks of 16 bytes in flight
-//   a lane: batch 1 207.9 -> 195-204 tok/s, batch 4 548 -> 330-394; the 128K-row lm_head took 311 us
-//   against 249 with plain loads (Nsight Compute);
-// - L2 prefetches by the copy engine (cp.async.bulk.prefetch.L2): each warp's first 8 or 32 KB
-//   before the wait, or 8 chunks ahead in the loop: batch 1 198.5 -> 157-178 tok/s (what the
-//   resident warps prefetch, 50 MB and more, is more than L2 keeps);
-// - weight loads as ld.global.nc.L1::no_allocate with an L2 policy: batch 1 207.9 -> 198.5,
-//   batch 4 548 -> 386.
-// Tried in session 10, not kept (slower, or mixed at 2 chunks):
-// - 2-8 chunks a lane (not one) loaded before the wait, into shared memory by cp.async (no registers
-//   held): teacher batch 1 218.7 -> 216.1 (2), 210.9 (4), 186.1 (8) tok/s; pure Lizard 212.0 -> 213.5,
-//   209.6, 187.1 (hybrid 213.2 -> 213.8, 209.4, 184.7);
-// - the q/k/v GEMV (6144 rows) at 2 warps a row over 1.45 waves of thread slots: teacher / hybrid /
-//   pure Lizard 218.7 / 213.2 / 212.0 -> 218.1 / 213.6 / 211.0 tok/s, no gain.
-// Tried in session 11, not kept: o_proj's 32 MiB moved into L2 during the decode attention by a small
-// kernel of cp.async.bulk.prefetch.L2 before it (teacher / hybrid / pure Lizard 219.1 / 219.8 / 224.4 ->
-// 199.5 / 204.0 / 210.3 tok/s); every decode kernel's preferred carveout set to 100, 50 or 0% of
-// shared memory (-2 to -10%, 50% inside the spread).
-// Tried in session 8 and measured slower, so removed:
-// - the weights into shared memory by the copy engine (cp.async.bulk on an mbarrier ring, one lane
-//   of each warp issuing; 8 warps a block, 1-2 blocks an SM, the first slices requested before the
-//   PDL wait; it passed test_gpu_ops and every bf16 parity fixture): teacher batch 1 213.2 -> 121.0
-//   tok/s (2 KB slices x 4 in flight a warp), 161.7 (two blocks an SM), 162.0 (4 KB x 2), 129.2
-//   (2 KB x 8), 67.6 (1 KB x 8): more stages did not help and smaller copies hurt, so the rate of
-//   copies, not the bytes in flight, bounded it; under Nsight Compute its GEMVs took 56 us on average;
-// - the SwiGLU GEMV's gate and up rows streamed one after the other by a warp (one load in flight a
-//   lane) instead of side by side: its 235 MB took 74.8 us, LIZARD_FUSE=all 195.5 -> 186.7 tok/s.
+// rope launch goes.
+// L2 prefetch of o_proj at one sequence (l2_prefetch): in a Lizard layer the GLA and window decode
+// kernels before o_proj are chains of small dependent steps that leave HBM nearly idle, so o_proj's
+// first lane of each row asks the copy engine for the whole row (cp.async.bulk.prefetch.L2) before
+// its PDL wait, and streams it from L2 after. The window decode launcher marks the chance
+// (ctx->hbm_idle_next), so softmax layers, whose attention reads the KV cache, and down_proj never
+// prefetch. The instruction sits in the residual epilogue's instance only and reuses the first load's
+// address: as a runtime test in every instance it made ptxas spill in the 32-register one-token GEMVs.
+// (docs/benchmarks.md lists the variants measured and not kept.)
 #ifndef LZ_GEMV_KERNEL_CUH
 #define LZ_GEMV_KERNEL_CUH
 
@@ -83,20 +37,13 @@ enum { LZ_GEMV_BLOCK = 256 };
 // 16 bytes of weights with the cache operators of LOAD (above).
 template <int LOAD> __device__ __forceinline__ uint4 lz_load_weight16(const void *p) {
     uint4 r;
-    if constexpr (LOAD == 0 || LOAD == 4) {
+    static_assert(LOAD == 0 || LOAD == 2 || LOAD == 5, "a load variant of the list above");
+    if constexpr (LOAD == 0) {
         r = *(const uint4 *)p;
-    } else if constexpr (LOAD == 1) {
-        uint64_t policy;
-        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-        asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-            : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-            : "l"(p), "l"(policy));
-    } else if constexpr (LOAD == 2 || LOAD == 5) {
+    } else {
         asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
             : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
             : "l"(p));
-    } else {
-        asm("ld.global.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
     }
     return r;
 }
@@ -113,18 +60,16 @@ template <int SPLIT> __device__ __forceinline__ void lz_row_barrier(int group) {
 }
 
 // SPLIT warps of one block per (output row of any segment, group of NT tokens), each taking every
-// SPLIT-th 32 x 16-byte chunk of the row; k % vec16<T>::N == 0. Split rows (no norm prologue) meet
+// SPLIT-th 32 x 16-byte chunk of the row; k % vec16<T>::N == 0. Split rows meet
 // at a named barrier of their SPLIT warps, and the first warp adds the partial sums in order. The
 // SwiGLU epilogue (SPLIT = 1): lanes 0-15 stream the gate row and lanes 16-31 the up row (16 x 16
 // bytes a load each).
-template <typename T, int NT, bool NORM, int EPI, int LOAD, int SPLIT>
-__global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
-    gemv_kernel(lz_gemv_segments<T> seg, const T *x, const T *norm, float eps, int n, int k, int n_groups,
-                bool l2_prefetch) {
+template <typename T, int NT, int EPI, int LOAD, int SPLIT>
+__global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD == 5 ? 8 : 0)
+    gemv_kernel(lz_gemv_segments<T> seg, const T *x, int n, int k, int n_groups, bool l2_prefetch) {
     constexpr bool HALVES = EPI == LZ_GEMV_SWIGLU; // gate and up rows on the halves of a warp
     static_assert(!HALVES || SPLIT == 1, "SwiGLU: gate and up on the two halves of one warp");
-    static_assert(SPLIT == 1 || (!NORM && (LZ_GEMV_BLOCK / 32) % SPLIT == 0),
-                  "split rows: no norm prologue (each warp's sum of squares must span the row)");
+    static_assert((LZ_GEMV_BLOCK / 32) % SPLIT == 0, "split rows: whole groups of warps a block");
     constexpr int V = vec16<T>::N;
     const int block_warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * (LZ_GEMV_BLOCK / 32) + block_warp) / SPLIT, part = block_warp % SPLIT;
@@ -154,30 +99,20 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
     }
     const int t0 = (warp / seg.total_rows) * NT, nt = min(NT, n - t0);
     const T *wr = w + (size_t)row * k;
-    float acc[NT], ss[NT];
+    float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++)
-        acc[t] = ss[t] = 0.0f;
+        acc[t] = 0.0f;
     // the products of one chunk: weights wv (V columns from column c) with every token
     auto fma_chunk = [&](float (&wv)[V], int c) {
-        if constexpr (NORM) {
-            float g[V];
-            vec16<T>::load(g, norm + c);
-#pragma unroll
-            for (int i = 0; i < V; i++)
-                wv[i] *= g[i];
-        }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t < nt) {
                 float xv[V];
                 vec16<T>::load(xv, x + (size_t)(t0 + t) * k + c);
 #pragma unroll
-                for (int i = 0; i < V; i++) {
+                for (int i = 0; i < V; i++)
                     acc[t] += wv[i] * xv[i];
-                    if constexpr (NORM)
-                        ss[t] += xv[i] * xv[i];
-                }
             }
         }
     };
@@ -207,8 +142,6 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         sum[t] = lz_warp_sum(acc[t], FROM);
-        if constexpr (NORM)
-            sum[t] *= rsqrtf(lz_warp_sum(ss[t], FROM) / (float)k + eps);
         up[t] = HALVES ? __shfl_sync(0xffffffffu, sum[t], 16) : 0.0f;
     }
     if constexpr (SPLIT > 1) { // the row's partial sums to its first warp
@@ -269,67 +202,44 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, LOAD >= 4 ? 8 : 0)
     lz_trace_mark();
 }
 
-template <typename T, int NT, bool NORM, int EPI, int LOAD, int SPLIT>
-static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm,
-                                   float eps, int n, int k) {
+template <typename T, int NT, int EPI, int LOAD, int SPLIT>
+static lz_status lz_gemv_launch_as(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, int n, int k) {
     const int groups = (n + NT - 1) / NT;
     const int grid = (int)(((size_t)seg.total_rows * groups * SPLIT * 32 + LZ_GEMV_BLOCK - 1) / LZ_GEMV_BLOCK);
     // (rows are whole 16-byte vectors here, as the bulk prefetch needs; at most 3/4 of L2, so that
     // the rows are still there when the loads come)
     const size_t bytes = (size_t)seg.total_rows * (size_t)k * sizeof(T);
-    const bool l2_prefetch = c->gemv_prefetch && c->hbm_idle_next && EPI == LZ_GEMV_RESIDUAL && NT == 1 &&
+    const bool l2_prefetch = c->hbm_idle_next && EPI == LZ_GEMV_RESIDUAL && NT == 1 &&
                              bytes * 4 <= c->l2_bytes * 3;
     c->hbm_idle_next = false; // (a chance for the launch right after the attention only)
-    LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT, NORM, EPI, LOAD, SPLIT>, dim3((unsigned)grid),
-                     dim3(LZ_GEMV_BLOCK), 0, seg, x, norm, eps, n, k, groups, l2_prefetch));
+    LZ_TRY(lz_launch(c, "gemv", gemv_kernel<T, NT, EPI, LOAD, SPLIT>, dim3((unsigned)grid), dim3(LZ_GEMV_BLOCK), 0,
+                     seg, x, n, k, groups, l2_prefetch));
     LZ_LAUNCH_CHECK("gemv");
     return LZ_OK;
 }
 
-// Warps a row (LIZARD_GEMV_SPLIT: the most, default 4; 1 = one warp a row): the largest of 4 and 2 up
-// to that which still fits the launch in one wave of the GPU's thread slots (2048 an SM), so that the
-// layers of few rows (o_proj and down_proj: 4096 rows, 2 warps each) fill the SMs. One-token GEMVs
-// without the norm prologue only. H200, 8B shapes, batch 1, session 9, four rounds in one run (tok/s):
-// teacher 212.2-213.0 -> 217.3-219.9 with 4 (216.9-219.6 with 2), hybrid 209.6-211.0 -> 212.8-214.7,
-// pure Lizard 209.8-210.8 -> 211.8-212.2; batch 4 (NT = 4, not split) the same.
-template <typename T, int NT, bool NORM, int EPI, int LOAD>
-static lz_status lz_gemv_launch_split(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm,
-                                      float eps, int n, int k) {
-    if constexpr (NT == 1 && !NORM && EPI != LZ_GEMV_SWIGLU && EPI != LZ_GEMV_ROPE) {
+// Warps a row: the largest of 4 and 2 that still fits the launch in one wave of the GPU's thread
+// slots (2048 an SM), so that the layers of few rows (o_proj and down_proj: 4096 rows, 2 warps each)
+// fill the SMs; else 1. One-token GEMVs only, not the SwiGLU or RoPE epilogues.
+template <typename T, int NT, int EPI, int LOAD>
+static lz_status lz_gemv_launch_split(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, int n, int k) {
+    if constexpr (NT == 1 && EPI != LZ_GEMV_SWIGLU && EPI != LZ_GEMV_ROPE) {
         const size_t threads = (size_t)seg.total_rows * (size_t)n * 32, slots = (size_t)c->n_sms * 2048;
-        if (c->gemv_split >= 4 && threads * 4 <= slots)
-            return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 4>(c, seg, x, norm, eps, n, k);
-        if (c->gemv_split >= 2 && threads * 2 <= slots)
-            return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 2>(c, seg, x, norm, eps, n, k);
-        return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 1>(c, seg, x, norm, eps, n, k);
+        if (threads * 4 <= slots)
+            return lz_gemv_launch_as<T, NT, EPI, LOAD, 4>(c, seg, x, n, k);
+        if (threads * 2 <= slots)
+            return lz_gemv_launch_as<T, NT, EPI, LOAD, 2>(c, seg, x, n, k);
+        return lz_gemv_launch_as<T, NT, EPI, LOAD, 1>(c, seg, x, n, k);
     } else {
-        return lz_gemv_launch_as<T, NT, NORM, EPI, LOAD, 1>(c, seg, x, norm, eps, n, k);
+        return lz_gemv_launch_as<T, NT, EPI, LOAD, 1>(c, seg, x, n, k);
     }
 }
 
-// The load variant: LIZARD_GEMV_LOAD if set, else by what measured fastest (H200, 8B shapes, session
-// 7, each against plain loads in the same run): several tokens 2 (batch 4: 548 -> 569 tok/s, every
-// variant); the plain one-token GEMV 5 (batch 1: teacher 207 -> 213, hybrid 203 -> 205, pure Lizard
-// 207 -> 209; 4, the same registers with plain loads, 207 -> 201; the residual epilogue takes it
-// too, as does the SwiGLU epilogue on half-warps: 31 registers, no spills); the one-token GEMVs with
-// the norm prologue 0 (their sums spill at 32 registers: 4 took LIZARD_FUSE=all from 202 to 147).
-template <int NT, bool NORM> constexpr int lz_gemv_default_load() {
-    return NT > 1 ? 2 : !NORM ? 5 : 0;
-}
-template <typename T, int NT, bool NORM, int EPI>
-static lz_status lz_gemv_launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, const T *norm, float eps,
-                                int n, int k) {
-    if constexpr (sizeof(T) == 2) {
-        switch (c->gemv_load >= 0 ? c->gemv_load : lz_gemv_default_load<NT, NORM>()) {
-        case 1: return lz_gemv_launch_split<T, NT, NORM, EPI, 1>(c, seg, x, norm, eps, n, k);
-        case 2: return lz_gemv_launch_split<T, NT, NORM, EPI, 2>(c, seg, x, norm, eps, n, k);
-        case 3: return lz_gemv_launch_split<T, NT, NORM, EPI, 3>(c, seg, x, norm, eps, n, k);
-        case 4: return lz_gemv_launch_split<T, NT, NORM, EPI, 4>(c, seg, x, norm, eps, n, k);
-        case 5: return lz_gemv_launch_split<T, NT, NORM, EPI, 5>(c, seg, x, norm, eps, n, k);
-        default: break;
-        }
-    }
-    return lz_gemv_launch_split<T, NT, NORM, EPI, 0>(c, seg, x, norm, eps, n, k);
+// The load variant: bf16 2 for several tokens, 5 for one; fp32 plain loads.
+template <typename T, int NT, int EPI>
+static lz_status lz_gemv_launch(lz_cuda_ctx *c, const lz_gemv_segments<T> &seg, const T *x, int n, int k) {
+    constexpr int load = sizeof(T) != 2 ? 0 : NT > 1 ? 2 : 5;
+    return lz_gemv_launch_split<T, NT, EPI, load>(c, seg, x, n, k);
 }
 
 #endif

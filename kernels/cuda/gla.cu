@@ -9,7 +9,7 @@
 //      / [exp(G_i) phi_q_i . z_prev + sum_{t<=i} a_it], a_it = phi_q_i . phi_k_t exp(G_i - G_t).
 // Everything in fp32 arithmetic; S and z are fp32. No T x T matrix; memory linear in T.
 // bf16 prompts take gla_prompt_tc.cu (the same three steps on tensor cores) where the shape allows;
-// these kernels stay the fp32 path and the fallback (LIZARD_GLA_PROMPT=0).
+// these kernels stay the fp32 path and the fallback.
 // Decode (recurrent, one launch): S = g S + phi_k v^T, z = g z + phi_k, read out for every
 // query head of the group while the state is in registers: the state is read and written once.
 #include "cuda_kernels.cuh"

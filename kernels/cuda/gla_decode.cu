@@ -17,14 +17,12 @@
 // So a decode step's GLA branch is one launch instead of four (log_sigmoid, two feature maps, GLA).
 // From LIZARD_GLA_STREAM_MIN sequences on, the backend takes gla_decode_stream.cu's two launches.
 //
-// With LIZARD_PDL the cluster launch is also a programmatic dependent: the kernel waits for the
-// previous one (griddepcontrol.wait), then lets the next one launch. Before the wait (p.early,
-// LIZARD_GLA_EARLY, default on) it loads its slice of S and prefetches into L1 its share of the
-// feature maps' weights: S of this layer is written only by this kernel at the previous step, and
-// every kernel here launches its dependents only after its own wait, so the kernel that wrote S is
-// complete when this one starts (S is read through L2, __ldcg, so that no stale L1 line is read).
-// H200, 8B shapes, three rounds (session 10): pure Lizard batch 1 221.9 -> 222.7 tok/s, batch 4
-// 568.8 -> 571.2 (LIZARD_GLA_EARLY=0 -> default): small, but in every round.
+// The cluster launch is also a programmatic dependent: the kernel waits for the previous one
+// (griddepcontrol.wait), then lets the next one launch. Before the wait it loads its slice of S and
+// prefetches into L1 its share of the feature maps' weights: S of this layer is written only by this
+// kernel at the previous step, and every kernel here launches its dependents only after its own wait,
+// so the kernel that wrote S is complete when this one starts (S is read through L2, __ldcg, so that
+// no stale L1 line is read).
 #include <cooperative_groups.h> // this_cluster: map_shared_rank, cluster barriers
 
 #include "cuda_kernels.cuh"
@@ -46,7 +44,6 @@ template <typename T> struct gd_params {
     const int32_t *start, *slot;
     int Hq, Hkv, Hs, d, f, n_wq, n_wk;
     bool normalize, exp_map;
-    bool early; // LIZARD_GLA_EARLY: S loaded and the maps' weights prefetched before the PDL wait
 };
 
 // The feature map's weight [d, f] that head hh of state head s's maps takes: the group's query heads
@@ -106,10 +103,7 @@ struct gd_layout {
 // grid (C, Hs, n_seqs), cluster (C, 1, 1), block GD_THREADS. G >= the group size (query heads per state head).
 // DC, FC > 0: head_dim DC, feature_dim FC and a group of exactly G, fixed at compile time (pick), so that
 // the index arithmetic (divisions by d, f, the shares) folds away: at batch 1 the kernel is a chain of
-// dependent instructions (Nsight Compute, 8B shape: ~10 cycles a warp per issued instruction, 0.19
-// instructions a cycle a scheduler), so every instruction a warp need not issue is time. H200, 8B pure
-// Lizard, session 26: the launch at batch 1 14.2-14.6 -> 11.5-11.8 us (serialised), 100 -> 63 registers;
-// decode at 4 sequences +1.6% from this kernel alone (docs/benchmarks.md).
+// dependent instructions, so every instruction a warp need not issue is time.
 template <typename T, bool FUSED, int G, int DC = 0, int FC = 0>
 __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<T> p) {
     constexpr bool SPEC = DC > 0;
@@ -127,10 +121,6 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
     float *phis = sm + L.phis, *zs = sm + L.zs, *vs = sm + L.vs, *dens = sm + L.dens, *red = sm + L.red;
     lz_trace_mark();
 
-    if (!p.early) {
-        lz_pdl_wait();
-        lz_pdl_launch_dependents();
-    }
     // 1. This block's slice of S (the first GD_ROUND passes), then everything small: all in flight together.
     float4 st[GD_ROUND];
 #pragma unroll
@@ -140,16 +130,14 @@ __global__ void __launch_bounds__(GD_THREADS) gla_decode_split_kernel(gd_params<
     }
     if constexpr (FUSED) { // this block's features of every head's map: one line a weight row
         const int j0 = r * L.fpb;
-        if (p.early && j0 < f)
+        if (j0 < f)
             for (int e = tid; e < L.nh * d; e += GD_THREADS) {
                 const int hh = e / d, i = e % d;
                 asm volatile("prefetch.global.L1 [%0];" ::"l"(gd_map_weight(p, s, group, hh, d * f) + (size_t)i * f + j0));
             }
     }
-    if (p.early) {
-        lz_pdl_wait();
-        lz_pdl_launch_dependents();
-    }
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
     for (int e = tid; e < F; e += GD_THREADS)
         zs[e] = zh[e];
     for (int e = tid; e < cpb; e += GD_THREADS)
@@ -333,7 +321,7 @@ template <typename T, bool FUSED> static const void *pick(int group, int d, int 
 // Whether the split kernel takes this shape (else the caller uses the unsplit path).
 template <typename T> bool gla_decode_split_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims, bool fused) {
     const int d = dims->head_dim, f = dims->feature_dim, Hq = dims->n_heads, Hs = dims->n_state_heads;
-    if (c->fuse_off || d % 4 != 0 || Hs <= 0 || Hq % Hs != 0 || Hq / Hs > 16 || dims->n_kv_heads <= 0 ||
+    if (d % 4 != 0 || Hs <= 0 || Hq % Hs != 0 || Hq / Hs > 16 || dims->n_kv_heads <= 0 ||
         (Hs % dims->n_kv_heads != 0 && Hs != Hq) || f < 1)
         return false;
     const int C = gd_cluster_size(d);
@@ -343,14 +331,12 @@ template <typename T> bool gla_decode_split_fits(const lz_cuda_ctx *c, const lz_
     return sizeof(float) * (size_t)L.total <= c->max_smem;
 }
 
-// The launch's shared memory: the layout's, or at steps of up to LIZARD_GLA_SPREAD sequences (default
-// 2) enough that no third block fits on an SM (the next multiple of 8 KiB above a third of the SM's).
+// The launch's shared memory: the layout's, or at steps of up to LIZARD_GLA_SPREAD sequences enough
+// that no third block fits on an SM (the next multiple of 8 KiB above a third of the SM's).
 // Why: launched early (PDL) behind the q/k/v GEMV, the kernel's blocks take SMs as the GEMV's blocks
-// leave, and at one sequence its 64 blocks landed on 24 SMs (the kernel timeline, session 28), where
-// they share each SM's issue slots and load bandwidth along their whole chain. H200, 8B shapes, one
-// call, two rounds (session 31; 80 KiB): pure Lizard 229.3 / 229.4 -> 235.2 / 235.5 tok/s at one
-// sequence, 437.1 / 436.9 -> 448.0 / 448.3 at two, the hybrid +1.1% / +1.2%; at four it lost (pure
-// Lizard 837 / 839 -> 824 / 822), and one block an SM (116 KiB) lost at 1, 2 and 4 (228-232, 425, 792).
+// leave, and at one sequence its blocks would pile onto the first few SMs, sharing their issue slots
+// and load bandwidth along their whole chain. At four sequences and more the spread costs more than
+// it gains (docs/benchmarks.md).
 static size_t gd_launch_smem(const lz_cuda_ctx *c, size_t need, int n_seqs) {
     if (n_seqs > c->gla_spread_max)
         return need;
@@ -380,7 +366,7 @@ lz_status gla_decode_split_forward(lz_cuda_ctx *c, T *out, const T *phi_q, const
     p.out = out, p.phi_q = phi_q, p.phi_k = phi_k, p.v = v, p.gate = log_gamma, p.S = st->S, p.z = st->z;
     p.start = b->start, p.slot = b->slot;
     p.Hq = dims->n_heads, p.Hkv = dims->n_kv_heads, p.Hs = dims->n_state_heads, p.d = dims->head_dim;
-    p.f = dims->feature_dim, p.normalize = dims->gla_normalize, p.early = c->gla_early;
+    p.f = dims->feature_dim, p.normalize = dims->gla_normalize;
     return launch<T, false>(c, p, hb->n_seqs);
 }
 
@@ -392,7 +378,7 @@ lz_status gla_decode_fused_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     p.out = out, p.q = q, p.k = k, p.v = v, p.gate = gate_logit, p.wq = wq, p.wk = wk, p.n_wq = n_wq, p.n_wk = n_wk;
     p.S = st->S, p.z = st->z, p.start = b->start, p.slot = b->slot;
     p.Hq = dims->n_heads, p.Hkv = dims->n_kv_heads, p.Hs = dims->n_state_heads, p.d = dims->head_dim;
-    p.f = dims->feature_dim, p.normalize = dims->gla_normalize, p.exp_map = exp_map, p.early = c->gla_early;
+    p.f = dims->feature_dim, p.normalize = dims->gla_normalize, p.exp_map = exp_map;
     return launch<T, true>(c, p, hb->n_seqs);
 }
 

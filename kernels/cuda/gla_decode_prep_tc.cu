@@ -3,13 +3,10 @@
 // with fp32 accumulation (the inputs are bf16 already, so each product is exact and only the order
 // of the sums differs from the CUDA-core prep), then phi = [softmax(u) ++ softmax(-u)] (or
 // [exp(u) ++ exp(-u)]) as fp32 into scratch, and for the state heads z = gamma z + phi_k.
-// Why: the CUDA-core prep reads each head's weight once per 8 sequences, through registers, and at
-// 256 sequences of LLaMA-3-8B's shape took 45 us a layer (1,280 blocks, 3.2 waves of a chain of
-// loads, sums and a softmax) for ~14 MB of traffic; here the weight sits in shared memory for 32
-// sequences, its copy issued before the PDL wait, and the products take a few instructions a warp
-// (45 -> 22 us a layer at 256 sequences, pure Lizard 15.3K -> 15.9K tok/s; then the softmaxes
-// interleaved, below).
-// The CUDA-core prep stays for fp32 (exactness checks), LIZARD_TC=0 and shapes this one does not take.
+// Why: the CUDA-core prep reads each head's weight once per 8 sequences, through registers, a chain
+// of loads, sums and a softmax several waves long; here the weight sits in shared memory for 32
+// sequences, its copy issued before the PDL wait, and the products take a few instructions a warp.
+// The CUDA-core prep stays for fp32 (exactness checks) and shapes this one does not take.
 #include <mma.h> // nvcuda::wmma
 #include <stdint.h> // uintptr_t
 
@@ -37,8 +34,8 @@ static __host__ __device__ size_t pt_smem(int d, int f) {
 // The chain after the PDL wait is one round trip for x (the weight, the rows and the slots are in
 // shared memory by then), the products, then one for z and the gates, which overlap the softmaxes.
 // Warp w finishes sequences w, w + PT_WARPS, ... side by side (their reductions interleaved), in the
-// log2 domain with ex2.approx: Nsight Compute showed the first version (a sequence after another,
-// expf and divisions) issue-latency bound at 22 us a layer for 256 sequences.
+// log2 domain with ex2.approx (a sequence after another, with expf and divisions, is issue-latency
+// bound).
 __global__ void __launch_bounds__(PT_THREADS, 3) gla_decode_prep_tc_kernel(gs_params<__nv_bfloat16> p) {
     using namespace nvcuda;
     using bf = __nv_bfloat16;
@@ -172,7 +169,7 @@ __global__ void __launch_bounds__(PT_THREADS, 3) gla_decode_prep_tc_kernel(gs_pa
 
 bool gla_decode_prep_tc_fits(const lz_cuda_ctx *c, const gs_params<__nv_bfloat16> &p) {
     const uintptr_t rows = (uintptr_t)p.wq | (uintptr_t)p.wk | (uintptr_t)p.q | (uintptr_t)p.k;
-    return !c->tc_off && p.d % 16 == 0 && p.f % 32 == 0 && p.f <= 32 * PT_ZH && (rows & 15) == 0 &&
+    return p.d % 16 == 0 && p.f % 32 == 0 && p.f <= 32 * PT_ZH && (rows & 15) == 0 &&
            pt_smem(p.d, p.f) <= c->max_smem;
 }
 

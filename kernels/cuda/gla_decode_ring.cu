@@ -6,23 +6,15 @@
 // state slice, bulk copies of the small arrays; full and empty mbarriers a stage), eight consumer
 // warps update.
 // Why: the stream kernel loads its 64 KiB slice, then updates and stores it, then reduces, then
-// exits; its reads come in bursts, and at 256 sequences of the 8B shape it moved its 512 MB (read +
-// written) at 2.98 TB/s, 70% of the copy rate (171.9 us a layer, Nsight Compute, session 14).
+// exits; its reads come in bursts, well below the copy rate.
 // Per item, a stage holds the slice of S [F][cols] and the small arrays the update needs (the group's
 // phi_q, phi_k, z after prep's update, the value columns; the gate logit, row and slot as indices).
 // The first stages' state slices are requested before the PDL wait (no earlier kernel writes S: see
 // gla_decode_stream.cu), their small arrays after it.
-// Measured (H200, Nsight Compute, 256 sequences of the 8B shape, a layer):
-// - session 19: cp.async from all threads, two barriers an item: 155.8-157.1 us (3.26-3.37 TB/s).
-//   Its stall samples (session 21): 15% issuing the copies (16 cp.async a thread an item, each with
-//   its address arithmetic), 18% on the small copies and index loads, 12% at the two barriers;
-// - session 21, this version: the producer warp, a thread's rows in quads (a quad's phi_q and phi_k
-//   in one 16-byte load each): 143.6 us (3.67 TB/s, 94% of the in-place stream's 3.84-3.95). A first
-//   build with an arrive/sync pair on a second barrier instead of the barrier before the partial rows
-//   measured 142.9 us, but one thread's arrive and later sync could land in the same instance. The
-//   numerators meeting by shared-memory atomicAdd measured 148.9 us (a float add to shared memory is
-//   a compare-and-swap loop: 12% of the samples); two teams of consumer warps (544 threads, at most
-//   96 registers: spills) 161.1 us.
+// The producer warp issues every copy (cp.async from all threads spent their issue slots on the
+// copies' address arithmetic); a thread's rows go in quads (a quad's phi_q and phi_k in one 16-byte
+// load each); the numerators meet by a barrier, not by shared-memory atomicAdd (a compare-and-swap
+// loop). docs/benchmarks.md has the versions measured.
 #include <stdint.h> // uintptr_t
 
 #include "cuda_kernels.cuh"
@@ -237,7 +229,7 @@ template <typename T> bool gla_decode_ring_fits(const lz_cuda_ctx *c, const gs_p
     const uintptr_t align = (uintptr_t)p.S | (uintptr_t)p.z | (uintptr_t)p.phi_q | (uintptr_t)p.phi_k | (uintptr_t)p.v;
     // (a group of 1, 2, 4, 8 or 16 query heads a state head: the kernel's G is the group itself;
     // the copy engine's boxes: whole 16-byte rows, at most 256 of them or a multiple of 256)
-    if (!c->gla_ring || !gr_encode || (group & (group - 1)) != 0 || group > 16 || p.cols < 4 || p.cols > 256 ||
+    if (!gr_encode || (group & (group - 1)) != 0 || group > 16 || p.cols < 4 || p.cols > 256 ||
         GR_CONSUMERS % (p.cols / 4) != 0 || F % 4 != 0 || (F > GR_BOX_ROWS && F % GR_BOX_ROWS != 0) ||
         p.d % 4 != 0 || (p.cols * sizeof(T)) % 16 != 0 || (p.d * sizeof(T)) % 16 != 0 || (align & 15) != 0)
         return false;

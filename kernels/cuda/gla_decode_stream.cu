@@ -11,22 +11,15 @@
 //           anything else, then S = gamma S + phi_k v^T over all 2f rows of its columns, stored,
 //           with the numerators phi_q^T S of the group's query heads reduced in the block, and
 //           the denominators phi_q . z from the z that prep wrote.
-// Why: at LLaMA-3-8B's shape and 64 sequences the split kernel (gla_decode.cu) took 144 us a layer
-// on the H200 against ~32 us for its 64 MiB read + 64 MiB written at the copy rate: each cluster
+// Why: at many sequences the split kernel (gla_decode.cu) is far from the copy rate: each cluster
 // issues its state loads once, then walks serial phases (the feature maps' GEMV from L2 with every
 // (sequence, state head) re-reading the weights, cluster barriers, reductions). Here the feature
 // maps read each weight once per GP_SEQS sequences, and the stream kernel does nothing but the
 // state's own arithmetic. The backend takes this path from LIZARD_GLA_STREAM_MIN sequences on.
-// The prep kernel took 22.8 us a layer at 64 sequences when it staged the weight through shared
-// memory after a wait, one thread a feature over 128 serial rows, a warp two sequences' phi and z
-// one after the other, in 160 blocks; now 320 blocks of 8 sequences (3 an SM: one wave; 2 with the
-// weight's 128 rows all held at once would take two), the weight's first rows loaded into registers
-// while the previous kernel drains, z copied while u is computed, a tile's phi at once.
-//
-// The stream blocks took 32 columns and 8 rows a thread (32 KiB, 3 blocks an SM) until session 14;
-// 64 columns and 16 rows (64 KiB, 128 registers, 2 blocks an SM: a third more bytes in flight) took
-// pure Lizard (H200, 2K, tok/s, two rounds) at batch 16 from 2,632-2,649 to 2,670-2,673, at 64 from
-// 8,358-8,373 to 8,386-8,438, at 256 from 15,847-15,942 to 16,191-16,235.
+// prep: 8 sequences a block (3 blocks an SM: one wave), the weight's first rows loaded into
+// registers while the previous kernel drains, z copied while u is computed, a tile's phi at once.
+// stream: 64 columns and 16 rows a thread (64 KiB, 128 registers, 2 blocks an SM), for more bytes
+// in flight.
 // Programmatic dependent launch (pdl.cuh): prep loads its weights before griddepcontrol.wait and
 // lets the stream kernel launch only after the wait; so when a stream block starts, every kernel
 // before prep has completed (each waited for its own predecessor), and nothing that writes S can
@@ -268,7 +261,7 @@ template <typename T> static int prep_vf(int f, const T *wq, const T *wk) {
 template <typename T> bool gla_decode_stream_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims) {
     const int d = dims->head_dim, f = dims->feature_dim, Hq = dims->n_heads, Hkv = dims->n_kv_heads,
               Hs = dims->n_state_heads;
-    if (c->fuse_off || Hs <= 0 || Hkv <= 0 || f < 1 || f > GP_THREADS || Hq % Hs != 0 || Hq / Hs > GS_MAX_GROUP ||
+    if (Hs <= 0 || Hkv <= 0 || f < 1 || f > GP_THREADS || Hq % Hs != 0 || Hq / Hs > GS_MAX_GROUP ||
         Hq % Hkv != 0 || (Hs % Hkv != 0 && Hs != Hq) || stream_cols(d) == 0)
         return false;
     return gs_prep_smem(d, f, 1) <= c->max_smem && (f % 4 != 0 || gs_prep_smem(d, f, 4) <= c->max_smem) &&

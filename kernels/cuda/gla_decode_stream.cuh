@@ -18,14 +18,14 @@ template <typename T> struct gs_params {
 };
 
 // The bf16 tensor-core prep (phi_q, phi_k and z for the stream kernel, gla_decode_prep_tc.cu): where
-// it takes the shape (LIZARD_TC on, d a multiple of 16, f of 32 up to 128, 16-byte aligned rows), its
+// it takes the shape (d a multiple of 16, f of 32 up to 128, 16-byte aligned rows), its
 // launch, and its once-per-backend setup.
 bool gla_decode_prep_tc_fits(const lz_cuda_ctx *c, const gs_params<__nv_bfloat16> &p);
 lz_status gla_decode_prep_tc(lz_cuda_ctx *c, const gs_params<__nv_bfloat16> &p);
 lz_status gla_decode_prep_tc_init(lz_cuda_ctx *c);
 
 // The persistent state update (gla_decode_ring.cu), the stream kernel's replacement where it fits
-// (LIZARD_GLA_RING on, aligned rows, 3 stages of shared memory): its test, launch and setup.
+// (aligned rows, 3 stages of shared memory): its test, launch and setup.
 template <typename T> bool gla_decode_ring_fits(const lz_cuda_ctx *c, const gs_params<T> &p);
 template <typename T> lz_status gla_decode_ring(lz_cuda_ctx *c, const gs_params<T> &p);
 template <typename T> lz_status gla_decode_ring_init(lz_cuda_ctx *c);

@@ -21,8 +21,6 @@
 // features 8t..8t+7; mma step 0 uses 8t+0..3 as its k {2t, 2t+1, 2t+8, 2t+9}, step 1 uses 8t+4..7.
 // A dot product does not care about the order of its terms, as long as both sides agree.
 #include <stdint.h> // uint32_t
-#include <stdlib.h> // getenv
-#include <string.h> // strcmp
 
 #include "cuda_kernels.cuh" // lz_cuda_ctx, LZ_LAUNCH_CHECK
 #include "ptx.cuh"          // lz_mma_bf16, lz_ldsm_x4_trans, lz_pack_bf16
@@ -44,7 +42,6 @@ struct pt_shape {
     __device__ int value_head(int s) const { return Hs == Hkv ? s : s / (Hq / Hkv); }
 };
 
-static bool prompt_off; // LIZARD_GLA_PROMPT=0: the older kernels of gla.cu / gla_tc.cu
 
 // Row strides (bf16 elements) of the shared tiles. ldmatrix reads 8 rows of 16 bytes: a stride of
 // 4 (mod 8) words spreads them over all banks. The output kernel's K is read 16 bytes per lane,
@@ -273,10 +270,9 @@ __device__ void copy_rows16(bf16 *tile, int stride, const bf16 *src, size_t src_
 // grid (chunks, Hs), block 32 min(8, 4 group); smem (output_smem): K [64][k16_stride(F)], V [64][d+8] (bf16),
 // S_prev [F d / 8] (16-byte fragments, as the scan wrote them), per warp its task's Q rows [16][k16_stride(F)],
 // g [64], z_prev [F]. Warp task (query head hh of the group, row block rb): rows 16 rb .. 16 rb + 15 of the chunk.
-// Every operand of the products comes from shared memory: the first version read S_prev and Q from L1/L2 in
-// its inner loops and spent 76% of its stall samples waiting on them (118 us a layer for a 2K prompt of the 8B
-// shape, H200, session 29). K, V and S_prev are copied once a block; a warp's next Q rows stream in while it
-// finishes the current task.
+// Every operand of the products comes from shared memory (read from L1/L2 in the inner loops, they
+// stalled the warps most of the time): K, V and S_prev are copied once a block; a warp's next Q rows
+// stream in while it finishes the current task.
 __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 1)
     chunk_output_mma_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ phi_q, const bf16 *__restrict__ phi_k,
                             const bf16 *__restrict__ v, const bf16 *__restrict__ log_gamma,
@@ -456,8 +452,6 @@ __global__ void __launch_bounds__(32 * PT_MAX_WARPS, 1)
 }
 
 lz_status lz_gla_prompt_init(lz_cuda_ctx *c) {
-    const char *env = getenv("LIZARD_GLA_PROMPT");
-    prompt_off = env && strcmp(env, "0") == 0;
     LZ_CUDA_TRY(cudaFuncSetAttribute(chunk_state_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)c->max_smem));
     LZ_CUDA_TRY(cudaFuncSetAttribute(chunk_output_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -469,7 +463,7 @@ static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 bool lz_gla_prompt_fits(const lz_cuda_ctx *c, const bf16 *out, const bf16 *phi_q, const bf16 *phi_k, const bf16 *v,
                         int Hq, int Hs, int d, int F) {
-    return !prompt_off && !c->tc_off && F % 32 == 0 && F > 0 && d % 16 == 0 && d > 0 && d <= 256 && Hs > 0 &&
+    return F % 32 == 0 && F > 0 && d % 16 == 0 && d > 0 && d <= 256 && Hs > 0 &&
            Hq % Hs == 0 && aligned16(phi_q) && aligned16(phi_k) && aligned16(v) && ((uintptr_t)out & 3) == 0 &&
            state_smem(F, d) <= c->max_smem && output_smem(F, d, Hq / Hs) <= c->max_smem;
 }

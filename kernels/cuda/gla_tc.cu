@@ -133,7 +133,7 @@ lz_status lz_gla_tc_init(lz_cuda_ctx *c) {
 }
 
 bool lz_gla_tc_fits(const lz_cuda_ctx *c, int F, int d) {
-    return !c->tc_off && F % 16 == 0 && d % 16 == 0 && d <= 256 && lz_gla_tc_smem(F, d) <= c->max_smem;
+    return F % 16 == 0 && d % 16 == 0 && d <= 256 && lz_gla_tc_smem(F, d) <= c->max_smem;
 }
 
 lz_status lz_gla_tc_output(lz_cuda_ctx *c, bf16 *out, const bf16 *phi_q, const bf16 *phi_k, const bf16 *v,

@@ -2,17 +2,13 @@
 // weights laid one after another at load (lz_join_weights: a layer's q, k, v and a Lizard layer's gate;
 // the MLP's gate, up).
 // Why: at 2-64 tokens a product of 8-34 MB is latency-bound in cuBLAS, and each comes with a split-K
-// reduction. H200, LLaMA-3-8B shapes (tests/bench/cublaslt_probe.cu, session 23, weights from HBM):
-// q 12.4-14.7 us, k and v 14.1-15.3 us each, q, k and v as one 50 MB product 16.5-17.1 us (no split-K);
-// gate and up 31.1-34.6 us each, as one 235 MB product 57.2-63.2 us. cuBLASLt's other algorithms for
-// these shapes were 0-11% faster than the default (k and v alone 16-21%, still ~12 us), so the gain is in
-// the joining, not in the choice.
+// reduction; one product of the joined weights takes little longer than one of them alone, and
+// cuBLASLt's other algorithms gain little on these shapes (tests/bench/cublaslt_probe.cu), so the
+// gain is in the joining, not in the choice.
 // The product lands in ctx->joined_out ([n][rows of all the layers]); a small kernel then hands each
 // layer its columns (or SwiGLU reads gate and up from both halves of a row: swiglu_rows_forward), since
-// the ops after it take each layer's output as its own dense array. The Lizard gate in the product (session
-// 24, H200, 8B shapes): pure Lizard +0.8% / +1.1% / +1.6% at 2 / 4 / 16 sequences against its own GEMV
-// after the product; from 32 sequences within the spread (docs/benchmarks.md). Tried, not kept: at 2-8
-// tokens q straight to its output on the main stream beside the rest joined on a side stream, 1-2.4% slower.
+// the ops after it take each layer's output as its own dense array. A Lizard layer's one-row gate
+// joins its q, k, v.
 #include <limits.h> // INT_MAX
 
 #include "linear_joined.cuh"

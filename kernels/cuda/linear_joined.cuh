@@ -7,7 +7,7 @@
 #include "cuda_kernels.cuh"
 
 // ROW_ALIGN: a joined block's rows are padded to a multiple of it (16 bytes of bf16, 32 of fp32).
-enum { LZ_JOIN_TOKENS_DEFAULT = 256, LZ_JOIN_TOKENS_MAX = 1024, LZ_JOIN_MAX_LAYERS = 4, LZ_JOIN_ROW_ALIGN = 8 };
+enum { LZ_JOIN_MAX_LAYERS = 4, LZ_JOIN_ROW_ALIGN = 8 };
 
 // Moves ws[0 .. count - 1] (same width and type, each owning its memory) into one allocation, in
 // order, followed by zero rows up to a multiple of LZ_JOIN_ROW_ALIGN (ws[0]->block_rows says how many

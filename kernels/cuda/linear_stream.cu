@@ -1,12 +1,11 @@
-// linear_stream.cu - bf16 linear layers of decode steps of a few tokens (2 to LIZARD_STREAM_TOKENS, default
-// 7; the kernel takes up to 64): out = x . W^T for one or more weights W [m][k] read by the same x [n][k],
+// linear_stream.cu - bf16 linear layers of decode steps of a few tokens (2 to LIZARD_STREAM_TOKENS; the
+// kernel takes up to 64): out = x . W^T for one or more weights W [m][k] read by the same x [n][k],
 // with the residual add or the MLP's SwiGLU folded in.
 //
 // Why: at these steps a layer is a stream of its weights. cuBLAS's small products need split-K and a
-// reduction launch (and q/k/v a split launch after the joined product), and linear_skinny.cu (session
-// 22: shared-memory stages filled by the copy engine) lost to cuBLAS at every batch. The one-token GEMV
-// (gemv_kernel.cuh), whose warps load weights straight into registers, reads the MLP's 235 MB at 4.02
-// TB/s: this is that GEMV with tensor cores.
+// reduction launch (and q/k/v a split launch after the joined product). The one-token GEMV
+// (gemv_kernel.cuh), whose warps load weights straight into registers, streams near the copy rate:
+// this is that GEMV with tensor cores.
 // How: a warp owns 16 weight rows (a group) and a share of k (1, 2, 4 or 8 shares, so that small
 // layers still fill the GPU's warp slots). Per 64 inputs (a chunk) each lane loads 2 x 16 bytes of row
 // g = lane / 4 and 2 x 16 of row g + 8, D chunks ahead, and uses them as mma.m16n8k16's A fragments:
@@ -16,24 +15,10 @@
 // for bit). SwiGLU: the 16 rows are 8 gate rows and the same 8 up rows, so the gate and up of an output
 // meet in one lane's accumulators. The first D chunks of weights load before the PDL wait (no kernel
 // writes weights), x after it.
-// Measured (H200, 8B shapes, session 25; docs/benchmarks.md), what made it fast:
-// - the lanes' inputs: with inputs 8t .. and 32 + 8t .. (each load half of a 128-byte line, the other
-//   half by the next load, past L1) and no L2 fetch hint, pure Lizard at 2 / 16 sequences took 398.8 /
-//   2,494 tok/s against cuBLAS's 399.0 / 3,124; inputs 16t .. with plain loads (the first load requests
-//   every sector of the line, the second finds it in L1) 416.2 / 2,677; that with 256-byte L2 fetches
-//   437.6 / 2,681;
-// - x loaded D chunks ahead with the weights (not at its use, where a miss in L1 stalls the mmas):
-//   442.9 / 2,847 (cuBLAS 401.5 / 3,111 in that run); with no x loads at all (wrong sums, the first
-//   version) the MLP's launch took as long as with them, so the weights' loads were what bound it then.
-// From 8 tokens on cuBLAS still wins (-1 to -3% at 8, -6 to -9% at 16: the MLP's gate and up stream at
-// 3.6 TB/s here against cuBLAS's 3.8), so the launchers stop at LIZARD_STREAM_TOKENS. Session 31 (one
-// run, two rounds): at 5-7 tokens it is ahead of cuBLAS (pure Lizard +4.6% / +4.9% / +6.7%, the hybrid
-// +3.9% / +2.6% / +3.2%, the teacher +1.6% / +0.3% / -0.5%), hence the default of 7; at 8 still behind
-// (pure Lizard -1.3%, the teacher -1.8%). Tried then, not kept: (1) warps of two 16-row tiles sharing
-// x's fragments (1 block an SM, 168-198 registers), so that a warp reads half as much x a weight byte:
-// +0.7% for pure Lizard at 8 tokens, -0.4% / -0.7% for the hybrid and the teacher, behind one tile at
-// 5-7 and at 16, so x's loads are not what binds; (2) o_proj's rows asked into L2 before the PDL wait
-// (as the one-token GEMV does): -0.6 to -1.6% for pure Lizard at 2, 4, 6 and 8 tokens.
+// What makes it fast: lane (g, t) takes inputs 16t .. 16t + 15 with plain loads (the first load
+// requests every sector of the line, the second finds it in L1) and 256-byte L2 fetches; x is loaded
+// D chunks ahead with the weights, not at its use, where a miss in L1 would stall the mmas. From 8
+// tokens on cuBLAS is faster, so the launchers stop at LIZARD_STREAM_TOKENS (docs/benchmarks.md).
 #include "linear_stream.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 #include "ptx.cuh" // lz_mma_bf16
@@ -220,7 +205,7 @@ __global__ void __launch_bounds__(LS_THREADS, 2) linear_stream_kernel(const __gr
 
 bool linear_stream_takes(const lz_cuda_ctx *c, int count, const lz_stream_segment *seg, const __nv_bfloat16 *x,
                          int n, int k, lz_stream_epilogue epilogue) {
-    if (c->gemv_off || n < 2 || n > c->stream_tokens || n > LZ_STREAM_MAX_TOKENS || count < 1 ||
+    if (n < 2 || n > c->stream_tokens || n > LZ_STREAM_MAX_TOKENS || count < 1 ||
         count > LZ_STREAM_MAX_SEGMENTS || k < LS_CHUNK || k % LS_CHUNK != 0 || k > INT_MAX / LZ_STREAM_MAX_TOKENS)
         return false;
     if (epilogue == LZ_STREAM_SWIGLU && (count != 2 || seg[0].m != seg[1].m))

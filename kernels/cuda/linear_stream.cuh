@@ -7,10 +7,9 @@
 
 #include <cuda_bf16.h>
 
-// The most layers of one input in a launch (q, k, v and the Lizard gate); the largest step; the
-// default of LIZARD_STREAM_TOKENS, the largest step the launchers give it (0: none; on the H200 it wins
-// up to 7 tokens and cuBLAS from 8 on: sessions 25 and 31, linear_stream.cu).
-enum { LZ_STREAM_MAX_SEGMENTS = 4, LZ_STREAM_MAX_TOKENS = 64, LZ_STREAM_TOKENS_DEFAULT = 7 };
+// The most layers of one input in a launch (q, k, v and the Lizard gate); the largest step (the
+// launchers give it steps of up to LIZARD_STREAM_TOKENS).
+enum { LZ_STREAM_MAX_SEGMENTS = 4, LZ_STREAM_MAX_TOKENS = 64 };
 
 // One layer: out[n][m] = x[n][k] . w[m][k]^T (+ bias[m]).
 struct lz_stream_segment {
@@ -28,8 +27,7 @@ struct lz_stream_segment {
 enum lz_stream_epilogue { LZ_STREAM_STORE, LZ_STREAM_ACCUMULATE, LZ_STREAM_SWIGLU };
 
 // Whether the kernel takes a step of n tokens with k inputs for these layers: 2 <= n <=
-// LIZARD_STREAM_TOKENS, k a multiple of 64, x and the weights 16-byte aligned, and not LIZARD_GEMV=0
-// (cuBLAS for every layer).
+// LIZARD_STREAM_TOKENS, k a multiple of 64, x and the weights 16-byte aligned.
 bool linear_stream_takes(const lz_cuda_ctx *c, int count, const lz_stream_segment *seg, const __nv_bfloat16 *x,
                          int n, int k, lz_stream_epilogue epilogue);
 lz_status linear_stream_forward(lz_cuda_ctx *c, int count, const lz_stream_segment *seg, const __nv_bfloat16 *x,

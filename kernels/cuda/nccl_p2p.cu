@@ -6,17 +6,12 @@
 
 #include "cuda_kernels.cuh"
 
-#define LZ_NCCL_TRY(call)                                                                                   \
-    do {                                                                                                    \
-        ncclResult_t lz_r_ = (call);                                                                        \
-        if (lz_r_ != ncclSuccess)                                                                           \
-            return lz_fail(LZ_ERR_INTERNAL, "nccl: %s failed: %s (%s:%d)", #call, ncclGetErrorString(lz_r_), \
-                           __FILE__, __LINE__);                                                             \
-    } while (0)
+// (LZ_CUDA_TRY takes NCCL's status too)
+static inline const char *lz_gpu_error(ncclResult_t r) { return r == ncclSuccess ? NULL : ncclGetErrorString(r); }
 
 lz_status lz_nccl_id(void *id, size_t *len) {
     ncclUniqueId uid;
-    LZ_NCCL_TRY(ncclGetUniqueId(&uid));
+    LZ_CUDA_TRY(ncclGetUniqueId(&uid));
     memcpy(id, &uid, sizeof uid);
     *len = sizeof uid;
     return LZ_OK;
@@ -28,18 +23,18 @@ lz_status lz_nccl_init(lz_cuda_ctx *c, void **comm, const void *id, size_t len, 
     ncclUniqueId uid;
     memcpy(&uid, id, sizeof uid);
     ncclComm_t cm;
-    LZ_NCCL_TRY(ncclCommInitRank(&cm, n_ranks, uid, rank));
+    LZ_CUDA_TRY(ncclCommInitRank(&cm, n_ranks, uid, rank));
     *comm = cm;
     return LZ_OK;
 }
 
 lz_status lz_nccl_send(lz_cuda_ctx *c, void *comm, const void *buf, size_t bytes, int peer) {
-    LZ_NCCL_TRY(ncclSend(buf, bytes, ncclUint8, peer, (ncclComm_t)comm, c->stream));
+    LZ_CUDA_TRY(ncclSend(buf, bytes, ncclUint8, peer, (ncclComm_t)comm, c->stream));
     return LZ_OK;
 }
 
 lz_status lz_nccl_recv(lz_cuda_ctx *c, void *comm, void *buf, size_t bytes, int peer) {
-    LZ_NCCL_TRY(ncclRecv(buf, bytes, ncclUint8, peer, (ncclComm_t)comm, c->stream));
+    LZ_CUDA_TRY(ncclRecv(buf, bytes, ncclUint8, peer, (ncclComm_t)comm, c->stream));
     return LZ_OK;
 }
 

@@ -1,6 +1,6 @@
 // pdl.cuh - programmatic dependent launch (Hopper): a decode step is hundreds of small
 // dependent kernels, and each one's launch and ramp-up would otherwise wait for the previous
-// kernel's last block. A kernel launched with lz_launch (when ctx->pdl) may start while its
+// kernel's last block. A kernel launched with lz_launch may start while its
 // predecessor drains; it must call lz_pdl_wait() before it reads anything a previous kernel wrote
 // or writes anything a previous kernel reads (loads of weights, which no kernel writes, may go
 // first). lz_pdl_launch_dependents() lets the next kernel start launching; without it that happens
@@ -25,7 +25,7 @@ __device__ __forceinline__ void lz_pdl_wait() { asm volatile("griddepcontrol.wai
 #endif
 __device__ __forceinline__ void lz_pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-// kernel<<<grid, block, smem, c->stream>>>(args...), as a programmatic dependent when c->pdl.
+// kernel<<<grid, block, smem, c->stream>>>(args...), as a programmatic dependent.
 template <typename... KArgs, typename... Args>
 static inline lz_status lz_launch(const lz_cuda_ctx *c, const char *what, void (*kernel)(KArgs...), dim3 grid,
                                   dim3 block, size_t smem, Args &&...args) {
@@ -38,7 +38,7 @@ static inline lz_status lz_launch(const lz_cuda_ctx *c, const char *what, void (
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = c->pdl ? 1 : 0;
+    cfg.numAttrs = 1;
     cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     if (e != cudaSuccess)
         return lz_fail(LZ_ERR_INTERNAL, "cuda: launch of %s failed: %s", what, cudaGetErrorString(e));
@@ -46,7 +46,7 @@ static inline lz_status lz_launch(const lz_cuda_ctx *c, const char *what, void (
 }
 
 // The launch configuration of a kernel in clusters of cluster_x blocks along x, as a programmatic
-// dependent when c->pdl (for cudaLaunchKernelEx / cudaLaunchKernelExC; attr must outlive the launch).
+// dependent (for cudaLaunchKernelEx / cudaLaunchKernelExC; attr must outlive the launch).
 static inline cudaLaunchConfig_t lz_cluster_config(const lz_cuda_ctx *c, dim3 grid, dim3 block, size_t smem,
                                                    unsigned cluster_x, cudaLaunchAttribute attr[2]) {
     cudaLaunchConfig_t cfg = {};
@@ -61,7 +61,7 @@ static inline cudaLaunchConfig_t lz_cluster_config(const lz_cuda_ctx *c, dim3 gr
     attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = c->pdl ? 2 : 1;
+    cfg.numAttrs = 2;
     return cfg;
 }
 

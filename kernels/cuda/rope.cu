@@ -2,10 +2,9 @@
 // computes it), precise cosf/sinf (rope_rotate.cuh). Launched as a programmatic dependent (pdl.cuh).
 //
 // A block per token: its d/2 angles once into shared memory, then every q and k head of the token,
-// V elements (16 bytes) of each half at a time. Why: the first kernel (a block of d/2 threads per
-// token and head, every thread its own cosf/sinf, 2-byte accesses) took 100 us a layer for a 2K
-// prompt of the 8B shape (H200, session 29): 82K blocks of two warps, launched faster than they ran
-// only at ~200 GB/s; the angles depend on the token alone, not on the head.
+// V elements (16 bytes) of each half at a time: the angles depend on the token alone, not on the
+// head, and a block per token and head (every thread its own cosf/sinf, 2-byte accesses) is many
+// tiny blocks that launch faster than they run.
 #include "cuda_kernels.cuh"
 #include "pdl.cuh"         // lz_launch, lz_pdl_wait
 #include "rope_rotate.cuh" // lz_rope_angle, lz_rope_turn

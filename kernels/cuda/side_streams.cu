@@ -1,8 +1,7 @@
 // side_streams.cu - the side streams of a CUDA context (cuda_kernels.cuh): independent launches of a
-// step side by side (LIZARD_FORK). At 16 sequences a Lizard layer's k and v GEMMs read 8 MiB each at
-// ~1.3 TB/s (48 blocks and a split-K reduction each; Nsight Compute, H200, session 15), q's 33 MiB at
-// 2.8 TB/s, and the gate's GEMV is a launch of 8 blocks: one after another they leave most of the GPU
-// idle. Side by side, decode at 2-32 sequences gained 4-9% (docs/benchmarks.md, session 17).
+// step side by side. At a few sequences a layer's k and v GEMMs (a few MiB each, few blocks and a
+// split-K reduction) and the gate's GEMV each leave most of the GPU idle: one after another they
+// waste it, side by side they fill it (steps of up to LIZARD_FORK_TOKENS tokens).
 #include "cuda_kernels.cuh"
 
 lz_status lz_cuda_side_create(lz_cuda_ctx *c, size_t workspace_bytes, cublasMath_t math) {
@@ -10,12 +9,12 @@ lz_status lz_cuda_side_create(lz_cuda_ctx *c, size_t workspace_bytes, cublasMath
     for (int i = 0; i < LZ_SIDE_STREAMS; i++) {
         LZ_CUDA_TRY(cudaStreamCreateWithFlags(&c->side[i], cudaStreamNonBlocking));
         LZ_CUDA_TRY(cudaEventCreateWithFlags(&c->join_event[i], cudaEventDisableTiming));
-        LZ_CUBLAS_TRY(cublasCreate(&c->side_cublas[i]));
-        LZ_CUBLAS_TRY(cublasSetStream(c->side_cublas[i], c->side[i]));
+        LZ_CUDA_TRY(cublasCreate(&c->side_cublas[i]));
+        LZ_CUDA_TRY(cublasSetStream(c->side_cublas[i], c->side[i]));
         // its own workspace: two GEMMs side by side must not share split-K partials
         LZ_CUDA_TRY(cudaMalloc(&c->side_workspace[i], workspace_bytes));
-        LZ_CUBLAS_TRY(cublasSetWorkspace(c->side_cublas[i], c->side_workspace[i], workspace_bytes));
-        LZ_CUBLAS_TRY(cublasSetMathMode(c->side_cublas[i], math));
+        LZ_CUDA_TRY(cublasSetWorkspace(c->side_cublas[i], c->side_workspace[i], workspace_bytes));
+        LZ_CUDA_TRY(cublasSetMathMode(c->side_cublas[i], math));
     }
     return LZ_OK;
 }

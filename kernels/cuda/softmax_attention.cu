@@ -297,7 +297,7 @@ lz_status softmax_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T 
     // decode step of a state launches the same grid (and can be replayed as a graph).
     int splits = (dims->kv_capacity + LZ_KEYS_PER_SPLIT - 1) / LZ_KEYS_PER_SPLIT;
     // ...but no more than a few waves of blocks: with many sequences each block walks many tiles
-    // (64 sequences in 33 one-tile splits ran at 32% of the copy rate on the H200). Still fixed for a
+    // (many one-tile splits leave the copy rate far behind). Still fixed for a
     // given batch size and capacity, so a recorded graph stays valid.
     const int enough = (4 * c->n_sms + n * Hkv - 1) / (n * Hkv);
     splits = splits < enough ? splits : (enough > 1 ? enough : 1);

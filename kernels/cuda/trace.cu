@@ -1,13 +1,12 @@
 // trace.cu - the host side of trace.cuh (cmake -DLIZARD_TRACE=ON): the registry of the translation
 // units' trace targets, the device rings, and the dump to the file LIZARD_TRACE names. Without the
 // option both entry points do nothing.
-#include <limits.h> // INT_MAX
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_kernels.cuh"
 extern "C" {
-#include "env_switch.h" // lz_env_int
+#include "knobs.h" // lz_knobs_get
 }
 #include "trace.cuh"
 
@@ -20,7 +19,6 @@ static const char *tu_files[LZ_TRACE_MAX_TUS];
 static int tu_count;
 static lz_trace_rec *d_recs;
 static unsigned long long *d_count;
-static int span_us; // LIZARD_TRACE_US
 
 int lz_trace_register(lz_trace_setter set, const char *file) {
     if (tu_count == LZ_TRACE_MAX_TUS)
@@ -30,9 +28,8 @@ int lz_trace_register(lz_trace_setter set, const char *file) {
 }
 
 lz_status lz_trace_open(void) {
-    if (!getenv("LIZARD_TRACE") || d_recs)
+    if (!lz_knobs_get()->trace || d_recs)
         return LZ_OK;
-    LZ_TRY(lz_env_int("LIZARD_TRACE_US", 1, INT_MAX, 10000, &span_us));
     LZ_CUDA_TRY(cudaMalloc(&d_recs, sizeof(lz_trace_rec) * LZ_TRACE_SMS * LZ_TRACE_SM_CAP));
     LZ_CUDA_TRY(cudaMalloc(&d_count, sizeof(unsigned long long) * LZ_TRACE_SMS));
     LZ_CUDA_TRY(cudaMemset(d_count, 0, sizeof(unsigned long long) * LZ_TRACE_SMS));
@@ -49,8 +46,8 @@ lz_status lz_trace_open(void) {
 lz_status lz_trace_close(void) {
     if (!d_recs)
         return LZ_OK;
-    const char *path = getenv("LIZARD_TRACE");
-    const unsigned long long span = (unsigned long long)span_us * 1000ull;
+    const char *path = lz_knobs_get()->trace;
+    const unsigned long long span = (unsigned long long)lz_knobs_get()->trace_us * 1000ull;
     LZ_CUDA_TRY(cudaDeviceSynchronize());
     std::vector<lz_trace_rec> recs((size_t)LZ_TRACE_SMS * LZ_TRACE_SM_CAP);
     std::vector<unsigned long long> count(LZ_TRACE_SMS);

@@ -6,9 +6,9 @@
 // stamp names its call site (translation unit and line) and its launch (%gridid); trace.cu writes
 // them to the file LIZARD_TRACE names when the backend is destroyed, and
 // tests/bench/trace_summary.py turns them into a per-kernel timeline.
-// The stamps cost time (each is an atomic round trip by thread 0): a traced batch-1 step of the 8B
-// shape ran ~3% slower (215.6 against 221.0 tok/s), and the marks inside the GLA kernel lengthen its
-// chain, so a phase's length read from them is an upper bound.
+// The stamps cost time (each is an atomic round trip by thread 0: a traced step runs a few percent
+// slower), and the marks inside the GLA kernel lengthen its chain, so a phase's length read from them
+// is an upper bound.
 #ifndef LZ_TRACE_CUH
 #define LZ_TRACE_CUH
 

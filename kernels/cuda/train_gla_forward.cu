@@ -6,10 +6,11 @@
 //   2. scan: per state element, S0[c] = e^{G_L(c-1)} S0[c-1] + dS_{c-1} in order;
 //   3. out: per chunk and query head, num = e^{G_i} phi_q_i^T S0 + sum_{t<=i} w_it v_t,
 //      den likewise with z0, w_it = (phi_q_i . phi_k_t) e^{G_i - G_t}.
-#include <stdlib.h> // getenv
-#include <string.h> // strcmp
 
 #include "train_gla.cuh" // train_gla_shape, lz_mm
+extern "C" {
+#include "knobs.h" // lz_knobs_get
+}
 
 // ---- kernels -------------------------------------------------------------------------------------
 
@@ -129,14 +130,13 @@ lz_status lz_cuda_gla_cumulative_gates(float *G, const float *log_gamma, int n_s
     return LZ_OK;
 }
 
-static int gla_precision = -1; // unset: LIZARD_TRAIN_GLA at the first use
+static int gla_precision = -1; // unset: LIZARD_TRAIN_GLA (knobs.h) at the first use
 
 extern "C" void lz_cuda_train_set_gla_precision(lz_gla_precision p) { gla_precision = p; }
 
 extern "C" lz_gla_precision lz_cuda_train_gla_precision(void) {
     if (gla_precision < 0) {
-        const char *e = getenv("LIZARD_TRAIN_GLA");
-        gla_precision = e && strcmp(e, "bf16") == 0 ? LZ_GLA_BF16 : LZ_GLA_FP32;
+        gla_precision = lz_knobs_get()->train_gla_bf16 ? LZ_GLA_BF16 : LZ_GLA_FP32;
     }
     return (lz_gla_precision)gla_precision;
 }

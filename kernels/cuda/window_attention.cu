@@ -8,15 +8,12 @@
 // store: a cluster of up to 8 blocks per (sequence, kv head) splits the keys,
 // each block stages its share of the ring in shared memory with async copies,
 // and the partial softmaxes merge through distributed shared memory.
-// Why: its predecessor (one 8-warp block per (sequence, kv head), ~255
-// registers) took 24.3 us a layer at batch 1 on the H200 (LLaMA-3-8B shape:
-// only 8 SMs busy for 0.5 MB of ring) and, above two waves, the tile kernel +
-// ring store took 29.5 + 6.2 us at batch 64 for a 33.5 MB read (~8 us at the
-// copy rate). LIZARD_WINDOW_DECODE=0 restores that older path.
+// (One 8-warp block per (sequence, kv head) leaves most SMs idle at batch 1,
+// and the tile kernel plus a ring store takes two launches.)
 // Kernels here are launched through lz_launch and wait (lz_pdl_wait) before
 // they touch activations or rings; the step's index arrays (copied by the host
 // before the step's first kernel) and the meta logits (a weight) may go first.
-// window_decode_kernel may wait only before its output (LIZARD_WINDOW_OVERLAP, default on), so that
+// window_decode_kernel waits only before its output, so that
 // it runs beside the GLA decode kernel before it: see there.
 #include <stdint.h> // uintptr_t
 
@@ -218,23 +215,20 @@ static size_t wd_smem(int group, int d, int chunk, size_t tsize) {
 // group's outputs (out += alpha * WIN, the meta logits in the denominator). The new key (position p) comes from k/v; the thread that stages it also stores it
 // into ring row p % w, which held position p - w: no window of this step reads it (one token per
 // sequence, a cluster owns its sequence and kv head).
-// overlap: the kernel waits for its predecessor (the GLA decode, which adds into out first) only
-// before it reads out, so all of it but the output runs beside the GLA kernel. That is safe because
-// every kernel here calls lz_pdl_launch_dependents after its own lz_pdl_wait: when these blocks
-// start, the GLA kernel has passed its wait, so the kernels before it (the q/k/v GEMV) are complete;
-// q, k and v are read through L2 (__ldcg) so that no line an SM's L1 kept from the previous layer
-// is read; the ring is this layer's own, written only by this kernel (at the previous step), and no
-// other kernel of the step touches it. H200, 8B shapes, batch 1, three rounds (session 10): pure
-// Lizard 211.1 -> 222.0 tok/s, hybrid 213.4 -> 219.1 (LIZARD_WINDOW_OVERLAP=0 -> default).
+// The kernel waits for its predecessor (the GLA decode, which adds into out first) only before it
+// reads out, so all of it but the output runs beside the GLA kernel. That is safe because every
+// kernel here calls lz_pdl_launch_dependents after its own lz_pdl_wait: when these blocks start, the
+// GLA kernel has passed its wait, so the kernels before it (the q/k/v GEMV) are complete; q, k and v
+// are read through L2 (__ldcg) so that no line an SM's L1 kept from the previous layer is read; the
+// ring is this layer's own, written only by this kernel (at the previous step), and no other kernel
+// of the step touches it.
 // DC > 0: head_dim DC and a group of exactly GM fixed at compile time (window_decode), so that the index
-// arithmetic folds (a chain of dependent instructions at batch 1, as gla_decode.cu's kernel). H200, 8B
-// pure Lizard, session 26: the launch at batch 1 12.6-12.8 -> 9.4-9.5 us (serialised); decode at 4
-// sequences +3.0% from this kernel alone (docs/benchmarks.md).
+// arithmetic folds (a chain of dependent instructions at batch 1, as gla_decode.cu's kernel).
 template <typename T, int GM, int DC = 0>
 __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
     window_decode_kernel(T *out, const T *q, const T *k, const T *v, T *ring_k, T *ring_v, const T *meta, int n_meta,
                          float alpha, const int32_t *token_seq, const int32_t *slot, const int32_t *token_pos, int Hq,
-                         int Hkv, int d_arg, int w, int chunk_arg, bool overlap) {
+                         int Hkv, int d_arg, int w, int chunk_arg) {
     constexpr int V = 16 / sizeof(T);
     const int d = DC > 0 ? DC : d_arg, chunk = DC > 0 ? wd_chunk<T>(DC) : chunk_arg;
     extern __shared__ float4 wd_smem4[];
@@ -253,8 +247,6 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
     for (int j = 0; j < n_meta; j++)
         lm += expf(lz_to_float(meta[j]) - mm);
     mm *= WD_LOG2E;
-    if (!overlap)
-        lz_pdl_wait();
     lz_pdl_launch_dependents();
     T *ks = (T *)wd_smem4, *vs = ks + (size_t)chunk * d;
     float *part = (float *)wd_smem4;
@@ -263,10 +255,9 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
           *bl = bm + group, *pm = bl + group, *pl = pm + WD_WARPS * group, *cf = pl + WD_WARPS * group,
           *cden = cf + WD_MAX_CLUSTER * group;
     const T *kn = k + (size_t)t * row + (size_t)g * d, *vn = v + (size_t)t * row + (size_t)g * d;
-    // this block's share of the group's outputs; without overlap the first one read now, used at the end
+    // this block's share of the group's outputs
     T *og = out + ((size_t)t * Hq + (size_t)g * group) * d;
     const int share = (group * d + CS - 1) / CS, e0 = rank * share, e1 = min(group * d, e0 + share);
-    const T o_first = !overlap && e0 + tid < e1 ? og[e0 + tid] : lz_from_float<T>(0.0f);
     float qr[GM][V], acc[GM][V], m[GM], l[GM];
 #pragma unroll
     for (int h = 0; h < GM; h++) {
@@ -393,8 +384,7 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
         cden[h] = den;
     }
     __syncthreads();
-    if (overlap)
-        lz_pdl_wait(); // the GLA output is in out
+    lz_pdl_wait(); // the GLA output is in out
     for (int e = e0 + tid; e < e1; e += blockDim.x) {
         const int h = e / d;
         float a = 0.0f;
@@ -402,7 +392,7 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
         for (int r = 0; r < WD_MAX_CLUSTER; r++)
             if (r < CS)
                 a += cluster.map_shared_rank(bacc, r)[e] * cf[r * group + h];
-        og[e] = lz_from_float<T>(lz_to_float(e == e0 + tid && !overlap ? o_first : og[e]) + alpha * a / cden[h]);
+        og[e] = lz_from_float<T>(lz_to_float(og[e]) + alpha * a / cden[h]);
     }
     lz_trace_mark();
     cluster.sync(); // no block leaves while a peer may still read its partial
@@ -410,17 +400,15 @@ __global__ void __launch_bounds__(32 * WD_WARPS, GM <= 4 ? 4 : 2)
 
 // Whether window_decode_kernel takes this step: one token per sequence, a key row of 1 to 32 lanes of
 // 16 bytes (a power of two), at most 8 query heads per kv head, shared memory within the default
-// 48 KB, 16-byte aligned rows, and at most two (sequence, kv head) pairs an SM: measured on the H200
-// (8B shape) it takes batch 1 from 24.3 to 11.8 us a layer, but at 64 sequences it took 44.8 us
-// against 35.7 for the tile kernel and the ring store. LIZARD_WINDOW_DECODE=0 (or LIZARD_FUSE=0): the
-// tile kernel and the ring store instead.
+// 48 KB, 16-byte aligned rows, and at most two (sequence, kv head) pairs an SM (beyond that the tile
+// kernel and the ring store are faster).
 template <typename T>
 static bool window_decode_fits(const lz_cuda_ctx *c, const lz_batch *hb, const lz_attn_dims *dims, const void *out,
                                const void *q, const void *k, const void *v, const void *ring_k, const void *ring_v) {
     const int V = 16 / (int)sizeof(T), d = dims->head_dim, group = dims->n_heads / dims->n_kv_heads, L = d / V;
     const uintptr_t align = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)ring_k |
                             (uintptr_t)ring_v;
-    return !c->fuse_off && !c->window_decode_off && hb->n_tokens == hb->n_seqs &&
+    return hb->n_tokens == hb->n_seqs &&
            (size_t)hb->n_seqs * (size_t)dims->n_kv_heads <= 2 * (size_t)c->n_sms && dims->window >= 1 && d % V == 0 &&
            L >= 1 && L <= 32 && (L & (L - 1)) == 0 && group >= 1 && group <= 8 && wd_chunk<T>(d) >= 1 &&
            wd_smem(group, d, wd_chunk<T>(d), sizeof(T)) <= 48 * 1024 &&
@@ -453,7 +441,7 @@ static lz_status window_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, c
             kernel = window_decode_kernel<T, LZ_FIXED_GROUP, LZ_FIXED_HEAD_DIM>;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, out, q, k, v, (T *)st->ring_k,
                                              (T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq, b->slot,
-                                             b->token_pos, Hq, Hkv, d, w, chunk, c->window_overlap);
+                                             b->token_pos, Hq, Hkv, d, w, chunk);
     if (e != cudaSuccess)
         return lz_fail(LZ_ERR_INTERNAL, "cuda: launch of window (decode) failed: %s", cudaGetErrorString(e));
     LZ_LAUNCH_CHECK("window (decode)");
@@ -475,15 +463,11 @@ lz_status window_attention_forward(lz_cuda_ctx *c, T *out, const T *q, const T *
     const int group = Hq / Hkv;
     if (group > 32)
         return lz_fail(LZ_ERR_INPUT, "window attention supports at most 32 query heads per kv head, got %d", group);
-    // decode steps: one kernel, the ring store included (LIZARD_FUSE=0 or LIZARD_WINDOW_DECODE=0: the
-    // tile kernel and the ring store): below LIZARD_WINDOW_SPLIT_MIN sequences (default 16) the
+    // decode steps: one kernel, the ring store included: below LIZARD_WINDOW_SPLIT_MIN sequences the
     // cluster kernel below (up to two (sequence, kv head) pairs an SM), else attention_decode.cu's
-    // split kernel over the rings. On the H200 (8B pure Lizard) at 16 sequences the split kernel
-    // took decode from 2,218 to 2,320 tok/s; at one sequence the cluster kernel is ahead (208.5
-    // against 201.8). In bf16 from LIZARD_WINDOW_RING sequences (default 8) the persistent kernel
-    // of window_decode_ring.cu comes first (+2% against the split kernel at 16 and 256, session 20;
-    // +5 to +8% against the cluster kernel at 8, session 31: cuda_kernels.cuh).
-    const bool decode = !c->fuse_off && !c->window_decode_off && hb->n_tokens == hb->n_seqs;
+    // split kernel over the rings; in bf16 from LIZARD_WINDOW_RING sequences the persistent kernel of
+    // window_decode_ring.cu comes first. Other shapes: the tile kernel and the ring store.
+    const bool decode = hb->n_tokens == hb->n_seqs;
     const bool split_first = hb->n_seqs >= c->window_split_min;
     if (decode) {
         const wr_params<T> rp = {out, q, k, v, (T *)st->ring_k, (T *)st->ring_v, meta, b->token_seq, b->slot,

@@ -5,27 +5,16 @@
 // of the window, bulk copies of the small arrays; full and empty mbarriers a stage), eight consumer
 // warps compute.
 // Why: attention_decode.cu's split kernel gives each item a block of its own, which loads its window
-// once, computes, merges its warps and exits; at 256 sequences of the 8B shape it read the 134 MB of
-// rings at 2.0 TB/s (67.4 us a layer, Nsight Compute, session 14) against 4.1 TB/s for a read-only
-// stream (tests/bench/stream_ceiling.cu).
+// once, computes, merges its warps and exits: its reads come in bursts, well below a read-only
+// stream's rate (tests/bench/stream_ceiling.cu).
 // An item in two phases (see the kernel) so that no warp's partial softmax has to be merged: the
 // scores q K^T of all keys into shared memory, then every warp takes 16 of the value dims over all
 // keys. Ring rows are read in ring order (softmax does not care; a row is masked by the position it
 // holds). Rows in shared memory are 64-dim blocks in the copy engine's 128-byte swizzle (chunk c of
 // row r at c ^ (r % 8)), so ldmatrix's eight rows fall in different banks.
-// Measured (H200, Nsight Compute, 256 sequences of the 8B shape, a layer; the versions before this
-// one are in git history):
-// - session 20: 8 warps on 16-key tiles, each its own online softmax, partials merged: 68-72 us; the
-//   two phases on cp.async: 62.9-74 us; the windows by the copy engine, issued by thread 0 of the
-//   block, indices loaded by every thread: 57.8-58.9 us (2.4 TB/s). Its stall samples (session 21):
-//   a fifth on the next item's slot (two dependent global loads that all threads waited for), an
-//   eighth at the barrier after phase 1 (one warp computed the new key's G dot products alone, the
-//   others waited), shared memory through generic loads (the aligned base came from an integer cast);
-// - session 21, this version: the producer warp (it alone waits on index loads, runs stages ahead),
-//   the new key's scores as one more mma column, scores double-buffered (one barrier an item), offsets
-//   from the shared array (ld.shared): 43.5 us (3.3 TB/s), 11.4M instructions against 14.1M; 28% of
-//   the samples now wait for the stage's data. Two teams of eight consumer warps on alternate items
-//   (544 threads, 3 stages) measured 44.6 us against 43.7 for one, and no faster end to end: removed.
+// The producer warp alone waits on the items' index loads and runs stages ahead; the new key's scores
+// are one more mma column; scores are double-buffered (one barrier an item); offsets come from the
+// shared array (ld.shared). docs/benchmarks.md has the versions measured.
 #include "window_decode_ring.cuh"
 #include "pdl.cuh" // lz_launch, lz_pdl_wait, lz_pdl_launch_dependents
 #include "ptx.cuh" // lz_mbar_*, lz_stage_slot, lz_tma_load_4d, lz_bulk_load, lz_ldsm_x4(_trans), lz_mma_bf16, lz_fast_exp2
@@ -351,7 +340,7 @@ template <typename T> bool window_decode_ring_fits(const lz_cuda_ctx *c, const w
         const uintptr_t align = (uintptr_t)p.out | (uintptr_t)p.q | (uintptr_t)p.k | (uintptr_t)p.v |
                                 (uintptr_t)p.ring_k | (uintptr_t)p.ring_v;
         // (a group of 1, 2, 4 or 8 query heads: the kernel's G is the group itself)
-        return wr_encode && c->window_ring_min > 0 && p.n >= c->window_ring_min && !c->tc_off &&
+        return wr_encode && c->window_ring_min > 0 && p.n >= c->window_ring_min &&
                (p.d == 64 || p.d == 128) && (group == 1 || group == 2 || group == 4 || group == 8) && p.w >= 1 &&
                p.w <= 256 && (align & 15) == 0 && wr_stages(c, p.w, p.d, group) >= 2;
     }

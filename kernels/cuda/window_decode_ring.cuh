@@ -19,7 +19,7 @@ template <typename T> struct wr_params {
     float alpha;
 };
 
-// Whether the kernel takes this step (LIZARD_WINDOW_RING, LIZARD_TC, the shape, alignment, shared
+// Whether the kernel takes this step (LIZARD_WINDOW_RING, the shape, alignment, shared
 // memory, the driver's tensor-map encoder).
 template <typename T> bool window_decode_ring_fits(const lz_cuda_ctx *c, const wr_params<T> &p);
 template <typename T> lz_status window_decode_ring(lz_cuda_ctx *c, const wr_params<T> &p);

@@ -113,8 +113,7 @@ template <int D> __global__ void __launch_bounds__(32 * WT_WARPS) window_tc_kern
             for (int kk = 0; kk < KS; kk++)
                 lz_ldsm_x4(qf[kk], lz_smem_u32(Qs + (wr0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + kk * 16 + 8 * (lane >> 4)));
             // The warp's Q rows are free now: the output rows the epilogue adds to stream into them
-            // meanwhile (they ride with the next tile's copy group). Waiting for them at the end cost
-            // a quarter of the kernel's stall samples (H200, 2K prompt, session 29).
+            // meanwhile (they ride with the next tile's copy group), instead of a wait at the end.
             __syncwarp();
             for (int e = lane; e < 16 * VPR; e += 32) {
                 const int r = wr0 + e / VPR, x = (e % VPR) * 8;
@@ -253,7 +252,7 @@ bool lz_window_tc_fits(const lz_cuda_ctx *c, const lz_attn_dims *dims, const voi
     const int d = dims->head_dim;
     const uintptr_t any = (uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)ring_k |
                           (uintptr_t)ring_v;
-    return !c->tc_off && (d == 32 || d == 64 || d == 128) && (any & 15) == 0 && dims->window >= 1 &&
+    return (d == 32 || d == 64 || d == 128) && (any & 15) == 0 && dims->window >= 1 &&
            dims->n_heads % dims->n_kv_heads == 0 && wt_smem(d) <= c->max_smem;
 }
 

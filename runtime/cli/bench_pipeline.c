@@ -76,9 +76,11 @@ static lz_status print_ranks(lz_engine *e, FILE *json, const char *what) {
     lz_status s = lz_engine_stats(e, all);
     for (int r = 0; s == LZ_OK && r < n; r++) {
         const double per_token = all[r].tokens ? (double)all[r].bytes_activations / (double)all[r].tokens : 0;
-        printf("  rank %d: load %.2f s, memory %.2f / %.2f GB, sent %.0f activation bytes per token%s\n", r,
-               all[r].load_seconds, all[r].mem_used / 1e9, all[r].mem_total / 1e9, per_token,
-               all[r].bytes_results ? " (+ the last stage's ids or logits)" : "");
+        char mem[48] = "-"; // (a backend that cannot say: the CPU)
+        if (all[r].mem_total > 0)
+            snprintf(mem, sizeof mem, "%.2f / %.2f GB", all[r].mem_used / 1e9, all[r].mem_total / 1e9);
+        printf("  rank %d: load %.2f s, memory %s, sent %.0f activation bytes per token%s\n", r, all[r].load_seconds,
+               mem, per_token, all[r].bytes_results ? " (+ the last stage's ids or logits)" : "");
         if (json)
             fprintf(json,
                     "{\"kind\": \"rank\", \"of\": \"%s\", \"rank\": %d, \"load_s\": %.3f, \"mem_bytes\": %llu, "

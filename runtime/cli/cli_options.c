@@ -4,7 +4,8 @@
 #include <errno.h>  // errno, ERANGE
 #include <math.h>   // isfinite
 #include <stdlib.h> // strtol, strtod
-#include <string.h> // strcmp, strchr, strncmp
+#include <string.h> // strcmp, strchr, strncmp, strerror
+#include <sys/stat.h> // stat
 
 static const lz_option *find_option(const lz_command_spec *spec, const char *name, size_t len) {
     for (int i = 0; i < spec->n_options; i++) {
@@ -23,6 +24,15 @@ static lz_status set_value(const lz_command_spec *spec, const lz_option *o, cons
     case LZ_OPT_STRING:
         *(const char **)o->target = value;
         return LZ_OK;
+    case LZ_OPT_DIR: {
+        struct stat st;
+        if (stat(value, &st) != 0)
+            return lz_fail(LZ_ERR_INPUT, "lizard %s: %s %s: no such folder", spec->name, o->name, value);
+        if (!S_ISDIR(st.st_mode))
+            return lz_fail(LZ_ERR_INPUT, "lizard %s: %s %s: not a folder", spec->name, o->name, value);
+        *(const char **)o->target = value;
+        return LZ_OK;
+    }
     case LZ_OPT_INT: {
         long v = strtol(value, &end, 10);
         if (end == value || *end != '\0' || errno == ERANGE)

@@ -10,6 +10,7 @@
 
 typedef enum {
     LZ_OPT_STRING, /* target: const char ** */
+    LZ_OPT_DIR,    /* target: const char ** (an existing folder: a missing one is named as such) */
     LZ_OPT_INT,    /* target: long *  (range checked against min/max) */
     LZ_OPT_FLOAT,  /* target: double * (range checked against min/max) */
     LZ_OPT_FLAG,   /* target: bool *   (no value) */

@@ -45,17 +45,32 @@ static size_t state_read_bytes(const bench *b, int context) {
     return s.softmax_kv + 2 * s.lizard_gla + s.lizard_window; // S and z are read and written
 }
 
+/* A result line; bound 0 (no ceilings measured) and mem_used 0 (a backend that cannot say: the CPU)
+ * print "-" (null in JSON). */
 static void report(bench *b, const char *kind, int prompt, int batch, int context, double tok_s, double bound,
                    size_t mem_used) {
-    printf("%-7s prompt %7d  batch %4d  context %7d  %10.1f tok/s  bound %10.1f tok/s (%5.1f%%)  mem %6.2f GB\n", kind,
-           prompt, batch, context, tok_s, bound, bound > 0 ? 100.0 * tok_s / bound : 0.0, mem_used / 1e9);
-    if (b->json)
+    char bound_text[48] = "    -", share[16] = "    -", mem[16] = "     -", bound_json[32] = "null", mem_json[32] = "null";
+    if (bound > 0) {
+        snprintf(bound_text, sizeof bound_text, "%10.1f", bound);
+        snprintf(share, sizeof share, "%5.1f%%", 100.0 * tok_s / bound);
+        snprintf(bound_json, sizeof bound_json, "%.2f", bound);
+    }
+    if (mem_used > 0) {
+        snprintf(mem, sizeof mem, "%6.2f", mem_used / 1e9);
+        snprintf(mem_json, sizeof mem_json, "%zu", mem_used);
+    }
+    printf("%-7s prompt %7d  batch %4d  context %7d  %10.1f tok/s  bound %10s tok/s (%s)  mem %s GB\n", kind, prompt,
+           batch, context, tok_s, bound_text, share, mem);
+    if (b->json) {
         fprintf(b->json,
                 "{\"kind\": \"%s\", \"prompt\": %d, \"batch\": %d, \"context\": %d, \"tok_s\": %.2f, "
-                "\"bound_tok_s\": %.2f, \"mem_bytes\": %zu}\n",
-                kind, prompt, batch, context, tok_s, bound, mem_used);
+                "\"bound_tok_s\": %s, \"mem_bytes\": %s}\n",
+                kind, prompt, batch, context, tok_s, bound_json, mem_json);
+        fflush(b->json);
+    }
 }
 
+/* Device memory in use, 0 where the backend cannot say. */
 static size_t mem_used(const bench *b) {
     size_t free_b = 0, total = 0;
     if (b->ops->memory_info && b->ops->memory_info(b->be, &free_b, &total) == LZ_OK)
@@ -279,19 +294,21 @@ static lz_status bench_pipelined(const bench_args *a) {
 }
 
 lz_status lz_cmd_bench(int argc, char **argv) {
-    bench_args a = {NULL, NULL, "cuda", "bf16", "2048,8192,32768", "1,16,64,256", "2048,32768", NULL, NULL, NULL, 64,
-                    8192, 0, false, false, false};
+    // the sizes' defaults follow the device (below): minutes of work on a GPU, seconds on the CPU
+    bench_args a = {NULL, NULL, "cpu", "bf16", NULL, NULL, NULL, NULL, NULL, NULL, -1, 8192, 0, false, false, false};
     const lz_option options[] = {
         {"--shape", LZ_OPT_STRING, "PRESET", "random weights of a named shape, made on the device (e.g. "
                                              "llama3-8b-hybrid)", &a.shape, false, 0, 0},
-        {"--model", LZ_OPT_STRING, "DIR", "or a model folder", &a.model, false, 0, 0},
-        {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cuda)", &a.device, false, 0, 0},
+        {"--model", LZ_OPT_DIR, "DIR", "or a model folder", &a.model, false, 0, 0},
+        {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
         {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &a.dtype, false, 0, 0},
-        {"--prompt", LZ_OPT_STRING, "N,...", "prompt lengths (default 2048,8192,32768; 0 = none)", &a.prompts, false,
-         0, 0},
-        {"--batch", LZ_OPT_STRING, "B,...", "decode batch sizes (default 1,16,64,256)", &a.batches, false, 0, 0},
-        {"--context", LZ_OPT_STRING, "C,...", "decode context lengths (default 2048,32768)", &a.contexts, false, 0, 0},
-        {"--steps", LZ_OPT_INT, "N", "decode steps timed (default 64; 16 varied by +-3% between runs)", &a.steps, false, 1, 1 << 20},
+        {"--prompt", LZ_OPT_STRING, "N,...", "prompt lengths (default cuda 2048,8192,32768, cpu 128; 0 = none)",
+         &a.prompts, false, 0, 0},
+        {"--batch", LZ_OPT_STRING, "B,...", "decode batch sizes (default cuda 1,16,64,256, cpu 1,4)", &a.batches,
+         false, 0, 0},
+        {"--context", LZ_OPT_STRING, "C,...", "decode context lengths (default cuda 2048,32768, cpu 256)", &a.contexts,
+         false, 0, 0},
+        {"--steps", LZ_OPT_INT, "N", "decode steps timed (default cuda 64, cpu 8)", &a.steps, false, 1, 1 << 20},
         {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per prefill step (default 8192)", &a.chunk, false, 1, 1 << 20},
         {"--seed", LZ_OPT_INT, "S", "random weights seed", &a.seed, false, 0, 9e15},
         {"--json", LZ_OPT_STRING, "FILE", "also write one JSON object per result line", &a.json, false, 0, 0},
@@ -313,6 +330,12 @@ lz_status lz_cmd_bench(int argc, char **argv) {
         return LZ_OK;
     if (!a.shape == !a.model)
         return lz_fail(LZ_ERR_INPUT, "lizard bench: give exactly one of --shape PRESET or --model DIR");
+    const bool gpu = strcmp(a.device, "cpu") != 0;
+    a.prompts = a.prompts ? a.prompts : gpu ? "2048,8192,32768" : "128";
+    a.batches = a.batches ? a.batches : gpu ? "1,16,64,256" : "1,4";
+    a.contexts = a.contexts ? a.contexts : gpu ? "2048,32768" : "256";
+    a.steps = a.steps > 0 ? a.steps : gpu ? 64 : 8;
+    setvbuf(stdout, NULL, _IOLBF, 0); // each result line as it comes, also into a pipe
     if (lz_world_get()->size > 1)
         return bench_pipelined(&a);
     lz_config cfg;

@@ -7,7 +7,7 @@
  * output (MSE before o_proj), on the teacher's own hidden states: layers
  * train independently, each with its own AdamW. With --retain-fraction the
  * layers hardest to linearise (largest relative error after a calibration
- * phase) stay softmax. The result is a model folder in MODEL_FORMAT.md's
+ * phase) stay softmax. The result is a model folder in docs/model-format.md's
  * format; a run checkpoints beside it and --resume continues it.
  * Under mpirun -np N the teacher is split by a placement plan (plan.h): each
  * rank trains the layers it owns while the activations pass through, and
@@ -15,7 +15,24 @@
  * equations and what is verified. */
 #include "cli_options.h" // lz_parse_command
 #include "commands.h"    // lz_cmd_distill
+#include "config.h"      // lz_config_load, lz_config_count_softmax
 #include "distill_run.h" // lz_distill_run, lz_distill_setup, lz_distill_train
+
+/* A run that would keep every layer softmax trains nothing: refused before the teacher loads. */
+static lz_status check_something_to_distill(const lz_distill_args *a) {
+    if (a->retain_fraction >= 1)
+        return lz_fail(LZ_ERR_INPUT, "--retain-fraction %g keeps every layer softmax: nothing to distill",
+                       a->retain_fraction);
+    if (!a->softmax_layers)
+        return LZ_OK;
+    lz_config cfg;
+    LZ_TRY(lz_config_load(a->teacher, &cfg));
+    LZ_TRY(lz_config_set_softmax_layers(&cfg, a->softmax_layers));
+    if (lz_config_count_softmax(&cfg) == cfg.num_hidden_layers)
+        return lz_fail(LZ_ERR_INPUT, "--softmax-layers %s keeps every layer of the teacher (%d) softmax: nothing to "
+                       "distill", a->softmax_layers, cfg.num_hidden_layers);
+    return LZ_OK;
+}
 
 lz_status lz_cmd_distill(int argc, char **argv) {
     lz_distill_run r = {.a = {.feature_map = "softmax", .map_heads = "per-head", .device = "cpu", .gla_precision = "fp32", .teacher_dtype = "fp32", .window = 64, .meta = 4,
@@ -24,7 +41,7 @@ lz_status lz_cmd_distill(int argc, char **argv) {
                            .retain_fraction = -1}};
     lz_distill_args *a = &r.a;
     const lz_option options[] = {
-        {"--teacher", LZ_OPT_STRING, "DIR", "teacher model folder (no lizard block)", &a->teacher, true, 0, 0},
+        {"--teacher", LZ_OPT_DIR, "DIR", "teacher model folder (no lizard block)", &a->teacher, true, 0, 0},
         {"--data", LZ_OPT_STRING, "PATH", "token ids (1-D int32 .npy), a UTF-8 text file or a folder of *.txt",
          &a->data, true, 0, 0},
         {"--out", LZ_OPT_STRING, "DIR", "the distilled model folder (and its checkpoints)", &a->out, true, 0, 0},
@@ -38,7 +55,7 @@ lz_status lz_cmd_distill(int argc, char **argv) {
         {"--window", LZ_OPT_INT, "W", "window branch size (default 64)", &a->window, false, 1, LZ_TRAIN_MAX_W},
         {"--meta-tokens", LZ_OPT_INT, "M", "meta-memory logits (default 4)", &a->meta, false, 0, 4096},
         {"--no-gla-normalize", LZ_OPT_FLAG, "", "GLA without its denominator", &a->no_normalize, false, 0, 0},
-        {"--softmax-layers", LZ_OPT_STRING, "LIST|none", "layers kept as softmax attention (default none)",
+        {"--softmax-layers", LZ_OPT_STRING, "LIST|none", "layers kept as softmax attention (default none; not all)",
          &a->softmax_layers, false, 0, 0},
         {"--retain-fraction", LZ_OPT_FLOAT, "X", "instead: keep this fraction of layers as softmax, chosen by error",
          &a->retain_fraction, false, 0, 1},
@@ -83,6 +100,7 @@ lz_status lz_cmd_distill(int argc, char **argv) {
     LZ_TRY(lz_parse_command(&spec, argc, argv, &help));
     if (help)
         return LZ_OK;
+    LZ_TRY(check_something_to_distill(a));
     lz_status s = lz_distill_setup(&r);
     if (s == LZ_OK)
         s = lz_distill_train(&r);

@@ -14,15 +14,16 @@
 #include <stdio.h>   // printf
 #include <stdlib.h>  // malloc, free
 
-#include "cli_options.h"  // lz_parse_command
-#include "commands.h"     // lz_cmd_eval
-#include "engine.h"       // lz_engine
-#include "eval_nll.h"     // lz_rows_nll
-#include "eval_passkey.h" // lz_passkey_run
-#include "id_list.h"      // lz_parse_id_list
-#include "mpi_world.h"    // lz_world_get
-#include "text_file.h"    // lz_read_text_file
-#include "tokenizer.h"    // lz_tokenizer
+#include "cli_options.h"   // lz_parse_command
+#include "commands.h"      // lz_cmd_eval
+#include "context_limit.h" // lz_check_context
+#include "engine.h"        // lz_engine
+#include "eval_nll.h"      // lz_rows_nll
+#include "eval_passkey.h"  // lz_passkey_run
+#include "id_list.h"       // lz_parse_id_list
+#include "mpi_world.h"     // lz_world_get
+#include "text_file.h"     // lz_read_text_file
+#include "tokenizer.h"     // lz_tokenizer
 
 typedef struct {
     const char *model, *text, *ppl_contexts, *contexts, *device, *dtype, *softmax_layers;
@@ -155,19 +156,6 @@ static lz_status print_json(const lz_engine *e, const eval_args *a, const length
 
 /* ---- the command ------------------------------------------------------------------------------ */
 
-/* Past max_position_embeddings a softmax layer sees positions RoPE was never
- * trained on; a Lizard layer has no position encoding, so a model of Lizard
- * layers alone may run longer. */
-static lz_status check_length(const lz_config *cfg, int longest, bool allow) {
-    const int n_softmax = lz_config_count_softmax(cfg);
-    if (longest <= cfg->max_position_embeddings || n_softmax == 0 || allow)
-        return LZ_OK;
-    return lz_fail(LZ_ERR_INPUT,
-                   "context %d exceeds the model's max_position_embeddings %d (it runs %d softmax layers; "
-                   "--allow-long-context runs it anyway)",
-                   longest, cfg->max_position_embeddings, n_softmax);
-}
-
 static lz_status run_eval(const eval_args *a, const length_list *lens, const length_list *ctx) {
     int longest = 1;
     for (int i = 0; i < lens->n; i++)
@@ -180,14 +168,16 @@ static lz_status run_eval(const eval_args *a, const length_list *lens, const len
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype,
                             .softmax_layers = a->softmax_layers, .n_slots = 1, .max_context = longest,
                             .prefill_chunk = (int)a->chunk};
-    lz_status s = lz_engine_open(&e, &eo);
+    lz_status s = lz_check_context(a->model, a->softmax_layers, longest, a->allow_long);
+    if (s == LZ_OK)
+        s = lz_engine_open(&e, &eo);
     if (s != LZ_OK) {
         lz_tokenizer_free(tok);
         return s;
     }
     ppl_result *ppl = calloc((size_t)lens->n + 1, sizeof *ppl);
     int *correct = calloc((size_t)ctx->n + 1, sizeof *correct), n_tokens = 0;
-    s = ppl && correct ? check_length(&e.cfg, longest, a->allow_long) : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    s = ppl && correct ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK)
         lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
     if (s == LZ_OK && a->text)
@@ -219,7 +209,7 @@ lz_status lz_cmd_eval(int argc, char **argv) {
     eval_args a = {.ppl_contexts = "1024", .contexts = "1024,2048,4096", .device = "cpu", .dtype = "bf16",
                    .trials = 5, .chunk = 256};
     const lz_option options[] = {
-        {"--model", LZ_OPT_STRING, "DIR", "model folder (teacher or Lizard) with tokenizer.json", &a.model, true, 0,
+        {"--model", LZ_OPT_DIR, "DIR", "model folder (teacher or Lizard) with tokenizer.json", &a.model, true, 0,
          0},
         {"--text", LZ_OPT_STRING, "FILE", "UTF-8 text: report its perplexity", &a.text, false, 0, 0},
         {"--ppl-context", LZ_OPT_STRING, "N,N,...", "perplexity window lengths in tokens, one result each (default "

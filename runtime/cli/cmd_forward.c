@@ -5,6 +5,7 @@
 
 #include "cli_options.h" // lz_parse_options
 #include "commands.h"    // lz_cmd_forward
+#include "context_limit.h" // lz_check_context
 #include "engine.h"      // lz_engine
 #include "id_list.h"     // lz_parse_id_list
 #include "npy.h"         // lz_npy_write_f32
@@ -13,8 +14,9 @@ lz_status lz_cmd_forward(int argc, char **argv) {
     const char *model = NULL, *ids_text = NULL, *out_path = NULL, *device = "cpu", *dtype = "bf16", *softmax = NULL, *placement = NULL,
                *plan = NULL;
     long chunk = 512;
+    bool allow_long = false;
     const lz_option options[] = {
-        {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &model, true, 0, 0},
+        {"--model", LZ_OPT_DIR, "DIR", "model folder (config.json + safetensors)", &model, true, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &ids_text, true, 0, 0},
         {"--logits-out", LZ_OPT_STRING, "FILE.npy", "where to write float32 logits [T, vocab]", &out_path, true, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &device, false, 0, 0},
@@ -25,6 +27,8 @@ lz_status lz_cmd_forward(int argc, char **argv) {
         {"--placement", LZ_OPT_STRING, "balanced|by-type", "under mpirun: how layers are spread over the ranks",
          &placement, false, 0, 0},
         {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written placement plan", &plan, false, 0, 0},
+        {"--allow-long-context", LZ_OPT_FLAG, "", "let softmax layers run past max_position_embeddings",
+         &allow_long, false, 0, 0},
     };
     const lz_command_spec spec = {"forward", "run a prompt and write the logits of every position",
                                   options, (int)(sizeof options / sizeof options[0])};
@@ -35,6 +39,11 @@ lz_status lz_cmd_forward(int argc, char **argv) {
     int32_t *ids;
     int n;
     LZ_TRY(lz_parse_id_list("--ids", ids_text, &ids, &n));
+    lz_status limit = lz_check_context(model, softmax, n, allow_long);
+    if (limit != LZ_OK) {
+        free(ids);
+        return limit;
+    }
     lz_engine e;
     lz_engine_options eo = {.model_dir = model, .device = device, .dtype = dtype, .softmax_layers = softmax,
                            .n_slots = 1, .max_context = n, .prefill_chunk = (int)chunk,

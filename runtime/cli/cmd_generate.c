@@ -11,6 +11,7 @@
 #include "atomic_file.h"       // lz_atomic_remove_stale_of
 #include "cli_options.h"       // lz_parse_options
 #include "commands.h"          // lz_cmd_generate
+#include "context_limit.h"     // lz_check_context
 #include "engine.h"            // lz_engine
 #include "utf8_clean.h"        // lz_utf8_clean
 #include "engine_session.h"    // lz_engine_save_stages
@@ -27,16 +28,28 @@ typedef struct {
     const char *move_placement, *move_plan, *session_dtype;
     long max_tokens, top_k, seed, chunk, batch, move_after;
     double temperature, top_p;
-    bool stats, ignore_eos;
+    bool stats, ignore_eos, allow_long;
 } generate_args;
 
-static void print_stats(const lz_engine *e, int positions) {
-    const lz_state_bytes b = lz_state_bytes_at(&e->model, positions);
+/* m: every layer of the model (under mpirun not the engine's model, which holds rank 0's stage only). */
+static void print_stats(const lz_model *m, int positions) {
+    const lz_state_bytes b = lz_state_bytes_at(m, positions);
     fprintf(stderr,
             "lizard stats: position %7d | softmax KV %10zu bytes (%d layers) | lizard GLA %zu + window %zu bytes "
-            "(%d layers) | total %zu bytes/sequence%s\n",
+            "(%d layers) | total %zu bytes/sequence\n",
             positions, b.softmax_kv, b.n_softmax, b.lizard_gla, b.lizard_window, b.n_lizard,
-            b.softmax_kv + b.lizard_gla + b.lizard_window, e->pipelined ? " (rank 0's layers)" : "");
+            b.softmax_kv + b.lizard_gla + b.lizard_window);
+}
+
+/* The model --stats counts: the engine's, or under mpirun every stage's layers described from the
+ * folder's headers (no weights read) with the engine's element sizes. */
+static lz_status stats_model(lz_engine *e, const char *dir, lz_model *whole, const lz_model **out) {
+    *out = &e->model;
+    if (!e->pipelined)
+        return LZ_OK;
+    LZ_TRY(lz_model_describe(whole, dir, &e->model.cfg, e->ops));
+    *out = whole;
+    return LZ_OK;
 }
 
 /* Prints a generated token as it comes: decoded text with a tokenizer (a UTF-8
@@ -56,6 +69,10 @@ static lz_status emit(lz_detok *detok, const lz_tokenizer *tok, int32_t id, int 
 
 static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, const int32_t *prompt, int n_prompt,
                      const lz_generation_config *gen, lz_sampler *sampler, int32_t *out, int *n_out) {
+    lz_model whole = {0};
+    const lz_model *counted = &e->model;
+    if (a->stats)
+        LZ_TRY(stats_model(e, a->model, &whole, &counted));
     const bool json = strcmp(a->format, "json") == 0;
     lz_detok detok;
     if (tok)
@@ -66,7 +83,7 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
     lz_status s = lz_engine_prefill(e, 0, prompt, n_prompt, NULL,
                                     (lz_step_out){.ids = &id, .draws = first.p.temperature == 0 ? NULL : &first});
     if (s == LZ_OK && a->stats)
-        print_stats(e, e->state.slot_pos[0]);
+        print_stats(counted, e->state.slot_pos[0]);
     *n_out = 0;
     const int32_t slot = 0;
     while (s == LZ_OK && *n_out < a->max_tokens) {
@@ -86,10 +103,10 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
         s = lz_engine_decode(e, 1, &slot, &in, (lz_step_out){.ids = &id, .draws = draw.p.temperature == 0 ? NULL : &draw});
         int held = e->state.slot_pos[0];
         if (s == LZ_OK && a->stats && (held & (held - 1)) == 0) // at powers of two
-            print_stats(e, held);
+            print_stats(counted, held);
     }
     if (s == LZ_OK && a->stats)
-        print_stats(e, e->state.slot_pos[0]);
+        print_stats(counted, e->state.slot_pos[0]);
     if (tok) {
         const char *text;
         size_t len;
@@ -97,6 +114,7 @@ static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, co
             fwrite(text, 1, len, stdout);
         lz_detok_free(&detok);
     }
+    lz_model_free(&whole);
     return s;
 }
 
@@ -224,6 +242,12 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
         lz_session_loaded_free(&file);
         return s;
     }
+    s = lz_check_context(a->model, a->softmax, (long)held + n_feed + a->max_tokens, a->allow_long);
+    if (s != LZ_OK) {
+        free(feed), free(out);
+        lz_session_loaded_free(&file);
+        return s;
+    }
     if (pending)
         feed[0] = saved->tokens[saved->n_tokens - 1];
     if (n_input > 0) // input is NULL when the session is continued without new tokens
@@ -300,10 +324,13 @@ static lz_status print_completion(const generate_args *a, const lz_tokenizer *to
     return LZ_OK;
 }
 
-static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const lz_prompt *prompts, int n) {
+/* index[i]: the number sequence i's result carries (NULL: i). */
+static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const lz_prompt *prompts, const int *index,
+                               int n) {
     int longest = 0;
     for (int i = 0; i < n; i++)
         longest = prompts[i].n > longest ? prompts[i].n : longest;
+    LZ_TRY(lz_check_context(a->model, a->softmax, (long)longest + a->max_tokens, a->allow_long));
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
                            .n_slots = n, .max_context = longest + (int)a->max_tokens, .prefill_chunk = (int)a->chunk,
@@ -327,7 +354,7 @@ static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const 
         s = lz_generate_batch(&e, prompts, n, (int)a->max_tokens, &p, &gen, a->ignore_eos, out, &t);
     }
     for (int i = 0; s == LZ_OK && i < n; i++)
-        s = print_completion(a, tok, i, &out[i]);
+        s = print_completion(a, tok, index ? index[i] : i, &out[i]);
     long decoded = t.generated_tokens; // each sequence's first token comes from its prompt's step
     for (int i = 0; i < n; i++)
         decoded -= out && out[i].n > 0;
@@ -342,8 +369,9 @@ static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const 
     return s;
 }
 
-/* Lines of FILE, each a prompt (blank lines skipped), tokenized. */
-static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **prompts, int *n) {
+/* Lines of FILE, each a prompt, tokenized, and each prompt's line in the file counted from 0 (the number
+ * its result carries: a blank line is skipped but keeps its number). */
+static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **prompts, int **lines, int *n) {
     if (!tok)
         return lz_fail(LZ_ERR_INPUT, "--prompts-file: the model has no tokenizer.json");
     FILE *f = fopen(path, "rb");
@@ -354,23 +382,29 @@ static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **p
     ssize_t len;
     lz_status s = LZ_OK;
     *prompts = NULL;
+    *lines = NULL;
     *n = 0;
-    while (s == LZ_OK && (len = getline(&line, &cap, f)) >= 0) {
+    for (int line_no = 0; s == LZ_OK && (len = getline(&line, &cap, f)) >= 0; line_no++) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
             line[--len] = '\0';
         if (len == 0)
             continue;
         lz_prompt *grown = realloc(*prompts, sizeof(lz_prompt) * (size_t)(*n + 1));
-        if (!grown) {
+        if (grown)
+            *prompts = grown;
+        int *grown_lines = grown ? realloc(*lines, sizeof(int) * (size_t)(*n + 1)) : NULL;
+        if (!grown_lines) {
             s = lz_fail(LZ_ERR_NOMEM, "--prompts-file: out of memory");
             break;
         }
-        *prompts = grown;
+        *lines = grown_lines;
         int32_t *ids;
         int k;
         s = lz_tokenizer_encode(tok, line, (size_t)len, true, &ids, &k);
-        if (s == LZ_OK)
+        if (s == LZ_OK) {
+            (*lines)[*n] = line_no;
             (*prompts)[(*n)++] = (lz_prompt){ids, k};
+        }
     }
     free(line);
     fclose(f);
@@ -385,13 +419,14 @@ lz_status lz_cmd_generate(int argc, char **argv) {
     generate_args a = {.device = "cpu", .dtype = "bf16", .format = "text", .max_tokens = 16, .top_k = -1, .seed = -1,
                        .chunk = 512, .temperature = -1.0, .top_p = -1.0};
     const lz_option options[] = {
-        {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors)", &a.model, true, 0, 0},
+        {"--model", LZ_OPT_DIR, "DIR", "model folder (config.json + safetensors)", &a.model, true, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &a.ids, false, 0, 0},
         {"--prompt", LZ_OPT_STRING, "TEXT", "prompt text (tokenized with the model's tokenizer.json)", &a.prompt,
          false, 0, 0},
         {"--prompt-file", LZ_OPT_STRING, "FILE", "prompt text read from FILE (for prompts longer than a command line)",
          &a.prompt_file, false, 0, 0},
-        {"--prompts-file", LZ_OPT_STRING, "FILE", "many prompts, one per line, generated together as a batch",
+        {"--prompts-file", LZ_OPT_STRING, "FILE", "many prompts, one per line, generated together as a batch; each "
+         "result is numbered by its prompt's line, from 0 (blank lines are skipped, not renumbered)",
          &a.prompts_file, false, 0, 0},
         {"--batch", LZ_OPT_INT, "N", "generate N sequences from the prompt at once (seeds S, S+1, ...)", &a.batch,
          false, 1, 1 << 16},
@@ -426,6 +461,8 @@ lz_status lz_cmd_generate(int argc, char **argv) {
         {"--move-placement", LZ_OPT_STRING, "balanced|by-type", "the placement --move-after moves to",
          &a.move_placement, false, 0, 0},
         {"--move-plan", LZ_OPT_STRING, "FILE", "or the plan file it moves to", &a.move_plan, false, 0, 0},
+        {"--allow-long-context", LZ_OPT_FLAG, "", "let softmax layers run past max_position_embeddings",
+         &a.allow_long, false, 0, 0},
     };
     const lz_command_spec spec = {"generate", "continue a prompt, token by token", options,
                                   (int)(sizeof options / sizeof options[0])};
@@ -476,13 +513,13 @@ static lz_status generate_checked(const generate_args *ap, bool continuing) {
         LZ_TRY(lz_tokenizer_load(a.model, &tok));
     if (a.prompts_file) {
         lz_prompt *prompts = NULL;
-        int n = 0;
-        lz_status s = read_prompts(a.prompts_file, tok, &prompts, &n);
+        int *lines = NULL, n = 0;
+        lz_status s = read_prompts(a.prompts_file, tok, &prompts, &lines, &n);
         if (s == LZ_OK)
-            s = generate_many(&a, tok, prompts, n);
+            s = generate_many(&a, tok, prompts, lines, n);
         for (int i = 0; i < n; i++)
             free((void *)prompts[i].ids);
-        free(prompts);
+        free(prompts), free(lines);
         lz_tokenizer_free(tok);
         return s;
     }
@@ -500,7 +537,7 @@ static lz_status generate_checked(const generate_args *ap, bool continuing) {
         for (long i = 0; s == LZ_OK && i < a.batch; i++)
             copies[i] = (lz_prompt){prompt, n_prompt};
         if (s == LZ_OK)
-            s = generate_many(&a, tok, copies, (int)a.batch);
+            s = generate_many(&a, tok, copies, NULL, (int)a.batch);
         free(copies);
     } else if (s == LZ_OK) {
         s = generate(&a, tok, prompt, n_prompt);

@@ -1,10 +1,13 @@
 /* cmd_info.c - `lizard info`: what a model folder holds: shape, layer kinds,
  * parameter counts, and the state one sequence needs at a few context lengths. */
-#include <stdio.h> // printf
+#include <stdbool.h> // bool
+#include <stdio.h>   // printf
+#include <string.h>  // strlen, strcmp
 
 #include "cli_options.h" // lz_parse_options
 #include "commands.h"    // lz_cmd_info
 #include "model_load.h"  // lz_model_describe
+#include "safetensors.h" // lz_weights
 #include "state.h"       // lz_state_bytes_at
 
 static void print_layers(const lz_model *m) {
@@ -16,6 +19,20 @@ static void print_layers(const lz_model *m) {
     for (int i = 0; i < m->cfg.num_hidden_layers; i++)
         with_lizard += m->layers[i].has_lizard;
     printf("lizard tensors in %d of %d layers\n", with_lizard, m->cfg.num_hidden_layers);
+}
+
+/* A tensor docs/model-format.md adds to a teacher's layer. */
+static bool is_lizard_tensor(const char *name) {
+    static const char *const suffixes[] = {".self_attn.feature_map_q.weight", ".self_attn.feature_map_k.weight",
+                                           ".self_attn.gate.weight", ".self_attn.meta_logits",
+                                           ".self_attn.window_alpha"};
+    const size_t len = strlen(name);
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        const size_t n = strlen(suffixes[i]);
+        if (len > n && strcmp(name + len - n, suffixes[i]) == 0)
+            return true;
+    }
+    return false;
 }
 
 static void print_model(const lz_model *m, const char *dir) {
@@ -31,8 +48,17 @@ static void print_model(const lz_model *m, const char *dir) {
                c->lizard.feature_dim, c->lizard.feature_map == LZ_FMAP_EXP ? "exp" : "softmax", c->lizard.window_size,
                c->lizard.num_meta_tokens, c->lizard.gla_normalize ? "true" : "false");
     print_layers(m);
-    printf("parameters     %zu teacher + %zu lizard = %zu\n", m->n_params_teacher, m->n_params_lizard,
-           m->n_params_teacher + m->n_params_lizard);
+    // every tensor of the files, as `lizard init` counts what it writes (layers run as softmax use
+    // none of their Lizard tensors)
+    size_t total = 0, lizard = 0;
+    for (size_t i = 0; i < m->ckpt->n_tensors; i++) {
+        total += (size_t)m->ckpt->index[i]->numel;
+        lizard += is_lizard_tensor(m->ckpt->index[i]->name) ? (size_t)m->ckpt->index[i]->numel : 0;
+    }
+    printf("parameters     %zu = %zu teacher + %zu lizard", total, total - lizard, lizard);
+    if (m->n_params_lizard < lizard)
+        printf(" (%zu of them in layers run as softmax, unused)", lizard - m->n_params_lizard);
+    printf("\n");
     // KV caches and the window ring hold activations (fp32 on the CPU, bf16 on the GPU by default);
     // the GLA state is fp32 everywhere.
     const int ctx[] = {1024, 32768, 131072};
@@ -47,7 +73,7 @@ static void print_model(const lz_model *m, const char *dir) {
 lz_status lz_cmd_info(int argc, char **argv) {
     const char *model = NULL, *softmax = NULL;
     const lz_option options[] = {
-        {"--model", LZ_OPT_STRING, "DIR", "model folder", &model, true, 0, 0},
+        {"--model", LZ_OPT_DIR, "DIR", "model folder", &model, true, 0, 0},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &softmax, false, 0, 0},
     };

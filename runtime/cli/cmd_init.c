@@ -1,5 +1,5 @@
 /* cmd_init.c - `lizard init`: writes a random-weight model folder in the
- * checkpoint format (shared/MODEL_FORMAT.md) from a named preset.
+ * checkpoint format (docs/model-format.md) from a named preset.
  *
  *   lizard init --config PRESET --out DIR [--seed N] [--dtype f32|bf16|f16] [--force]
  *

@@ -68,7 +68,7 @@ lz_status lz_cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL, *ids_text = NULL, *format = "text";
     bool no_special = false, keep_special = false;
     const lz_option options[] = {
-        {"--model", LZ_OPT_STRING, "DIR", "model folder (tokenizer.json, tokenizer_config.json)", &model, true, 0, 0},
+        {"--model", LZ_OPT_DIR, "DIR", "model folder (tokenizer.json, tokenizer_config.json)", &model, true, 0, 0},
         {"--text", LZ_OPT_STRING, "TEXT", "text to encode: prints its ids", &text, false, 0, 0},
         {"--file", LZ_OPT_STRING, "PATH", "encode this file's bytes", &file, false, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "ids to decode: prints the text", &ids_text, false, 0, 0},

@@ -6,6 +6,7 @@
 
 #include "commands.h" // lz_cmd_*
 #include "error.h"    // lz_error_message
+#include "knobs.h"    // lz_knobs_load, lz_knobs_print
 #include "mpi_world.h" // lz_world_init, lz_world_finish
 #include "watchdog.h"  // lz_watchdog_set_timeout
 
@@ -40,6 +41,19 @@ static void usage(FILE *out) {
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
 
+/* "lizard: error: MESSAGE": under mpirun with the rank in front, and each said once (a message may
+ * begin with the rank, or with "lizard COMMAND: "). */
+static void print_error(const char *name) {
+    const char *m = lz_error_message(), *rank = lz_error_rank_prefix();
+    if (*rank && strncmp(m, rank, strlen(rank)) == 0)
+        m += strlen(rank);
+    char own[64];
+    snprintf(own, sizeof own, "lizard %s: ", name);
+    if (strncmp(m, own, strlen(own)) == 0)
+        m += strlen(own);
+    fprintf(stderr, "lizard: error: %s%s\n", rank, m);
+}
+
 static int finish(int code) {
     lz_world_finish(code);
     return code;
@@ -65,6 +79,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "lizard: error: %s\n", lz_error_message());
         return 1;
     }
+    const lz_world *w = lz_world_get();
+    if (lz_knobs_load() != LZ_OK) { // every LIZARD_* variable checked before anything runs
+        fprintf(stderr, "lizard: error: %s\n", lz_error_message());
+        return finish(2);
+    }
+    if (lz_knobs_get()->profile && w->rank == 0)
+        lz_knobs_print(stderr);
     if (take_rank_timeout(&argc, &argv) != LZ_OK) {
         fprintf(stderr, "lizard: error: %s\n", lz_error_message());
         return finish(2);
@@ -84,14 +105,11 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_COMMANDS; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;
-        const lz_world *w = lz_world_get();
         if (!commands[i].pipelined && w->rank != 0)
             return finish(0); // one process is enough (and two would write the same files)
         lz_status s = commands[i].run(argc - 1, argv + 1);
-        if (s != LZ_OK && w->size > 1) // under mpirun: say which rank stopped the job
-            fprintf(stderr, "lizard: error: rank %d of %d (%s): %s\n", w->rank, w->size, w->host, lz_error_message());
-        else if (s != LZ_OK)
-            fprintf(stderr, "lizard: error: %s\n", lz_error_message());
+        if (s != LZ_OK)
+            print_error(commands[i].name);
         return finish(lz_status_exit_code(s));
     }
     fprintf(stderr, "lizard: error: unknown command '%s' (see lizard --help)\n", argv[1]);

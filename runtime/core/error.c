@@ -36,6 +36,41 @@ void lz_error_prefix(const char *fmt, ...) {
     error_text[plen + tlen] = '\0';
 }
 
+static int my_rank, n_ranks = 1;
+static char my_host[64];
+
+void lz_error_set_rank(int rank, int size, const char *host) {
+    my_rank = rank, n_ranks = size;
+    snprintf(my_host, sizeof my_host, "%s", host);
+}
+
+static int rank_prefix(char *buf, size_t cap) {
+    return n_ranks > 1 ? snprintf(buf, cap, "rank %d of %d (%s): ", my_rank, n_ranks, my_host) : 0;
+}
+
+lz_status lz_fail_at(lz_status status, const char *file, int line, const char *fmt, ...) {
+    if (!error_set) {
+        int n = rank_prefix(error_text, sizeof error_text);
+        n = n > 0 && n < (int)sizeof error_text ? n : 0;
+        va_list ap;
+        va_start(ap, fmt);
+        int m = vsnprintf(error_text + n, sizeof error_text - (size_t)n, fmt, ap);
+        va_end(ap);
+        n += m > 0 ? m : 0;
+        if (n < (int)sizeof error_text)
+            snprintf(error_text + n, sizeof error_text - (size_t)n, " (%s:%d)", file, line);
+        error_set = 1;
+    }
+    return status;
+}
+
+const char *lz_error_rank_prefix(void) {
+    static _Thread_local char prefix[96];
+    prefix[0] = '\0';
+    rank_prefix(prefix, sizeof prefix);
+    return prefix;
+}
+
 const char *lz_error_message(void) { return error_set ? error_text : "unknown error"; }
 
 void lz_error_clear(void) {

@@ -20,6 +20,14 @@ typedef enum {
  * may add context with lz_error_prefix() instead of overwriting the cause. */
 lz_status lz_fail(lz_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void lz_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* lz_fail for a failed library call (CUDA, cuBLAS, NCCL, MPI: each library's one check macro): the
+ * message begins "rank R (host): " in a pipeline of several ranks and ends " (file:line)". */
+lz_status lz_fail_at(lz_status status, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The process's rank among size, and its host, for lz_fail_at (mpi_world sets it under mpirun). */
+void lz_error_set_rank(int rank, int size, const char *host);
+/* "rank R of N (host): " in a pipeline of several ranks, else "" (for the CLI's last line). */
+const char *lz_error_rank_prefix(void);
 const char *lz_error_message(void);
 void lz_error_clear(void);
 

@@ -1,5 +1,5 @@
 /* model_presets.c - the preset table, the tensor list of a preset (names and
- * shapes as in shared/MODEL_FORMAT.md) and its config.json. */
+ * shapes as in docs/model-format.md) and its config.json. */
 #include "model_presets.h"
 
 #include <stdio.h>  // snprintf

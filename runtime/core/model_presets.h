@@ -1,6 +1,6 @@
 /* model_presets.h - named model shapes for `lizard init`: everything needed to
  * write config.json, the list of tensors in the checkpoint format
- * (shared/MODEL_FORMAT.md), and how to initialise them at random.
+ * (docs/model-format.md), and how to initialise them at random.
  *
  * Presets: tiny-{teacher,hybrid,lizard} (demos and tests, f32, with a
  * tokenizer trained at init time), llama3-8b-* and llama3-70b-* (the

@@ -264,6 +264,7 @@ static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bo
         if ((st = load_layer(&L, i)) != LZ_OK)
             goto fail;
     if (m->parts.head) {
+        L.param_count = &m->n_params_teacher; // (the last layer's Lizard tensors counted as Lizard)
         if ((st = load_vector(&L, "model.norm.weight", H, &m->final_norm)) != LZ_OK)
             goto fail;
         if (cfg->tie_word_embeddings)
@@ -298,7 +299,7 @@ static void free_layer(lz_model *m, lz_layer *ly) {
 void lz_model_free(lz_model *m) {
     if (!m->ops)
         return;
-    if (m->ops->graph_reset)
+    if (m->ops->graph_reset && m->be) // (a described model has no backend: nothing recorded)
         m->ops->graph_reset(m->be);
     if (m->layers)
         for (int i = 0; i < m->cfg.num_hidden_layers; i++)

@@ -23,8 +23,7 @@ lz_status lz_world_mpi_error(int rc, const char *call, const char *file, int lin
     int len = 0;
     if (MPI_Error_string(rc, reason, &len) != MPI_SUCCESS)
         snprintf(reason, sizeof reason, "MPI error %d", rc);
-    return lz_fail(LZ_ERR_INTERNAL, "rank %d (%s): %s failed: %s (%s:%d)", world.rank, world.host, call, reason, file,
-                   line);
+    return lz_fail_at(LZ_ERR_INTERNAL, file, line, "%s failed: %s", call, reason);
 }
 
 lz_status lz_world_init(int *argc, char ***argv) {
@@ -48,6 +47,7 @@ lz_status lz_world_init(int *argc, char ***argv) {
     LZ_MPI_TRY(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node));
     LZ_MPI_TRY(MPI_Comm_rank(node, &world.local_rank));
     LZ_MPI_TRY(MPI_Comm_free(&node));
+    lz_error_set_rank(world.rank, world.size, world.host);
     return LZ_OK;
 }
 

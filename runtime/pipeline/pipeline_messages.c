@@ -4,20 +4,16 @@
 #include <limits.h> // INT_MAX
 #include <mpi.h>    // MPI_Bcast, MPI_Isend, MPI_Probe
 #include <stdio.h>  // fprintf
-#include <stdlib.h> // malloc, free, getenv
-#include <string.h> // memmove, strcmp
+#include <stdlib.h> // malloc, free
+#include <string.h> // memmove
 
 #include "clock.h"     // lz_now_seconds
+#include "knobs.h"     // lz_knobs_get
 #include "mpi_world.h" // LZ_MPI_TRY
 #include "pipeline_internal.h"
 
 void lz_pipeline_trace(const lz_pipeline *p, const char *event, uint64_t step) {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LIZARD_TRACE");
-        on = v && *v && strcmp(v, "0") != 0;
-    }
-    if (on)
+    if (lz_knobs_get()->step_trace)
         fprintf(stderr, "trace rank %d %.6f %-14s step %llu\n", p->rank, lz_now_seconds(), event,
                 (unsigned long long)step);
 }

@@ -9,12 +9,13 @@
 #include <stdatomic.h> // atomic_*
 #include <stdbool.h>   // bool
 #include <stdio.h>     // fprintf, snprintf
-#include <stdlib.h>    // getenv, strtod
+#include <stdlib.h>    // strtod
 #include <time.h>      // nanosleep
 #include <unistd.h>    // _exit
 
 #include "clock.h"     // lz_now_seconds
 #include "heartbeat.h" // lz_heartbeat_tick
+#include "knobs.h"     // lz_knobs_get
 #include "mpi_world.h" // lz_world_get
 #include "watchdog.h"
 
@@ -157,9 +158,8 @@ static void *check_loop(void *unused) {
 lz_status lz_watchdog_start(void) {
     if (atomic_load(&running))
         return LZ_OK;
-    const char *v = getenv("LIZARD_STEP_TIMEOUT");
-    if (!timeout_set && v && *v)
-        LZ_TRY(parse_timeout(v, "LIZARD_STEP_TIMEOUT", "="));
+    if (!timeout_set) // --rank-timeout, else LIZARD_STEP_TIMEOUT (checked with every knob at start)
+        timeout_s = lz_knobs_get()->step_timeout;
     if (timeout_s == 0.0)
         return LZ_OK;
     int level = MPI_THREAD_SINGLE;

@@ -2,27 +2,23 @@
  * payloads in chunks of at most 256 MiB, checked as strictly as a message. */
 #include <stdint.h> // INT32_MAX
 #include <stdio.h>  // FILE, fwrite
-#include <stdlib.h> // getenv, strtoull, malloc, free
+#include <stdlib.h> // malloc, free
 #include <string.h> // memcpy
 
 #include "atomic_file.h" // lz_atomic_open
 #include "hash.h"        // lz_fnv1a, lz_hash_wide
+#include "knobs.h"       // lz_knobs_get
 #include "layer_payloads.h" // lz_layer_payload, lz_layer_declared
 #include "session_chunks.h"
 
 enum { DEFAULT_CHUNK_BYTES = 256 << 20 };
 
 size_t lz_session_chunk_bytes(void) {
-    const char *v = getenv("LIZARD_SESSION_CHUNK_BYTES");
-    char *end = NULL;
-    const unsigned long long n = v && *v ? strtoull(v, &end, 10) : 0;
-    return end && !*end && n > 0 && n <= DEFAULT_CHUNK_BYTES ? (size_t)n : DEFAULT_CHUNK_BYTES;
+    const size_t n = lz_knobs_get()->session_chunk_bytes;
+    return n ? n : DEFAULT_CHUNK_BYTES;
 }
 
-bool lz_session_chunks_forced(void) {
-    const char *v = getenv("LIZARD_SESSION_CHUNK_BYTES");
-    return v && *v;
-}
+bool lz_session_chunks_forced(void) { return lz_knobs_get()->session_chunk_bytes != 0; }
 
 static const char *const TENSOR_NAME[LZ_LAYER_PAYLOADS] = {"k", "v", "s", "z"};
 

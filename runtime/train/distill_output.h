@@ -1,4 +1,4 @@
-/* distill_output.h - the distilled model folder (shared/MODEL_FORMAT.md):
+/* distill_output.h - the distilled model folder (docs/model-format.md):
  * the teacher's tensors copied as they are, the trained Lizard tensors of
  * every Lizard layer (F32), config.json = the teacher's plus a "lizard"
  * block, and the teacher's tokenizer and generation config beside them. */

@@ -10,7 +10,7 @@
 
 #include "train_types.h" // lz_lizard_geom, lz_lizard_params_f32
 
-/* The five tensors in MODEL_FORMAT.md's order. */
+/* The five tensors in docs/model-format.md's order. */
 enum { LZ_DT_WQ, LZ_DT_WK, LZ_DT_GATE, LZ_DT_META, LZ_DT_ALPHA, LZ_DT_COUNT };
 
 /* Their names under model.layers.N.self_attn. */

@@ -3,7 +3,7 @@
 # then batch 1 and 4 decode (or prompts) of the 8B shapes under each of CONFIGS side by side, all in one run on
 # one machine; optionally (PROFILE=1) where a prompt's time goes by op (LIZARD_PROFILE=1) at 2K and,
 # for the teacher, 32K. A config is environment assignments joined by '+', "-" for the defaults:
-#   CONFIGS="- LIZARD_FUSE=gla LIZARD_FUSE=norm,residual LIZARD_FUSE=all+LIZARD_GEMV_LOAD=0"
+#   CONFIGS="- LIZARD_STREAM_TOKENS=4+LIZARD_WINDOW_RING=16 LZ_BIN=base"
 # TEST_ENVS: more test_gpu_ops runs, one a config of the same form. A config's LZ_BIN=base runs the
 # lizard of .devpack/base.tgz (tests/gpu/pack_base.sh: another commit's, its COMMIT printed) instead.
 # PROMPTS (e.g. 2048,32768): prompt throughput instead of decode. PROFILE_CONFIGS, PROFILE_RUNS (variant:length ...): the profiles' list.
@@ -19,7 +19,7 @@ fi
 L=.devout/lizard
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   bash tests/gpu/device_check.sh | grep -E "test_gpu_ops:|FAILED|device_check"
-  for extra in ${TEST_ENVS:-LIZARD_GEMV_LOAD=4 LIZARD_GEMV_SPLIT=1}; do
+  for extra in ${TEST_ENVS:-LIZARD_GEMV_TOKENS=1}; do
     env ${extra//+/ } timeout 300 .devout/test_gpu_ops >"$OUT/gpu_ops2.log" 2>&1
     echo "test_gpu_ops ($extra) rc=$?: $(tail -1 "$OUT/gpu_ops2.log")"
     cat "$OUT/gpu_ops2.log" >>"$OUT/gpu_ops.log"; rm -f "$OUT/gpu_ops2.log"

@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
 # device_profile.sh - on the GPU machine: GPU suites, the linear-layer shapes
-# (our GEMV against cuBLAS), a per-op profile (LIZARD_PROFILE=1: syncs around
+# (1..2048 tokens: our GEMV, then cuBLAS), a per-op profile (LIZARD_PROFILE=1: syncs around
 # every op) of a prompt and of decode steps, then the benchmark. Logs to $OUT.
 set -uo pipefail
 source tests/gpu/device_env.sh
 bash tests/gpu/device_check.sh 2>&1 | tail -3
 L=.devout/lizard
 timeout 60 $L bench --shape llama3-8b-hybrid --prompt 0 --batch 0 --context 1 --no-ceilings --linear-shapes \
-  2>&1 | grep linear > "$OUT/linear-gemv.log"
-LIZARD_GEMV=0 timeout 60 $L bench --shape llama3-8b-hybrid --prompt 0 --batch 0 --context 1 --no-ceilings \
-  --linear-shapes 2>&1 | grep linear > "$OUT/linear-cublas.log"
-paste -d'|' "$OUT/linear-gemv.log" "$OUT/linear-cublas.log" | cut -c1-200 | head -60
+  2>&1 | grep linear | cut -c1-200 | head -60
 LIZARD_PROFILE=1 timeout 60 $L bench --shape llama3-8b-hybrid --prompt 2048 --batch 0 --context 1 --no-ceilings 2>&1 | tail -17
 LIZARD_PROFILE=1 timeout 60 $L bench --shape llama3-8b-hybrid --prompt 0 --batch 1 --context 2048 --steps 8 --no-ceilings 2>&1 | tail -17
 for v in lizard hybrid teacher; do

@@ -52,7 +52,7 @@ for layer, start in ev["start"].items():
     assert end * float(sys.argv[2]) <= start
 PY
     grep -q "tok/s  mse 0:" "$TMP/A.err" && ok || bad "progress line: $(head -3 "$TMP/A.err")"
-    # the folder: MODEL_FORMAT.md's lizard block, loads, generates, evaluates
+    # the folder: docs/model-format.md's lizard block, loads, generates, evaluates
     python3 -c "
 import json; c = json.load(open('$TMP/A/config.json'))['lizard']
 assert c == {'softmax_layers': [2, 3], 'feature_dim': 32, 'feature_map': 'softmax', 'window_size': 16,

@@ -3,8 +3,8 @@
  * of the GLA chunk, T < w, batches of mixed lengths, state carried across
  * steps, gates near 0 and 1), with poisoned outputs so that an unwritten
  * element fails; the prompt softmax attention alone on its own shapes, bf16
- * also with LIZARD_WGMMA=0, LIZARD_FLASH=1 and =0 (each kernel of that path); its decode steps alone (1, 5, 37
- * sequences, three steps a cache; also with LIZARD_DECODE_ATTN=1 and =0); the fused decode ops (GEMV
+ * also with LIZARD_WGMMA=0 (the flash kernel other GPUs take); its decode steps alone (1, 5, 37
+ * sequences, three steps a cache; also with LIZARD_DECODE_ATTN=1); the fused decode ops (GEMV
  * prologues/epilogues, the split, fused and streamed GLA decode for 1 to 70 sequences, LLaMA-3-8B's
  * Lizard shape among others) against the CPU's compositions. fp32: rel err
  * <= 1e-4 (1e-3 for the GLA/attention ops); bf16: <= 2e-2. Exit 77 (skip)
@@ -16,6 +16,7 @@
 
 #include <cuda_runtime_api.h> // cudaMemcpy (the GLA state is fp32 on every backend)
 
+#include "knobs.h"     // lz_knobs_load (the tests set LIZARD_* variables before each backend)
 #include "ops.h"       // lz_ops
 #include "test_util.h" // CHECK
 
@@ -264,36 +265,25 @@ static void test_dense_ops(backend *c, backend *g) {
     free(hv);
 }
 
-/* The fused dense ops (norm_linear_many, norm_swiglu, linear_residual) against the CPU's compositions:
+/* The fused dense ops (norm_swiglu, linear_residual) against the CPU's compositions:
  * decode-sized steps (1..8 tokens: the fused GEMV) and a prompt-sized one (the composition), input widths
  * that leave the GEMV's unrolled loop partly empty. */
 static void test_fused_dense(backend *c, backend *g) {
-    const int widths[2] = {96, 1000}, O = 130, O2 = 33, I = 72;
+    const int widths[2] = {96, 1000}, O = 130, I = 72;
     const int steps[6] = {1, 2, 3, 5, 8, 37};
     for (int wi = 0; wi < 2; wi++) {
         const int C = widths[wi], Tmax = 37;
-        if (!g->ops->norm_linear_many && !g->ops->norm_swiglu && !g->ops->linear_residual) {
-            fprintf(stderr, "test_gpu_ops: %s: no fused dense ops (LIZARD_FUSE=0?)\n", dtype_name);
+        if (!g->ops->norm_swiglu && !g->ops->linear_residual) {
+            fprintf(stderr, "test_gpu_ops: %s: no fused dense ops\n", dtype_name);
             return;
         }
         float *hx = rand_host((size_t)Tmax * C, -2, 2), *hn = rand_host(C, 0.5f, 1.5f);
-        float *hw = rand_host((size_t)O * C, -0.5f, 0.5f), *hw2 = rand_host((size_t)O2 * C, -0.5f, 0.5f);
-        float *hw3 = rand_host(C, -0.5f, 0.5f), *hb = rand_host(O, -1, 1);
+        float *hw = rand_host((size_t)O * C, -0.5f, 0.5f), *hb = rand_host(O, -1, 1);
         float *hg = rand_host((size_t)I * C, -0.1f, 0.1f), *hu = rand_host((size_t)I * C, -0.1f, 0.1f);
         float *hbu = rand_host(I, -0.5f, 0.5f), *hd = rand_host((size_t)O * I, -0.3f, 0.3f);
         float *hy = rand_host((size_t)Tmax * O, -1, 1), *hh = rand_host((size_t)Tmax * I, -1, 1);
-        float *hxn = malloc(sizeof(float) * (size_t)Tmax * C); // rmsnorm(x) * n, as the 1-row segment reads it
-        for (int t = 0; t < Tmax; t++) {
-            double ss = 0;
-            for (int k = 0; k < C; k++)
-                ss += (double)hx[(size_t)t * C + k] * hx[(size_t)t * C + k];
-            const double inv = 1.0 / sqrt(ss / C + 1e-5);
-            for (int k = 0; k < C; k++)
-                hxn[(size_t)t * C + k] = (float)(hx[(size_t)t * C + k] * inv * hn[k]);
-        }
         lz_weight cn = weight(c, hn, 1, C), gn = weight(g, hn, 1, C);
-        lz_weight cw = weight(c, hw, O, C), gw = weight(g, hw, O, C), cw2 = weight(c, hw2, O2, C);
-        lz_weight gw2 = weight(g, hw2, O2, C), cw3 = weight(c, hw3, 1, C), gw3 = weight(g, hw3, 1, C);
+        lz_weight cw = weight(c, hw, O, C), gw = weight(g, hw, O, C);
         lz_weight cb = weight(c, hb, 1, O), gb = weight(g, hb, 1, O);
         lz_weight cg = weight(c, hg, I, C), gg = weight(g, hg, I, C), cu = weight(c, hu, I, C), gu = weight(g, hu, I, C);
         lz_weight cbu = weight(c, hbu, 1, I), gbu = weight(g, hbu, 1, I), cd = weight(c, hd, O, I), gd = weight(g, hd, O, I);
@@ -301,22 +291,6 @@ static void test_fused_dense(backend *c, backend *g) {
         for (int si = 0; si < 6; si++) {
             const int T = steps[si];
             void *cxn = act(c, NULL, (size_t)T * C), *gxn = act(g, NULL, (size_t)T * C);
-            void *co = act(c, NULL, (size_t)T * O), *go = act(g, NULL, (size_t)T * O);
-            void *co2 = act(c, NULL, (size_t)T * O2), *go2 = act(g, NULL, (size_t)T * O2);
-            void *co3 = act(c, NULL, T), *go3 = act(g, NULL, T);
-            void *couts[3] = {co, co2, co3}, *gouts[3] = {go, go2, go3};
-            const lz_weight *cws[3] = {&cw, &cw2, &cw3}, *gws[3] = {&gw, &gw2, &gw3};
-            const lz_weight *cbs[3] = {&cb, NULL, NULL}, *gbs[3] = {&gb, NULL, NULL};
-            if (g->ops->norm_linear_many) {
-                BOTH(c->ops->norm_linear_many(c->be, 3, couts, cxn, cx, &cn, 1e-5f, cws, cbs, T),
-                     g->ops->norm_linear_many(g->be, 3, gouts, gxn, gx, &gn, 1e-5f, gws, gbs, T));
-                compare("norm_linear_many (bias)", c, co, g, go, (size_t)T * O, tol);
-                compare("norm_linear_many (33 rows)", c, co2, g, go2, (size_t)T * O2, tol);
-                // T values only (one dot product per token): no averaging over a row, so bf16's rounding of the
-                // normalised input shows in full (measured 1.09e-2 on the H200 at 1e-2); held to the attention
-                // bound, against the products' size (compare_dots)
-                compare_dots("norm_linear_many (1 row)", c, co3, g, go3, hxn, hw3, T, C, tol_attn);
-            }
             // MLP input: silu(gate) * up, the up projection with a bias
             void *cm = act(c, NULL, (size_t)T * I), *gm = act(g, NULL, (size_t)T * I);
             void *cup = act(c, NULL, (size_t)T * I), *gup = act(g, NULL, (size_t)T * I);
@@ -335,16 +309,15 @@ static void test_fused_dense(backend *c, backend *g) {
             BOTH(c->ops->linear_residual(c->be, cy, ctmp, cx, &cw, NULL, T),
                  g->ops->linear_residual(g->be, gy, gtmp, gx, &gw, NULL, T));
             compare("linear_residual", c, cy, g, gy, (size_t)T * O, tol);
-            void *bufs_c[] = {cxn, co, co2, co3, cm, cup, cy, ch, ctmp}, *bufs_g[] = {gxn, go, go2, go3, gm, gup, gy, gh, gtmp};
+            void *bufs_c[] = {cxn, cm, cup, cy, ch, ctmp}, *bufs_g[] = {gxn, gm, gup, gy, gh, gtmp};
             for (size_t i = 0; i < sizeof bufs_c / sizeof bufs_c[0]; i++)
                 c->ops->free(c->be, bufs_c[i]), g->ops->free(g->be, bufs_g[i]);
         }
-        lz_weight *all_c[] = {&cn, &cw, &cw2, &cw3, &cb, &cg, &cu, &cbu, &cd}, *all_g[] = {&gn, &gw, &gw2, &gw3, &gb, &gg, &gu, &gbu, &gd};
+        lz_weight *all_c[] = {&cn, &cw, &cb, &cg, &cu, &cbu, &cd}, *all_g[] = {&gn, &gw, &gb, &gg, &gu, &gbu, &gd};
         for (size_t i = 0; i < sizeof all_c / sizeof all_c[0]; i++)
             c->ops->free_weight(c->be, all_c[i]), g->ops->free_weight(g->be, all_g[i]);
         c->ops->free(c->be, cx), g->ops->free(g->be, gx);
-        free(hx), free(hxn), free(hn), free(hw), free(hw2), free(hw3), free(hb), free(hg), free(hu), free(hbu), free(hd), free(hy),
-            free(hh);
+        free(hx), free(hn), free(hw), free(hb), free(hg), free(hu), free(hbu), free(hd), free(hy), free(hh);
     }
 }
 
@@ -767,7 +740,7 @@ static const lizard_shape gla_decode_shapes[] = {
  * fused op runs the split kernel for 1 and 3 sequences and gla_decode_stream.cu for 8 and 40. */
 static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool shared_wq) {
     if (!c->ops->gla_decode || !g->ops->gla_decode) {
-        fprintf(stderr, "test_gpu_ops: %s: no gla_decode op (LIZARD_FUSE=0?)\n", dtype_name);
+        fprintf(stderr, "test_gpu_ops: %s: no gla_decode op\n", dtype_name);
         return;
     }
     enum { MAX_SEQS = 70 };
@@ -851,8 +824,7 @@ static void test_gla_decode(backend *c, backend *g, const lizard_shape *sh, bool
  * block steps), one map shared by all heads or one per head (read through a kv
  * head), 1, 8 and 32 heads, the exp map, (d, f) the streaming kernel takes
  * (128/128, 128/64, 64/64, 64/32) and ones that fall back to the WMMA kernel
- * (f = 24, 20, 12, odd f, d = 40). bf16 runs twice: then with
- * LIZARD_FMAP_PROMPT=0 (the WMMA kernel for every shape). */
+ * (f = 24, 20, 12, odd f, d = 40). */
 static void test_feature_maps(backend *c, backend *g) {
     typedef struct {
         int Hx, Hout, n_w, d, f;
@@ -874,15 +846,9 @@ static void test_feature_maps(backend *c, backend *g) {
         {1, 2, 2, 16, 8, true},
     };
     const int counts[] = {1, 15, 17, 37, 64, 65, 128, 300, 1000, 1153};
-    const int modes = strcmp(dtype_name, "bf16") == 0 ? 2 : 1;
-    for (int mi = 0; mi < modes; mi++) {
-        backend old = *g, *gb = g;
-        if (mi == 1) {
-            setenv("LIZARD_FMAP_PROMPT", "0", 1);
-            CHECK_MSG(lz_cuda_backend_create(LZ_DTYPE_BF16, &old.be, &old.ops) == LZ_OK, "%s", lz_error_message());
-            unsetenv("LIZARD_FMAP_PROMPT");
-            gb = &old;
-        }
+    const bool bf16 = strcmp(dtype_name, "bf16") == 0;
+    {
+        backend *gb = g;
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const fm_shape *sh = &shapes[si];
             float *hw = rand_host((size_t)sh->n_w * sh->d * sh->f, -0.3f, 0.3f);
@@ -896,19 +862,17 @@ static void test_feature_maps(backend *c, backend *g) {
                 BOTH(c->ops->feature_map(c->be, co, cx, &cw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map),
                      gb->ops->feature_map(gb->be, go, gx, &gw, T, sh->Hx, sh->Hout, sh->d, sh->f, sh->exp_map));
                 char what[96];
-                snprintf(what, sizeof what, "feature_map%s shape %zu T=%d", mi ? " LIZARD_FMAP_PROMPT=0" : "", si, T);
+                snprintf(what, sizeof what, "feature_map shape %zu T=%d", si, T);
                 // in bf16 held to the attention bound: phi is an exponential of u = x . W, so u's absolute
                 // error from bf16 inputs (~2^-9 of the products' size) is phi's relative error (1.05e-2 seen
                 // on the H200 at 1e-2, exp map, d = 128)
-                compare(what, c, co, gb, go, no, modes == 2 ? tol_attn : tol);
+                compare(what, c, co, gb, go, no, bf16 ? tol_attn : tol);
                 c->ops->free(c->be, cx), gb->ops->free(gb->be, gx), c->ops->free(c->be, co), gb->ops->free(gb->be, go);
                 free(hx);
             }
             c->ops->free_weight(c->be, &cw), gb->ops->free_weight(gb->be, &gw);
             free(hw);
         }
-        if (mi == 1)
-            gb->ops->destroy(gb->be);
     }
 }
 
@@ -1259,6 +1223,7 @@ static const gla_case gla_cases[] = {
  * follow: name in their messages, and bf16's or fp32's tolerances. */
 static void open_gpu(backend *g, lz_dtype dt, const char *name) {
     static char label[96];
+    CHECK_MSG(lz_knobs_load() == LZ_OK, "%s", lz_error_message());
     CHECK_MSG(lz_cuda_backend_create(dt, &g->be, &g->ops) == LZ_OK, "%s", lz_error_message());
     snprintf(label, sizeof label, "%s", name);
     dtype_name = label;
@@ -1268,14 +1233,12 @@ static void open_gpu(backend *g, lz_dtype dt, const char *name) {
 
 int main(void) {
     backend cpu, gpu;
-    // every fused decode op in the table (the default leaves the dense ones out); LIZARD_FUSE=0 from outside
-    // checks the plain table instead
-    setenv("LIZARD_FUSE", "all", 0); // (another list from outside checks that table's fused ops)
     setenv("LIZARD_FUSE_TOKENS", "8", 0); // the fused GEMV at 1 to 8 tokens (the default fuses 1)
     setenv("LIZARD_GEMV_TOKENS", "8", 0); // the GEMV at 2 to 8 tokens too (by default cuBLAS takes them)
     setenv("LIZARD_GLA_STREAM_MIN", "8", 1); // both GLA decode paths in test_gla_decode
     setenv("LIZARD_FORK_TOKENS", "64", 0);   // the 37-token steps' linear layers side by side too (default: 32)
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
+    CHECK_MSG(lz_knobs_load() == LZ_OK, "%s", lz_error_message());
     const lz_dtype dtypes[2] = {LZ_DTYPE_F32, LZ_DTYPE_BF16};
     const prompt_shape prompts[] = {
         // Hq Hkv  d  window
@@ -1347,57 +1310,33 @@ int main(void) {
     test_stream_linear(&cpu, "1");
     test_stream_linear(&cpu, "2");
     test_stream_linear(&cpu, "8");
-    // the bf16 prompt attention again on the mma.sync flash kernel where wgmma took it, with one query
-    // head per flash block, then on the older WMMA kernel
-    const char *flash_vars[3] = {"LIZARD_WGMMA", "LIZARD_FLASH", "LIZARD_FLASH"};
-    const char *flash_modes[3] = {"0", "1", "0"};
-    for (int mi = 0; mi < 3; mi++) {
-        char name[64];
-        snprintf(name, sizeof name, "bf16 %s=%s", flash_vars[mi], flash_modes[mi]);
-        setenv(flash_vars[mi], flash_modes[mi], 1);
-        open_gpu(&gpu, LZ_DTYPE_BF16, name);
-        for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
-            test_softmax_prompt(&cpu, &gpu, &prompts[i]);
-        gpu.ops->destroy(gpu.be);
-        unsetenv(flash_vars[mi]);
-    }
-    // the decode attention with one block an SM (one split for most shapes: whole sequences a block,
-    // output written directly), then on the older kernels (kv_append and a merge kernel)
-    const char *decode_modes[2] = {"1", "0"};
-    for (int di = 0; di < 2; di++)
-        for (int mi = 0; mi < 2; mi++) {
-            setenv("LIZARD_DECODE_ATTN", decode_modes[mi], 1);
-            char name[64];
-            snprintf(name, sizeof name, "%s LIZARD_DECODE_ATTN=%s", di == 0 ? "fp32" : "bf16", decode_modes[mi]);
-            open_gpu(&gpu, dtypes[di], name);
-            for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++)
-                test_softmax_decode(&cpu, &gpu, &decodes[i]);
-            gpu.ops->destroy(gpu.be);
-        }
-    unsetenv("LIZARD_DECODE_ATTN");
-    // bf16 decode attention on the CUDA-core loop instead of the mma
-    setenv("LIZARD_DECODE_TC", "0", 1);
-    open_gpu(&gpu, LZ_DTYPE_BF16, "bf16 LIZARD_DECODE_TC=0");
-    for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++)
-        test_softmax_decode(&cpu, &gpu, &decodes[i]);
-    test_window_decode(&cpu, &gpu);
+    // the bf16 prompt attention again on the mma.sync flash kernel (other GPUs' path) where wgmma took it
+    setenv("LIZARD_WGMMA", "0", 1);
+    open_gpu(&gpu, LZ_DTYPE_BF16, "bf16 LIZARD_WGMMA=0");
+    for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++)
+        test_softmax_prompt(&cpu, &gpu, &prompts[i]);
     gpu.ops->destroy(gpu.be);
-    unsetenv("LIZARD_DECODE_TC");
+    unsetenv("LIZARD_WGMMA");
+    // the decode attention with one block an SM (one split for most shapes: whole sequences a block,
+    // output written directly)
+    setenv("LIZARD_DECODE_ATTN", "1", 1);
+    for (int di = 0; di < 2; di++) {
+        open_gpu(&gpu, dtypes[di], di == 0 ? "fp32 LIZARD_DECODE_ATTN=1" : "bf16 LIZARD_DECODE_ATTN=1");
+        for (size_t i = 0; i < sizeof decodes / sizeof decodes[0]; i++)
+            test_softmax_decode(&cpu, &gpu, &decodes[i]);
+        gpu.ops->destroy(gpu.be);
+    }
+    unsetenv("LIZARD_DECODE_ATTN");
     // the GLA decode's state update on gla_decode_ring.cu with three blocks walking all items (a ring of
-    // stages refilled many times; every shape), then on the stream kernel it replaces (two shapes)
-    const char *gla_ring_vars[2] = {"LIZARD_GLA_RING_BLOCKS", "LIZARD_GLA_RING"};
-    const char *gla_ring_vals[2] = {"3", "0"};
-    for (int mi = 0; mi < 2; mi++)
-        for (int di = 0; di < 2; di++) {
-            char name[64];
-            snprintf(name, sizeof name, "%s %s=%s", di == 0 ? "fp32" : "bf16", gla_ring_vars[mi], gla_ring_vals[mi]);
-            setenv(gla_ring_vars[mi], gla_ring_vals[mi], 1);
-            open_gpu(&gpu, dtypes[di], name);
-            for (size_t i = 0; i < (mi == 0 ? sizeof gla_decode_shapes / sizeof gla_decode_shapes[0] : 2); i++)
-                test_gla_decode(&cpu, &gpu, &gla_decode_shapes[i], i % 2 == 0);
-            gpu.ops->destroy(gpu.be);
-            unsetenv(gla_ring_vars[mi]);
-        }
+    // stages refilled many times; every shape)
+    setenv("LIZARD_GLA_RING_BLOCKS", "3", 1);
+    for (int di = 0; di < 2; di++) {
+        open_gpu(&gpu, dtypes[di], di == 0 ? "fp32 LIZARD_GLA_RING_BLOCKS=3" : "bf16 LIZARD_GLA_RING_BLOCKS=3");
+        for (size_t i = 0; i < sizeof gla_decode_shapes / sizeof gla_decode_shapes[0]; i++)
+            test_gla_decode(&cpu, &gpu, &gla_decode_shapes[i], i % 2 == 0);
+        gpu.ops->destroy(gpu.be);
+    }
+    unsetenv("LIZARD_GLA_RING_BLOCKS");
     // the window's decode steps on the persistent kernel (window_decode_ring.cu) at every batch size,
     // three blocks walking all items (a ring of stages refilled many times)
     setenv("LIZARD_WINDOW_RING", "1", 1);
@@ -1424,21 +1363,6 @@ int main(void) {
     unsetenv("LIZARD_DECODE_ATTN");
     unsetenv("LIZARD_WINDOW_SPLIT_MIN");
     unsetenv("LIZARD_WINDOW_RING");
-    // the window's decode steps on the older path (the tile kernel and the ring store)
-    setenv("LIZARD_WINDOW_DECODE", "0", 1);
-    for (int di = 0; di < 2; di++) {
-        open_gpu(&gpu, dtypes[di], di == 0 ? "fp32 LIZARD_WINDOW_DECODE=0" : "bf16 LIZARD_WINDOW_DECODE=0");
-        test_window_decode(&cpu, &gpu);
-        gpu.ops->destroy(gpu.be);
-    }
-    unsetenv("LIZARD_WINDOW_DECODE");
-    // the bf16 GLA prompts again on the older kernels (the fallback of gla_prompt_tc.cu)
-    setenv("LIZARD_GLA_PROMPT", "0", 1);
-    open_gpu(&gpu, LZ_DTYPE_BF16, "bf16 LIZARD_GLA_PROMPT=0");
-    for (size_t i = 0; i < sizeof gla_cases / sizeof gla_cases[0]; i++)
-        test_gla_chunked(&cpu, &gpu, &gla_cases[i]);
-    gpu.ops->destroy(gpu.be);
-    unsetenv("LIZARD_GLA_PROMPT");
     cpu.ops->destroy(cpu.be);
     return lz_test_finish("test_gpu_ops");
 }

@@ -2,7 +2,7 @@
 """Independent float64 reference implementation of a Lizard hybrid model.
 
 numpy only (no torch). Everything is written in the most direct "matrix" form
-from the equations of shared/MODEL_FORMAT.md: the Lizard layer builds the full
+from the equations of docs/model-format.md: the Lizard layer builds the full
 T x T attention matrix with an explicit product of the gates, never the
 recurrence, so that it is an independent check of the C runtime's recurrent
 and chunked kernels.

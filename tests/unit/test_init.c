@@ -115,7 +115,7 @@ typedef struct {
     int64_t shape[3];
 } expected_tensor;
 
-/* The tiny-hybrid list written out by hand from MODEL_FORMAT.md: 9 teacher
+/* The tiny-hybrid list written out by hand from docs/model-format.md: 9 teacher
  * tensors per layer, 5 Lizard tensors in every layer (tiny-hybrid keeps them
  * in its softmax layers too), embed, final norm, lm_head. */
 static int tiny_hybrid_expected(expected_tensor *e) {

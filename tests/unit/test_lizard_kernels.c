@@ -1,5 +1,5 @@
 /* test_lizard_kernels.c - the Lizard kernels against direct double-precision
- * evaluations of MODEL_FORMAT.md's equations (explicit a_it with gate
+ * evaluations of docs/model-format.md's equations (explicit a_it with gate
  * products, explicit window sums), and the chunked GLA form against the
  * recurrent one: random shapes, T not a multiple of the chunk, T < w, gates
  * near 0 and near 1, state carried across steps. */

@@ -11,6 +11,7 @@
 #include <string.h> // memcmp, memcpy, strstr
 #include <unistd.h> // close, unlink, rmdir
 
+#include "knobs.h"          // lz_knobs_load (LIZARD_SESSION_CHUNK_BYTES)
 #include "serve_sessions.h" // serve_sessions
 #include "session_chunks.h" // lz_session_write_chunked, lz_session_pack_chunked
 #include "session_file.h"   // lz_session_load_file, lz_session_parse
@@ -18,6 +19,15 @@
 #include "test_util.h"      // CHECK
 
 #include "session_fixture.h" // fixture, open_fixture, close_fixture
+
+/* LIZARD_SESSION_CHUNK_BYTES set to value (NULL: unset), read as the program reads it at start. */
+static void set_chunk_knob(const char *value) {
+    if (value)
+        setenv("LIZARD_SESSION_CHUNK_BYTES", value, 1);
+    else
+        unsetenv("LIZARD_SESSION_CHUNK_BYTES");
+    CHECK_MSG(lz_knobs_load() == LZ_OK, "%s", lz_error_message());
+}
 
 enum { CHUNK = 100 }; // bytes per chunk: the tiny state in many chunks
 
@@ -172,13 +182,13 @@ static void in_memory(fixture *f, Lizard__SequenceState *msg, const char *path) 
     refused(mem, len - 7, NULL, "cut in memory");
 
     // lz_session_pack_any: a version-2 message as lz_session_pack writes it, chunked when forced
-    unsetenv("LIZARD_SESSION_CHUNK_BYTES");
+    set_chunk_knob(NULL);
     CHECK(lz_session_pack(msg, &v2, &v2_len) == LZ_OK);
     CHECK(lz_session_pack_any(msg, &any, &alen) == LZ_OK && same_bytes(any, alen, v2, v2_len));
     free(any);
-    setenv("LIZARD_SESSION_CHUNK_BYTES", "100", 1);
+    set_chunk_knob("100");
     CHECK(lz_session_pack_any(msg, &any, &alen) == LZ_OK && same_bytes(any, alen, file, flen));
-    unsetenv("LIZARD_SESSION_CHUNK_BYTES");
+    set_chunk_knob(NULL);
     free(any), free(v2), free(mem), free(file);
 }
 
@@ -295,13 +305,14 @@ static void test_old_file(void) {
 }
 
 static void test_knob(void) {
-    unsetenv("LIZARD_SESSION_CHUNK_BYTES");
+    set_chunk_knob(NULL);
     CHECK(lz_session_chunk_bytes() == (size_t)256 << 20 && !lz_session_chunks_forced());
-    setenv("LIZARD_SESSION_CHUNK_BYTES", "4096", 1);
+    set_chunk_knob("4096");
     CHECK(lz_session_chunk_bytes() == 4096 && lz_session_chunks_forced());
-    setenv("LIZARD_SESSION_CHUNK_BYTES", "junk", 1);
-    CHECK(lz_session_chunk_bytes() == (size_t)256 << 20);
-    unsetenv("LIZARD_SESSION_CHUNK_BYTES");
+    setenv("LIZARD_SESSION_CHUNK_BYTES", "junk", 1); // refused when the knobs are read, the value kept
+    CHECK(lz_knobs_load() == LZ_ERR_INPUT && strstr(lz_error_message(), "LIZARD_SESSION_CHUNK_BYTES=junk"));
+    CHECK(lz_session_chunk_bytes() == 4096);
+    set_chunk_knob(NULL);
 }
 
 int main(void) {
