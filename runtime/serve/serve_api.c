@@ -240,13 +240,22 @@ static const struct {
                       {"response_format", "{\"type\": \"text\"} or null: no JSON mode or schema"},
                       {"suffix", "\"\" or null"}};
 
-static bool check_default(const char *key, json_t *v, serve_error *err) {
+/* A field the API defines but this server does not support: accepted at the value that changes
+ * nothing, else refused by name. A field the API does not define is ignored and named in
+ * r->ignored (the server logs it), as vLLM does, so that clients sending extensions still work. */
+static bool check_default(const char *key, json_t *v, serve_request *r, serve_error *err) {
     for (size_t i = 0; i < sizeof neutral_fields / sizeof neutral_fields[0]; i++)
         if (strcmp(key, neutral_fields[i].name) == 0)
             return neutral_value(key, v) ? true
                                          : UNSUPPORTED(key, "%s: not supported by this server (only %s)", key,
                                                        neutral_fields[i].accepted);
-    return BAD(key, "unknown field '%s'", key);
+    size_t used = strlen(r->ignored);
+    if (used && used + 2 < sizeof r->ignored)
+        used += (size_t)snprintf(r->ignored + used, sizeof r->ignored - used, ", ");
+    for (const char *k = key; *k && used + 1 < sizeof r->ignored; k++) // printable: it goes to a log line
+        r->ignored[used++] = *k >= 0x20 && *k < 0x7f ? *k : '?';
+    r->ignored[used] = '\0';
+    return true;
 }
 
 /* Fields the API defines that change nothing here: their type is checked, their value ignored. */
@@ -363,7 +372,7 @@ static bool parse_field(const char *key, json_t *v, serve_request *r, serve_erro
     if (strcmp(key, "split_special_tokens") == 0)
         return get_bool(v, key, &r->split_special_tokens, err);
     const char type = ignored_type(key);
-    return type ? check_ignored(key, type, v, err) : check_default(key, v, err);
+    return type ? check_ignored(key, type, v, err) : check_default(key, v, r, err);
 }
 
 bool serve_parse_request(const char *body, size_t len, serve_kind kind, serve_request *out, serve_error *err) {

@@ -47,6 +47,7 @@ typedef struct {
     bool ignore_eos;              /* keep going past eos ids (as vLLM) */
     bool split_special_tokens;    /* special-token text in the client's text is plain text (HF's name);
                                      default: true for chat messages, false for a completion prompt */
+    char ignored[128];            /* fields the API does not define, ignored: "a, b" (cut when long) */
     serve_logit_bias *logit_bias; /* NULL when absent; ids not yet checked against the vocabulary */
     int n_logit_bias;
 } serve_request;

@@ -236,6 +236,9 @@ static enum MHD_Result generate(serve_server *srv, struct MHD_Connection *c, htt
     serve_error err;
     if (!serve_parse_request(req->body ? req->body : "", req->n, kind, &r, &err))
         return serve_reply_error(srv, c, &err);
+    if (r.ignored[0])
+        fprintf(stderr, "lizard serve: %s-%ld: ignored fields the API does not define: %s\n", req->id_prefix,
+                req->number, r.ignored);
     if (r.model && strcmp(r.model, srv->model_name) != 0) {
         serve_set_error(&err, 404, "invalid_request_error", "model", "model_not_found",
                         "model: '%.100s' is not served here (this server has '%.100s')", r.model, srv->model_name);

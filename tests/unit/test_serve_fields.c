@@ -1,7 +1,8 @@
 /* test_serve_fields.c - which OpenAI request fields `lizard serve` takes: those
  * that change nothing here are accepted and ignored, logit_bias is parsed, and
  * those that would change the answer are refused with a 400 that names the
- * field (code "unsupported_value"), as vLLM answers; unknown fields stay 400. */
+ * field (code "unsupported_value"), as vLLM answers; fields the API does not
+ * define are ignored and named for the log, as vLLM does. */
 #include <string.h> // strcmp, strlen
 
 #include "serve_api.h" // serve_parse_request
@@ -65,7 +66,15 @@ static void answer_changing_fields(void) {
     refused("\"presence_penalty\": 0.5", "presence_penalty", "unsupported_value");
     refused("\"logprobs\": true", "logprobs", "unsupported_value");
     refused("\"top_logprobs\": 3", "top_logprobs", "unsupported_value");
-    refused("\"nonsense\": 1", "nonsense", NULL); // a field the API does not define may be a typo: refused
+    { // a field the API does not define: ignored, named (printable) for the server's log line
+        serve_request r;
+        serve_error e;
+        const bool ok = chat("\"nonsense\": 1, \"x\\ny\": true, \"user\": \"u\"", &r, &e);
+        CHECK_MSG(ok && strcmp(r.ignored, "nonsense, x?y") == 0, "unknown fields: ok %d, ignored '%s'", ok,
+                  ok ? r.ignored : "");
+        if (ok)
+            serve_request_free(&r);
+    }
     serve_request r;
     serve_error e;
     const char *suffix = "{\"prompt\": \"x\", \"suffix\": \"end\"}";
