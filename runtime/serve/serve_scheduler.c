@@ -385,7 +385,22 @@ static void prefill_round(serve_scheduler *s) {
     }
     if (n == 0)
         return;
-    if (lz_engine_prefill_many(s->e, n, s->slots, s->feeds, s->lens, (lz_step_out){.logits = s->logits}) != LZ_OK)
+    // each prompt's first id is picked where the logits are, as later ids are, unless a logit_bias
+    // needs the logits here; a prompt not finished this round draws nothing (its id is not used)
+    bool greedy = true, host = false;
+    for (int k = 0; k < n; k++) {
+        const serve_seq *q = &s->seqs[s->index[k]];
+        greedy &= q->sampler.p.temperature == 0;
+        host |= q->job->n_logit_bias > 0;
+    }
+    for (int k = 0; k < n && !host; k++) {
+        serve_seq *q = &s->seqs[s->index[k]];
+        s->draws[k] = q->fed + s->lens[k] == q->n_feed ? lz_sampler_draw(&q->sampler)
+                                                        : (lz_sample_draw){q->sampler.p, q->sampler.n};
+    }
+    const lz_step_out out = host ? (lz_step_out){.logits = s->logits}
+                                 : (lz_step_out){.ids = s->chosen, .draws = greedy ? NULL : s->draws};
+    if (lz_engine_prefill_many(s->e, n, s->slots, s->feeds, s->lens, out) != LZ_OK)
         return fail_round(s, n); // the next admission resets the slots
     for (int k = 0; k < n; k++) {
         serve_seq *q = &s->seqs[s->index[k]];
@@ -416,7 +431,7 @@ static void prefill_round(serve_scheduler *s) {
             if (st != LZ_OK)
                 lz_error_clear(); // the cache is an optimisation: the request goes on
         }
-        take_token(s, s->index[k], s->logits + (size_t)k * V, 0);
+        take_token(s, s->index[k], host ? s->logits + (size_t)k * V : NULL, s->chosen[k]);
     }
 }
 
