@@ -50,6 +50,7 @@ typedef struct {
     lz_layer *layers;
     float *inv_freq; /* [head_dim / 2] RoPE frequencies, backend memory */
     size_t n_params_teacher, n_params_lizard; /* of the tensors loaded */
+    uint64_t adapter_hash; /* of a LoRA adapter merged at load (0: none): part of the session fingerprint */
 } lz_model;
 
 /* RoPE inverse frequencies [head_dim / 2] for the config (default or llama3),

@@ -32,7 +32,7 @@ static lz_status cpu_upload_weight(lz_backend *be, const lz_host_tensor *src, in
         return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,
                        (long long)src->numel, (long long)rows, (long long)cols);
     *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, false, 0};
-    if (src->dtype == LZ_DTYPE_F32 && ((uintptr_t)src->data % sizeof(float)) == 0) {
+    if (src->lasting && src->dtype == LZ_DTYPE_F32 && ((uintptr_t)src->data % sizeof(float)) == 0) {
         out->data = (void *)src->data; // zero copy: the mapping outlives the model
         return LZ_OK;
     }

@@ -26,7 +26,7 @@
 #include "tokenizer.h"     // lz_tokenizer
 
 typedef struct {
-    const char *model, *text, *ppl_contexts, *contexts, *device, *dtype, *softmax_layers;
+    const char *model, *adapter, *text, *ppl_contexts, *contexts, *device, *dtype, *softmax_layers;
     long trials, seed, chunk;
     bool passkey, json, allow_long;
 } eval_args;
@@ -165,7 +165,7 @@ static lz_status run_eval(const eval_args *a, const length_list *lens, const len
     lz_tokenizer *tok;
     LZ_TRY(lz_tokenizer_load(a->model, &tok));
     lz_engine e;
-    lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype,
+    lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype,
                             .softmax_layers = a->softmax_layers, .n_slots = 1, .max_context = longest,
                             .prefill_chunk = (int)a->chunk};
     lz_status s = lz_check_context(a->model, a->softmax_layers, longest, a->allow_long);
@@ -211,6 +211,8 @@ lz_status lz_cmd_eval(int argc, char **argv) {
     const lz_option options[] = {
         {"--model", LZ_OPT_DIR, "DIR", "model folder (teacher or Lizard) with tokenizer.json", &a.model, true, 0,
          0},
+        {"--adapter", LZ_OPT_DIR, "DIR", "a PEFT LoRA adapter folder (finetune --adapter-out) merged in at load",
+         &a.adapter, false, 0, 0},
         {"--text", LZ_OPT_STRING, "FILE", "UTF-8 text: report its perplexity", &a.text, false, 0, 0},
         {"--ppl-context", LZ_OPT_STRING, "N,N,...", "perplexity window lengths in tokens, one result each (default "
          "1024)", &a.ppl_contexts, false, 0, 0},

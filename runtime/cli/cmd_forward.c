@@ -12,11 +12,13 @@
 
 lz_status lz_cmd_forward(int argc, char **argv) {
     const char *model = NULL, *ids_text = NULL, *out_path = NULL, *device = "cpu", *dtype = "bf16", *softmax = NULL, *placement = NULL,
-               *plan = NULL;
+               *plan = NULL, *adapter = NULL;
     long chunk = 512;
     bool allow_long = false;
     const lz_option options[] = {
         {"--model", LZ_OPT_DIR, "DIR", "model folder (config.json + safetensors)", &model, true, 0, 0},
+        {"--adapter", LZ_OPT_DIR, "DIR", "a PEFT LoRA adapter folder (finetune --adapter-out) merged in at load",
+         &adapter, false, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &ids_text, true, 0, 0},
         {"--logits-out", LZ_OPT_STRING, "FILE.npy", "where to write float32 logits [T, vocab]", &out_path, true, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &device, false, 0, 0},
@@ -45,7 +47,7 @@ lz_status lz_cmd_forward(int argc, char **argv) {
         return limit;
     }
     lz_engine e;
-    lz_engine_options eo = {.model_dir = model, .device = device, .dtype = dtype, .softmax_layers = softmax,
+    lz_engine_options eo = {.model_dir = model, .adapter_dir = adapter, .device = device, .dtype = dtype, .softmax_layers = softmax,
                            .n_slots = 1, .max_context = n, .prefill_chunk = (int)chunk,
                            .placement = placement, .plan_file = plan};
     lz_status s = lz_engine_open(&e, &eo);

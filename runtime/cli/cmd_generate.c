@@ -25,7 +25,7 @@
 
 typedef struct {
     const char *model, *ids, *prompt, *prompt_file, *prompts_file, *device, *dtype, *softmax, *format, *placement, *plan, *session;
-    const char *move_placement, *move_plan, *session_dtype;
+    const char *move_placement, *move_plan, *session_dtype, *adapter;
     long max_tokens, top_k, seed, chunk, batch, move_after;
     double temperature, top_p;
     bool stats, ignore_eos, allow_long;
@@ -253,7 +253,7 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
     if (n_input > 0) // input is NULL when the session is continued without new tokens
         memcpy(feed + (pending ? 1 : 0), input, sizeof(int32_t) * (size_t)n_input);
     lz_engine e;
-    lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
+    lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
                            .n_slots = 1, .max_context = held + n_feed + (int)a->max_tokens,
                            .prefill_chunk = (int)a->chunk, .placement = a->placement, .plan_file = a->plan,
                            .session_state_bf16 = a->session_dtype && strcmp(a->session_dtype, "bf16") == 0};
@@ -332,7 +332,7 @@ static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const 
         longest = prompts[i].n > longest ? prompts[i].n : longest;
     LZ_TRY(lz_check_context(a->model, a->softmax, (long)longest + a->max_tokens, a->allow_long));
     lz_engine e;
-    lz_engine_options eo = {.model_dir = a->model, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
+    lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
                            .n_slots = n, .max_context = longest + (int)a->max_tokens, .prefill_chunk = (int)a->chunk,
                            .placement = a->placement, .plan_file = a->plan};
     LZ_TRY(lz_engine_open(&e, &eo));
@@ -420,6 +420,8 @@ lz_status lz_cmd_generate(int argc, char **argv) {
                        .chunk = 512, .temperature = -1.0, .top_p = -1.0};
     const lz_option options[] = {
         {"--model", LZ_OPT_DIR, "DIR", "model folder (config.json + safetensors)", &a.model, true, 0, 0},
+        {"--adapter", LZ_OPT_DIR, "DIR", "a PEFT LoRA adapter folder (finetune --adapter-out) merged in at load",
+         &a.adapter, false, 0, 0},
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &a.ids, false, 0, 0},
         {"--prompt", LZ_OPT_STRING, "TEXT", "prompt text (tokenized with the model's tokenizer.json)", &a.prompt,
          false, 0, 0},

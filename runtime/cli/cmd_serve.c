@@ -21,7 +21,7 @@
 #include "tokenizer.h"         // lz_tokenizer
 
 typedef struct {
-    const char *model, *host, *api_key, *chat_template, *device, *dtype, *softmax, *placement, *plan, *session_dir;
+    const char *model, *adapter, *host, *api_key, *chat_template, *device, *dtype, *softmax, *placement, *plan, *session_dir;
     long port, max_batch, max_prompt_tokens, max_tokens, queue_size, max_context, chunk, max_body, prefix_cache,
         prefix_min;
     double session_memory, drain_timeout, health_step_timeout;
@@ -130,6 +130,8 @@ lz_status lz_cmd_serve(int argc, char **argv) {
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "model folder (config.json + safetensors + tokenizer.json)", &a.model, true,
          0, 0},
+        {"--adapter", LZ_OPT_DIR, "DIR", "a PEFT LoRA adapter folder (finetune --adapter-out) merged in at load",
+         &a.adapter, false, 0, 0},
         {"--port", LZ_OPT_INT, "P", "TCP port (default 8000; 0 = any free port, printed at start)", &a.port, false, 0,
          65535},
         {"--host", LZ_OPT_STRING, "HOST", "address or host name to listen on (default 127.0.0.1)", &a.host, false, 0,
@@ -194,7 +196,7 @@ lz_status lz_cmd_serve(int argc, char **argv) {
     LZ_TRY(serve_http_check_host(a.host));
     const long context = a.max_context ? a.max_context : a.max_prompt_tokens + a.max_tokens;
     lz_engine e;
-    const lz_engine_options eo = {.model_dir = a.model, .device = a.device, .dtype = a.dtype,
+    const lz_engine_options eo = {.model_dir = a.model, .adapter_dir = a.adapter, .device = a.device, .dtype = a.dtype,
                                   .softmax_layers = a.softmax, .n_slots = (int)a.max_batch,
                                   .max_context = (int)(context < (1 << 24) ? context : (1 << 24)),
                                   .prefill_chunk = (int)a.chunk, .placement = a.placement, .plan_file = a.plan};

@@ -2,8 +2,9 @@
 #ifndef LZ_DTYPE_H
 #define LZ_DTYPE_H
 
-#include <stddef.h> // size_t
-#include <stdint.h> // uint16_t
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
+#include <stdint.h>  // uint16_t
 
 /* The safetensors dtypes we know by name. Only F32, F16 and BF16 may hold
  * model weights; the others are parsed so that a file carrying them (e.g. an
@@ -37,6 +38,7 @@ typedef struct {
     lz_dtype dtype;
     int64_t numel;
     const void *data;
+    bool lasting; /* the data outlives the weight (a file's mapping): a backend may point into it */
 } lz_host_tensor;
 
 #endif

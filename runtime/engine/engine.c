@@ -60,7 +60,7 @@ static lz_status engine_step(lz_engine *e, const int32_t *ids, const lz_batch *b
 static lz_status load_stage(lz_engine *e, const lz_stage_parts *parts) {
     const lz_engine_options *o = &e->opt;
     lz_status s = o->shape ? lz_model_init_random_stage(&e->model, &e->cfg, e->ops, e->be, parts, o->seed)
-                           : lz_model_load_stage(&e->model, o->model_dir, &e->cfg, e->ops, e->be, parts);
+                           : lz_model_load_stage(&e->model, o->model_dir, &e->cfg, e->ops, e->be, parts, o->adapter_dir);
     if (s == LZ_OK)
         s = lz_state_create(&e->state, &e->model, o->n_slots, o->max_context);
     if (s == LZ_OK) {

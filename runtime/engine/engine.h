@@ -15,6 +15,7 @@
 
 typedef struct {
     const char *model_dir;
+    const char *adapter_dir;     /* a PEFT LoRA adapter merged into the weights at load, or NULL */
     const char *shape;           /* or a preset name (model_presets.h): random weights, no files (benchmarks) */
     uint64_t seed;               /* of those random weights */
     const char *device;          /* "cpu" (default) or "cuda" */

@@ -5,6 +5,7 @@
 #include <string.h> // memset, strstr, strlen
 
 #include "hash.h"        // lz_fnv1a
+#include "lora_adapter.h" // lz_lora_adapter
 #include "model_load.h"
 #include "safetensors.h" // lz_weights
 
@@ -20,6 +21,7 @@ typedef struct {
     bool random;         /* no checkpoint: make every tensor at random on the backend */
     bool describe;       /* check and count the checkpoint's tensors, upload nothing */
     uint64_t seed;
+    const lz_lora_adapter *adapter; /* merged into the weights it covers as they load, or NULL */
 } loader;
 
 /* Random weights that keep activations finite through a deep model: norms 1,
@@ -41,8 +43,20 @@ static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_
         *out = (lz_weight){NULL, t->dtype, rows, cols, false, 0};
         return LZ_OK;
     }
-    const lz_host_tensor host = {t->name, t->dtype, t->numel, t->data};
-    return L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
+    if (!lz_lora_adapter_covers(L->adapter, name)) {
+        const lz_host_tensor host = {t->name, t->dtype, t->numel, t->data, true};
+        return L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
+    }
+    float *w = malloc(sizeof(float) * (size_t)t->numel); // W + (alpha / r) B A, uploaded from a copy
+    if (!w)
+        return lz_fail(LZ_ERR_NOMEM, "--adapter: out of memory for '%s'", name);
+    lz_convert_to_f32(w, t->data, t->dtype, (size_t)t->numel);
+    lz_status s = lz_lora_adapter_apply(L->adapter, name, w, rows, cols);
+    const lz_host_tensor host = {t->name, LZ_DTYPE_F32, t->numel, w, false};
+    if (s == LZ_OK)
+        s = L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
+    free(w);
+    return s;
 }
 
 static lz_status load_matrix(loader *L, const char *name, int64_t rows, int64_t cols, lz_weight *out) {
@@ -189,7 +203,7 @@ static lz_status load_layer(loader *L, int i) {
 }
 
 static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bool random, bool describe,
-                          uint64_t seed);
+                          uint64_t seed, const lz_lora_adapter *adapter);
 
 void lz_stage_parts_all(lz_stage_parts *parts, int n_layers) {
     memset(parts, 0, sizeof *parts);
@@ -212,16 +226,24 @@ static lz_status begin_model(lz_model *m, const lz_config *cfg, const lz_ops *op
 }
 
 lz_status lz_model_load_stage(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
-                              const lz_stage_parts *parts) {
+                              const lz_stage_parts *parts, const char *adapter_dir) {
     LZ_TRY(begin_model(m, cfg, ops, be, parts));
     LZ_TRY(lz_weights_open(dir, m->ckpt));
-    return load_all(m, dir, cfg, false, false, 0);
+    if (!adapter_dir)
+        return load_all(m, dir, cfg, false, false, 0, NULL);
+    lz_lora_adapter ad;
+    LZ_TRY(lz_lora_adapter_open(adapter_dir, cfg, &ad));
+    lz_status s = load_all(m, dir, cfg, false, false, 0, &ad);
+    if (s == LZ_OK)
+        m->adapter_hash = ad.hash;
+    lz_lora_adapter_close(&ad);
+    return s;
 }
 
 lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be) {
     lz_stage_parts all;
     lz_stage_parts_all(&all, cfg->num_hidden_layers);
-    return lz_model_load_stage(m, dir, cfg, ops, be, &all);
+    return lz_model_load_stage(m, dir, cfg, ops, be, &all, NULL);
 }
 
 lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops) {
@@ -233,7 +255,7 @@ lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, 
     if (!m->ckpt)
         return lz_fail(LZ_ERR_NOMEM, "model: out of memory");
     LZ_TRY(lz_weights_open(dir, m->ckpt));
-    return load_all(m, dir, cfg, false, true, 0);
+    return load_all(m, dir, cfg, false, true, 0, NULL);
 }
 
 lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be, uint64_t seed) {
@@ -245,16 +267,16 @@ lz_status lz_model_init_random(lz_model *m, const lz_config *cfg, const lz_ops *
 lz_status lz_model_init_random_stage(lz_model *m, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
                                      const lz_stage_parts *parts, uint64_t seed) {
     LZ_TRY(begin_model(m, cfg, ops, be, parts));
-    return load_all(m, "(random weights)", cfg, true, false, seed);
+    return load_all(m, "(random weights)", cfg, true, false, seed, NULL);
 }
 
 static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bool random, bool describe,
-                          uint64_t seed) {
+                          uint64_t seed, const lz_lora_adapter *adapter) {
     lz_status st = LZ_ERR_NOMEM;
     m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof(lz_layer));
     if (!m->layers)
         goto fail;
-    loader L = {m, &m->n_params_teacher, random, describe, seed};
+    loader L = {m, &m->n_params_teacher, random, describe, seed, adapter};
     const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
     // the embedding: on the first stage, and on the last when the LM head is tied to it
     const bool need_embed = m->parts.embed || (m->parts.head && cfg->tie_word_embeddings);

@@ -11,9 +11,10 @@
 /* Loads DIR's weights for `cfg` (already parsed, overrides applied). */
 lz_status lz_model_load(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be);
 /* Loads only `parts` (a pipeline stage); the other layers keep their kind
- * and geometry but no weights. */
+ * and geometry but no weights. adapter_dir (or NULL): a PEFT LoRA adapter
+ * folder merged into the weights it covers (lora_adapter.h). */
 lz_status lz_model_load_stage(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops, lz_backend *be,
-                              const lz_stage_parts *parts);
+                              const lz_stage_parts *parts, const char *adapter_dir);
 /* Every part of a model with `n_layers` layers. */
 void lz_stage_parts_all(lz_stage_parts *parts, int n_layers);
 /* The same model with random weights made on the backend (no files): for

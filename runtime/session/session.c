@@ -34,6 +34,8 @@ void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t ou
     }
     for (int i = 0; i < m->cfg.num_hidden_layers; i++)
         a = lz_fnv1a(a, &m->layers[i].run_softmax, sizeof(bool));
+    if (m->adapter_hash) // a merged adapter changes the weights: its state is another model's
+        b = lz_fnv1a(b, &m->adapter_hash, sizeof m->adapter_hash);
     memcpy(out, &a, 8);
     memcpy(out + 8, &b, 8);
 }

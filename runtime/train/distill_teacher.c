@@ -53,7 +53,7 @@ lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_
     for (int i = 0; plan && i < cfg.num_hidden_layers; i++)
         parts.layer[i] = plan->layer_rank[i] == rank;
     parts.embed = !plan || plan->embed_rank == rank;
-    lz_status s = lz_model_load_stage(&t->model, dir, &cfg, t->ops, t->be, &parts);
+    lz_status s = lz_model_load_stage(&t->model, dir, &cfg, t->ops, t->be, &parts, NULL);
     if (s != LZ_OK) {
         t->ops->destroy(t->be);
         t->be = NULL;

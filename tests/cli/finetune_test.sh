@@ -4,7 +4,9 @@
 #   MODE fall:   the held-out loss falls over the run; the merged folder loads and generates; the
 #                PEFT folder has PEFT's config keys and tensor names, and merged = base + alpha/r B A;
 #   MODE resume: --stop-at-step + --resume gives the losses of one uninterrupted run, bit for bit;
-#   MODE errors: bad input -> exit 2, one line naming the fault, no output folder.
+#   MODE errors: bad input -> exit 2, one line naming the fault, no output folder;
+#   MODE adapter: the PEFT folder merged at load (--adapter) gives the merged folder's logits, and a
+#                adapter that does not fit the model is refused in one line.
 set -u
 LIZARD=$1
 SRC=$2
@@ -107,6 +109,48 @@ if [ "$MODE" = errors ]; then
     expect_error "--resume" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --resume
     expect_error "not built for cuda\|no CUDA backend" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --device cuda
     [ ! -e "$O" ] && ok || bad "a refused run left $O"
+fi
+
+if [ "$MODE" = adapter ]; then
+    # Lizard tensors frozen: the adapter alone is the whole change, so base + adapter = the merged folder
+    "$LIZARD" finetune "${SMALL[@]}" --tokens 640 --freeze-lizard --out "$TMP/A" --adapter-out "$TMP/Aa" \
+        --lora-targets q,v,o,down --eval-batches 0 2>"$TMP/A.err" && ok || bad "finetune: $(tail -2 "$TMP/A.err")"
+    "$LIZARD" forward --model "$TMP/A" --ids 5,17,42,99,3,250 --logits-out "$TMP/merged.npy" 2>/dev/null &&
+    "$LIZARD" forward --model "$M" --adapter "$TMP/Aa" --ids 5,17,42,99,3,250 --logits-out "$TMP/adapted.npy" \
+        2>"$TMP/f.err" && "$LIZARD" forward --model "$M" --ids 5,17,42,99,3,250 --logits-out "$TMP/base.npy" \
+        2>/dev/null && ok || bad "forward: $(cat "$TMP/f.err")"
+    python3 - "$TMP/merged.npy" "$TMP/adapted.npy" "$TMP/base.npy" <<'PY' && ok || bad "base + --adapter != merged"
+import struct, sys
+def npy(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<H", raw[8:10])[0]
+    body = raw[10 + n:]
+    return struct.unpack(f"<{len(body) // 4}f", body)
+merged, adapted, base = (npy(p) for p in sys.argv[1:])
+worst = max(abs(a - b) for a, b in zip(merged, adapted))
+moved = max(abs(a - b) for a, b in zip(merged, base))
+print(f"base + adapter vs merged: {worst:.2e}; merged vs base: {moved:.2e}")
+assert worst < 1e-4 and moved > 1e-3, (worst, moved)
+PY
+    # a session saved with the adapter is another model's state than the base's
+    "$LIZARD" generate --model "$M" --adapter "$TMP/Aa" --ids 5,17 --max-tokens 2 --session "$TMP/s.lzs" \
+        >/dev/null 2>&1 && ok || bad "generate --adapter --session"
+    expect_error "s.lzs" "$LIZARD" generate --model "$M" --max-tokens 2 --session "$TMP/s.lzs"
+    # adapters that do not fit: each refused in one line naming the fault
+    bad_adapter() { # NAME PYTHON-EDIT: a copy of the adapter folder, edited
+        rm -rf "$TMP/$1" && cp -r "$TMP/Aa" "$TMP/$1" && python3 - "$TMP/$1" <<<"$2"
+    }
+    bad_adapter r4 'import json,sys; p=sys.argv[1]+"/adapter_config.json"; c=json.load(open(p)); c["r"]=4; json.dump(c,open(p,"w"))'
+    expect_error "(r = 4)" "$LIZARD" forward --model "$M" --adapter "$TMP/r4" --ids 1,2 --logits-out "$TMP/x.npy"
+    bad_adapter dora 'import json,sys; p=sys.argv[1]+"/adapter_config.json"; c=json.load(open(p)); c["use_dora"]=True; json.dump(c,open(p,"w"))'
+    expect_error "use_dora" "$LIZARD" forward --model "$M" --adapter "$TMP/dora" --ids 1,2 --logits-out "$TMP/x.npy"
+    bad_adapter ia3 'import json,sys; p=sys.argv[1]+"/adapter_config.json"; c=json.load(open(p)); c["peft_type"]="IA3"; json.dump(c,open(p,"w"))'
+    expect_error "peft_type 'IA3'" "$LIZARD" forward --model "$M" --adapter "$TMP/ia3" --ids 1,2 --logits-out "$TMP/x.npy"
+    bad_adapter layer9 'import sys; p=sys.argv[1]+"/adapter_model.safetensors"; b=open(p,"rb").read(); open(p,"wb").write(b.replace(b"layers.0.", b"layers.9.", 2))'
+    expect_error "no LoRA factor of a projection this model has" "$LIZARD" forward --model "$M" --adapter "$TMP/layer9" \
+        --ids 1,2 --logits-out "$TMP/x.npy"
+    expect_error "nowhere" "$LIZARD" forward --model "$M" --adapter "$TMP/nowhere" --ids 1,2 --logits-out "$TMP/x.npy"
+    [ ! -e "$TMP/x.npy" ] && ok || bad "a refused adapter left an output file"
 fi
 
 echo "finetune_test $MODE: $pass passed, $fail failed"
