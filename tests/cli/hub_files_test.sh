@@ -44,16 +44,16 @@ PY
 "$LIZARD" generate --model "$BIG" --prompt "Hi <|reserved_special_token_250|>" --max-tokens 2 >"$TMP/out" 2>"$TMP/err"
 rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" = 2 ] && [ ! -s "$TMP/out" ] &&
-    grep -q "lizard generate: --prompt: token 320 ('<|reserved_special_token_250|>') is not in the model's vocabulary (vocab_size 320" "$TMP/err" && ok ||
+    grep -q "lizard: error: --prompt: token 320 ('<|reserved_special_token_250|>') is not in the model's vocabulary (vocab_size 320" "$TMP/err" && ok ||
     bad "generate --prompt with id 320: rc $rc, $(cat "$TMP/err")"
 printf 'Hi <|reserved_special_token_250|> there\n' >"$TMP/bad.txt"
 "$LIZARD" eval --model "$BIG" --text "$TMP/bad.txt" --ppl-context 64 >"$TMP/out" 2>"$TMP/err"
 rc=$?
-[ $rc -eq 2 ] && grep -q "lizard eval: --text: token 320" "$TMP/err" && ok || bad "eval --text with id 320: rc $rc, $(cat "$TMP/err")"
+[ $rc -eq 2 ] && grep -q "lizard: error: --text: token 320" "$TMP/err" && ok || bad "eval --text with id 320: rc $rc, $(cat "$TMP/err")"
 printf 'The lizard basks\nHi <|reserved_special_token_250|>\n' >"$TMP/prompts.txt"
 "$LIZARD" generate --model "$BIG" --prompts-file "$TMP/prompts.txt" --max-tokens 2 >"$TMP/out" 2>"$TMP/err"
 rc=$?
-[ $rc -eq 2 ] && grep -q "lizard generate: --prompts-file: token 320" "$TMP/err" && ok ||
+[ $rc -eq 2 ] && grep -q "lizard: error: --prompts-file: token 320" "$TMP/err" && ok ||
     bad "generate --prompts-file with id 320: rc $rc, $(cat "$TMP/err")"
 
 echo "hub_files_test: $pass passed, $fail failed"

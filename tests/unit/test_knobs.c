@@ -15,7 +15,7 @@ static void refused(const char *name, const char *value, const char *needle) {
 int main(void) {
     CHECK(lz_knobs_load() == LZ_OK);
     const lz_knobs *k = lz_knobs_get();
-    CHECK(!k->profile && k->wgmma && k->step_timeout == 600.0 && k->gemv_tokens == 1 && k->stream_tokens == 7);
+    CHECK(!k->profile && k->wgmma && k->step_timeout == 30.0 && k->gemv_tokens == 1 && k->stream_tokens == 7);
     CHECK(k->join_tokens == 256 && k->decode_attn == -1 && k->session_chunk_bytes == 0 && !k->trace && !k->train_gla_bf16);
     setenv("LIZARD_PROFILE", "1", 1);
     setenv("LIZARD_WGMMA", "0", 1);
