@@ -157,6 +157,14 @@ lz_status lz_knobs_load(void) {
     return LZ_OK;
 }
 
+bool lz_knobs_given(const char *name) {
+    lz_knobs_get();
+    for (int i = 0; i < N_KNOBS; i++)
+        if (strcmp(KNOBS[i].name, name) == 0)
+            return from_env[i];
+    return false;
+}
+
 const lz_knobs *lz_knobs_get(void) {
     if (!loaded) {
         load_status = lz_knobs_load();

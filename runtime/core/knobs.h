@@ -48,6 +48,8 @@ lz_status lz_knobs_load(void);
 const lz_knobs *lz_knobs_get(void);
 /* LZ_OK, or the status of the load that lz_knobs_get did on its own (with its message set again). */
 lz_status lz_knobs_status(void);
+/* True when the environment set the knob `name` (else it holds its default). */
+bool lz_knobs_given(const char *name);
 /* One line per knob: NAME=value, and "(default)" where it is unset. */
 void lz_knobs_print(FILE *out);
 

@@ -158,7 +158,9 @@ static void *check_loop(void *unused) {
 lz_status lz_watchdog_start(void) {
     if (atomic_load(&running))
         return LZ_OK;
-    if (!timeout_set) // --rank-timeout, else LIZARD_STEP_TIMEOUT (checked with every knob at start)
+    if (!timeout_set && lz_knobs_given("LIZARD_STEP_TIMEOUT")) // checked with every knob at start
+        timeout_s = lz_knobs_get()->step_timeout, timeout_from = "LIZARD_STEP_TIMEOUT", timeout_sep = "=";
+    else if (!timeout_set)
         timeout_s = lz_knobs_get()->step_timeout;
     if (timeout_s == 0.0)
         return LZ_OK;

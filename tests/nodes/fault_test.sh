@@ -9,7 +9,7 @@ LIZARD=$1
 nodes_start 3 # the hosts, and the tiny model $M
 SLACK=8
 
-GEN=(generate --model "$M" --ids 1,2,3 --max-tokens 16000000 --ignore-eos --temperature 0.9)
+GEN=(generate --model "$M" --ids 1,2,3 --max-tokens 16000000 --ignore-eos --temperature 0.9 --allow-long-context)
 
 # lose NAME HOW: starts the job, waits until rank 2 (the last host) runs, cuts node-b's link or kills
 # every process on node-b, and times the rest
