@@ -8,7 +8,7 @@
 #include "error.h"    // lz_error_message
 #include "knobs.h"    // lz_knobs_load, lz_knobs_print
 #include "mpi_world.h" // lz_world_init, lz_world_finish
-#include "watchdog.h"  // lz_watchdog_set_timeout
+#include "watchdog.h"  // lz_watchdog_set_timeout, lz_watchdog_start
 
 typedef struct {
     const char *name;
@@ -87,6 +87,12 @@ int main(int argc, char **argv) {
     if (lz_knobs_get()->profile && w->rank == 0)
         lz_knobs_print(stderr);
     if (take_rank_timeout(&argc, &argv) != LZ_OK) {
+        fprintf(stderr, "lizard: error: %s\n", lz_error_message());
+        return finish(2);
+    }
+    // under mpirun every rank heartbeats from here on, so that a rank stopped while the others load or
+    // plan ends the job too (every rank reaches this line: the heartbeat's communicator is made together)
+    if (w->size > 1 && lz_watchdog_start() != LZ_OK) {
         fprintf(stderr, "lizard: error: %s\n", lz_error_message());
         return finish(2);
     }

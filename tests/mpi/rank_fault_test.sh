@@ -34,7 +34,7 @@ fault() {
         [ -n "$victim" ] && [ -n "$(rank_pid "$tag" $((np - 1)))" ] && break
         sleep 0.1
     done
-    sleep 2
+    sleep 4 # past MPI_Init (Open MPI's own start, before lizard's heartbeat) on a loaded machine too
     [ -n "$victim" ] && kill "-$sig" "$victim"
     local start; start=$(date +%s.%N)
     wait "$job"
