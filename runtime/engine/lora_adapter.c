@@ -6,18 +6,8 @@
 #include "hash.h"      // lz_fnv1a
 #include "json_read.h" // lz_json_load_file
 #include "lora_adapter.h"
+#include "projections.h" // lz_lin_module, lz_lin_parent, lz_lin_shape
 
-/* The projections a LoRA adapter may target, their parent module, and their [out, in] in the model. */
-static const char *const modules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-static const char *const parents[] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
-enum { N_MODULES = 7 };
-
-static void module_shape(const lz_config *c, int j, int64_t *out, int64_t *in) {
-    const int64_t H = c->hidden_size, q = (int64_t)c->num_attention_heads * c->head_dim,
-                  kv = (int64_t)c->num_key_value_heads * c->head_dim, I = c->intermediate_size;
-    const int64_t outs[N_MODULES] = {q, kv, kv, H, I, I, H}, ins[N_MODULES] = {H, H, H, q, H, H, I};
-    *out = outs[j], *in = ins[j];
-}
 
 /* "base_model.model.model.layers.L.PARENT.MODULE.lora_X.weight" -> layer, module, X; false if not of that form. */
 static bool parse_name(const char *name, int n_layers, int *layer, int *module, char *ab) {
@@ -26,9 +16,9 @@ static bool parse_name(const char *name, int n_layers, int *layer, int *module, 
                ab) != 4 ||
         *layer < 0 || *layer >= n_layers || (*ab != 'A' && *ab != 'B'))
         return false;
-    for (int j = 0; j < N_MODULES; j++) {
-        snprintf(again, sizeof again, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", *layer, parents[j],
-                 modules[j], *ab);
+    for (int j = 0; j < LZ_LIN_COUNT; j++) {
+        snprintf(again, sizeof again, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", *layer,
+                 lz_lin_parent[j], lz_lin_module[j], *ab);
         if (strcmp(again, name) == 0) {
             *module = j;
             return true;
@@ -85,8 +75,8 @@ static lz_status check_tensors(const lz_lora_adapter *ad, const lz_config *c, co
         if (!parse_name(t->name, c->num_hidden_layers, &layer, &j, &ab))
             return lz_fail(LZ_ERR_INPUT, "%s: tensor '%s' is no LoRA factor of a projection this model has "
                            "(%d layers)", path, t->name, c->num_hidden_layers);
-        int64_t out, in;
-        module_shape(c, j, &out, &in);
+        int out, in;
+        lz_lin_shape(c, j, &out, &in);
         const int64_t want0 = ab == 'A' ? ad->rank : out, want1 = ab == 'A' ? in : ad->rank;
         if (t->ndim != 2 || t->shape[0] != want0 || t->shape[1] != want1)
             return lz_fail(LZ_ERR_INPUT, "%s: tensor '%s' has shape [%lld%s%lld]; this model needs [%lld, %lld] "
@@ -94,8 +84,8 @@ static lz_status check_tensors(const lz_lora_adapter *ad, const lz_config *c, co
                            (long long)(t->ndim == 2 ? t->shape[1] : 0), (long long)want0, (long long)want1,
                            ad->rank);
         char other[200];
-        snprintf(other, sizeof other, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer, parents[j],
-                 modules[j], ab == 'A' ? 'B' : 'A');
+        snprintf(other, sizeof other, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer,
+                 lz_lin_parent[j], lz_lin_module[j], ab == 'A' ? 'B' : 'A');
         if (!lz_st_find(&ad->file, other))
             return lz_fail(LZ_ERR_INPUT, "%s: tensor '%s' has no '%s'", path, t->name, other);
     }

@@ -11,11 +11,6 @@
 #include "dtype.h"          // lz_convert_to_f32
 #include "model.h"          // lz_rope_inv_freq
 
-const char *const lz_lin_module[LZ_LIN_COUNT] = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                 "gate_proj", "up_proj", "down_proj"};
-const char *const lz_lin_parent[LZ_LIN_COUNT] = {"self_attn", "self_attn", "self_attn", "self_attn",
-                                                 "mlp", "mlp", "mlp"};
-
 enum { MAX_PARAMS_PER_LAYER = 2 * LZ_LIN_COUNT + 5 };
 
 /* One sequence's activations of the layer being recomputed, and gradients. */
@@ -94,9 +89,7 @@ static lz_status load_lizard(lz_ft_model *m, int l, lz_ft_layer *ly) {
 static lz_status load_layer(lz_ft_model *m, int l) {
     const lz_config *c = &m->cfg;
     lz_ft_layer *ly = &m->layers[l];
-    const int C = c->hidden_size, I = c->intermediate_size, d = c->head_dim;
-    const int qd = c->num_attention_heads * d, kd = c->num_key_value_heads * d;
-    const int in[LZ_LIN_COUNT] = {C, C, C, qd, C, C, I}, out[LZ_LIN_COUNT] = {qd, kd, kd, C, I, I, C};
+    const int C = c->hidden_size;
     char name[160];
     ly->softmax = c->softmax_layer[l];
     snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
@@ -104,20 +97,20 @@ static lz_status load_layer(lz_ft_model *m, int l) {
     snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
     LZ_TRY(load_f32(m, name, (size_t)C, &ly->post_norm));
     for (int j = 0; j < LZ_LIN_COUNT; j++) {
-        ly->in[j] = in[j], ly->out[j] = out[j];
+        lz_lin_shape(c, j, &ly->out[j], &ly->in[j]);
         snprintf(name, sizeof name, "model.layers.%d.%s.%s.weight", l, lz_lin_parent[j], lz_lin_module[j]);
-        LZ_TRY(load_f32(m, name, (size_t)in[j] * out[j], &ly->W[j]));
+        LZ_TRY(load_f32(m, name, (size_t)ly->in[j] * ly->out[j], &ly->W[j]));
         if (!m->lora.target[j])
             continue;
         const int r = m->lora.rank;
         snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_A.weight", l, lz_lin_parent[j], lz_lin_module[j]);
-        ly->A[j] = new_param(m, l, name, (size_t)r * in[j], true);
+        ly->A[j] = new_param(m, l, name, (size_t)r * ly->in[j], true);
         snprintf(name, sizeof name, "model.layers.%d.%s.%s.lora_B.weight", l, lz_lin_parent[j], lz_lin_module[j]);
-        ly->B[j] = new_param(m, l, name, (size_t)out[j] * r, true);
+        ly->B[j] = new_param(m, l, name, (size_t)ly->out[j] * r, true);
         if (!ly->A[j] || !ly->B[j])
             return lz_fail(LZ_ERR_NOMEM, "LoRA of layer %d: out of memory", l);
         // PEFT's init: A kaiming-uniform (bound 1/sqrt(in), std = bound/sqrt(3)), B zero
-        lz_fill_uniform(ly->A[j]->w, ly->A[j]->n, 1.0 / sqrt(3.0 * in[j]), m->lora.seed, l, 16 + j);
+        lz_fill_uniform(ly->A[j]->w, ly->A[j]->n, 1.0 / sqrt(3.0 * ly->in[j]), m->lora.seed, l, 16 + j);
     }
     return ly->softmax ? LZ_OK : load_lizard(m, l, ly);
 }

@@ -14,13 +14,10 @@
 #include <stdint.h>  // int32_t, uint64_t
 
 #include "config.h"      // lz_config
+#include "projections.h" // LZ_LIN_*: the linear layers LoRA can target
 #include "safetensors.h" // lz_weights
 #include "train_ops.h"   // lz_train_ops, lz_lizard_geom
 
-/* The linear layers LoRA can target, in PEFT's module names. */
-enum { LZ_LIN_Q, LZ_LIN_K, LZ_LIN_V, LZ_LIN_O, LZ_LIN_GATE, LZ_LIN_UP, LZ_LIN_DOWN, LZ_LIN_COUNT };
-extern const char *const lz_lin_module[LZ_LIN_COUNT];   /* "q_proj", ... */
-extern const char *const lz_lin_parent[LZ_LIN_COUNT];   /* "self_attn" or "mlp" */
 
 /* A trainable tensor: its checkpoint name, values, gradient and AdamW moments. */
 typedef struct {

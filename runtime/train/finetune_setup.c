@@ -40,14 +40,13 @@ static lz_status check_args(lz_finetune_run *r, const lz_config *cfg, lz_lora_co
         return lz_fail(LZ_ERR_INPUT, "--model %s: biases, or a sliding window shorter than --seq-len, are not "
                        "supported by finetune", a->model);
     LZ_TRY(parse_targets(a->targets, lora->target));
-    const int C = cfg->hidden_size, I = cfg->intermediate_size;
-    const int qd = cfg->num_attention_heads * cfg->head_dim, kd = cfg->num_key_value_heads * cfg->head_dim;
-    const int in[LZ_LIN_COUNT] = {C, C, C, qd, C, C, I}, out[LZ_LIN_COUNT] = {qd, kd, kd, C, I, I, C};
     int smallest = LZ_TRAIN_MAX_RANK;
     for (int j = 0; j < LZ_LIN_COUNT; j++)
         if (lora->target[j]) {
-            smallest = in[j] < smallest ? in[j] : smallest;
-            smallest = out[j] < smallest ? out[j] : smallest;
+            int out, in;
+            lz_lin_shape(cfg, j, &out, &in);
+            smallest = in < smallest ? in : smallest;
+            smallest = out < smallest ? out : smallest;
         }
     if (a->lora_rank < 1 || a->lora_rank > smallest)
         return lz_fail(LZ_ERR_INPUT, "--lora-rank %ld: must be 1 .. %d (the smallest dimension of a targeted "
