@@ -108,7 +108,7 @@ lz_status lz_step_embed(lz_model *m, lz_workspace *ws, const int32_t *ids, const
     return m->ops->embedding(m->be, ws->x, &m->embed, ids, batch->n_tokens);
 }
 
-lz_status lz_step_layers(lz_model *m, lz_state *st, lz_workspace *ws, const lz_batch *batch, int first, int last) {
+static lz_status run_layers(lz_model *m, lz_state *st, lz_workspace *ws, const lz_batch *batch, int first, int last) {
     for (int i = first; i < last; i++) {
         if (!m->parts.layer[i])
             continue;
@@ -121,19 +121,6 @@ lz_status lz_step_layers(lz_model *m, lz_state *st, lz_workspace *ws, const lz_b
     return LZ_OK;
 }
 
-lz_status lz_step_layers_replayed(lz_model *m, lz_state *st, lz_workspace *ws, const lz_batch *batch, int first,
-                                  int last) {
-    const lz_ops *ops = m->ops;
-    if (batch->n_tokens != batch->n_seqs || !ops->graph_begin) // prompts change shape every step: run them
-        return lz_step_layers(m, st, ws, batch, first, last);
-    const uint64_t range[] = {step_signature(m, st, ws, batch, 0), (uint64_t)first, (uint64_t)last};
-    bool run_ops = true;
-    LZ_TRY(ops->graph_begin(m->be, lz_fnv1a(LZ_FNV1A_INIT, range, sizeof range), &run_ops));
-    lz_status s = run_ops ? lz_step_layers(m, st, ws, batch, first, last) : LZ_OK;
-    lz_status g = ops->graph_end(m->be, s == LZ_OK);
-    return s == LZ_OK ? g : s;
-}
-
 /* Final norm + LM head on the requested rows, left on the device. */
 static lz_status head_ops(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows) {
     const lz_ops *ops = m->ops;
@@ -143,24 +130,38 @@ static lz_status head_ops(lz_model *m, lz_workspace *ws, const int32_t *logit_ro
     return ops->linear(m->be, ws->logits, ws->head_in, &m->lm_head, NULL, n_logit_rows);
 }
 
-/* The head's result to the host: fp32 logits, or (out_ids) only each row's
- * id: its argmax, or sampled with sample[row] when sample is given. */
-static lz_status head_to_host(lz_model *m, lz_workspace *ws, int n_logit_rows, float *logits, int32_t *out_ids,
-                              const lz_sample_row *sample) {
-    if (n_logit_rows == 0)
-        return m->ops->sync(m->be);
-    if (out_ids && sample)
-        return m->ops->sample_rows(m->be, out_ids, ws->logits, n_logit_rows, m->cfg.vocab_size, sample);
-    if (out_ids)
-        return m->ops->argmax_rows(m->be, out_ids, ws->logits, n_logit_rows, m->cfg.vocab_size);
-    return m->ops->act_to_host(m->be, logits, ws->logits, (size_t)n_logit_rows * m->cfg.vocab_size);
+static lz_status part_ops(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                          const lz_step_part *part, const int32_t *logit_rows, int n_logit_rows) {
+    if (part->embed)
+        LZ_TRY(lz_step_embed(m, ws, ids, batch));
+    LZ_TRY(run_layers(m, st, ws, batch, part->first, part->last));
+    return part->head && n_logit_rows > 0 ? head_ops(m, ws, logit_rows, n_logit_rows) : LZ_OK;
 }
 
-lz_status lz_step_head(lz_model *m, lz_workspace *ws, const int32_t *logit_rows, int n_logit_rows, float *logits,
-                       int32_t *out_ids, const lz_sample_row *sample) {
-    if (n_logit_rows > 0)
-        LZ_TRY(head_ops(m, ws, logit_rows, n_logit_rows));
-    return head_to_host(m, ws, n_logit_rows, logits, out_ids, sample);
+lz_status lz_step_part_run(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
+                           const lz_step_part *part, const int32_t *logit_rows, int n_logit_rows) {
+    const lz_ops *ops = m->ops;
+    // Decode steps (one token per sequence) repeat the same launches: a backend may record and replay them.
+    // Prompts change shape every step: they run as they are.
+    if (batch->n_tokens != batch->n_seqs || !ops->graph_begin)
+        return part_ops(m, st, ws, ids, batch, part, logit_rows, n_logit_rows);
+    const uint64_t key[] = {step_signature(m, st, ws, batch, n_logit_rows), (uint64_t)part->embed,
+                            (uint64_t)part->first, (uint64_t)part->last, (uint64_t)part->head};
+    bool run_ops = true;
+    LZ_TRY(ops->graph_begin(m->be, lz_fnv1a(LZ_FNV1A_INIT, key, sizeof key), &run_ops));
+    lz_status s = run_ops ? part_ops(m, st, ws, ids, batch, part, logit_rows, n_logit_rows) : LZ_OK;
+    lz_status g = ops->graph_end(m->be, s == LZ_OK);
+    return s == LZ_OK ? g : s;
+}
+
+lz_status lz_step_result(lz_model *m, lz_workspace *ws, int n_logit_rows, lz_head_out out) {
+    if (n_logit_rows == 0)
+        return m->ops->sync(m->be);
+    if (out.ids && out.sample)
+        return m->ops->sample_rows(m->be, out.ids, ws->logits, n_logit_rows, m->cfg.vocab_size, out.sample);
+    if (out.ids)
+        return m->ops->argmax_rows(m->be, out.ids, ws->logits, n_logit_rows, m->cfg.vocab_size);
+    return m->ops->act_to_host(m->be, out.logits, ws->logits, (size_t)n_logit_rows * m->cfg.vocab_size);
 }
 
 void lz_step_end(lz_state *st, const lz_batch *batch) {
@@ -174,45 +175,12 @@ lz_status lz_step_begin(lz_model *m, lz_state *st, lz_workspace *ws, const int32
     return m->ops->begin_step(m->be, ids, batch, logit_rows, n_logit_rows);
 }
 
-/* Embedding -> layers -> final norm + LM head on the requested rows (device side). */
-static lz_status run_layers(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
-                            const int32_t *logit_rows, int n_logit_rows) {
-    LZ_TRY(lz_step_embed(m, ws, ids, batch));
-    LZ_TRY(lz_step_layers(m, st, ws, batch, 0, m->cfg.num_hidden_layers));
-    return n_logit_rows > 0 ? head_ops(m, ws, logit_rows, n_logit_rows) : LZ_OK;
-}
-
-static lz_status step_impl(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
-                           const int32_t *logit_rows, int n_logit_rows, float *logits, int32_t *out_ids,
-                           const lz_sample_row *sample) {
-    LZ_TRY(lz_step_begin(m, st, ws, ids, batch, logit_rows, n_logit_rows));
-    const lz_ops *ops = m->ops;
-    // Decode steps (one token per sequence) repeat the same launches: a backend may record and replay them.
-    bool run_ops = true, decode = batch->n_tokens == batch->n_seqs, graph = decode && ops->graph_begin;
-    if (graph)
-        LZ_TRY(ops->graph_begin(m->be, step_signature(m, st, ws, batch, n_logit_rows), &run_ops));
-    lz_status s = run_ops ? run_layers(m, st, ws, ids, batch, logit_rows, n_logit_rows) : LZ_OK;
-    if (graph) {
-        lz_status g = ops->graph_end(m->be, s == LZ_OK);
-        s = s == LZ_OK ? g : s;
-    }
-    if (s != LZ_OK)
-        return s; // the slots' state is now undefined: the caller resets them
-    lz_step_end(st, batch);
-    return head_to_host(m, ws, n_logit_rows, logits, out_ids, sample);
-}
-
 lz_status lz_step(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
-                  const int32_t *logit_rows, int n_logit_rows, float *logits) {
-    return step_impl(m, st, ws, ids, batch, logit_rows, n_logit_rows, logits, NULL, NULL);
-}
-
-lz_status lz_step_greedy(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
-                         const int32_t *logit_rows, int n_logit_rows, int32_t *out_ids) {
-    return step_impl(m, st, ws, ids, batch, logit_rows, n_logit_rows, NULL, out_ids, NULL);
-}
-
-lz_status lz_step_sampled(lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids, const lz_batch *batch,
-                          const int32_t *logit_rows, int n_logit_rows, const lz_sample_row *sample, int32_t *out_ids) {
-    return step_impl(m, st, ws, ids, batch, logit_rows, n_logit_rows, NULL, out_ids, sample);
+                  const int32_t *logit_rows, int n_logit_rows, lz_head_out out) {
+    const lz_step_part whole = {true, 0, m->cfg.num_hidden_layers, true};
+    LZ_TRY(lz_step_begin(m, st, ws, ids, batch, logit_rows, n_logit_rows));
+    LZ_TRY(lz_step_part_run(m, st, ws, ids, batch, &whole, logit_rows, n_logit_rows)); // on failure the slots' state
+                                                                                        // is undefined: the caller resets them
+    lz_step_end(st, batch);
+    return lz_step_result(m, ws, n_logit_rows, out);
 }

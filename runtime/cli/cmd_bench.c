@@ -96,7 +96,7 @@ static lz_status bench_prompt(bench *b, int P, int chunk) {
         for (int i = 0; i < len; i++)
             tpos[i] = i;
         lz_batch warm = {1, len, &slot, &start, &len, &pos, tpos};
-        s = lz_step(&b->model, &st, &ws, ids, &warm, &last, 1, logits);
+        s = lz_step(&b->model, &st, &ws, ids, &warm, &last, 1, (lz_head_out){.logits = logits});
         if (s == LZ_OK)
             s = lz_state_reset_slot(&st, &b->model, 0);
     }
@@ -106,7 +106,7 @@ static lz_status bench_prompt(bench *b, int P, int chunk) {
         for (int i = 0; i < len; i++)
             tpos[i] = c0 + i;
         lz_batch batch = {1, len, &slot, &start, &len, &pos, tpos};
-        s = lz_step(&b->model, &st, &ws, ids, &batch, &last, c0 + len == P ? 1 : 0, logits);
+        s = lz_step(&b->model, &st, &ws, ids, &batch, &last, c0 + len == P ? 1 : 0, (lz_head_out){.logits = logits});
     }
     if (s == LZ_OK)
         s = b->ops->sync(b->be);
@@ -158,7 +158,7 @@ static lz_status bench_decode(bench *b, int B, int context, int steps) {
             pos[i] = st.slot_pos[i];
         lz_batch batch = {B, B, slot, start, len, pos, pos};
         if (s == LZ_OK) // greedy, as generation runs it: the argmax on the device, the ids fed back
-            s = lz_step_greedy(&b->model, &st, &ws, ids, &batch, start, B, next);
+            s = lz_step(&b->model, &st, &ws, ids, &batch, start, B, (lz_head_out){.ids = next});
         if (s == LZ_OK)
             memcpy(ids, next, sizeof(int32_t) * (size_t)B);
     }

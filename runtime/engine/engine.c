@@ -41,19 +41,17 @@ static lz_status engine_step(lz_engine *e, const int32_t *ids, const lz_batch *b
                              float *logits, int32_t *out_ids, const lz_sample_draw *draws) {
     if (e->pipelined)
         return lz_pipeline_step(&e->pipe, &e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits, out_ids, draws);
+    lz_sample_row *sample = NULL;
     if (out_ids && draws) {
-        lz_sample_row *sample = malloc(sizeof(lz_sample_row) * (size_t)(n_rows > 0 ? n_rows : 1));
+        sample = malloc(sizeof(lz_sample_row) * (size_t)(n_rows > 0 ? n_rows : 1));
         if (!sample)
             return lz_fail(LZ_ERR_NOMEM, "sampling: out of memory for %d rows", n_rows);
         for (int r = 0; r < n_rows; r++)
             sample[r] = lz_sample_row_of(&draws[r]);
-        lz_status s = lz_step_sampled(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, sample, out_ids);
-        free(sample);
-        return s;
     }
-    if (out_ids)
-        return lz_step_greedy(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, out_ids);
-    return lz_step(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits);
+    lz_status s = lz_step(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, (lz_head_out){logits, out_ids, sample});
+    free(sample);
+    return s;
 }
 
 /* This rank's stage under the current plan (or the whole model): weights, state slots, scratch. */

@@ -172,7 +172,7 @@ static lz_status recv_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tok
 
 /* The last stage's result: logits rows, or their ids (the argmax, or sampled
  * with sample[row] when given), to rank 0. */
-static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, const int32_t *rows, int n_rows, bool ids_back,
+static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_rows, bool ids_back,
                           const lz_sample_row *sample, float *logits, int32_t *out_ids) {
     const int vocab = m->cfg.vocab_size;
     if (ids_back) {
@@ -187,7 +187,7 @@ static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, const i
             }
             dst = p->ids_xfer;
         }
-        LZ_TRY(lz_step_head(m, ws, rows, n_rows, NULL, dst, sample));
+        LZ_TRY(lz_step_result(m, ws, n_rows, (lz_head_out){.ids = dst, .sample = sample}));
         if (p->rank != 0 && n_rows > 0) {
             p->stats.bytes_results += sizeof(int32_t) * (size_t)n_rows;
             LZ_MPI_TRY(MPI_Send(dst, n_rows, MPI_INT32_T, 0, TAG_IDS, MPI_COMM_WORLD));
@@ -199,7 +199,7 @@ static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, const i
         LZ_TRY(grow_xfer(p, (size_t)n_rows * vocab));
         out = p->xfer;
     }
-    LZ_TRY(lz_step_head(m, ws, rows, n_rows, out, NULL, NULL));
+    LZ_TRY(lz_step_result(m, ws, n_rows, (lz_head_out){.logits = out}));
     if (p->rank != 0 && n_rows > 0) {
         p->stats.bytes_results += sizeof(float) * (size_t)n_rows * vocab;
         LZ_MPI_TRY(MPI_Send(out, n_rows * vocab, MPI_FLOAT, 0, TAG_LOGITS, MPI_COMM_WORLD));
@@ -226,17 +226,15 @@ static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
         const lz_plan_visit *vis = &p->visits[v];
         if (vis->rank != p->rank)
             continue;
-        if (vis->embed)
-            LZ_TRY(lz_step_embed(m, ws, ids, b));
-        else if (v > 0 && p->visits[v - 1].rank != p->rank) {
+        if (!vis->embed && v > 0 && p->visits[v - 1].rank != p->rank) {
             lz_watchdog_arm("for the activations from", p->step_id, p->visits[v - 1].rank);
             LZ_TRY(recv_x(p, m, ws, b->n_tokens, p->visits[v - 1].rank));
             lz_watchdog_arm("a step", p->step_id, -1);
         }
-        if (vis->count > 0)
-            LZ_TRY(lz_step_layers_replayed(m, st, ws, b, vis->first, vis->first + vis->count));
+        const lz_step_part part = {vis->embed, vis->first, vis->first + vis->count, vis->head};
+        LZ_TRY(lz_step_part_run(m, st, ws, ids, b, &part, rows, n_rows));
         if (vis->head)
-            LZ_TRY(run_head(p, m, ws, rows, n_rows, ids_back, sample, logits, out_ids));
+            LZ_TRY(run_head(p, m, ws, n_rows, ids_back, sample, logits, out_ids));
         else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank) {
             lz_watchdog_arm("to hand the activations to", p->step_id, p->visits[v + 1].rank);
             LZ_TRY(send_x(p, m, ws, b->n_tokens, p->visits[v + 1].rank, async));

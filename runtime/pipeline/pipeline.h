@@ -74,9 +74,9 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
  * unique id made on rank 0 and broadcast over MPI). Collective. */
 lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be);
 
-/* Rank 0: one step through the whole pipeline (the same contract as lz_step;
- * with out_ids non-NULL, as lz_step_greedy, or with draws [n_logit_rows] as
- * lz_step_sampled: the last stage returns ids). */
+/* Rank 0: one step through the whole pipeline: lz_step's pieces, each rank
+ * running its parts (the same contract as lz_step; with out_ids non-NULL the
+ * last stage returns ids: the argmax, or sampled with draws [n_logit_rows]). */
 lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
                            const lz_batch *batch, const int32_t *logit_rows, int n_logit_rows, float *logits,
                            int32_t *out_ids, const lz_sample_draw *draws);
