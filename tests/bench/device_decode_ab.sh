@@ -34,7 +34,7 @@ for round in $(seq "${ROUND_FROM:-1}" "${ROUNDS:-1}"); do
       rm -f "$OUT/tmp.jsonl" # (a failed run must not leave the previous config's figures under its name)
       if [ -n "${PROMPTS:-}" ]; then what=(--prompt "$PROMPTS" --batch 0)
       else what=(--prompt 0 --batch "${BATCHES:-1,4}" --context "${CONTEXT:-2048}" --steps 64); fi
-      env "${envs[@]}" timeout 90 $bin bench --shape "llama3-8b-$v" "${what[@]}" \
+      env "${envs[@]}" timeout 90 $bin bench --device cuda --shape "llama3-8b-$v" "${what[@]}" \
         --json "$OUT/tmp.jsonl" >/dev/null 2>"$OUT/err.txt" || { echo "bench $v $cfg failed"; tail -2 "$OUT/err.txt"; }
       [ -f "$OUT/tmp.jsonl" ] || { echo "$v $cfg: no figures"; continue; }
       sed "s/^{/{\"variant\": \"$v\", \"config\": \"$cfg\", \"round\": $round, /" "$OUT/tmp.jsonl" >>"$OUT/ab.jsonl"
@@ -49,7 +49,7 @@ if [ "${PROFILE:-0}" = 1 ]; then
     envs=(); [ "$cfg" = - ] || envs=(${cfg//+/ })
     for vp in ${PROFILE_RUNS:-hybrid:2048 teacher:2048 lizard:2048 teacher:32768}; do
       v=${vp%%:*} p=${vp##*:}
-      env "${envs[@]}" LIZARD_PROFILE=1 timeout 90 $L bench --shape "llama3-8b-$v" --prompt "$p" --batch 0 \
+      env "${envs[@]}" LIZARD_PROFILE=1 timeout 90 $L bench --device cuda --shape "llama3-8b-$v" --prompt "$p" --batch 0 \
         --no-ceilings >"$OUT/tmp.txt" 2>&1
       { echo "== prompt profile $v $p $cfg"; grep -E "prompt|profile|^  " "$OUT/tmp.txt"; } | tee -a "$OUT/profile.txt"
     done

@@ -13,7 +13,7 @@ fi
 for v in lizard hybrid teacher; do
   prompts=2048,8192,32768
   [ "$v" = lizard ] && prompts=2048,8192,32768,131072
-  timeout 150 $L bench --shape "llama3-8b-$v" --prompt "$prompts" --batch 1,16,64,256 \
+  timeout 150 $L bench --device cuda --shape "llama3-8b-$v" --prompt "$prompts" --batch 1,16,64,256 \
     --context 2048,32768 ${BENCH_ARGS:-} --json "$OUT/bench-$v.jsonl" 2>&1 | tee -a "$OUT/logs.txt"
 done
 # the default's cuBLAS at 2-8 tokens (the test itself gives them to the GEMV) must stay correct too
@@ -26,7 +26,7 @@ fi
 # batches 2-8 (not in the table's batch list), batch 1 again beside them; one file (at most 8 come back)
 for v in lizard hybrid teacher; do
   rm -f "$OUT/tmp.jsonl"
-  timeout 60 $L bench --shape "llama3-8b-$v" --prompt 0 --batch 1,2,4,8 --context 2048 --steps 64 \
+  timeout 60 $L bench --device cuda --shape "llama3-8b-$v" --prompt 0 --batch 1,2,4,8 --context 2048 --steps 64 \
     --json "$OUT/tmp.jsonl" 2>&1 | grep decode | tee -a "$OUT/logs.txt"
   [ -f "$OUT/tmp.jsonl" ] && sed "s/^{/{\"variant\": \"$v\", /" "$OUT/tmp.jsonl" >>"$OUT/small.jsonl"
 done

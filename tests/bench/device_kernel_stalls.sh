@@ -13,7 +13,7 @@ for k in ${KERNELS:-window_decode_ring_kernel gla_decode_ring_kernel}; do
   LIZARD_NO_GRAPHS=1 timeout 300 "$NCU" --clock-control none -k "regex:$k" --launch-skip ${SKIP:-40} --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
     --section LaunchStats --section MemoryWorkloadAnalysis --section SourceCounters -o "$TMP_NCU/$k" \
-    $L bench --shape "llama3-8b-${VARIANT:-lizard}" --prompt 0 --batch ${BATCH:-256} --context 2048 --steps 2 \
+    $L bench --device cuda --shape "llama3-8b-${VARIANT:-lizard}" --prompt 0 --batch ${BATCH:-256} --context 2048 --steps 2 \
     --no-ceilings >"$TMP_NCU/$k.log" 2>&1
   echo "ncu exit $? ($k)"; tail -2 "$TMP_NCU/$k.log"
   "$NCU" -i "$TMP_NCU/$k.ncu-rep" --page details >"$OUT/stalls-$k.txt" 2>&1

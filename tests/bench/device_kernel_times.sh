@@ -10,12 +10,12 @@ source tests/gpu/device_env.sh
 L=$PWD/.devout/lizard
 TMP_NCU=$(mktemp -d)
 for v in ${VARIANTS:-teacher lizard}; do
-  timeout 60 $L bench --shape "llama3-8b-$v" --prompt 0 --batch ${BATCH:-1} --context 2048 --steps 32 2>&1 | grep decode
+  timeout 60 $L bench --device cuda --shape "llama3-8b-$v" --prompt 0 --batch ${BATCH:-1} --context 2048 --steps 32 2>&1 | grep decode
   [ -n "$NCU" ] || { echo "no ncu"; continue; }
   # skip the first (eager, warm-up) step's kernels; random weight fills are filtered out by name
   LIZARD_NO_GRAPHS=1 timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
     -k 'regex:^(?!random_kernel).*' --launch-skip ${SKIP:-800} --launch-count ${COUNT:-800} \
-    $L bench --shape "llama3-8b-$v" --prompt 0 --batch ${BATCH:-1} --context 2048 --steps 2 --no-ceilings \
+    $L bench --device cuda --shape "llama3-8b-$v" --prompt 0 --batch ${BATCH:-1} --context 2048 --steps 2 --no-ceilings \
     >"$TMP_NCU/ncu-$v.csv" 2>"$TMP_NCU/ncu-$v.err"
   echo "ncu exit $? ($v)"; tail -2 "$TMP_NCU/ncu-$v.err"
   python3 - "$TMP_NCU/ncu-$v.csv" <<'PY' | tee "$OUT/kernels-$v-b${BATCH:-1}.txt"

@@ -15,7 +15,7 @@ for cfg in ${CONFIGS:--}; do
   env "${envs[@]}" LIZARD_NO_GRAPHS=1 timeout 300 "$NCU" --clock-control none \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
     -k "${KERNELS:-regex:^(?!random_kernel).*}" --launch-skip ${SKIP:-800} --launch-count ${COUNT:-24} \
-    $L bench --shape "llama3-8b-$v" --prompt 0 --batch ${BATCH:-16} --context 2048 --steps 2 --no-ceilings \
+    $L bench --device cuda --shape "llama3-8b-$v" --prompt 0 --batch ${BATCH:-16} --context 2048 --steps 2 --no-ceilings \
     >"$OUT/linear-probe-$v-b${BATCH:-16}-$tag.txt" 2>&1
   echo "ncu exit $? ($v $cfg)"
   python3 - "$OUT/linear-probe-$v-b${BATCH:-16}-$tag.txt" <<'PY'

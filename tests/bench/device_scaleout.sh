@@ -46,11 +46,11 @@ fi
 if [ "$PART" = bench8b ] || [ "$PART" = all ]; then
   echo "== LLaMA-3-8B shapes: 1 GPU vs 2 GPUs" >>"$log"
   for v in teacher hybrid lizard; do
-    $L bench --shape llama3-8b-$v --prompt ${PROMPT:-32768} --batch ${BATCHES:-1,64,256} --context 2048 --steps 24 \
+    $L bench --device cuda --shape llama3-8b-$v --prompt ${PROMPT:-32768} --batch ${BATCHES:-1,64,256} --context 2048 --steps 24 \
       --json /tmp/b8-$v-1.jsonl >>"$log" 2>&1
     for pl in balanced by-type; do
       [ $v != hybrid ] && [ $pl = by-type ] && continue
-      mpi 2 $L bench --shape llama3-8b-$v --prompt ${PROMPT:-32768} --batch ${BATCHES:-1,64,256} --context 2048 --steps 24 --no-ceilings \
+      mpi 2 $L bench --device cuda --shape llama3-8b-$v --prompt ${PROMPT:-32768} --batch ${BATCHES:-1,64,256} --context 2048 --steps 24 --no-ceilings \
         --placement $pl --json /tmp/b8-$v-2-$pl.jsonl >>"$log" 2>&1
       echo "rc=$?" >>"$log"
     done
@@ -63,7 +63,7 @@ if [ "$PART" = bench70b ] || [ "$PART" = all ]; then
   for v in lizard hybrid teacher; do
     for pl in balanced by-type; do
       [ $v != hybrid ] && [ $pl = by-type ] && continue
-      mpi "$R70" $L bench --shape llama3-70b-$v --prompt 32768 --batch 1,64,256 --context 4096,32768 --steps 16 \
+      mpi "$R70" $L bench --device cuda --shape llama3-70b-$v --prompt 32768 --batch 1,64,256 --context 4096,32768 --steps 16 \
         --placement $pl --json /tmp/b70-$v-$R70-$pl.jsonl >>"$log" 2>&1
       echo "rc=$?" >>"$log"
     done

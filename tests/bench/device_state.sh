@@ -10,7 +10,7 @@ source tests/gpu/device_env.sh
 L=.devout/lizard
 for run in "lizard 2048" "hybrid 4096"; do
   set -- $run
-  timeout 60 $L bench --shape "llama3-8b-$1" --prompt 0 --batch 0 --context "$2" --no-ceilings --state \
+  timeout 60 $L bench --device cuda --shape "llama3-8b-$1" --prompt 0 --batch 0 --context "$2" --no-ceilings --state \
     --json "$OUT/state-$1.jsonl" > "$OUT/state-$1.log" 2>&1
   echo "llama3-8b-$1 (rc $?): $(grep -E '^state|error' "$OUT/state-$1.log")"
 done
