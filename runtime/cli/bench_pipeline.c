@@ -110,10 +110,10 @@ static void report(const lz_bench_pipeline_args *a, const char *kind, int prompt
 /* Rank 0: one prompt of P tokens, chunks overlapping in the pipeline. */
 static lz_status drive_prompt(lz_engine *e, const lz_bench_pipeline_args *a, int P) {
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
-    float *logits = malloc(sizeof(float) * (size_t)e->model.cfg.vocab_size);
+    float *logits = malloc(sizeof(float) * (size_t)lz_engine_config(e)->vocab_size);
     lz_status s = ids && logits ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "bench: out of memory");
     for (int i = 0; s == LZ_OK && i < P; i++)
-        ids[i] = (int32_t)((i * 7919) % e->model.cfg.vocab_size);
+        ids[i] = (int32_t)((i * 7919) % lz_engine_config(e)->vocab_size);
     const int32_t slot = 0, zero = 0;
     const int warm = P < e->opt.prefill_chunk ? P : e->opt.prefill_chunk;
     if (s == LZ_OK) // warm-up: kernels load lazily, cuBLAS picks its algorithms
@@ -138,7 +138,7 @@ static lz_status drive_decode(lz_engine *e, const lz_bench_pipeline_args *a, int
     int32_t *slots = buf, *ids = buf + B, *pos = buf + 2 * B, *next = buf + 3 * B;
     for (int i = 0; i < B; i++) {
         slots[i] = i;
-        ids[i] = (int32_t)((i * 31) % e->model.cfg.vocab_size);
+        ids[i] = (int32_t)((i * 31) % lz_engine_config(e)->vocab_size);
         pos[i] = context;
     }
     lz_status s = lz_engine_seek(e, B, slots, pos);

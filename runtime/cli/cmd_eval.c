@@ -48,7 +48,7 @@ typedef struct {
  * are scratch. The rows' NLLs are added in order, so the sum does not depend on the threads. */
 static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, int piece, float *logits,
                              double *nll, ppl_result *r) {
-    const int V = e->model.cfg.vocab_size;
+    const int V = lz_engine_config(e)->vocab_size;
     *r = (ppl_result){0};
     for (int s0 = 0; s0 + 1 < n; s0 += seg, r->windows++) {
         const int s1 = s0 + seg < n ? s0 + seg : n;
@@ -75,10 +75,10 @@ static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a,
     lz_status s = lz_tokenizer_encode(tok, text, len, true, &ids, n_tokens);
     free(text);
     if (s == LZ_OK)
-        s = lz_tokenizer_check_ids(tok, ids, *n_tokens, e->model.cfg.vocab_size, "lizard eval: --text");
+        s = lz_tokenizer_check_ids(tok, ids, *n_tokens, lz_engine_config(e)->vocab_size, "lizard eval: --text");
     if (s == LZ_OK && *n_tokens < 2)
         s = lz_fail(LZ_ERR_INPUT, "--text %s: %d tokens; perplexity needs at least 2", a->text, *n_tokens);
-    const int V = e->model.cfg.vocab_size, piece = (int)a->chunk;
+    const int V = lz_engine_config(e)->vocab_size, piece = (int)a->chunk;
     float *logits = s == LZ_OK ? malloc(sizeof(float) * (size_t)piece * V) : NULL;
     double *nll = s == LZ_OK ? malloc(sizeof(double) * (size_t)piece) : NULL;
     if (s == LZ_OK && (!logits || !nll))

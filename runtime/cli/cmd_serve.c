@@ -65,13 +65,13 @@ static const char *model_name(const char *dir) {
 /* Rank 0 after the engine is open: tokenizer, scheduler, HTTP, the loop. */
 static lz_status serve(const serve_args *a, lz_engine *e) {
     lz_generation_config gen;
-    LZ_TRY(lz_generation_config_load(a->model, &e->model.cfg, &gen));
+    LZ_TRY(lz_generation_config_load(a->model, lz_engine_config(e), &gen));
     serve_chat_format chat;
     const char *why;
     LZ_TRY(serve_chat_detect(a->model, a->chat_template, &chat, &why));
     lz_tokenizer *tok = NULL;
     LZ_TRY(lz_tokenizer_load(a->model, &tok));
-    lz_tokenizer_warn_vocab(tok, e->model.cfg.vocab_size, a->model);
+    lz_tokenizer_warn_vocab(tok, lz_engine_config(e)->vocab_size, a->model);
     serve_metrics metrics;
     if (serve_metrics_init(&metrics) != 0) {
         lz_tokenizer_free(tok);
@@ -98,7 +98,7 @@ static lz_status serve(const serve_args *a, lz_engine *e) {
                         .eos_text = eos_text, .model_name = model_name(a->model), .api_key = a->api_key,
                         .session_per_key = a->session_per_key,
                         .max_prompt_tokens = a->max_prompt_tokens, .max_tokens = a->max_tokens,
-                        .max_body_bytes = a->max_body, .vocab = e->model.cfg.vocab_size,
+                        .max_body_bytes = a->max_body, .vocab = lz_engine_config(e)->vocab_size,
                         .stop = &stop_requested, .health_step_timeout = a->health_step_timeout,
                         .access_log = !a->no_access_log};
     atomic_init(&srv.next_id, 1);

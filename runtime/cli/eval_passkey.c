@@ -70,7 +70,7 @@ static int argmax(const float *x, int n) {
 
 static lz_status passkey_trial(lz_engine *e, lz_tokenizer *tok, int context, uint64_t seed, bool *found) {
     enum { ANSWER = 8 };
-    const int V = e->model.cfg.vocab_size, key = 10000 + (int)(mix64(seed) % 90000);
+    const int V = lz_engine_config(e)->vocab_size, key = 10000 + (int)(mix64(seed) % 90000);
     const double depth = (double)(mix64(seed ^ 0xD1B54A32D192ED03ULL) >> 11) * 0x1.0p-53;
     int32_t *ids, n, out[ANSWER], slot = 0;
     LZ_TRY(passkey_prompt(tok, context, ANSWER, depth, key, &ids, &n));

@@ -106,6 +106,10 @@ lz_status lz_engine_replan(lz_engine *e, const char *placement, const char *plan
 /* Benchmarks: slots[i] jump to positions[i] on every rank, state untouched
  * (a decode step then costs what it costs at that context). */
 lz_status lz_engine_seek(lz_engine *e, int n, const int32_t *slots, const int32_t *positions);
+/* What callers read of an open engine: the model's config (with the
+ * overrides) and how many tokens the sequence in `slot` holds. */
+static inline const lz_config *lz_engine_config(const lz_engine *e) { return &e->cfg; }
+static inline int lz_engine_position(const lz_engine *e, int slot) { return e->state.slot_pos[slot]; }
 /* Counters of every rank (all[n_ranks]; one entry without a pipeline). */
 int lz_engine_ranks(const lz_engine *e);
 lz_status lz_engine_stats(lz_engine *e, lz_rank_stats *all);
