@@ -60,7 +60,8 @@ static lz_status run_pass(lz_distill_run *r, long data_step, bool learn, long st
     LZ_TRY(lz_teacher_run(&r->teacher, r->ids, layers_to_run(r), (uint64_t)data_step + 1, layer_pass, &c));
     if (!r->planned)
         return LZ_OK;
-    LZ_TRY(lz_world_sum(r->mse, r->n_layers)); // each layer's losses come from its owner alone; the others add zeros
+    // each layer's losses come from its owner alone; the others add zeros
+    LZ_TRY(lz_world_sum(r->mse, r->n_layers));
     return lz_world_sum(r->rel, r->n_layers);
 }
 
