@@ -1,5 +1,6 @@
 /* mpi_world.c - MPI start, checked calls, and the way a job ends. */
-#include <mpi.h>    // MPI_Init_thread, MPI_Abort, MPI_Error_string
+#include <limits.h> // INT_MAX
+#include <mpi.h>    // MPI_Init_thread, MPI_Abort, MPI_Error_string, MPI_Allreduce, MPI_Bcast
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // getenv
 #include <string.h> // strncpy
@@ -52,6 +53,20 @@ lz_status lz_world_init(int *argc, char ***argv) {
 }
 
 const lz_world *lz_world_get(void) { return &world; }
+
+lz_status lz_world_sum(double *v, int n) {
+    if (world.size > 1)
+        LZ_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    return LZ_OK;
+}
+
+lz_status lz_world_broadcast(void *buf, size_t bytes, int root) {
+    if (bytes > INT_MAX)
+        return lz_fail(LZ_ERR_INTERNAL, "a broadcast of %zu bytes: more than one MPI message holds", bytes);
+    if (world.size > 1)
+        LZ_MPI_TRY(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+    return LZ_OK;
+}
 
 void lz_world_finish(int exit_code) {
     if (!world.active)

@@ -7,6 +7,7 @@
 #define LZ_MPI_WORLD_H
 
 #include <stdbool.h> // bool
+#include <stddef.h>  // size_t
 
 #include "error.h" // lz_status
 
@@ -23,6 +24,16 @@ const lz_world *lz_world_get(void);
 /* Ends the job: MPI_Finalize on success; on failure MPI_Abort, so that every
  * rank stops within seconds instead of waiting for this one. */
 void lz_world_finish(int exit_code);
+
+/* The tag of every point-to-point message between ranks on MPI_COMM_WORLD
+ * (the heartbeat has a communicator of its own). */
+enum { LZ_TAG_ACTIVATIONS = 11, LZ_TAG_LOGITS, LZ_TAG_IDS, LZ_TAG_HEADER, LZ_TAG_STATE, LZ_TAG_GRADIENTS,
+       LZ_TAG_TENSORS };
+
+/* Collectives over every rank, checked; nothing to do in a world of one.
+ * lz_world_sum: v[n] summed element-wise, the sums on every rank. */
+lz_status lz_world_sum(double *v, int n);
+lz_status lz_world_broadcast(void *buf, size_t bytes, int root);
 
 /* Wraps an MPI call: on failure records "rank R (host): CALL failed: reason". */
 #define LZ_MPI_TRY(call)                                                            \

@@ -4,6 +4,7 @@
 #include <stdlib.h> // malloc, free
 #include <string.h> // memset
 
+#include "handoff.h"           // lz_handoff_send, lz_handoff_recv
 #include "hash.h"              // lz_fnv1a
 #include "heartbeat.h"         // lz_heartbeat_host
 #include "mpi_world.h"         // LZ_MPI_TRY
@@ -145,29 +146,23 @@ lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be)
 static lz_status send_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tokens, int to, lz_inflight *async) {
     const size_t n = (size_t)n_tokens * m->cfg.hidden_size;
     p->stats.bytes_activations += n * (p->device_p2p ? m->ops->act_size : sizeof(float));
-    if (p->device_p2p) // stream-ordered: the next step's kernels run after the send
-        return m->ops->p2p_send(m->be, ws->x, n * m->ops->act_size, to);
-    if (async) { // a copy of its own, sent while rank 0 goes on to the next micro-batch
+    if (async && !p->device_p2p) { // a copy of its own, sent while rank 0 goes on to the next micro-batch
         async->buf = malloc(sizeof(float) * n);
         if (!async->buf)
             return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory for %zu activations", p->rank, n);
         LZ_TRY(m->ops->act_to_host(m->be, async->buf, ws->x, n));
-        LZ_MPI_TRY(MPI_Isend(async->buf, (int)n, MPI_FLOAT, to, TAG_ACTIVATIONS, MPI_COMM_WORLD, &async->send));
-        return LZ_OK;
+        return lz_handoff_isend(async->buf, n, to, LZ_TAG_ACTIVATIONS, &async->send);
     }
-    LZ_TRY(grow_xfer(p, n));
-    LZ_TRY(m->ops->act_to_host(m->be, p->xfer, ws->x, n));
-    LZ_MPI_TRY(MPI_Send(p->xfer, (int)n, MPI_FLOAT, to, TAG_ACTIVATIONS, MPI_COMM_WORLD));
-    return LZ_OK;
+    LZ_TRY(grow_xfer(p, p->device_p2p ? 0 : n));
+    const lz_handoff h = {m->ops, m->be, p->device_p2p, p->xfer};
+    return lz_handoff_send(&h, ws->x, n, to, LZ_TAG_ACTIVATIONS, p->step_id);
 }
 
 static lz_status recv_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tokens, int from) {
     const size_t n = (size_t)n_tokens * m->cfg.hidden_size;
-    if (p->device_p2p)
-        return m->ops->p2p_recv(m->be, ws->x, n * m->ops->act_size, from);
-    LZ_TRY(grow_xfer(p, n));
-    LZ_MPI_TRY(MPI_Recv(p->xfer, (int)n, MPI_FLOAT, from, TAG_ACTIVATIONS, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-    return m->ops->act_from_host(m->be, ws->x, p->xfer, n);
+    LZ_TRY(grow_xfer(p, p->device_p2p ? 0 : n));
+    const lz_handoff h = {m->ops, m->be, p->device_p2p, p->xfer};
+    return lz_handoff_recv(&h, ws->x, n, from, LZ_TAG_ACTIVATIONS, p->step_id);
 }
 
 /* The last stage's result: logits rows, or their ids (the argmax, or sampled

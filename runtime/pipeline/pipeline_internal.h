@@ -1,12 +1,12 @@
-/* pipeline_internal.h - what the pipeline's files share: message tags,
- * header flags, and the header / broadcast plumbing (pipeline_messages.c). */
+/* pipeline_internal.h - what the pipeline's files share: header flags, and the header / broadcast plumbing (pipeline_messages.c). */
 #ifndef LZ_PIPELINE_INTERNAL_H
 #define LZ_PIPELINE_INTERNAL_H
 
 #include "lizard.pb-c.h" // Lizard__StepHeader
+#include "mpi_world.h"   // LZ_TAG_*
 #include "pipeline.h"
 
-enum { TAG_ACTIVATIONS = 11, TAG_LOGITS = 12, TAG_IDS = 13, TAG_HEADER = 14, TAG_STATE = 15 };
+enum { TAG_LOGITS = LZ_TAG_LOGITS, TAG_IDS = LZ_TAG_IDS }; // pipeline.c's names for them
 enum { STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4, STEP_FLAG_GREEDY = 8, STEP_FLAG_SEEK = 16,
        STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64, STEP_FLAG_STATE_BF16 = 128, STEP_FLAG_SAMPLE = 256 };
 

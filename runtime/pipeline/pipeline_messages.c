@@ -68,7 +68,7 @@ lz_status lz_pipeline_send_header(lz_pipeline *p, Lizard__StepHeader *h) {
     }
     LZ_TRY(lz_pipeline_retire_headers(p, false));
     for (int r = 1; r < p->n_ranks; r++) {
-        int rc = MPI_Isend(buf, (int)len, MPI_BYTE, r, TAG_HEADER, MPI_COMM_WORLD, &reqs[r - 1]);
+        int rc = MPI_Isend(buf, (int)len, MPI_BYTE, r, LZ_TAG_HEADER, MPI_COMM_WORLD, &reqs[r - 1]);
         if (rc != MPI_SUCCESS) {
             for (int q = 1; q < r; q++)
                 MPI_Wait(&reqs[q - 1], MPI_STATUS_IGNORE);
@@ -86,7 +86,7 @@ lz_status lz_pipeline_send_header(lz_pipeline *p, Lizard__StepHeader *h) {
 lz_status lz_pipeline_receive_header(lz_pipeline *p, uint8_t **buf, size_t *len) {
     MPI_Status st;
     int n = 0;
-    LZ_MPI_TRY(MPI_Probe(0, TAG_HEADER, MPI_COMM_WORLD, &st));
+    LZ_MPI_TRY(MPI_Probe(0, LZ_TAG_HEADER, MPI_COMM_WORLD, &st));
     LZ_MPI_TRY(MPI_Get_count(&st, MPI_BYTE, &n));
     if (n < 0)
         return lz_fail(LZ_ERR_INTERNAL, "rank %d: a step header of unknown size", p->rank);
@@ -94,6 +94,6 @@ lz_status lz_pipeline_receive_header(lz_pipeline *p, uint8_t **buf, size_t *len)
     if (!*buf)
         return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory for a %d-byte header", p->rank, n);
     *len = (size_t)n;
-    LZ_MPI_TRY(MPI_Recv(*buf, n, MPI_BYTE, 0, TAG_HEADER, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    LZ_MPI_TRY(MPI_Recv(*buf, n, MPI_BYTE, 0, LZ_TAG_HEADER, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
     return LZ_OK;
 }

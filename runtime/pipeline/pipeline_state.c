@@ -46,7 +46,7 @@ static lz_status save_collective(lz_pipeline *p, lz_model *m, lz_state *st, int 
     if (rc != MPI_SUCCESS)
         s = lz_world_mpi_error(rc, "MPI_Gatherv(stage state headers)", __FILE__, __LINE__);
     if (s == LZ_OK && p->rank != 0)
-        s = lz_stage_send_payloads(mine->layers, mine->n_layers, NULL, 0, TAG_STATE);
+        s = lz_stage_send_payloads(mine->layers, mine->n_layers, NULL, 0, LZ_TAG_STATE);
     if (s == LZ_OK && p->rank == 0) {
         Lizard__StageState **stages = calloc((size_t)p->n_ranks, sizeof *stages);
         s = stages ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "session: out of memory");
@@ -55,7 +55,7 @@ static lz_status save_collective(lz_pipeline *p, lz_model *m, lz_state *st, int 
         for (int r = 1; s == LZ_OK && r < p->n_ranks; r++) {
             s = lz_stage_unpack_header(all + displs[r], (size_t)counts[r], r, &stages[r]);
             if (s == LZ_OK)
-                s = lz_stage_recv_payloads(stages[r]->layers, stages[r]->n_layers, NULL, r, TAG_STATE);
+                s = lz_stage_recv_payloads(stages[r]->layers, stages[r]->n_layers, NULL, r, LZ_TAG_STATE);
         }
         if (s == LZ_OK)
             *out = stages;
@@ -99,11 +99,11 @@ static lz_status restore_collective(lz_pipeline *p, lz_model *m, lz_state *st, i
     s = wanted ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", p->rank);
     for (int r = 1; s == LZ_OK && p->rank == 0 && r < p->n_ranks; r++) {
         owned_by(p, all, r, wanted);
-        s = lz_stage_send_payloads(all->layers, all->n_layers, wanted, r, TAG_STATE);
+        s = lz_stage_send_payloads(all->layers, all->n_layers, wanted, r, LZ_TAG_STATE);
     }
     if (s == LZ_OK && p->rank != 0) {
         owned_by(p, mine, p->rank, wanted);
-        s = lz_stage_recv_payloads(mine->layers, mine->n_layers, wanted, 0, TAG_STATE);
+        s = lz_stage_recv_payloads(mine->layers, mine->n_layers, wanted, 0, LZ_TAG_STATE);
     }
     if (s == LZ_OK)
         s = lz_state_io_restore(m, st, slot, position, records->layers, records->n_layers);

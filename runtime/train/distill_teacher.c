@@ -5,11 +5,9 @@
 #include <stdlib.h> // calloc, free
 #include <string.h> // memset
 
-#include <mpi.h> // MPI_Send, MPI_Recv
-
 #include "decoder_layer.h" // lz_decoder_layer_forward
 #include "engine.h"        // lz_open_backend
-#include "mpi_world.h"     // LZ_MPI_TRY
+#include "handoff.h"       // lz_handoff_walk
 
 lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank) {
     return lz_teacher_open_on(t, dir, batch, seq_len, plan, rank, "cpu", "fp32");
@@ -128,51 +126,38 @@ static lz_status run_layers(lz_teacher *t, const lz_batch *b, int first, int las
     return LZ_OK;
 }
 
-/* The hidden states [T, hidden] to rank `to` (on the device: through host
- * memory in fp32, which holds bf16 values exactly). */
-static lz_status send_hidden(lz_teacher *t, int count, int to, int tag) {
-    if (!t->on_device) {
-        LZ_MPI_TRY(MPI_Send(t->ws.x, count, MPI_FLOAT, to, tag, MPI_COMM_WORLD));
-        return LZ_OK;
-    }
-    LZ_TRY(t->ops->act_to_host(t->be, t->hidden_host, t->ws.x, (size_t)count));
-    LZ_MPI_TRY(MPI_Send(t->hidden_host, count, MPI_FLOAT, to, tag, MPI_COMM_WORLD));
-    return LZ_OK;
+typedef struct {
+    lz_teacher *t;
+    const lz_batch *b;
+    lz_teacher_layer_fn fn;
+    void *ctx;
+} walk_ctx;
+
+// lz_visit_fn
+static lz_status visit_layers(void *ctx, const lz_plan_visit *v) {
+    walk_ctx *w = ctx;
+    return run_layers(w->t, w->b, v->first, v->first + v->count, w->fn, w->ctx);
 }
 
-static lz_status recv_hidden(lz_teacher *t, int count, int from, int tag) {
-    float *dst = t->on_device ? t->hidden_host : t->ws.x;
-    LZ_MPI_TRY(MPI_Recv(dst, count, MPI_FLOAT, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-    return t->on_device ? t->ops->act_from_host(t->be, t->ws.x, t->hidden_host, (size_t)count) : LZ_OK;
-}
-
-/* The plan's visits in order; the hidden states [T, hidden] move over MPI
- * whenever the next visit belongs to another rank. */
-static lz_status run_planned(lz_teacher *t, const lz_batch *b, int n_layers, lz_teacher_layer_fn fn, void *ctx) {
-    enum { TAG = 7301 };
+/* The plan's visits up to layer n_layers, the hidden states [T, hidden]
+ * handed on whenever the next visit belongs to another rank. */
+static lz_status run_planned(lz_teacher *t, const lz_batch *b, int n_layers, uint64_t step, lz_teacher_layer_fn fn,
+                             void *ctx) {
     lz_plan_visit visits[LZ_MAX_LAYERS + 2];
-    int n = 0, holder = t->plan->embed_rank;
+    int n = 0;
     lz_plan_visit_order(t->plan, visits, LZ_MAX_LAYERS + 2, &n);
-    const int count = b->n_tokens * t->model.cfg.hidden_size;
-    for (int v = 0; v < n; v++) {
-        const int first = visits[v].first, last = first + visits[v].count < n_layers ? first + visits[v].count
-                                                                                     : n_layers;
-        if (visits[v].run < 0 || first >= last)
-            continue; // embedding or head alone, or layers past the last one wanted
-        if (visits[v].rank != holder) {
-            if (t->rank == holder)
-                LZ_TRY(send_hidden(t, count, visits[v].rank, TAG));
-            else if (t->rank == visits[v].rank)
-                LZ_TRY(recv_hidden(t, count, holder, TAG));
-            holder = visits[v].rank;
-        }
-        if (t->rank == visits[v].rank)
-            LZ_TRY(run_layers(t, b, first, last, fn, ctx));
-    }
-    return LZ_OK;
+    while (n > 1 && visits[n - 1].first >= n_layers) // layers past the last one wanted, the head
+        n--;
+    if (visits[n - 1].first + visits[n - 1].count > n_layers)
+        visits[n - 1].count = n_layers - visits[n - 1].first;
+    walk_ctx w = {t, b, fn, ctx};
+    const lz_handoff staged = {t->ops, t->be, false, t->hidden_host};
+    return lz_handoff_walk(visits, n, t->rank, t->on_device ? &staged : NULL, t->ws.x,
+                           (size_t)b->n_tokens * t->model.cfg.hidden_size, step, visit_layers, &w);
 }
 
-lz_status lz_teacher_run(lz_teacher *t, const int32_t *ids, int n_layers, lz_teacher_layer_fn fn, void *ctx) {
+lz_status lz_teacher_run(lz_teacher *t, const int32_t *ids, int n_layers, uint64_t step, lz_teacher_layer_fn fn,
+                         void *ctx) {
     lz_model *m = &t->model;
     const int T = t->batch * t->seq_len;
     const lz_batch b = {t->batch, T, t->slot, t->start, t->len, t->pos, t->token_pos};
@@ -182,6 +167,6 @@ lz_status lz_teacher_run(lz_teacher *t, const int32_t *ids, int n_layers, lz_tea
     if (m->parts.embed)
         LZ_TRY(lz_step_embed(m, &t->ws, ids, &b));
     if (t->plan)
-        return run_planned(t, &b, n_layers, fn, ctx);
+        return run_planned(t, &b, n_layers, step, fn, ctx);
     return run_layers(t, &b, 0, n_layers < m->cfg.num_hidden_layers ? n_layers : m->cfg.num_hidden_layers, fn, ctx);
 }

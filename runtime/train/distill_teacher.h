@@ -11,13 +11,14 @@
  *
  * Under mpirun the teacher is split by a placement plan (plan.h): each rank
  * loads and runs only its layers, and the hidden states travel between the
- * ranks over MPI in the plan's visit order (from a GPU teacher through a host
- * buffer), so each rank sees the activations of exactly the layers it owns. */
+ * ranks in the plan's visit order (handoff.h; from a GPU teacher through a
+ * host buffer), so each rank sees the activations of exactly the layers it
+ * owns. */
 #ifndef LZ_DISTILL_TEACHER_H
 #define LZ_DISTILL_TEACHER_H
 
 #include <stdbool.h> // bool
-#include <stdint.h>  // int32_t
+#include <stdint.h>  // int32_t, uint64_t
 
 #include "model.h" // lz_model
 #include "plan.h"  // lz_plan
@@ -67,7 +68,9 @@ void lz_teacher_close(lz_teacher *t);
 
 /* Runs ids [batch, seq_len] through layers 0 .. n_layers-1, calling
  * fn(ctx, acts) for every layer (of this rank) before the next one runs.
- * Under a plan every rank calls it with the same ids and n_layers. */
-lz_status lz_teacher_run(lz_teacher *t, const int32_t *ids, int n_layers, lz_teacher_layer_fn fn, void *ctx);
+ * Under a plan every rank calls it with the same ids, n_layers and step
+ * (which names the batch in the watchdog's messages). */
+lz_status lz_teacher_run(lz_teacher *t, const int32_t *ids, int n_layers, uint64_t step, lz_teacher_layer_fn fn,
+                         void *ctx);
 
 #endif

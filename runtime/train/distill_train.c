@@ -3,14 +3,14 @@
  * lines, held-out evaluations, the choice of softmax layers by error,
  * checkpoints (gathered on rank 0 under mpirun) and the final folder. */
 #include <math.h>   // round
-#include <mpi.h>    // MPI_Allreduce, MPI_Send, MPI_Recv
 #include <stdio.h>  // fprintf
 #include <string.h> // memset, memcpy
 
 #include "clock.h"          // lz_now_seconds
 #include "distill_output.h" // lz_distill_write_model, lz_make_dirs
 #include "distill_run.h"
-#include "mpi_world.h"      // LZ_MPI_TRY
+#include "handoff.h"        // lz_handoff_send, lz_handoff_recv
+#include "mpi_world.h"      // lz_world_sum, LZ_TAG_TENSORS
 
 /* ---- one pass of the teacher: train (or only measure) every active layer --------------- */
 
@@ -57,12 +57,12 @@ static lz_status run_pass(lz_distill_run *r, long data_step, bool learn, long st
     memset(r->mse, 0, sizeof r->mse);
     memset(r->rel, 0, sizeof r->rel);
     pass_ctx c = {r, learn, step};
-    LZ_TRY(lz_teacher_run(&r->teacher, r->ids, layers_to_run(r), layer_pass, &c));
-    if (r->planned) { // each layer's losses come from its owner alone; the others add zeros
-        LZ_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, r->mse, r->n_layers, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-        LZ_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, r->rel, r->n_layers, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    }
-    return LZ_OK;
+    LZ_TRY(lz_teacher_run(&r->teacher, r->ids, layers_to_run(r), (uint64_t)data_step + 1, layer_pass, &c));
+    if (!r->planned)
+        return LZ_OK;
+    // each layer's losses come from its owner alone; the others add zeros
+    LZ_TRY(lz_world_sum(r->mse, r->n_layers));
+    return lz_world_sum(r->rel, r->n_layers);
 }
 
 /* ---- reporting ----------------------------------------------------------------------------- */
@@ -158,7 +158,7 @@ static lz_status choose_softmax_layers(lz_distill_run *r) {
 
 /* Under mpirun: every layer's tensors and moments from its owner to rank 0. */
 static lz_status gather_layers(lz_distill_run *r) {
-    enum { TAG = 7302 };
+    const uint64_t step = (uint64_t)r->progress.step;
     for (int i = 0; i < r->n_layers; i++) {
         const int owner = r->plan.layer_rank[i];
         if (!r->trained[i] || owner == 0 || (r->rank != owner && r->rank != 0))
@@ -168,10 +168,9 @@ static lz_status gather_layers(lz_distill_run *r) {
             float *parts[3] = {l->param[j], l->m1[j], l->m2[j]};
             for (int k = 0; k < 3; k++) {
                 if (r->rank == owner)
-                    LZ_MPI_TRY(MPI_Send(parts[k], (int)l->numel[j], MPI_FLOAT, 0, TAG, MPI_COMM_WORLD));
+                    LZ_TRY(lz_handoff_send(NULL, parts[k], l->numel[j], 0, LZ_TAG_TENSORS, step));
                 else
-                    LZ_MPI_TRY(MPI_Recv(parts[k], (int)l->numel[j], MPI_FLOAT, owner, TAG, MPI_COMM_WORLD,
-                                        MPI_STATUS_IGNORE));
+                    LZ_TRY(lz_handoff_recv(NULL, parts[k], l->numel[j], owner, LZ_TAG_TENSORS, step));
             }
         }
     }

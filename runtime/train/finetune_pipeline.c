@@ -3,22 +3,20 @@
  * sequences are the micro-batches, scheduled 1F1B (rank r runs P - 1 - r
  * forwards ahead, then one forward and one backward in turn, then the
  * remaining backwards): hidden states go forward and their gradients back
- * over MPI. One process is the pipeline of one rank: forward, backward, per
+ * (handoff.h). One process is the pipeline of one rank: forward, backward, per
  * sequence, in order.
  *
  * Every sum that crosses ranks is made in a fixed order (each parameter's
  * gradient by its owner over the sequences in order, the loss on the last
  * rank in order, the gradient norm from per-tensor sums), so P ranks give
  * one process's numbers bit for bit. */
-#include <mpi.h>    // MPI_Isend, MPI_Recv, MPI_Wait, MPI_Bcast, MPI_Allreduce
 #include <math.h>   // sqrt
 #include <stdlib.h> // calloc, free
 #include <string.h> // memcpy
 
 #include "finetune_run.h"
-#include "mpi_world.h" // lz_world_get, LZ_MPI_TRY
-
-enum { TAG_FORWARD = 7401, TAG_BACKWARD = 7402 };
+#include "handoff.h"   // lz_handoff_recv, lz_handoff_isend, lz_handoff_wait
+#include "mpi_world.h" // lz_world_get, lz_world_sum, lz_world_broadcast
 
 void lz_ft_stage_range(int n_layers, int size, int rank, int *first, int *last) {
     const int base = n_layers / size, extra = n_layers % size; // the first `extra` ranks take one more
@@ -44,26 +42,27 @@ static float *send_buf(schedule *s, int dir, int slot) {
     return s->send + ((size_t)dir * s->slots + slot) * s->r->model.T * s->r->model.cfg.hidden_size;
 }
 
+static int tag_of(int dir) { return dir ? LZ_TAG_GRADIENTS : LZ_TAG_ACTIVATIONS; }
+
 // sends n floats from src to `to` with a buffer of its own (the previous send from that buffer finished first)
 static lz_status send_async(schedule *s, int dir, int slot, const float *src, int to) {
-    const int n = s->r->model.T * s->r->model.cfg.hidden_size;
+    const size_t n = (size_t)s->r->model.T * s->r->model.cfg.hidden_size;
     MPI_Request *q = &s->req[dir * s->slots + slot];
-    LZ_MPI_TRY(MPI_Wait(q, MPI_STATUS_IGNORE));
-    memcpy(send_buf(s, dir, slot), src, sizeof(float) * (size_t)n);
-    LZ_MPI_TRY(MPI_Isend(send_buf(s, dir, slot), n, MPI_FLOAT, to, dir ? TAG_BACKWARD : TAG_FORWARD, MPI_COMM_WORLD,
-                         q));
-    return LZ_OK;
+    LZ_TRY(lz_handoff_wait(q, to, tag_of(dir), (uint64_t)s->step));
+    memcpy(send_buf(s, dir, slot), src, sizeof(float) * n);
+    return lz_handoff_isend(send_buf(s, dir, slot), n, to, tag_of(dir), q);
 }
 
 static lz_status forward(schedule *s, int i) {
     lz_ft_model *m = &s->r->model;
-    const int slot = i % s->slots, n = m->T * m->cfg.hidden_size;
+    const int slot = i % s->slots;
+    const size_t n = (size_t)m->T * m->cfg.hidden_size;
     const int32_t *ids = s->ids + (size_t)i * m->T;
     if (s->rank == 0)
         lz_ft_embed(m, ids, slot);
     else
-        LZ_MPI_TRY(MPI_Recv(lz_ft_hidden(m, slot, m->first), n, MPI_FLOAT, s->rank - 1, TAG_FORWARD, MPI_COMM_WORLD,
-                            MPI_STATUS_IGNORE));
+        LZ_TRY(lz_handoff_recv(NULL, lz_ft_hidden(m, slot, m->first), n, s->rank - 1, LZ_TAG_ACTIVATIONS,
+                               (uint64_t)s->step));
     lz_ft_forward(m, s->learn, (uint64_t)s->step, i, slot);
     if (s->rank == s->size - 1)
         s->loss += lz_ft_head(m, ids, s->learn, s->grad_scale, slot); // with learn: the gradient, for backward(i)
@@ -74,10 +73,10 @@ static lz_status forward(schedule *s, int i) {
 
 static lz_status backward(schedule *s, int i) {
     lz_ft_model *m = &s->r->model;
-    const int slot = i % s->slots, n = m->T * m->cfg.hidden_size;
+    const int slot = i % s->slots;
+    const size_t n = (size_t)m->T * m->cfg.hidden_size;
     if (s->rank < s->size - 1)
-        LZ_MPI_TRY(MPI_Recv(lz_ft_grad(m), n, MPI_FLOAT, s->rank + 1, TAG_BACKWARD, MPI_COMM_WORLD,
-                            MPI_STATUS_IGNORE));
+        LZ_TRY(lz_handoff_recv(NULL, lz_ft_grad(m), n, s->rank + 1, LZ_TAG_GRADIENTS, (uint64_t)s->step));
     lz_ft_backward(m, (uint64_t)s->step, i, slot);
     if (s->rank > 0)
         LZ_TRY(send_async(s, 1, slot, lz_ft_grad(m), s->rank - 1));
@@ -130,12 +129,14 @@ lz_status lz_ft_pipeline_batch(lz_finetune_run *r, const int32_t *ids, bool lear
     for (int i = 0; i < 2 * s.slots; i++)
         s.req[i] = MPI_REQUEST_NULL;
     lz_status st = run_schedule(&s, M);
-    for (int i = 0; i < 2 * s.slots; i++) // (after a failure too: the buffers go next)
-        if (MPI_Wait(&s.req[i], MPI_STATUS_IGNORE) != MPI_SUCCESS && st == LZ_OK)
-            st = lz_fail(LZ_ERR_INTERNAL, "MPI_Wait on a pipeline send failed");
+    for (int i = 0; i < 2 * s.slots; i++) { // (after a failure too: the buffers go next)
+        const int dir = i / s.slots;
+        const lz_status done = lz_handoff_wait(&s.req[i], dir ? s.rank - 1 : s.rank + 1, tag_of(dir), (uint64_t)step);
+        st = st == LZ_OK ? done : st;
+    }
     free(s.send), free(s.req);
     LZ_TRY(st);
-    LZ_MPI_TRY(MPI_Bcast(&s.loss, 1, MPI_DOUBLE, s.size - 1, MPI_COMM_WORLD));
+    LZ_TRY(lz_world_broadcast(&s.loss, sizeof s.loss, s.size - 1));
     *loss_sum = s.loss;
     return LZ_OK;
 }
@@ -148,16 +149,12 @@ lz_status lz_ft_grad_norm(lz_finetune_run *r, double *norm) {
     for (int i = 0; i < m->n_params; i++)
         for (size_t e = 0; lz_ft_owns(m, &m->params[i]) && e < m->params[i].n; e++)
             part[i] += (double)m->params[i].g[e] * m->params[i].g[e];
-    if (lz_world_get()->size > 1 &&
-        MPI_Allreduce(MPI_IN_PLACE, part, m->n_params, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
-        free(part);
-        return lz_fail(LZ_ERR_INTERNAL, "MPI_Allreduce of the gradient norm failed");
-    } // one owner each: the sums are exact, then added in the tensors' order
-    for (int i = 0; i < m->n_params; i++)
+    const lz_status s = lz_world_sum(part, m->n_params); // one owner each: the sums are exact
+    for (int i = 0; i < m->n_params; i++) // then added in the tensors' order
         total += part[i];
     free(part);
     *norm = sqrt(total);
-    return LZ_OK;
+    return s;
 }
 
 lz_status lz_ft_share_params(lz_finetune_run *r) {
@@ -174,7 +171,7 @@ lz_status lz_ft_share_params(lz_finetune_run *r) {
         }
         float *parts[3] = {p->w, p->m1, p->m2};
         for (int k = 0; k < 3; k++)
-            LZ_MPI_TRY(MPI_Bcast(parts[k], (int)p->n, MPI_FLOAT, owner, MPI_COMM_WORLD));
+            LZ_TRY(lz_world_broadcast(parts[k], sizeof(float) * p->n, owner));
     }
     return LZ_OK;
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # rank_fault_test.sh LIZARD - a rank stopped (SIGSTOP) or killed in the middle
-# of a generation, or stopped while a server is idle, ends the whole job with
-# a non-zero exit within the rank timeout (default 30 s) and a few seconds,
-# with a line naming the silent rank, its host and what the reporting rank
-# was waiting for; prints the measured end times (docs/running.md "Faults").
+# of a generation or a distillation, or stopped while a server is idle, ends
+# the whole job with a non-zero exit within the rank timeout (default 30 s)
+# and a few seconds, with a line naming the silent rank, its host and what
+# the reporting rank was waiting for; prints the measured end times
+# (docs/running.md "Faults").
 # A rank that runs another lizard build is refused by name.
 set -u
 LIZARD=$1
@@ -21,13 +22,14 @@ rank_pid() {
 }
 
 # fault NAME NP RANK SIGNAL DEADLINE ARGS...: starts the job on the model $TMP/NAME (its processes are told
-# apart by that path), waits until it runs, sends SIGNAL to RANK, and expects it to end non-zero within
-# DEADLINE + SLACK seconds; the line that names the silent rank goes to $TMP/NAME.line
+# apart by that path; a link to $MODEL, default $TMP/tiny, given as $MODEL_FLAG, default --model), waits until
+# it runs, sends SIGNAL to RANK, and expects it to end non-zero within DEADLINE + SLACK seconds; the line that
+# names the silent rank goes to $TMP/NAME.line
 fault() {
     local name=$1 np=$2 rank=$3 sig=$4 deadline=$5; shift 5
     local tag="$TMP/$name"
-    ln -s "$TMP/tiny" "$tag"
-    timeout 200 mpirun -np "$np" "$LIZARD" "$@" --model "$tag" >/dev/null 2>"$TMP/$name.err" &
+    ln -s "${MODEL:-$TMP/tiny}" "$tag"
+    timeout 200 mpirun -np "$np" "$LIZARD" "$@" "${MODEL_FLAG:---model}" "$tag" >/dev/null 2>"$TMP/$name.err" &
     local job=$! victim=""
     for _ in $(seq 1 100); do # running: every rank's process exists and the job is past loading
         victim=$(rank_pid "$tag" "$rank")
@@ -63,6 +65,12 @@ grep -q "process rank 1 .* on node .* exited on signal 9" "$TMP/kill1.err" && ok
 LIZARD_STEP_TIMEOUT=600 fault serve_idle 2 1 STOP 4 --rank-timeout 4 serve --port 0
 grep -q "rank 0 of 2 (.*): rank 1 (.*) sent nothing for [4-9] s.*between steps.*(--rank-timeout 4)" \
     "$TMP/serve_idle.line" && ok || bad "serve_idle: $(cat "$TMP/serve_idle.line")"
+# a rank stopped during distillation: the other names it, whichever wait for it (hidden states, losses) it was in
+"$LIZARD" init --config tiny-teacher --out "$TMP/teacher" >/dev/null 2>&1 || bad "init tiny-teacher"
+MODEL=$TMP/teacher MODEL_FLAG=--teacher fault distill 2 0 STOP 4 --rank-timeout 4 distill --seq-len 32 --batch 2 \
+    --data "$(dirname "$0")/../fixtures/corpus/finetune_slice.txt" --tokens 100000000 --out "$TMP/out-distill"
+grep -Eq "rank 1 of 2 \(.*\): rank 0 \(.*\) sent nothing for [4-9] s.*while this rank was " "$TMP/distill.line" &&
+    ok || bad "distill: $(cat "$TMP/distill.line")"
 
 # bad values: one line naming the flag or the variable, exit 2
 expect_error "--rank-timeout soon: expected seconds" "$LIZARD" --rank-timeout soon info --model "$TMP/tiny"

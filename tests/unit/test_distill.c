@@ -186,7 +186,7 @@ static void check_teacher(void) {
     for (int i = 0; i < batch * L; i++)
         ids[i] = (int32_t)(lcg(&seed) >> 8) % t.model.cfg.vocab_size;
     target_ctx c = {.cfg = &t.model.cfg, .batch = batch, .seq_len = L};
-    CHECK(lz_teacher_run(&t, ids, t.model.cfg.num_hidden_layers, check_target, &c) == LZ_OK);
+    CHECK(lz_teacher_run(&t, ids, t.model.cfg.num_hidden_layers, 0, check_target, &c) == LZ_OK);
     CHECK(c.layers_seen == t.model.cfg.num_hidden_layers);
     CHECK_MSG(c.scale > 0.01 && c.worst <= 1e-4 * c.scale, "teacher target vs double attention: %g of %g", c.worst,
               c.scale);
