@@ -9,22 +9,20 @@ lz_status lz_gen_init(lz_gen_loop *g, lz_engine *e, const lz_generation_config *
     const size_t n = (size_t)e->state.n_slots;
     *g = (lz_gen_loop){.e = e, .gen = gen, .cb = *cb};
     g->seqs = calloc(n, sizeof(lz_gen_seq));
-    g->slot = malloc(sizeof(int32_t) * n);
-    g->ids = malloc(sizeof(int32_t) * n);
-    g->next = malloc(sizeof(int32_t) * n);
+    g->slot = malloc(sizeof(int32_t) * 4 * n); // slot, ids, next, decoding
     g->lens = malloc(sizeof(int) * n);
-    g->decoding = malloc(sizeof(int) * n);
     g->feeds = malloc(sizeof(int32_t *) * n);
     g->draws = malloc(sizeof(lz_sample_draw) * n);
-    if (g->seqs && g->slot && g->ids && g->next && g->lens && g->decoding && g->feeds && g->draws)
+    if (g->seqs && g->slot && g->lens && g->feeds && g->draws) {
+        g->ids = g->slot + n, g->next = g->slot + 2 * n, g->decoding = g->slot + 3 * n;
         return LZ_OK;
+    }
     lz_gen_free(g);
     return lz_fail(LZ_ERR_NOMEM, "generation: out of memory for %zu sequences", n);
 }
 
 void lz_gen_free(lz_gen_loop *g) {
-    free(g->seqs), free(g->slot), free(g->ids), free(g->next), free(g->lens), free(g->decoding), free(g->feeds);
-    free(g->draws), free(g->logits);
+    free(g->seqs), free(g->slot), free(g->lens), free(g->feeds), free(g->draws), free(g->logits);
     *g = (lz_gen_loop){0};
 }
 

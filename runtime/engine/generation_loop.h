@@ -57,8 +57,8 @@ typedef struct {
     bool circulate;
     lz_gen_seq *seqs; /* [e->state.n_slots]: the sequence in slot i */
     /* a step's rows: row r is sequence slot[r] (while groups circulate, rows [r0, r0 + count) of group k) */
-    int32_t *slot, *ids, *next;
-    int *lens, *decoding;
+    int32_t *slot, *ids, *next, *decoding;
+    int *lens;
     const int32_t **feeds;
     lz_sample_draw *draws;
     float *logits; /* [n_slots, vocab], made when a host_logits sequence first needs it */
