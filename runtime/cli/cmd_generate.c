@@ -260,6 +260,31 @@ static lz_status write_session(const generate_args *a, lz_engine *e, const Lizar
     return s;
 }
 
+/* The engine for n prompts and what each may generate (`context` positions),
+ * and generation_config.json; the prompts' ids checked against the model's
+ * vocabulary. A worker rank returns with e->worker set, its engine closed
+ * (it has served every step already). */
+static lz_status open_engine(const generate_args *a, const lz_tokenizer *tok, const seq_ids *prompts, int n,
+                             int context, lz_engine *e, lz_generation_config *gen) {
+    LZ_TRY(lz_check_context(a->model, a->softmax, context, a->allow_long));
+    lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype,
+                            .softmax_layers = a->softmax, .n_slots = n, .max_context = context,
+                            .prefill_chunk = (int)a->chunk, .placement = a->placement, .plan_file = a->plan,
+                            .session_state_bf16 = a->session_dtype && strcmp(a->session_dtype, "bf16") == 0};
+    LZ_TRY(lz_engine_open(e, &eo));
+    lz_status s = e->worker ? LZ_OK : lz_generation_config_load(a->model, &e->model.cfg, gen);
+    if (s == LZ_OK && tok && !e->worker)
+        lz_tokenizer_warn_vocab(tok, e->model.cfg.vocab_size, a->model);
+    for (int i = 0; s == LZ_OK && !e->worker && tok && (a->prompt || a->prompts_file) && i < n; i++)
+        s = lz_tokenizer_check_ids(tok, prompts[i].ids, prompts[i].n, e->model.cfg.vocab_size,
+                                   a->prompts_file ? "lizard generate: --prompts-file" : "lizard generate: --prompt");
+    const bool worker = e->worker;
+    if (s != LZ_OK || worker)
+        lz_engine_close(e); // which clears it
+    e->worker = worker;
+    return s;
+}
+
 static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32_t *input, int n_input) {
     if (a->session) // temp files of saves to it that were killed
         LZ_TRY(lz_atomic_remove_stale_of(a->session, NULL));
@@ -274,44 +299,22 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
     if (s == LZ_OK && n_feed == 0)
         s = lz_fail(LZ_ERR_INPUT, "lizard generate: --session %s holds nothing to continue and no --ids/--prompt was given",
                     a->session);
-    if (s != LZ_OK) {
-        free(feed);
-        lz_session_loaded_free(&file);
-        return s;
-    }
-    s = lz_check_context(a->model, a->softmax, (long)held + n_feed + a->max_tokens, a->allow_long);
-    if (s != LZ_OK) {
-        free(feed);
-        lz_session_loaded_free(&file);
-        return s;
-    }
-    if (pending)
+    if (s == LZ_OK && pending)
         feed[0] = saved->tokens[saved->n_tokens - 1];
-    if (n_input > 0) // input is NULL when the session is continued without new tokens
+    if (s == LZ_OK && n_input > 0) // input is NULL when the session is continued without new tokens
         memcpy(feed + (pending ? 1 : 0), input, sizeof(int32_t) * (size_t)n_input);
-    lz_engine e;
-    lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
-                           .n_slots = 1, .max_context = held + n_feed + (int)a->max_tokens,
-                           .prefill_chunk = (int)a->chunk, .placement = a->placement, .plan_file = a->plan,
-                           .session_state_bf16 = a->session_dtype && strcmp(a->session_dtype, "bf16") == 0};
-    s = lz_engine_open(&e, &eo);
-    if (s != LZ_OK || e.worker) { // a worker rank has served every step already
-        if (s == LZ_OK)
-            lz_engine_close(&e);
+    lz_engine e = {0};
+    lz_generation_config gen;
+    if (s == LZ_OK)
+        s = open_engine(a, tok, &(seq_ids){feed, n_feed}, 1, held + n_feed + (int)a->max_tokens, &e, &gen);
+    if (s != LZ_OK || e.worker) {
         free(feed);
         lz_session_loaded_free(&file);
         return s;
     }
-    lz_generation_config gen;
     lz_sampler sampler = {0};
     seq_ids out = {NULL, 0};
     double seconds[2] = {0, 0};
-    s = lz_generation_config_load(a->model, &e.model.cfg, &gen);
-    if (s == LZ_OK && tok) {
-        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
-        if (a->prompt)
-            s = lz_tokenizer_check_ids(tok, input, n_input, e.model.cfg.vocab_size, "lizard generate: --prompt");
-    }
     lz_sampler_params p = sampler_params(a, &gen);
     uint64_t draws = 0;
     if (s == LZ_OK && saved) // the saved sequence: the same model, its state, its sampler
@@ -364,25 +367,14 @@ static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const 
     int longest = 0;
     for (int i = 0; i < n; i++)
         longest = prompts[i].n > longest ? prompts[i].n : longest;
-    LZ_TRY(lz_check_context(a->model, a->softmax, (long)longest + a->max_tokens, a->allow_long));
     lz_engine e;
-    lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
-                           .n_slots = n, .max_context = longest + (int)a->max_tokens, .prefill_chunk = (int)a->chunk,
-                           .placement = a->placement, .plan_file = a->plan};
-    LZ_TRY(lz_engine_open(&e, &eo));
-    if (e.worker) {
-        lz_engine_close(&e);
-        return LZ_OK;
-    }
     lz_generation_config gen;
+    LZ_TRY(open_engine(a, tok, prompts, n, longest + (int)a->max_tokens, &e, &gen));
+    if (e.worker)
+        return LZ_OK;
     seq_ids *out = calloc((size_t)n, sizeof(seq_ids));
     double seconds[2] = {0, 0};
-    lz_status s = out ? lz_generation_config_load(a->model, &e.model.cfg, &gen) : lz_fail(LZ_ERR_NOMEM, "out of memory");
-    if (s == LZ_OK && tok)
-        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
-    for (int i = 0; s == LZ_OK && tok && (a->prompt || a->prompts_file) && i < n; i++)
-        s = lz_tokenizer_check_ids(tok, prompts[i].ids, prompts[i].n, e.model.cfg.vocab_size,
-                                   a->prompts_file ? "lizard generate: --prompts-file" : "lizard generate: --prompt");
+    lz_status s = out ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK) {
         const lz_sampler_params p = sampler_params(a, &gen);
         s = run(&e, a, tok, &gen, prompts, n, &p, 0, out, NULL, seconds);

@@ -52,7 +52,7 @@ bool lz_gen_prefilling(const lz_gen_loop *g, int slot) {
 /* Hands sequence `slot` its new token; false once the sequence is over. */
 static bool take(lz_gen_loop *g, int slot, int32_t id) {
     lz_gen_seq *q = &g->seqs[slot];
-    if (!q->live) // stopped while its step was in flight
+    if (!q->live || q->fed < q->n_feed) // stopped, or started anew, while its step was in flight
         return false;
     q->last = id;
     q->n_generated++;
@@ -190,7 +190,7 @@ static lz_status turn_groups(lz_gen_loop *g, bool again) {
     return LZ_OK;
 }
 
-/* The n sequences listed in g->decoding take one token each. */
+/* The sequences listed in g->decoding (those decoding when the round began) take one token each. */
 static lz_status decode(lz_gen_loop *g, int listed) {
     if (g->n_groups > 0)
         return turn_groups(g, true);
