@@ -9,14 +9,15 @@
 #include <unistd.h> // access
 
 #include "atomic_file.h"       // lz_atomic_remove_stale_of
+#include "clock.h"             // lz_now_seconds
 #include "cli_options.h"       // lz_parse_options
 #include "commands.h"          // lz_cmd_generate
 #include "context_limit.h"     // lz_check_context
 #include "engine.h"            // lz_engine
 #include "utf8_clean.h"        // lz_utf8_clean
 #include "engine_session.h"    // lz_engine_save_stages
-#include "generate_batch.h"    // lz_generate_batch
 #include "generation_config.h" // lz_generation_config
+#include "generation_loop.h"   // lz_gen_loop
 #include "id_list.h"           // lz_parse_id_list
 #include "sampler.h"           // lz_sampler
 #include "session_file.h"      // lz_session_load_file
@@ -67,53 +68,90 @@ static lz_status emit(lz_detok *detok, const lz_tokenizer *tok, int32_t id, int 
     return LZ_OK;
 }
 
-static lz_status run(lz_engine *e, const generate_args *a, lz_tokenizer *tok, const int32_t *prompt, int n_prompt,
-                     const lz_generation_config *gen, lz_sampler *sampler, int32_t *out, int *n_out) {
-    lz_model whole = {0};
-    const lz_model *counted = &e->model;
-    if (a->stats)
-        LZ_TRY(stats_model(e, a->model, &whole, &counted));
-    const bool json = strcmp(a->format, "json") == 0;
+typedef struct {
+    int32_t *ids;
+    int n;
+} seq_ids;
+
+/* One run of the generation loop: what its callback sees. */
+typedef struct {
+    lz_engine *e;
+    const lz_tokenizer *tok;
     lz_detok detok;
-    if (tok)
-        lz_detok_init(&detok, tok, true);
-    // every id, the first included, is chosen where the logits are (greedy, or sampled with its draw)
-    const lz_sample_draw first = lz_sampler_draw(sampler);
-    int32_t id = 0;
-    lz_status s = lz_engine_prefill(e, 0, prompt, n_prompt, NULL,
-                                    (lz_step_out){.ids = &id, .draws = first.p.temperature == 0 ? NULL : &first});
-    if (s == LZ_OK && a->stats)
-        print_stats(counted, e->state.slot_pos[0]);
-    *n_out = 0;
-    const int32_t slot = 0;
-    while (s == LZ_OK && *n_out < a->max_tokens) {
-        out[(*n_out)++] = id;
-        if (!json && (s = emit(&detok, tok, id, *n_out - 1)) != LZ_OK)
-            break;
-        if ((!a->ignore_eos && lz_generation_config_is_eos(gen, id)) || *n_out == a->max_tokens)
-            break;
-        if (a->move_after > 0 && *n_out == a->move_after) { // the live sequence changes placement here
-            if ((s = lz_engine_replan(e, a->move_placement, a->move_plan)) != LZ_OK)
-                break;
+    bool stream;             /* one sequence as text: printed as it comes */
+    const lz_model *counted; /* --stats: the model whose state is counted */
+    seq_ids *out;            /* sequence i's ids (malloc'd) */
+    lz_status printed;
+} run_ctx;
+
+static bool on_token(void *ctx, int slot, int32_t id, lz_gen_end end) {
+    (void)end;
+    run_ctx *r = ctx;
+    seq_ids *c = &r->out[slot];
+    c->ids[c->n++] = id;
+    const int held = r->e->state.slot_pos[slot];
+    if (r->counted && (c->n == 1 || (held & (held - 1)) == 0)) // after the prompt, then at powers of two
+        print_stats(r->counted, held);
+    if (r->stream)
+        r->printed = emit(&r->detok, r->tok, id, c->n - 1);
+    return r->printed == LZ_OK;
+}
+
+/* The n prompts through the generation loop, sequence i in slot i sampling
+ * with seed + i from its draw number `draws` on (a continued session), its
+ * ids into out[i]; *last (or NULL): sequence 0's sampler at the end, seconds: the
+ * first round's (the prompts) and the others'. */
+static lz_status run(lz_engine *e, const generate_args *a, const lz_tokenizer *tok, const lz_generation_config *gen,
+                     const seq_ids *prompts, int n, const lz_sampler_params *params, uint64_t draws, seq_ids *out,
+                     lz_sampler *last, double seconds[2]) {
+    lz_model whole = {0};
+    run_ctx r = {.e = e, .tok = tok, .stream = n == 1 && strcmp(a->format, "json") != 0, .out = out};
+    lz_gen_loop g;
+    lz_status s = lz_gen_init(&g, e, gen, &(lz_gen_callbacks){.on_token = on_token, .ctx = &r});
+    if (s != LZ_OK)
+        return s;
+    g.circulate = true; // the callback leaves the engine alone
+    if (n == 1 && a->stats)
+        s = stats_model(e, a->model, &whole, &r.counted);
+    for (int i = 0; s == LZ_OK && i < n; i++) {
+        lz_sampler_params p = *params;
+        p.seed += (uint64_t)i;
+        lz_gen_seq q = {.feed = prompts[i].ids, .n_feed = prompts[i].n, .max_tokens = (int)a->max_tokens,
+                        .ignore_eos = a->ignore_eos};
+        s = lz_sampler_init(&q.sampler, &p, e->model.cfg.vocab_size);
+        q.sampler.n = draws;
+        out[i] = (seq_ids){malloc(sizeof(int32_t) * (size_t)a->max_tokens), 0};
+        if (s == LZ_OK)
+            s = out[i].ids ? lz_gen_start(&g, i, q) : lz_fail(LZ_ERR_NOMEM, "generate: out of memory");
+    }
+    if (r.stream && tok)
+        lz_detok_init(&r.detok, tok, true);
+    double t0 = lz_now_seconds();
+    for (int round = 0; s == LZ_OK && r.printed == LZ_OK && lz_gen_live(&g) > 0; round++) {
+        s = lz_gen_round(&g);
+        const double t = lz_now_seconds();
+        seconds[round > 0] += t - t0;
+        t0 = t;
+        if (s != LZ_OK || a->move_after == 0 || out[0].n != a->move_after || !lz_gen_live(&g))
+            continue;
+        s = lz_engine_replan(e, a->move_placement, a->move_plan); // the live sequence changes placement here
+        if (s == LZ_OK)
             fprintf(stderr, "lizard generate: moved the sequence at position %d to %s\n", e->state.slot_pos[0],
                     a->move_plan ? a->move_plan : a->move_placement ? a->move_placement : "balanced");
-        }
-        const lz_sample_draw draw = lz_sampler_draw(sampler);
-        const int32_t in = id;
-        s = lz_engine_decode(e, 1, &slot, &in, (lz_step_out){.ids = &id, .draws = draw.p.temperature == 0 ? NULL : &draw});
-        int held = e->state.slot_pos[0];
-        if (s == LZ_OK && a->stats && (held & (held - 1)) == 0) // at powers of two
-            print_stats(counted, held);
     }
-    if (s == LZ_OK && a->stats)
-        print_stats(counted, e->state.slot_pos[0]);
-    if (tok) {
+    s = s != LZ_OK ? s : r.printed;
+    if (s == LZ_OK && r.counted)
+        print_stats(r.counted, e->state.slot_pos[0]);
+    if (r.stream && tok) {
         const char *text;
         size_t len;
-        if (s == LZ_OK && !json && lz_detok_flush(&detok, &text, &len) == LZ_OK)
+        if (s == LZ_OK && lz_detok_flush(&r.detok, &text, &len) == LZ_OK)
             fwrite(text, 1, len, stdout);
-        lz_detok_free(&detok);
+        lz_detok_free(&r.detok);
     }
+    if (last)
+        *last = g.seqs[0].sampler;
+    lz_gen_free(&g);
     lz_model_free(&whole);
     return s;
 }
@@ -222,6 +260,31 @@ static lz_status write_session(const generate_args *a, lz_engine *e, const Lizar
     return s;
 }
 
+/* The engine for n prompts and what each may generate (`context` positions),
+ * and generation_config.json; the prompts' ids checked against the model's
+ * vocabulary. A worker rank returns with e->worker set, its engine closed
+ * (it has served every step already). */
+static lz_status open_engine(const generate_args *a, const lz_tokenizer *tok, const seq_ids *prompts, int n,
+                             int context, lz_engine *e, lz_generation_config *gen) {
+    LZ_TRY(lz_check_context(a->model, a->softmax, context, a->allow_long));
+    lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype,
+                            .softmax_layers = a->softmax, .n_slots = n, .max_context = context,
+                            .prefill_chunk = (int)a->chunk, .placement = a->placement, .plan_file = a->plan,
+                            .session_state_bf16 = a->session_dtype && strcmp(a->session_dtype, "bf16") == 0};
+    LZ_TRY(lz_engine_open(e, &eo));
+    lz_status s = e->worker ? LZ_OK : lz_generation_config_load(a->model, &e->model.cfg, gen);
+    if (s == LZ_OK && tok && !e->worker)
+        lz_tokenizer_warn_vocab(tok, e->model.cfg.vocab_size, a->model);
+    for (int i = 0; s == LZ_OK && !e->worker && tok && (a->prompt || a->prompts_file) && i < n; i++)
+        s = lz_tokenizer_check_ids(tok, prompts[i].ids, prompts[i].n, e->model.cfg.vocab_size,
+                                   a->prompts_file ? "lizard generate: --prompts-file" : "lizard generate: --prompt");
+    const bool worker = e->worker;
+    if (s != LZ_OK || worker)
+        lz_engine_close(e); // which clears it
+    e->worker = worker;
+    return s;
+}
+
 static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32_t *input, int n_input) {
     if (a->session) // temp files of saves to it that were killed
         LZ_TRY(lz_atomic_remove_stale_of(a->session, NULL));
@@ -232,48 +295,26 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
     const bool pending = saved && saved->has_pending;
     const int n_feed = n_input + (pending ? 1 : 0), held = saved ? (int)saved->position : 0;
     int32_t *feed = malloc(sizeof(int32_t) * (size_t)(n_feed ? n_feed : 1));
-    int32_t *out = malloc(sizeof(int32_t) * (size_t)(a->max_tokens > 0 ? a->max_tokens : 1));
-    lz_status s = feed && out ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "out of memory");
+    lz_status s = feed ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK && n_feed == 0)
         s = lz_fail(LZ_ERR_INPUT, "lizard generate: --session %s holds nothing to continue and no --ids/--prompt was given",
                     a->session);
-    if (s != LZ_OK) {
-        free(feed), free(out);
-        lz_session_loaded_free(&file);
-        return s;
-    }
-    s = lz_check_context(a->model, a->softmax, (long)held + n_feed + a->max_tokens, a->allow_long);
-    if (s != LZ_OK) {
-        free(feed), free(out);
-        lz_session_loaded_free(&file);
-        return s;
-    }
-    if (pending)
+    if (s == LZ_OK && pending)
         feed[0] = saved->tokens[saved->n_tokens - 1];
-    if (n_input > 0) // input is NULL when the session is continued without new tokens
+    if (s == LZ_OK && n_input > 0) // input is NULL when the session is continued without new tokens
         memcpy(feed + (pending ? 1 : 0), input, sizeof(int32_t) * (size_t)n_input);
-    lz_engine e;
-    lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
-                           .n_slots = 1, .max_context = held + n_feed + (int)a->max_tokens,
-                           .prefill_chunk = (int)a->chunk, .placement = a->placement, .plan_file = a->plan,
-                           .session_state_bf16 = a->session_dtype && strcmp(a->session_dtype, "bf16") == 0};
-    s = lz_engine_open(&e, &eo);
-    if (s != LZ_OK || e.worker) { // a worker rank has served every step already
-        if (s == LZ_OK)
-            lz_engine_close(&e);
-        free(feed), free(out);
+    lz_engine e = {0};
+    lz_generation_config gen;
+    if (s == LZ_OK)
+        s = open_engine(a, tok, &(seq_ids){feed, n_feed}, 1, held + n_feed + (int)a->max_tokens, &e, &gen);
+    if (s != LZ_OK || e.worker) {
+        free(feed);
         lz_session_loaded_free(&file);
         return s;
     }
-    lz_generation_config gen;
     lz_sampler sampler = {0};
-    int n_out = 0;
-    s = lz_generation_config_load(a->model, &e.model.cfg, &gen);
-    if (s == LZ_OK && tok) {
-        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
-        if (a->prompt)
-            s = lz_tokenizer_check_ids(tok, input, n_input, e.model.cfg.vocab_size, "lizard generate: --prompt");
-    }
+    seq_ids out = {NULL, 0};
+    double seconds[2] = {0, 0};
     lz_sampler_params p = sampler_params(a, &gen);
     uint64_t draws = 0;
     if (s == LZ_OK && saved) // the saved sequence: the same model, its state, its sampler
@@ -285,26 +326,22 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
         if (s == LZ_OK)
             s = lz_engine_restore_stages(&e, 0, saved);
     }
-    if (s == LZ_OK)
-        s = lz_sampler_init(&sampler, &p, e.model.cfg.vocab_size);
-    sampler.n = draws; // where its random stream is
-    if (s == LZ_OK)
-        s = run(&e, a, tok, feed, n_feed, &gen, &sampler, out, &n_out);
+    if (s == LZ_OK) // draws: where its random stream is
+        s = run(&e, a, tok, &gen, &(seq_ids){feed, n_feed}, 1, &p, draws, &out, &sampler, seconds);
     if (s == LZ_OK && strcmp(a->format, "json") == 0)
-        s = print_json(tok, out, n_out);
+        s = print_json(tok, out.ids, out.n);
     else if (s == LZ_OK)
         printf("\n");
     if (s == LZ_OK && a->session)
-        s = write_session(a, &e, saved, input, n_input, out, n_out, &sampler);
-    lz_sampler_free(&sampler);
-    free(out), free(feed);
+        s = write_session(a, &e, saved, input, n_input, out.ids, out.n, &sampler);
+    free(out.ids), free(feed);
     lz_session_loaded_free(&file);
     lz_engine_close(&e);
     return s;
 }
 
 /* One result line per sequence: JSON, or "[i] text" (ids without a tokenizer). */
-static lz_status print_completion(const generate_args *a, const lz_tokenizer *tok, int index, const lz_completion *c) {
+static lz_status print_completion(const generate_args *a, const lz_tokenizer *tok, int index, const seq_ids *c) {
     if (strcmp(a->format, "json") == 0) {
         printf("{\"index\": %d, ", index);
         return print_json_fields(tok, c->ids, c->n);
@@ -325,43 +362,32 @@ static lz_status print_completion(const generate_args *a, const lz_tokenizer *to
 }
 
 /* index[i]: the number sequence i's result carries (NULL: i). */
-static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const lz_prompt *prompts, const int *index,
+static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const seq_ids *prompts, const int *index,
                                int n) {
     int longest = 0;
     for (int i = 0; i < n; i++)
         longest = prompts[i].n > longest ? prompts[i].n : longest;
-    LZ_TRY(lz_check_context(a->model, a->softmax, (long)longest + a->max_tokens, a->allow_long));
     lz_engine e;
-    lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype, .softmax_layers = a->softmax,
-                           .n_slots = n, .max_context = longest + (int)a->max_tokens, .prefill_chunk = (int)a->chunk,
-                           .placement = a->placement, .plan_file = a->plan};
-    LZ_TRY(lz_engine_open(&e, &eo));
-    if (e.worker) {
-        lz_engine_close(&e);
-        return LZ_OK;
-    }
     lz_generation_config gen;
-    lz_completion *out = calloc((size_t)n, sizeof(lz_completion));
-    lz_batch_timing t;
-    lz_status s = out ? lz_generation_config_load(a->model, &e.model.cfg, &gen) : lz_fail(LZ_ERR_NOMEM, "out of memory");
-    if (s == LZ_OK && tok)
-        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
-    for (int i = 0; s == LZ_OK && tok && (a->prompt || a->prompts_file) && i < n; i++)
-        s = lz_tokenizer_check_ids(tok, prompts[i].ids, prompts[i].n, e.model.cfg.vocab_size,
-                                   a->prompts_file ? "lizard generate: --prompts-file" : "lizard generate: --prompt");
+    LZ_TRY(open_engine(a, tok, prompts, n, longest + (int)a->max_tokens, &e, &gen));
+    if (e.worker)
+        return LZ_OK;
+    seq_ids *out = calloc((size_t)n, sizeof(seq_ids));
+    double seconds[2] = {0, 0};
+    lz_status s = out ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK) {
         const lz_sampler_params p = sampler_params(a, &gen);
-        s = lz_generate_batch(&e, prompts, n, (int)a->max_tokens, &p, &gen, a->ignore_eos, out, &t);
+        s = run(&e, a, tok, &gen, prompts, n, &p, 0, out, NULL, seconds);
     }
-    for (int i = 0; s == LZ_OK && i < n; i++)
+    long prompt_tokens = 0, generated = 0, decoded = 0; // each sequence's first token comes from its prompt's step
+    for (int i = 0; s == LZ_OK && i < n; i++) {
         s = print_completion(a, tok, index ? index[i] : i, &out[i]);
-    long decoded = t.generated_tokens; // each sequence's first token comes from its prompt's step
-    for (int i = 0; i < n; i++)
-        decoded -= out && out[i].n > 0;
+        prompt_tokens += prompts[i].n, generated += out[i].n, decoded += out[i].n - (out[i].n > 0);
+    }
     if (s == LZ_OK)
         fprintf(stderr, "lizard generate: %d sequences, %ld prompt tokens in %.3f s, %ld tokens generated (%ld by "
-                        "decode steps in %.3f s: %.1f tok/s)\n", n, t.prompt_tokens, t.prefill_seconds,
-                t.generated_tokens, decoded, t.decode_seconds, decoded > 0 ? decoded / t.decode_seconds : 0.0);
+                        "decode steps in %.3f s: %.1f tok/s)\n", n, prompt_tokens, seconds[0], generated, decoded,
+                seconds[1], decoded > 0 ? decoded / seconds[1] : 0.0);
     for (int i = 0; out && i < n; i++)
         free(out[i].ids);
     free(out);
@@ -371,7 +397,7 @@ static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const 
 
 /* Lines of FILE, each a prompt, tokenized, and each prompt's line in the file counted from 0 (the number
  * its result carries: a blank line is skipped but keeps its number). */
-static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **prompts, int **lines, int *n) {
+static lz_status read_prompts(const char *path, lz_tokenizer *tok, seq_ids **prompts, int **lines, int *n) {
     if (!tok)
         return lz_fail(LZ_ERR_INPUT, "--prompts-file: the model has no tokenizer.json");
     FILE *f = fopen(path, "rb");
@@ -389,7 +415,7 @@ static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **p
             line[--len] = '\0';
         if (len == 0)
             continue;
-        lz_prompt *grown = realloc(*prompts, sizeof(lz_prompt) * (size_t)(*n + 1));
+        seq_ids *grown = realloc(*prompts, sizeof(seq_ids) * (size_t)(*n + 1));
         if (grown)
             *prompts = grown;
         int *grown_lines = grown ? realloc(*lines, sizeof(int) * (size_t)(*n + 1)) : NULL;
@@ -403,7 +429,7 @@ static lz_status read_prompts(const char *path, lz_tokenizer *tok, lz_prompt **p
         s = lz_tokenizer_encode(tok, line, (size_t)len, true, &ids, &k);
         if (s == LZ_OK) {
             (*lines)[*n] = line_no;
-            (*prompts)[(*n)++] = (lz_prompt){ids, k};
+            (*prompts)[(*n)++] = (seq_ids){ids, k};
         }
     }
     free(line);
@@ -514,7 +540,7 @@ static lz_status generate_checked(const generate_args *ap, bool continuing) {
     if (a.prompt || access(tok_path, F_OK) == 0)
         LZ_TRY(lz_tokenizer_load(a.model, &tok));
     if (a.prompts_file) {
-        lz_prompt *prompts = NULL;
+        seq_ids *prompts = NULL;
         int *lines = NULL, n = 0;
         lz_status s = read_prompts(a.prompts_file, tok, &prompts, &lines, &n);
         if (s == LZ_OK)
@@ -534,10 +560,10 @@ static lz_status generate_checked(const generate_args *ap, bool continuing) {
     if (s == LZ_OK && a.prompt && n_prompt == 0 && !continuing)
         s = lz_fail(LZ_ERR_INPUT, "lizard generate: --prompt: the text has no tokens");
     if (s == LZ_OK && a.batch > 0) { // N copies of the prompt
-        lz_prompt *copies = malloc(sizeof(lz_prompt) * (size_t)a.batch);
+        seq_ids *copies = malloc(sizeof(seq_ids) * (size_t)a.batch);
         s = copies ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "--batch: out of memory");
         for (long i = 0; s == LZ_OK && i < a.batch; i++)
-            copies[i] = (lz_prompt){prompt, n_prompt};
+            copies[i] = (seq_ids){prompt, n_prompt};
         if (s == LZ_OK)
             s = generate_many(&a, tok, copies, NULL, (int)a.batch);
         free(copies);

@@ -11,6 +11,10 @@
 #include "session_chunks.h" // lz_session_pack_any
 #include "session_file.h"   // lz_session_parse
 
+static bool on_token(void *ctx, int slot, int32_t id, lz_gen_end end);
+static void on_logits(void *ctx, int slot, float *logits);
+static void on_fail(void *ctx, int slot);
+
 lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *model_dir,
                                const lz_generation_config *gen, serve_metrics *metrics,
                                const serve_scheduler_options *opt) {
@@ -26,18 +30,9 @@ lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *mod
     for (int i = 0; i < e->model.cfg.num_hidden_layers; i++)
         s->context_bounded |= e->model.layers[i].run_softmax;
     lz_session_fingerprint(&e->model, model_dir, s->fingerprint);
-    const size_t V = (size_t)e->model.cfg.vocab_size, B = (size_t)opt->max_batch;
     s->queue = calloc((size_t)s->q_cap, sizeof(serve_job *));
-    s->seqs = calloc(B, sizeof(serve_seq));
-    s->logits = malloc(sizeof(float) * B * V);
-    s->slots = malloc(sizeof(int32_t) * B);
-    s->ids = malloc(sizeof(int32_t) * B);
-    s->lens = malloc(sizeof(int32_t) * B);
-    s->chosen = malloc(sizeof(int32_t) * B);
-    s->draws = malloc(sizeof(lz_sample_draw) * B);
-    s->feeds = malloc(sizeof(int32_t *) * B);
-    s->index = malloc(sizeof(int) * B);
-    if (!s->queue || !s->seqs || !s->logits || !s->slots || !s->ids || !s->lens || !s->chosen || !s->draws || !s->feeds || !s->index) {
+    s->seqs = calloc((size_t)opt->max_batch, sizeof(serve_seq));
+    if (!s->queue || !s->seqs) {
         serve_scheduler_free(s);
         return lz_fail(LZ_ERR_NOMEM, "lizard serve: out of memory for %d sequences", opt->max_batch);
     }
@@ -47,7 +42,11 @@ lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *mod
     }
     Lizard__SequenceState empty = LIZARD__SEQUENCE_STATE__INIT;
     s->empty = empty;
-    lz_status st = serve_sessions_init(&s->sessions, opt->session_memory, opt->session_dir);
+    const lz_gen_callbacks cb = {on_token, on_logits, on_fail, s};
+    lz_status st = lz_gen_init(&s->loop, e, gen, &cb);
+    s->loop.prefill_budget = e->opt.prefill_chunk; // decoding sequences wait one step at most
+    if (st == LZ_OK)
+        st = serve_sessions_init(&s->sessions, opt->session_memory, opt->session_dir);
     if (st == LZ_OK)
         st = serve_prefix_init(&s->prefix, opt->prefix_entries);
     if (st == LZ_OK && e->pipelined) // slot 0 is still fresh: its state resets a slot on every stage
@@ -57,8 +56,9 @@ lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *mod
     return st;
 }
 
-static void free_seq(serve_seq *q) {
-    lz_sampler_free(&q->sampler);
+static void free_seq(serve_scheduler *s, int slot) {
+    serve_seq *q = &s->seqs[slot];
+    lz_gen_stop(&s->loop, slot);
     free(q->feed);
     free(q->history);
     free(q->session_backup);
@@ -70,14 +70,14 @@ void serve_scheduler_free(serve_scheduler *s) {
         serve_job_release(s->queue[i]);
     for (int i = 0; s->seqs && i < s->max_batch; i++) {
         serve_job_release(s->seqs[i].job);
-        free_seq(&s->seqs[i]);
+        free_seq(s, i);
     }
     if (s->empty.stages)
         lz_engine_free_stages(&s->empty);
     serve_sessions_free(&s->sessions);
     serve_prefix_free(&s->prefix);
-    free(s->queue), free(s->seqs), free(s->logits), free(s->slots), free(s->ids), free(s->lens), free(s->chosen), free(s->draws), free(s->feeds);
-    free(s->index);
+    lz_gen_free(&s->loop);
+    free(s->queue), free(s->seqs);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->mu);
     memset(s, 0, sizeof *s);
@@ -123,24 +123,13 @@ static void fail_seq(serve_scheduler *s, int slot, int http_status, const char *
         q->session_backup = NULL;
     }
     serve_job_release(q->job);
-    free_seq(q);
+    free_seq(s, slot);
 }
 
 static lz_status reset_slot(serve_scheduler *s, int slot) {
     if (!s->e->pipelined)
         return lz_state_reset_slot(&s->e->state, &s->e->model, slot);
     return lz_engine_restore_stages(s->e, slot, &s->empty);
-}
-
-/* A batched step failed: the state of its n slots (s->index) is undefined, so
- * every sequence in it fails, each with the step's own message. */
-static void fail_round(serve_scheduler *s, int n) {
-    char why[256];
-    snprintf(why, sizeof why, "%s", lz_error_message());
-    for (int k = 0; k < n; k++) {
-        lz_fail(LZ_ERR_INTERNAL, "%s", why); // fail_seq reports it and clears it
-        fail_seq(s, s->index[k], 500, "server_error", NULL);
-    }
 }
 
 /* A stored session of either format (one message or chunked) into `slot`;
@@ -218,7 +207,7 @@ static lz_status check_feed(const serve_scheduler *s, const serve_seq *q) {
 /* Places a queued job in `slot`: its state, what to feed, its sampler. */
 static void admit(serve_scheduler *s, int slot, serve_job *j) {
     serve_seq *q = &s->seqs[slot];
-    *q = (serve_seq){.job = j, .prefilling = true};
+    *q = (serve_seq){.job = j};
     lz_status st = LZ_OK;
     lz_session_loaded loaded = {NULL, NULL, false}; // points into q->session_backup
     int cached = 0;
@@ -234,8 +223,10 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
     lz_session_loaded_free(&loaded);
     if (st == LZ_OK)
         st = check_feed(s, q);
+    lz_gen_seq seq = {.feed = q->feed, .n_feed = q->n_feed, .max_tokens = j->max_tokens, .ignore_eos = j->ignore_eos,
+                      .host_logits = j->n_logit_bias > 0};
     if (st == LZ_OK)
-        st = lz_sampler_init(&q->sampler, &j->sampling, s->e->model.cfg.vocab_size);
+        st = lz_sampler_init(&seq.sampler, &j->sampling, s->e->model.cfg.vocab_size);
     if (st != LZ_OK)
         return fail_seq(s, slot, st == LZ_ERR_INPUT ? 400 : 500, st == LZ_ERR_INPUT ? "invalid_request_error" : "server_error", NULL);
     if (q->n_feed == 0) {
@@ -248,6 +239,8 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
                 "(--max-context)", position, q->n_feed, j->max_tokens, s->e->opt.max_context);
         return fail_seq(s, slot, 400, "invalid_request_error", "context_length_exceeded");
     }
+    if (lz_gen_start(&s->loop, slot, seq) != LZ_OK)
+        return fail_seq(s, slot, 500, "server_error", NULL);
     serve_job_admitted(j, q->n_feed + cached, cached);
     serve_metrics_tokens(s->metrics, q->n_feed + cached, 0);
 }
@@ -258,12 +251,12 @@ static lz_status save_session(serve_scheduler *s, int slot) {
     serve_seq *q = &s->seqs[slot];
     Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
     Lizard__SamplerState sampling;
-    lz_session_sampler_save(&msg, &sampling, &q->sampler);
+    lz_session_sampler_save(&msg, &sampling, &s->loop.seqs[slot].sampler);
     msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, s->fingerprint};
     msg.position = (uint64_t)s->e->state.slot_pos[slot];
     msg.tokens = q->history;
     msg.n_tokens = (size_t)q->n_history;
-    msg.has_pending = q->n_generated > 0;
+    msg.has_pending = s->loop.seqs[slot].n_generated > 0;
     uint8_t *buf = NULL;
     size_t len = 0;
     lz_status st = lz_engine_save_stages(s->e, slot, &msg);
@@ -288,34 +281,63 @@ static void finish_seq(serve_scheduler *s, int slot, bool at_eos) {
     serve_metrics_observe(s->metrics, &s->metrics->latency, lz_now_seconds() - q->job->t_submit);
     serve_job_finish(q->job, at_eos);
     serve_job_release(q->job);
-    free_seq(q);
+    free_seq(s, slot);
 }
 
-/* A sampled token (from `logits`, biased here by the job's logit_bias, or the
- * device's `chosen` id when logits is NULL): to the job, then on or done. */
-static void take_token(serve_scheduler *s, int slot, float *logits, int32_t chosen) {
+/* The state at the prompt's end, for prompts that extend it (the cache is
+ * an optimisation: the request goes on without it). */
+static void cache_prompt(serve_scheduler *s, int slot) {
+    const serve_job *j = s->seqs[slot].job;
+    Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
+    msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, s->fingerprint};
+    msg.position = (uint64_t)s->e->state.slot_pos[slot];
+    msg.tokens = j->prompt;
+    msg.n_tokens = (size_t)j->n_prompt;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    lz_status st = lz_engine_save_stages(s->e, slot, &msg);
+    if (st == LZ_OK)
+        st = lz_session_pack(&msg, &buf, &len);
+    lz_engine_free_stages(&msg);
+    if (st == LZ_OK)
+        st = serve_prefix_put(&s->prefix, j->prompt, j->n_prompt, buf, len);
+    else
+        free(buf);
+    if (st != LZ_OK)
+        lz_error_clear();
+}
+
+/* A new token of the sequence in `slot`: to its job, then on or done. */
+static bool on_token(void *ctx, int slot, int32_t id, lz_gen_end end) {
+    serve_scheduler *s = ctx;
     serve_seq *q = &s->seqs[slot];
-    if (logits)
-        serve_job_bias_logits(q->job, logits);
-    const int32_t id = logits ? lz_sampler_next(&q->sampler, logits) : chosen;
+    const bool first = s->loop.seqs[slot].n_generated == 1; // its prompt is all fed
+    if (first && history_add(q, q->feed, q->n_feed) != LZ_OK)
+        return fail_seq(s, slot, 500, "server_error", NULL), false;
+    if (first && q->cache_prompt)
+        cache_prompt(s, slot);
     const double now = lz_now_seconds();
-    serve_metrics_observe(s->metrics, q->n_generated == 0 ? &s->metrics->ttft : &s->metrics->itl,
-                          now - (q->n_generated == 0 ? q->job->t_submit : q->t_last));
+    serve_metrics_observe(s->metrics, first ? &s->metrics->ttft : &s->metrics->itl,
+                          now - (first ? q->job->t_submit : q->t_last));
     serve_metrics_tokens(s->metrics, 0, 1);
     q->t_last = now;
-    q->n_generated++;
-    q->last = id;
     if (history_add(q, &id, 1) != LZ_OK)
-        return fail_seq(s, slot, 500, "server_error", NULL);
+        return fail_seq(s, slot, 500, "server_error", NULL), false;
     if (!serve_job_push(q->job, id)) {
         serve_job_release(q->job); // the push failed the job
-        free_seq(q);
-        return;
+        free_seq(s, slot);
+        return false;
     }
-    const bool eos = !q->job->ignore_eos && lz_generation_config_is_eos(s->gen, id);
-    if (eos || q->n_generated >= q->job->max_tokens || serve_job_cancelled(q->job))
-        finish_seq(s, slot, eos);
+    if (end != LZ_GEN_GOES_ON || serve_job_cancelled(q->job))
+        return finish_seq(s, slot, end == LZ_GEN_EOS), false;
+    return true;
 }
+
+static void on_logits(void *ctx, int slot, float *logits) {
+    serve_job_bias_logits(((serve_scheduler *)ctx)->seqs[slot].job, logits);
+}
+
+static void on_fail(void *ctx, int slot) { fail_seq(ctx, slot, 500, "server_error", NULL); }
 
 /* ---- the loop ------------------------------------------------------------ */
 
@@ -362,109 +384,20 @@ static void admit_queued(serve_scheduler *s) {
     }
 }
 
-/* Every prompt still being fed gets its next piece, within one chunk's worth of
- * tokens for all of them together, so decoding sequences wait one step at most. */
-static void prefill_round(serve_scheduler *s) {
-    const int V = s->e->model.cfg.vocab_size;
-    int budget = s->e->opt.prefill_chunk, n = 0;
-    for (int i = 0; i < s->max_batch && budget > 0; i++) {
-        serve_seq *q = &s->seqs[i];
-        if (!q->job || !q->prefilling)
-            continue;
-        if (serve_job_cancelled(q->job)) { // gone before its first token: the session stays as it was
-            lz_fail(LZ_ERR_INPUT, "cancelled by the client");
-            fail_seq(s, i, 499, "invalid_request_error", "cancelled");
-            continue;
-        }
-        const int left = q->n_feed - q->fed, take = left < budget ? left : budget;
-        s->slots[n] = i;
-        s->feeds[n] = q->feed + q->fed;
-        s->lens[n] = take;
-        s->index[n++] = i;
-        budget -= take;
-    }
-    if (n == 0)
-        return;
-    // each prompt's first id is picked where the logits are, as later ids are, unless a logit_bias
-    // needs the logits here; a prompt not finished this round draws nothing (its id is not used)
-    bool greedy = true, host = false;
-    for (int k = 0; k < n; k++) {
-        const serve_seq *q = &s->seqs[s->index[k]];
-        greedy &= q->sampler.p.temperature == 0;
-        host |= q->job->n_logit_bias > 0;
-    }
-    for (int k = 0; k < n && !host; k++) {
-        serve_seq *q = &s->seqs[s->index[k]];
-        s->draws[k] = q->fed + s->lens[k] == q->n_feed ? lz_sampler_draw(&q->sampler)
-                                                        : (lz_sample_draw){q->sampler.p, q->sampler.n};
-    }
-    const lz_step_out out = host ? (lz_step_out){.logits = s->logits}
-                                 : (lz_step_out){.ids = s->chosen, .draws = greedy ? NULL : s->draws};
-    if (lz_engine_prefill_many(s->e, n, s->slots, s->feeds, s->lens, out) != LZ_OK)
-        return fail_round(s, n); // the next admission resets the slots
-    for (int k = 0; k < n; k++) {
-        serve_seq *q = &s->seqs[s->index[k]];
-        q->fed += s->lens[k];
-        if (q->fed < q->n_feed)
-            continue;
-        q->prefilling = false;
-        if (history_add(q, q->feed, q->n_feed) != LZ_OK) {
-            fail_seq(s, s->index[k], 500, "server_error", NULL);
-            continue;
-        }
-        if (q->cache_prompt) { // the state at the prompt's end, for prompts that extend it
-            Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
-            msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, s->fingerprint};
-            msg.position = (uint64_t)s->e->state.slot_pos[s->index[k]];
-            msg.tokens = q->job->prompt;
-            msg.n_tokens = (size_t)q->job->n_prompt;
-            uint8_t *buf = NULL;
-            size_t len = 0;
-            lz_status st = lz_engine_save_stages(s->e, s->index[k], &msg);
-            if (st == LZ_OK)
-                st = lz_session_pack(&msg, &buf, &len);
-            lz_engine_free_stages(&msg);
-            if (st == LZ_OK)
-                st = serve_prefix_put(&s->prefix, q->job->prompt, q->job->n_prompt, buf, len);
-            else
-                free(buf);
-            if (st != LZ_OK)
-                lz_error_clear(); // the cache is an optimisation: the request goes on
-        }
-        take_token(s, s->index[k], host ? s->logits + (size_t)k * V : NULL, s->chosen[k]);
-    }
-}
-
-static void decode_round(serve_scheduler *s) {
-    int n = 0;
-    bool greedy = true, host = false; // host: a logit_bias needs the logits here
+/* Jobs cancelled (the client left, or a stop string matched): one whose
+ * prompt is still being fed fails (its session stays as it was), one that is
+ * generating finishes with what it has. */
+static void drop_cancelled(serve_scheduler *s) {
     for (int i = 0; i < s->max_batch; i++) {
-        serve_seq *q = &s->seqs[i];
-        if (!q->job || q->prefilling)
+        if (!s->seqs[i].job || !serve_job_cancelled(s->seqs[i].job))
             continue;
-        if (serve_job_cancelled(q->job)) { // disconnected or stopped by a stop string
+        if (!lz_gen_prefilling(&s->loop, i)) {
             finish_seq(s, i, false);
             continue;
         }
-        s->slots[n] = i;
-        s->ids[n] = q->last;
-        s->index[n++] = i;
-        greedy &= q->sampler.p.temperature == 0;
-        host |= q->job->n_logit_bias > 0;
+        lz_fail(LZ_ERR_INPUT, "cancelled by the client");
+        fail_seq(s, i, 499, "invalid_request_error", "cancelled");
     }
-    if (n == 0)
-        return;
-    for (int k = 0; k < n && !host; k++) // every sequence's own parameters, seed and count
-        s->draws[k] = lz_sampler_draw(&s->seqs[s->index[k]].sampler);
-    // the ids are picked where the logits are: the argmax when every sequence is greedy, else each row sampled
-    lz_step_out out = {.ids = s->chosen, .draws = greedy ? NULL : s->draws, .overlap = true};
-    if (host) // a logit_bias: the logits come here and the host picks
-        out = (lz_step_out){.logits = s->logits, .overlap = true};
-    if (lz_engine_decode(s->e, n, s->slots, s->ids, out) != LZ_OK)
-        return fail_round(s, n);
-    const size_t V = (size_t)s->e->model.cfg.vocab_size;
-    for (int k = 0; k < n; k++)
-        take_token(s, s->index[k], host ? s->logits + (size_t)k * V : NULL, s->chosen[k]);
 }
 
 static int running(const serve_scheduler *s) {
@@ -527,7 +460,7 @@ static void end_all(serve_scheduler *s, const char *why) {
         if (!q->job)
             continue;
         cut++;
-        if (!q->prefilling) {
+        if (!lz_gen_prefilling(&s->loop, i)) {
             finish_seq(s, i, false);
             continue;
         }
@@ -568,8 +501,9 @@ lz_status serve_scheduler_run(serve_scheduler *s, volatile sig_atomic_t *stop) {
         }
         if (queued > 0)
             admit_queued(s);
-        prefill_round(s);
-        decode_round(s);
+        drop_cancelled(s);
+        if (lz_gen_round(&s->loop) != LZ_OK) // a failed step has failed its jobs already
+            lz_error_clear();
         step_mark(s, false);
         pthread_mutex_lock(&s->mu);
         const int left = s->q_len;

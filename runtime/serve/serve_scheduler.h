@@ -1,10 +1,10 @@
 /* serve_scheduler.h - continuous batching on one engine. HTTP threads submit
  * jobs to a bounded queue; the engine thread loops: admit queued jobs into
- * free state slots (restoring a session or a cached prefix), feed every
- * admitted prompt a chunk (prefill), run one decode step for every sequence
- * that is generating, hand each new token to its job, and free the slot of a
- * job that is finished or cancelled. Only the engine thread touches the
- * engine (and so MPI). */
+ * free state slots (restoring a session or a cached prefix), then run a
+ * round of the generation loop (prompts fed a chunk's worth of tokens
+ * together, one decode step for the sequences generating), hand each new
+ * token to its job, and free the slot of a job that is finished or
+ * cancelled. Only the engine thread touches the engine (and so MPI). */
 #ifndef LZ_SERVE_SCHEDULER_H
 #define LZ_SERVE_SCHEDULER_H
 
@@ -14,24 +14,21 @@
 
 #include "engine.h"            // lz_engine
 #include "generation_config.h" // lz_generation_config
+#include "generation_loop.h"   // lz_gen_loop
 #include "lizard.pb-c.h"       // Lizard__SequenceState
-#include "sampler.h"           // lz_sampler
 #include "serve_job.h"         // serve_job
 #include "serve_metrics.h"     // serve_metrics
 #include "serve_prefix.h"      // serve_prefix
 #include "serve_sessions.h"    // serve_sessions
 #include "session.h"           // LZ_FINGERPRINT_BYTES
 
+/* A job in its slot, beside the slot's sequence in the generation loop. */
 typedef struct {
     serve_job *job; /* NULL: the slot is free */
-    bool prefilling;
     int32_t *feed;  /* tokens to prefill */
-    int n_feed, fed;
+    int n_feed;
     int32_t *history; /* every token of the sequence (what a session keeps) */
     int n_history, cap_history;
-    lz_sampler sampler;
-    int32_t last;      /* the last sampled token, fed by the next decode step */
-    int n_generated;
     double t_last;
     uint8_t *session_backup; /* the session as taken from the store: put back if this job fails */
     size_t session_backup_len;
@@ -60,13 +57,8 @@ typedef struct {
     double step_since;              /* when the engine step in progress began; 0 between steps */
 
     serve_seq *seqs;                /* [max_batch], slot i = seqs[i] */
+    lz_gen_loop loop;               /* the slots' sequences: prefill, decode, sampling */
     Lizard__SequenceState empty;    /* a fresh slot: resets one on every pipeline stage */
-    float *logits;                  /* [max_batch, vocab] */
-    int32_t *slots, *ids, *lens;    /* [max_batch] step arguments */
-    int32_t *chosen;                /* [max_batch] ids picked on the device (last stage) */
-    lz_sample_draw *draws;          /* [max_batch] each decoding row's draw (parameters, seed, count) */
-    const int32_t **feeds;
-    int *index;
 } serve_scheduler;
 
 typedef struct {
