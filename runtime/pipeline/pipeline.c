@@ -185,7 +185,7 @@ static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_r
         LZ_TRY(lz_step_result(m, ws, n_rows, (lz_head_out){.ids = dst, .sample = sample}));
         if (p->rank != 0 && n_rows > 0) {
             p->stats.bytes_results += sizeof(int32_t) * (size_t)n_rows;
-            LZ_MPI_TRY(MPI_Send(dst, n_rows, MPI_INT32_T, 0, TAG_IDS, MPI_COMM_WORLD));
+            LZ_MPI_TRY(MPI_Send(dst, n_rows, MPI_INT32_T, 0, LZ_TAG_IDS, MPI_COMM_WORLD));
         }
         return LZ_OK;
     }
@@ -197,7 +197,7 @@ static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_r
     LZ_TRY(lz_step_result(m, ws, n_rows, (lz_head_out){.logits = out}));
     if (p->rank != 0 && n_rows > 0) {
         p->stats.bytes_results += sizeof(float) * (size_t)n_rows * vocab;
-        LZ_MPI_TRY(MPI_Send(out, n_rows * vocab, MPI_FLOAT, 0, TAG_LOGITS, MPI_COMM_WORLD));
+        LZ_MPI_TRY(MPI_Send(out, n_rows * vocab, MPI_FLOAT, 0, LZ_TAG_LOGITS, MPI_COMM_WORLD));
     }
     return LZ_OK;
 }
@@ -207,8 +207,8 @@ static int recv_result(lz_pipeline *p, lz_model *m, int n_rows, bool ids_back, f
     if (n_rows <= 0)
         return MPI_SUCCESS;
     if (ids_back)
-        return MPI_Recv(out_ids, n_rows, MPI_INT32_T, p->plan.head_rank, TAG_IDS, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    return MPI_Recv(logits, n_rows * m->cfg.vocab_size, MPI_FLOAT, p->plan.head_rank, TAG_LOGITS, MPI_COMM_WORLD,
+        return MPI_Recv(out_ids, n_rows, MPI_INT32_T, p->plan.head_rank, LZ_TAG_IDS, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return MPI_Recv(logits, n_rows * m->cfg.vocab_size, MPI_FLOAT, p->plan.head_rank, LZ_TAG_LOGITS, MPI_COMM_WORLD,
                     MPI_STATUS_IGNORE);
 }
 

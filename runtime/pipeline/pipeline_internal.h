@@ -6,11 +6,10 @@
 #include "mpi_world.h"   // LZ_TAG_*
 #include "pipeline.h"
 
-enum { TAG_LOGITS = LZ_TAG_LOGITS, TAG_IDS = LZ_TAG_IDS }; // pipeline.c's names for them
 enum { STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4, STEP_FLAG_GREEDY = 8, STEP_FLAG_SEEK = 16,
        STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64, STEP_FLAG_STATE_BF16 = 128, STEP_FLAG_SAMPLE = 256 };
 
-/* LIZARD_TRACE=1: one stderr line per pipeline event with a host-wide clock,
+/* LIZARD_STEP_TRACE=1: one stderr line per pipeline event with a host-wide clock,
  * to see on a timeline whether the stages overlap. */
 void lz_pipeline_trace(const lz_pipeline *p, const char *event, uint64_t step);
 /* Bytes from rank 0 to all (collective): the length, then the bytes; other ranks get a malloc'd copy. */
