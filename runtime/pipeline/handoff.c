@@ -2,6 +2,7 @@
 #include "handoff.h"
 
 #include <limits.h> // INT_MAX
+#include <stdlib.h> // malloc
 
 #include "mpi_world.h" // LZ_MPI_TRY, LZ_TAG_*
 #include "watchdog.h"  // lz_watchdog_arm
@@ -25,17 +26,32 @@ static lz_status mpi_move(float *buf, size_t n, int peer, int tag, bool sending)
     return LZ_OK;
 }
 
+/* A private host copy of x sent without waiting (h->pending). */
+static lz_status send_copy(const lz_handoff *h, const void *x, size_t n, int to, int tag) {
+    float *copy = malloc(sizeof(float) * (n ? n : 1));
+    if (!copy)
+        return lz_fail(LZ_ERR_NOMEM, "out of memory for %zu activations to rank %d", n, to);
+    *h->pending_buf = copy;
+    LZ_TRY(h->ops->act_to_host(h->be, copy, x, n));
+    return lz_handoff_isend(copy, n, to, tag, h->pending);
+}
+
 static lz_status move(const lz_handoff *h, void *x, size_t n, int peer, int tag, uint64_t step, bool sending) {
     const bool p2p = h && h->device_p2p, staged = h && !p2p;
+    if (sending && h && h->bytes_sent)
+        *h->bytes_sent += n * (p2p ? h->ops->act_size : sizeof(float));
+    if (sending && staged && h->pending)
+        return send_copy(h, x, n, peer, tag);
     float *host = staged ? h->staging : x;
     lz_status s = staged && sending ? h->ops->act_to_host(h->be, host, x, n) : LZ_OK;
+    const lz_watchdog_state outer = lz_watchdog_save();
     lz_watchdog_arm(wait_for(tag, sending), step, peer);
     if (s == LZ_OK && p2p)
         s = sending ? h->ops->p2p_send(h->be, x, n * h->ops->act_size, peer)
                     : h->ops->p2p_recv(h->be, x, n * h->ops->act_size, peer);
     else if (s == LZ_OK)
         s = mpi_move(host, n, peer, tag, sending);
-    lz_watchdog_disarm();
+    lz_watchdog_resume(&outer);
     return s == LZ_OK && staged && !sending ? h->ops->act_from_host(h->be, x, host, n) : s;
 }
 
@@ -62,9 +78,10 @@ static lz_status wait_checked(MPI_Request *req) {
 lz_status lz_handoff_wait(MPI_Request *req, int to, int tag, uint64_t step) {
     if (*req == MPI_REQUEST_NULL)
         return LZ_OK;
+    const lz_watchdog_state outer = lz_watchdog_save();
     lz_watchdog_arm(wait_for(tag, true), step, to);
     const lz_status s = wait_checked(req);
-    lz_watchdog_disarm();
+    lz_watchdog_resume(&outer);
     return s;
 }
 

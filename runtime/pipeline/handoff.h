@@ -3,7 +3,8 @@
  * ops are connected (stream-ordered: the backend's later work follows), else
  * through host memory and MPI in fp32 (lossless for bf16). Every wait is
  * armed with the watchdog, naming the rank waited for and what for, and
- * disarmed after; every MPI call is checked. Tags are mpi_world.h's. */
+ * what was armed before is armed again after; every MPI call is checked.
+ * Tags are mpi_world.h's. */
 #ifndef LZ_HANDOFF_H
 #define LZ_HANDOFF_H
 
@@ -21,6 +22,12 @@ typedef struct {
     lz_backend *be;
     bool device_p2p; /* the backend's p2p ops are connected */
     float *staging;  /* otherwise host fp32 for the largest n moved */
+    /* Or NULL. Sends through host memory go without waiting: a private copy
+     * (*pending_buf, malloc'd; the caller frees it after lz_handoff_wait of
+     * *pending), so that the sender goes on at once. */
+    MPI_Request *pending;
+    float **pending_buf;
+    uint64_t *bytes_sent; /* or NULL: counts what lz_handoff_send moves */
 } lz_handoff;
 
 /* n values of x to rank `to` / from rank `from`; `step` names the wait. */

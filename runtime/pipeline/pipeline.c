@@ -141,30 +141,6 @@ lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be)
     return LZ_OK;
 }
 
-/* Activations between stages: device to device where the backend can (NCCL),
- * else through host memory and MPI (fp32, lossless for bf16). */
-static lz_status send_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tokens, int to, lz_inflight *async) {
-    const size_t n = (size_t)n_tokens * m->cfg.hidden_size;
-    p->stats.bytes_activations += n * (p->device_p2p ? m->ops->act_size : sizeof(float));
-    if (async && !p->device_p2p) { // a copy of its own, sent while rank 0 goes on to the next micro-batch
-        async->buf = malloc(sizeof(float) * n);
-        if (!async->buf)
-            return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory for %zu activations", p->rank, n);
-        LZ_TRY(m->ops->act_to_host(m->be, async->buf, ws->x, n));
-        return lz_handoff_isend(async->buf, n, to, LZ_TAG_ACTIVATIONS, &async->send);
-    }
-    LZ_TRY(grow_xfer(p, p->device_p2p ? 0 : n));
-    const lz_handoff h = {m->ops, m->be, p->device_p2p, p->xfer};
-    return lz_handoff_send(&h, ws->x, n, to, LZ_TAG_ACTIVATIONS, p->step_id);
-}
-
-static lz_status recv_x(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_tokens, int from) {
-    const size_t n = (size_t)n_tokens * m->cfg.hidden_size;
-    LZ_TRY(grow_xfer(p, p->device_p2p ? 0 : n));
-    const lz_handoff h = {m->ops, m->be, p->device_p2p, p->xfer};
-    return lz_handoff_recv(&h, ws->x, n, from, LZ_TAG_ACTIVATIONS, p->step_id);
-}
-
 /* The last stage's result: logits rows, or their ids (the argmax, or sampled
  * with sample[row] when given), to rank 0. */
 static lz_status run_head(lz_pipeline *p, lz_model *m, lz_workspace *ws, int n_rows, bool ids_back,
@@ -212,30 +188,40 @@ static int recv_result(lz_pipeline *p, lz_model *m, int n_rows, bool ids_back, f
                     MPI_STATUS_IGNORE);
 }
 
-/* This rank's part of one step: its visits in the global order, receiving
- * from the previous visit's rank and sending to the next one's. */
+/* A step's arguments, for each of this rank's visits. */
+typedef struct {
+    lz_pipeline *p;
+    lz_model *m;
+    lz_state *st;
+    lz_workspace *ws;
+    const int32_t *ids, *rows;
+    const lz_batch *b;
+    int n_rows;
+    bool ids_back;
+    const lz_sample_row *sample;
+    float *logits;
+    int32_t *out_ids;
+} step_visit;
+
+static lz_status run_visit(void *ctx, const lz_plan_visit *vis) {
+    step_visit *a = ctx;
+    const lz_step_part part = {vis->embed, vis->first, vis->first + vis->count, vis->head};
+    LZ_TRY(lz_step_part_run(a->m, a->st, a->ws, a->ids, a->b, &part, a->rows, a->n_rows));
+    return vis->head ? run_head(a->p, a->m, a->ws, a->n_rows, a->ids_back, a->sample, a->logits, a->out_ids) : LZ_OK;
+}
+
+/* This rank's part of one step: its visits in the global order (the same
+ * walk as distillation's teacher), ws->x handed between ranks; with async
+ * (rank 0's overlapped steps through host memory) its send does not wait. */
 static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const int32_t *ids,
                             const lz_batch *b, const int32_t *rows, int n_rows, bool ids_back,
                             const lz_sample_row *sample, float *logits, int32_t *out_ids, lz_inflight *async) {
-    for (int v = 0; v < p->n_visits; v++) {
-        const lz_plan_visit *vis = &p->visits[v];
-        if (vis->rank != p->rank)
-            continue;
-        if (!vis->embed && v > 0 && p->visits[v - 1].rank != p->rank) {
-            lz_watchdog_arm("for the activations from", p->step_id, p->visits[v - 1].rank);
-            LZ_TRY(recv_x(p, m, ws, b->n_tokens, p->visits[v - 1].rank));
-            lz_watchdog_arm("a step", p->step_id, -1);
-        }
-        const lz_step_part part = {vis->embed, vis->first, vis->first + vis->count, vis->head};
-        LZ_TRY(lz_step_part_run(m, st, ws, ids, b, &part, rows, n_rows));
-        if (vis->head)
-            LZ_TRY(run_head(p, m, ws, n_rows, ids_back, sample, logits, out_ids));
-        else if (v + 1 < p->n_visits && p->visits[v + 1].rank != p->rank) {
-            lz_watchdog_arm("to hand the activations to", p->step_id, p->visits[v + 1].rank);
-            LZ_TRY(send_x(p, m, ws, b->n_tokens, p->visits[v + 1].rank, async));
-            lz_watchdog_arm("a step", p->step_id, -1);
-        }
-    }
+    const size_t n = (size_t)b->n_tokens * m->cfg.hidden_size;
+    LZ_TRY(grow_xfer(p, p->device_p2p ? 0 : n));
+    const lz_handoff h = {m->ops, m->be, p->device_p2p, p->xfer, async ? &async->send : NULL,
+                          async ? &async->buf : NULL, &p->stats.bytes_activations};
+    step_visit a = {p, m, st, ws, ids, rows, b, n_rows, ids_back, sample, logits, out_ids};
+    LZ_TRY(lz_handoff_walk(p->visits, p->n_visits, p->rank, &h, ws->x, n, p->step_id, run_visit, &a));
     p->stats.steps++;
     p->stats.tokens += (uint64_t)b->n_tokens;
     if (async)

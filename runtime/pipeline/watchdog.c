@@ -191,3 +191,15 @@ void lz_watchdog_arm(const char *what, uint64_t step_id, int peer) {
 }
 
 void lz_watchdog_disarm(void) { atomic_store(&armed_at_ms, 0); }
+
+lz_watchdog_state lz_watchdog_save(void) {
+    return (lz_watchdog_state){atomic_load(&armed_what), atomic_load(&armed_step), atomic_load(&armed_peer),
+                               atomic_load(&armed_at_ms) != 0};
+}
+
+void lz_watchdog_resume(const lz_watchdog_state *s) {
+    if (s->armed)
+        lz_watchdog_arm(s->what, s->step_id, s->peer);
+    else
+        lz_watchdog_disarm();
+}

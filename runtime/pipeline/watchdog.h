@@ -17,7 +17,8 @@
 #ifndef LZ_WATCHDOG_H
 #define LZ_WATCHDOG_H
 
-#include <stdint.h> // uint64_t
+#include <stdbool.h> // bool
+#include <stdint.h>  // uint64_t
 
 #include "error.h" // lz_status
 
@@ -38,5 +39,17 @@ void lz_watchdog_stop(void);
  * the rank it waits for (-1: its own work). */
 void lz_watchdog_arm(const char *what, uint64_t step_id, int peer);
 void lz_watchdog_disarm(void);
+
+/* What was armed, so that a wait nested in another (a hand-off inside a
+ * step) can give the outer one back when it ends: re-armed from now, or
+ * disarmed if nothing was armed. */
+typedef struct {
+    const char *what;
+    uint64_t step_id;
+    int peer;
+    bool armed;
+} lz_watchdog_state;
+lz_watchdog_state lz_watchdog_save(void);
+void lz_watchdog_resume(const lz_watchdog_state *s);
 
 #endif

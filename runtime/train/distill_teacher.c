@@ -151,7 +151,7 @@ static lz_status run_planned(lz_teacher *t, const lz_batch *b, int n_layers, uin
     if (visits[n - 1].first + visits[n - 1].count > n_layers)
         visits[n - 1].count = n_layers - visits[n - 1].first;
     walk_ctx w = {t, b, fn, ctx};
-    const lz_handoff staged = {t->ops, t->be, false, t->hidden_host};
+    const lz_handoff staged = {.ops = t->ops, .be = t->be, .staging = t->hidden_host};
     return lz_handoff_walk(visits, n, t->rank, t->on_device ? &staged : NULL, t->ws.x,
                            (size_t)b->n_tokens * t->model.cfg.hidden_size, step, visit_layers, &w);
 }
