@@ -48,7 +48,7 @@ static lz_status stats_model(lz_engine *e, const char *dir, lz_model *whole, con
     *out = &e->model;
     if (!e->pipelined)
         return LZ_OK;
-    LZ_TRY(lz_model_describe(whole, dir, &e->model.cfg, e->ops));
+    LZ_TRY(lz_model_describe(whole, dir, lz_engine_config(e), e->ops));
     *out = whole;
     return LZ_OK;
 }
@@ -89,7 +89,7 @@ static bool on_token(void *ctx, int slot, int32_t id, lz_gen_end end) {
     run_ctx *r = ctx;
     seq_ids *c = &r->out[slot];
     c->ids[c->n++] = id;
-    const int held = r->e->state.slot_pos[slot];
+    const int held = lz_engine_position(r->e, slot);
     if (r->counted && (c->n == 1 || (held & (held - 1)) == 0)) // after the prompt, then at powers of two
         print_stats(r->counted, held);
     if (r->stream)
@@ -118,7 +118,7 @@ static lz_status run(lz_engine *e, const generate_args *a, const lz_tokenizer *t
         p.seed += (uint64_t)i;
         lz_gen_seq q = {.feed = prompts[i].ids, .n_feed = prompts[i].n, .max_tokens = (int)a->max_tokens,
                         .ignore_eos = a->ignore_eos};
-        s = lz_sampler_init(&q.sampler, &p, e->model.cfg.vocab_size);
+        s = lz_sampler_init(&q.sampler, &p, lz_engine_config(e)->vocab_size);
         q.sampler.n = draws;
         out[i] = (seq_ids){malloc(sizeof(int32_t) * (size_t)a->max_tokens), 0};
         if (s == LZ_OK)
@@ -136,12 +136,12 @@ static lz_status run(lz_engine *e, const generate_args *a, const lz_tokenizer *t
             continue;
         s = lz_engine_replan(e, a->move_placement, a->move_plan); // the live sequence changes placement here
         if (s == LZ_OK)
-            fprintf(stderr, "lizard generate: moved the sequence at position %d to %s\n", e->state.slot_pos[0],
+            fprintf(stderr, "lizard generate: moved the sequence at position %d to %s\n", lz_engine_position(e, 0),
                     a->move_plan ? a->move_plan : a->move_placement ? a->move_placement : "balanced");
     }
     s = s != LZ_OK ? s : r.printed;
     if (s == LZ_OK && r.counted)
-        print_stats(r.counted, e->state.slot_pos[0]);
+        print_stats(r.counted, lz_engine_position(e, 0));
     if (r.stream && tok) {
         const char *text;
         size_t len;
@@ -251,7 +251,7 @@ static lz_status write_session(const generate_args *a, lz_engine *e, const Lizar
     Lizard__SamplerState sampling;
     lz_session_sampler_save(&msg, &sampling, sampler);
     msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, fp};
-    msg.position = (uint64_t)e->state.slot_pos[0];
+    msg.position = (uint64_t)lz_engine_position(e, 0);
     msg.tokens = tokens;
     msg.n_tokens = n_tokens;
     msg.has_pending = n_out > 0; // the last sampled token has not been fed
@@ -272,11 +272,11 @@ static lz_status open_engine(const generate_args *a, const lz_tokenizer *tok, co
                             .prefill_chunk = (int)a->chunk, .placement = a->placement, .plan_file = a->plan,
                             .session_state_bf16 = a->session_dtype && strcmp(a->session_dtype, "bf16") == 0};
     LZ_TRY(lz_engine_open(e, &eo));
-    lz_status s = e->worker ? LZ_OK : lz_generation_config_load(a->model, &e->model.cfg, gen);
+    lz_status s = e->worker ? LZ_OK : lz_generation_config_load(a->model, lz_engine_config(e), gen);
     if (s == LZ_OK && tok && !e->worker)
-        lz_tokenizer_warn_vocab(tok, e->model.cfg.vocab_size, a->model);
+        lz_tokenizer_warn_vocab(tok, lz_engine_config(e)->vocab_size, a->model);
     for (int i = 0; s == LZ_OK && !e->worker && tok && (a->prompt || a->prompts_file) && i < n; i++)
-        s = lz_tokenizer_check_ids(tok, prompts[i].ids, prompts[i].n, e->model.cfg.vocab_size,
+        s = lz_tokenizer_check_ids(tok, prompts[i].ids, prompts[i].n, lz_engine_config(e)->vocab_size,
                                    a->prompts_file ? "lizard generate: --prompts-file" : "lizard generate: --prompt");
     const bool worker = e->worker;
     if (s != LZ_OK || worker)

@@ -27,8 +27,8 @@ lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *mod
     s->prefix_min_tokens = opt->prefix_min_tokens;
     s->drain_timeout = opt->drain_timeout;
     s->q_cap = opt->queue_size;
-    for (int i = 0; i < e->model.cfg.num_hidden_layers; i++)
-        s->context_bounded |= e->model.layers[i].run_softmax;
+    for (int i = 0; i < lz_engine_config(e)->num_hidden_layers; i++)
+        s->context_bounded |= lz_engine_config(e)->softmax_layer[i];
     lz_session_fingerprint(&e->model, model_dir, s->fingerprint);
     s->queue = calloc((size_t)s->q_cap, sizeof(serve_job *));
     s->seqs = calloc((size_t)opt->max_batch, sizeof(serve_seq));
@@ -196,7 +196,7 @@ static lz_status start_fresh(serve_scheduler *s, serve_seq *q, int slot, int *ca
 /* Every id a sequence is fed must be one of the model's: a bad one fails this
  * sequence alone here, where it would otherwise fail the whole batched step. */
 static lz_status check_feed(const serve_scheduler *s, const serve_seq *q) {
-    const int V = s->e->model.cfg.vocab_size;
+    const int V = lz_engine_config(s->e)->vocab_size;
     for (int i = 0; i < q->n_feed; i++)
         if (q->feed[i] < 0 || q->feed[i] >= V)
             return lz_fail(LZ_ERR_INPUT, "prompt: token %d is not in the model's vocabulary (vocab_size %d)",
@@ -226,7 +226,7 @@ static void admit(serve_scheduler *s, int slot, serve_job *j) {
     lz_gen_seq seq = {.feed = q->feed, .n_feed = q->n_feed, .max_tokens = j->max_tokens, .ignore_eos = j->ignore_eos,
                       .host_logits = j->n_logit_bias > 0};
     if (st == LZ_OK)
-        st = lz_sampler_init(&seq.sampler, &j->sampling, s->e->model.cfg.vocab_size);
+        st = lz_sampler_init(&seq.sampler, &j->sampling, lz_engine_config(s->e)->vocab_size);
     if (st != LZ_OK)
         return fail_seq(s, slot, st == LZ_ERR_INPUT ? 400 : 500, st == LZ_ERR_INPUT ? "invalid_request_error" : "server_error", NULL);
     if (q->n_feed == 0) {
@@ -253,7 +253,7 @@ static lz_status save_session(serve_scheduler *s, int slot) {
     Lizard__SamplerState sampling;
     lz_session_sampler_save(&msg, &sampling, &s->loop.seqs[slot].sampler);
     msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, s->fingerprint};
-    msg.position = (uint64_t)s->e->state.slot_pos[slot];
+    msg.position = (uint64_t)lz_engine_position(s->e, slot);
     msg.tokens = q->history;
     msg.n_tokens = (size_t)q->n_history;
     msg.has_pending = s->loop.seqs[slot].n_generated > 0;
@@ -290,7 +290,7 @@ static void cache_prompt(serve_scheduler *s, int slot) {
     const serve_job *j = s->seqs[slot].job;
     Lizard__SequenceState msg = LIZARD__SEQUENCE_STATE__INIT;
     msg.fingerprint = (ProtobufCBinaryData){LZ_FINGERPRINT_BYTES, s->fingerprint};
-    msg.position = (uint64_t)s->e->state.slot_pos[slot];
+    msg.position = (uint64_t)lz_engine_position(s->e, slot);
     msg.tokens = j->prompt;
     msg.n_tokens = (size_t)j->n_prompt;
     uint8_t *buf = NULL;
@@ -412,7 +412,7 @@ static void publish_gauges(serve_scheduler *s, int queued) {
     int n = 0;
     for (int i = 0; i < s->max_batch; i++)
         if (s->seqs[i].job) {
-            const lz_state_bytes b = lz_state_bytes_at(&s->e->model, s->e->state.slot_pos[i]);
+            const lz_state_bytes b = lz_state_bytes_at(&s->e->model, lz_engine_position(s->e, i));
             bytes += b.softmax_kv + b.lizard_gla + b.lizard_window;
             n++;
         }
