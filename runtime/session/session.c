@@ -135,8 +135,34 @@ lz_status lz_session_pack(Lizard__SequenceState *msg, uint8_t **buf, size_t *len
     return LZ_OK;
 }
 
+bool lz_pb_has_field_zero(const ProtobufCMessage *m) {
+    if (!m)
+        return false;
+    for (unsigned i = 0; i < m->n_unknown_fields; i++)
+        if (m->unknown_fields[i].tag == 0)
+            return true;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned f = 0; f < d->n_fields; f++) {
+        const ProtobufCFieldDescriptor *fd = &d->fields[f];
+        if (fd->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        const char *base = (const char *)m;
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+            const size_t n = *(const size_t *)(base + fd->quantifier_offset);
+            ProtobufCMessage *const *items = *(ProtobufCMessage *const *const *)(base + fd->offset);
+            for (size_t k = 0; k < n; k++)
+                if (lz_pb_has_field_zero(items[k]))
+                    return true;
+        } else if (lz_pb_has_field_zero(*(const ProtobufCMessage *const *)(base + fd->offset)))
+            return true;
+    }
+    return false;
+}
+
 lz_status lz_session_check(const Lizard__SequenceState *m, const char *what,
                            const uint8_t fingerprint[LZ_FINGERPRINT_BYTES]) {
+    if (lz_pb_has_field_zero(&m->base))
+        return lz_fail(LZ_ERR_INPUT, "%s: not a lizard session (a field numbered 0)", what);
     if (m->magic != LZ_SESSION_MAGIC)
         return lz_fail(LZ_ERR_INPUT, "%s: not a lizard session (magic %08x)", what, m->magic);
     if (m->version != LZ_SESSION_VERSION)

@@ -305,6 +305,8 @@ static int read_message(reader *r, uint64_t *len) {
 /* Everything the header must satisfy before a byte is allocated for it. */
 static lz_status check_header(const Lizard__SequenceState *h, const char *what,
                               const uint8_t fingerprint[LZ_FINGERPRINT_BYTES], uint64_t left) {
+    if (lz_pb_has_field_zero(&h->base))
+        return lz_fail(LZ_ERR_INPUT, "%s: not a lizard session (a field numbered 0)", what);
     if (h->magic != LZ_SESSION_MAGIC)
         return lz_fail(LZ_ERR_INPUT, "%s: not a lizard session (magic %08x)", what, h->magic);
     if (h->version != LZ_SESSION_VERSION_CHUNKED)
@@ -383,6 +385,10 @@ static lz_status read_chunks(reader *r, Lizard__SequenceState *h, const char *wh
             return lz_fail(LZ_ERR_INPUT, "%s: truncated: chunk %llu of %llu is %s", what, (unsigned long long)i,
                            (unsigned long long)h->n_chunks, got == 0 ? "missing" : "cut short or malformed");
         Lizard__SessionChunk *c = lizard__session_chunk__unpack(NULL, (size_t)len, r->buf);
+        if (c && lz_pb_has_field_zero(&c->base)) {
+            lizard__session_chunk__free_unpacked(c, NULL);
+            c = NULL;
+        }
         if (!c)
             return lz_fail(LZ_ERR_INPUT, "%s: chunk %llu of %llu is not a SessionChunk message", what,
                            (unsigned long long)i, (unsigned long long)h->n_chunks);

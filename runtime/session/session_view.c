@@ -43,6 +43,8 @@ static bool pb_next(const uint8_t **p, const uint8_t *end, pb_field *f) {
         return false;
     f->number = (uint32_t)(tag >> 3);
     f->wire = (int)(tag & 7);
+    if (f->number == 0) // as lz_pb_has_field_zero refuses it
+        return false;
     switch (f->wire) {
     case 0:
         if (!pb_varint(p, end, 10, &n))
