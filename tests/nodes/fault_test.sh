@@ -17,10 +17,13 @@ lose() {
     local name=$1 how=$2
     NODES_TIMEOUT=150 nodes_mpirun 3 "$LIZARD" "${GEN[@]}" >/dev/null 2>"$TMP/$name.err" &
     local job=$!
-    for _ in $(seq 1 300); do # every host runs its rank (a host lost while Open MPI starts is another story)
-        [ "$(nodes_lizards node-a)$(nodes_lizards node-b)$(nodes_lizards node-c)" = 111 ] && break
+    local started=no
+    for _ in $(seq 1 600); do # every host runs its rank (a host lost while Open MPI starts is another story)
+        [ "$(nodes_lizards node-a)$(nodes_lizards node-b)$(nodes_lizards node-c)" = 111 ] && started=yes && break
         sleep 0.1
     done
+    [ $started = yes ] || echo "across hosts, $name: the job had not started on every host after 60 s" \
+        "(lizards on node-a, -b, -c: $(nodes_lizards node-a) $(nodes_lizards node-b) $(nodes_lizards node-c))"
     sleep 3
     if [ "$how" = cut ]; then
         nodes_link node-b down
@@ -44,6 +47,14 @@ grep -q "rank [02] of 3 (node-[ac]): rank 1 (node-b) has sent nothing" "$TMP/cut
     bad "cut: no line names rank 1 (node-b): $(grep lizard "$TMP/cut.err" | head -3)"
 grep -q "on node node-b" "$TMP/cut.err" && ok || bad "cut: mpirun does not name node-b"
 nodes_link node-b up
+# what the cut left behind (node-b's daemon and rank, cut off from their job) goes before the next job,
+# whose start counts one lizard a host; then node-b must reach the bridge again
+for h in node-a node-b node-c; do for p in $(ip netns pids "${LZ_NODES_PREFIX}$h"); do kill -9 "$p"; done; done
+for _ in $(seq 1 50); do
+    timeout 2 ip netns exec "${LZ_NODES_PREFIX}node-b" bash -c "exec 3<>/dev/tcp/$NODES_NET.254/9" 2>"$TMP/up.err" ||
+        grep -q refused "$TMP/up.err" && break
+    sleep 0.2
+done
 
 # every process on node-b killed (its Open MPI daemon too)
 lose killed kill
