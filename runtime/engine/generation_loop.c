@@ -69,7 +69,7 @@ static int32_t row_token(lz_gen_loop *g, int r, bool host) {
     if (!host)
         return g->next[r];
     lz_gen_seq *q = &g->seqs[g->slot[r]];
-    float *logits = g->logits + (size_t)r * (size_t)g->e->model.cfg.vocab_size;
+    float *logits = g->logits + (size_t)r * (size_t)lz_engine_config(g->e)->vocab_size;
     if (q->host_logits && g->cb.on_logits)
         g->cb.on_logits(g->cb.ctx, g->slot[r], logits);
     return lz_sampler_next(&q->sampler, logits);
@@ -88,12 +88,16 @@ static void take_rows(lz_gen_loop *g, int r0, int *count, bool host) {
 }
 
 /* Rows [r0, r0 + n) draw their next token (its sampler counts it, greedy or
- * not); NULL when every row is greedy, so that the argmax needs no draws. */
-static const lz_sample_draw *draw_rows(lz_gen_loop *g, int r0, int n) {
+ * not); NULL when every row is greedy, so that the argmax needs no draws.
+ * With `pieces` (a prefill, row r feeding g->lens[r] tokens) a row whose
+ * piece does not end its input draws nothing: its id goes unused. */
+static const lz_sample_draw *draw_rows(lz_gen_loop *g, int r0, int n, bool pieces) {
     bool greedy = true;
     for (int r = r0; r < r0 + n; r++) {
-        lz_sampler *s = &g->seqs[g->slot[r]].sampler;
-        g->draws[r] = lz_sampler_draw(s);
+        lz_gen_seq *q = &g->seqs[g->slot[r]];
+        lz_sampler *s = &q->sampler;
+        const bool ends = !pieces || q->fed + g->lens[r] == q->n_feed;
+        g->draws[r] = ends ? lz_sampler_draw(s) : (lz_sample_draw){s->p, s->n};
         greedy &= s->p.temperature == 0;
     }
     return greedy ? NULL : g->draws + r0;
@@ -104,7 +108,7 @@ static lz_status host_rows(lz_gen_loop *g, int n, bool *host) {
     *host = false;
     for (int r = 0; r < n; r++)
         *host |= g->seqs[g->slot[r]].host_logits;
-    const size_t size = sizeof(float) * (size_t)g->e->state.n_slots * (size_t)g->e->model.cfg.vocab_size;
+    const size_t size = sizeof(float) * (size_t)g->e->state.n_slots * (size_t)lz_engine_config(g->e)->vocab_size;
     if (*host && !g->logits && !(g->logits = malloc(size)))
         return lz_fail(LZ_ERR_NOMEM, "generation: out of memory for logits");
     return LZ_OK;
@@ -141,16 +145,10 @@ static lz_status prefill(lz_gen_loop *g) {
     }
     if (n == 0)
         return LZ_OK;
-    bool host, greedy = true;
+    bool host;
     lz_status s = host_rows(g, n, &host);
-    for (int r = 0; r < n && !host; r++) { // a piece that does not end its input draws nothing (its id goes unused)
-        lz_gen_seq *q = &g->seqs[g->slot[r]];
-        g->draws[r] = q->fed + g->lens[r] == q->n_feed ? lz_sampler_draw(&q->sampler)
-                                                       : (lz_sample_draw){q->sampler.p, q->sampler.n};
-        greedy &= q->sampler.p.temperature == 0;
-    }
     const lz_step_out out = host ? (lz_step_out){.logits = g->logits}
-                                 : (lz_step_out){.ids = g->next, .draws = greedy ? NULL : g->draws};
+                                 : (lz_step_out){.ids = g->next, .draws = draw_rows(g, 0, n, true)};
     if (s == LZ_OK) // one input alone: its chunks overlap through a pipeline
         s = n == 1 ? lz_engine_prefill(g->e, g->slot[0], g->feeds[0], g->lens[0], NULL, out)
                    : lz_engine_prefill_many(g->e, n, g->slot, g->feeds, g->lens, out);
@@ -166,7 +164,8 @@ static lz_status prefill(lz_gen_loop *g) {
 
 static lz_status start_group(lz_gen_loop *g, int k) {
     const int r0 = g->r0[k];
-    return lz_engine_decode_start(g->e, g->count[k], g->slot + r0, g->ids + r0, true, draw_rows(g, r0, g->count[k]));
+    return lz_engine_decode_start(g->e, g->count[k], g->slot + r0, g->ids + r0, true,
+                                  draw_rows(g, r0, g->count[k], false));
 }
 
 /* Each circulating group in turn comes back and takes its tokens; with
@@ -214,7 +213,7 @@ static lz_status decode(lz_gen_loop *g, int listed) {
         g->n_groups = groups;
         return turn_groups(g, true);
     }
-    const lz_sample_draw *draws = host ? NULL : draw_rows(g, 0, n);
+    const lz_sample_draw *draws = host ? NULL : draw_rows(g, 0, n, false);
     const lz_step_out out = host ? (lz_step_out){.logits = g->logits, .overlap = true}
                                  : (lz_step_out){.ids = g->next, .draws = draws, .overlap = true};
     if (s == LZ_OK)

@@ -35,8 +35,6 @@ lz_status lz_sampler_init(lz_sampler *s, const lz_sampler_params *p, int vocab) 
     return LZ_OK;
 }
 
-void lz_sampler_free(lz_sampler *s) { (void)s; } // nothing held: kept for the callers' symmetry
-
 lz_sample_draw lz_sampler_draw(lz_sampler *s) { return (lz_sample_draw){s->p, s->n++}; }
 
 int32_t lz_sampler_next(lz_sampler *s, const float *logits) {

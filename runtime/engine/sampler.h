@@ -40,7 +40,6 @@ lz_sample_row lz_sample_row_of(const lz_sample_draw *d);
 
 /* Checks the parameters (errors name the flag: --temperature, --top-k, --top-p). */
 lz_status lz_sampler_init(lz_sampler *s, const lz_sampler_params *p, int vocab);
-void lz_sampler_free(lz_sampler *s);
 /* The next token's draw, for a device that samples it; the sampler moves on. */
 lz_sample_draw lz_sampler_draw(lz_sampler *s);
 /* Picks the next id from host logits [vocab] (not modified): the same id the

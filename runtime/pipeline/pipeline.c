@@ -126,19 +126,17 @@ static lz_status grow_xfer(lz_pipeline *p, size_t floats) {
 lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be) {
     if (!ops->p2p_init)
         return LZ_OK; // activations go through host memory and MPI
-    uint8_t id[256];
+    uint8_t id[256], *msg = id; // the other ranks receive a malloc'd copy (p2p_init checks its length)
     size_t len = sizeof id;
     if (p->rank == 0)
         LZ_TRY(ops->p2p_id(be, id, &len));
-    uint64_t n = len;
-    LZ_MPI_TRY(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
-    if (n > sizeof id)
-        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a device communicator id of %llu bytes", p->rank,
-                       (unsigned long long)n);
-    LZ_MPI_TRY(MPI_Bcast(id, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD));
-    LZ_TRY(ops->p2p_init(be, id, (size_t)n, p->rank, p->n_ranks));
-    p->device_p2p = true;
-    return LZ_OK;
+    lz_status s = lz_pipeline_broadcast_bytes(&msg, &len, p->rank);
+    if (s == LZ_OK)
+        s = ops->p2p_init(be, msg, len, p->rank, p->n_ranks);
+    if (msg != id)
+        free(msg);
+    p->device_p2p = s == LZ_OK;
+    return s;
 }
 
 /* The last stage's result: logits rows, or their ids (the argmax, or sampled
@@ -217,7 +215,7 @@ static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
                             const lz_batch *b, const int32_t *rows, int n_rows, bool ids_back,
                             const lz_sample_row *sample, float *logits, int32_t *out_ids, lz_inflight *async) {
     const size_t n = (size_t)b->n_tokens * m->cfg.hidden_size;
-    LZ_TRY(grow_xfer(p, p->device_p2p ? 0 : n));
+    LZ_TRY(grow_xfer(p, p->device_p2p ? 0 : n)); // (run_head may grow it again: the head's visit is the last)
     const lz_handoff h = {m->ops, m->be, p->device_p2p, p->xfer, async ? &async->send : NULL,
                           async ? &async->buf : NULL, &p->stats.bytes_activations};
     step_visit a = {p, m, st, ws, ids, rows, b, n_rows, ids_back, sample, logits, out_ids};

@@ -1,4 +1,5 @@
-/* pipeline_internal.h - what the pipeline's files share: header flags, and the header / broadcast plumbing (pipeline_messages.c). */
+/* pipeline_internal.h - what the pipeline's files share: header flags, and
+ * the header / broadcast plumbing (pipeline_messages.c). */
 #ifndef LZ_PIPELINE_INTERNAL_H
 #define LZ_PIPELINE_INTERNAL_H
 

@@ -34,14 +34,14 @@ lz_status lz_session_sampler_load(const Lizard__SequenceState *m, const char *wh
 uint64_t lz_session_checksum(const Lizard__SequenceState *m);
 uint64_t lz_session_checksum_head(const Lizard__SequenceState *m);
 uint64_t lz_session_checksum_layer(uint64_t h, const Lizard__LayerState *l);
-/* Every check of a parsed message: magic, version, fingerprint (unless
- * NULL), checksum, tokens against position. */
 /* Whether a message protobuf-c parsed, or any message inside it, kept a
  * field numbered 0. protobuf-c takes such a field (tag 0 written in more
  * bytes than one) as an unknown field and writes it back in a form it then
  * refuses, so a file holding one would load once and never again: the
  * readers refuse it instead. */
 bool lz_pb_has_field_zero(const ProtobufCMessage *m);
+/* Every check of a parsed message: no field numbered 0, magic, version,
+ * fingerprint (unless NULL), checksum, tokens against position. */
 lz_status lz_session_check(const Lizard__SequenceState *m, const char *what,
                            const uint8_t fingerprint[LZ_FINGERPRINT_BYTES]);
 

@@ -133,7 +133,6 @@ typedef struct {
     void *ctx;
 } walk_ctx;
 
-// lz_visit_fn
 static lz_status visit_layers(void *ctx, const lz_plan_visit *v) {
     walk_ctx *w = ctx;
     return run_layers(w->t, w->b, v->first, v->first + v->count, w->fn, w->ctx);
