@@ -16,6 +16,7 @@
 #include "error.h" // lz_status
 
 typedef struct lz_backend lz_backend; /* a backend's private context */
+struct lz_backward_ops;                /* backward_ops.h: the gradients of these ops, for training */
 
 /* A weight in backend memory: a row-major matrix [rows, cols]
  * (a linear layer's [out_features, in_features]); 1-D tensors have rows = 1. */
@@ -82,6 +83,7 @@ int32_t sample_row(const float *x, int C, const lz_sample_row *params, int32_t *
 typedef struct lz_ops {
     const char *name;
     size_t act_size; /* bytes of one activation element */
+    const struct lz_backward_ops *backward; /* the backend's backward op table (training), or NULL */
 
     /* memory (all return LZ_OK or a status with the error set) */
     lz_status (*alloc)(lz_backend *be, size_t bytes, void **out);
