@@ -1,7 +1,11 @@
 /* decoder_layer.c - one decoder layer on a step:
  *   x += o_proj(attention(input_layernorm(x)))       attention = softmax | Lizard
- *   x += down(silu(gate(n)) * up(n)),  n = post_attention_layernorm(x) */
+ *   x += down(silu(gate(n)) * up(n)),  n = post_attention_layernorm(x)
+ * Inference runs it with the backend's fused ops where it has them; training
+ * (train_layer.h) runs the same ops unfused, adds LoRA after the projections
+ * that have it and keeps what the backward reads. */
 #include "decoder_layer.h"
+#include "train_layer.h" // lz_layer_train, lz_layer_tape
 
 /* roped: the projections applied RoPE already (linear_many_rope) */
 static lz_status softmax_attention(lz_model *m, lz_layer_state *ls, lz_workspace *ws, const lz_batch *b,
@@ -94,4 +98,63 @@ lz_status lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls
         LZ_TRY(ops->swiglu(m->be, ws->mlp_gate, ws->mlp_gate, ws->mlp_up, (size_t)T * I));
     }
     return linear_residual(m, ws, ws->mlp_gate, &ly->w_down, &ly->b_down, T);
+}
+
+/* y += LoRA of projection j on x, when the layer trains one there. */
+static lz_status lora_add(lz_model *m, const lz_layer_train *tr, lz_layer_tape *tape, int j, void *y, const void *x,
+                          const lz_batch *b) {
+    if (!tr->lora[j])
+        return LZ_OK;
+    return m->ops->backward->lora_forward(m->be, y, tape->lora_u[j], x, tr->lora[j], &tr->drop[j], b);
+}
+
+/* ws->x += o_proj or down_proj of x, with its LoRA. */
+static lz_status residual_train(lz_model *m, const lz_layer_train *tr, lz_layer_tape *tape, lz_workspace *ws, int j,
+                                const void *x, const lz_weight *w, const lz_batch *b) {
+    const lz_ops *ops = m->ops;
+    const int T = b->n_tokens;
+    LZ_TRY(ops->linear(m->be, ws->proj, x, w, NULL, T));
+    LZ_TRY(lora_add(m, tr, tape, j, ws->proj, x, b));
+    return ops->add(m->be, ws->x, ws->proj, (size_t)T * (size_t)w->rows);
+}
+
+lz_status lz_decoder_layer_train_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws,
+                                         const lz_batch *b, int kv_capacity, const lz_layer_train *tr,
+                                         lz_layer_tape *tape) {
+    const lz_ops *ops = m->ops;
+    const int T = b->n_tokens;
+    const size_t I = (size_t)m->cfg.intermediate_size, C = (size_t)m->cfg.hidden_size;
+    const float eps = (float)m->cfg.rms_norm_eps;
+    if (!ops->backward)
+        return lz_fail(LZ_ERR_INPUT, "the %s backend has no backward ops: it cannot train", ops->name);
+    if (T > tape->max_tokens)
+        return lz_fail(LZ_ERR_INTERNAL, "a training step of %d rows past its tape's %d", T, tape->max_tokens);
+    lz_attn_dims dims = ly->dims;
+    dims.kv_capacity = kv_capacity;
+    lz_workspace w = *ws; // the tape's buffers in place of the workspace's, so that they outlive the layer
+    w.xn = tape->xn1, w.q = tape->q, w.k = tape->k, w.v = tape->v, w.gate_logit = tape->gate_logit, w.att = tape->att;
+    {
+        void *outs[4] = {tape->q, tape->k, tape->v, tape->gate_logit};
+        const lz_weight *wt[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->gate};
+        LZ_TRY(ops->rmsnorm(m->be, tape->xn1, ws->x, &ly->input_norm, T, eps));
+        LZ_TRY(ops->linear_many(m->be, ly->run_softmax ? 3 : 4, outs, tape->xn1, wt, NULL, T));
+        for (int j = LZ_LIN_Q; j <= LZ_LIN_V; j++)
+            LZ_TRY(lora_add(m, tr, tape, j, outs[j], tape->xn1, b));
+    }
+    if (ly->run_softmax)
+        LZ_TRY(softmax_attention(m, ls, &w, b, &dims, false)); // q and k rotated in place
+    else
+        LZ_TRY(lizard_attention(m, ly, ls, &w, b, &dims));
+    LZ_TRY(residual_train(m, tr, tape, ws, LZ_LIN_O, tape->att, &ly->wo, b));
+    LZ_TRY(ops->backward->copy(m->be, tape->xmid, ws->x, (size_t)T * C * ops->act_size));
+    {
+        void *outs[2] = {tape->g, tape->u};
+        const lz_weight *wt[2] = {&ly->w_gate, &ly->w_up};
+        LZ_TRY(ops->rmsnorm(m->be, tape->xn2, ws->x, &ly->post_norm, T, eps));
+        LZ_TRY(ops->linear_many(m->be, 2, outs, tape->xn2, wt, NULL, T));
+        LZ_TRY(lora_add(m, tr, tape, LZ_LIN_GATE, tape->g, tape->xn2, b));
+        LZ_TRY(lora_add(m, tr, tape, LZ_LIN_UP, tape->u, tape->xn2, b));
+    }
+    LZ_TRY(ops->swiglu(m->be, tape->h, tape->g, tape->u, (size_t)T * I));
+    return residual_train(m, tr, tape, ws, LZ_LIN_DOWN, tape->h, &ly->w_down, b);
 }

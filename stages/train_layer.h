@@ -62,4 +62,7 @@ lz_status lz_decoder_layer_backward(lz_model *m, lz_layer *ly, const lz_layer_tr
 /* Projection j's weight of a layer (wq, wk, wv, wo, w_gate, w_up, w_down). */
 lz_weight *lz_layer_projection(lz_layer *ly, int j);
 
+/* The shape of a loaded Lizard layer's attention, as the backward op reads it. */
+lz_lizard_geom lz_layer_lizard_geom(const lz_model *m, const lz_layer *ly);
+
 #endif

@@ -13,9 +13,10 @@
 #include "finetune_run.h" // lz_finetune_run, lz_finetune_setup, lz_finetune_train
 
 lz_status lz_cmd_finetune(int argc, char **argv) {
-    lz_finetune_run r = {.a = {.device = "cpu", .targets = "q,k,v,o", .tokens = 100000, .seq_len = 512, .batch = 4,
-                               .warmup = -1, .lora_rank = 8, .log_every = 10, .eval_batches = 2, .lr = 1e-4,
-                               .min_lr = -1, .weight_decay = 0.0, .clip = 1.0, .lora_alpha = 16}};
+    lz_finetune_run r = {.a = {.device = "cpu", .dtype = "bf16", .targets = "q,k,v,o", .tokens = 100000,
+                               .seq_len = 512, .batch = 4, .warmup = -1, .lora_rank = 8, .log_every = 10,
+                               .eval_batches = 2, .lr = 5e-4, .min_lr = -1, .weight_decay = 0.0, .clip = 1.0,
+                               .lora_alpha = 16}};
     lz_finetune_args *a = &r.a;
     const lz_option options[] = {
         {"--model", LZ_OPT_STRING, "DIR", "a Lizard model folder (config.json with a lizard block)", &a->model, true,
@@ -29,7 +30,9 @@ lz_status lz_cmd_finetune(int argc, char **argv) {
         {"--tokens", LZ_OPT_INT, "N", "training tokens (default 100000)", &a->tokens, false, 1, 1e15},
         {"--seq-len", LZ_OPT_INT, "L", "tokens per sequence (default 512)", &a->seq_len, false, 1, 1 << 20},
         {"--batch", LZ_OPT_INT, "B", "sequences per step (default 4)", &a->batch, false, 1, 1 << 16},
-        {"--lr", LZ_OPT_FLOAT, "X", "peak learning rate (default 1e-4)", &a->lr, false, 0, 10},
+        {"--micro-batch", LZ_OPT_INT, "M", "sequences per micro-batch, dividing --batch (default: the batch in one "
+         "process, 1 under mpirun)", &a->micro_batch, false, 0, 1 << 16},
+        {"--lr", LZ_OPT_FLOAT, "X", "peak learning rate (default 5e-4)", &a->lr, false, 0, 10},
         {"--warmup", LZ_OPT_INT, "N", "linear warmup steps (default 5% of the steps)", &a->warmup, false, 0, 1e12},
         {"--min-lr", LZ_OPT_FLOAT, "X", "end of the cosine decay (default lr / 10)", &a->min_lr, false, 0, 10},
         {"--weight-decay", LZ_OPT_FLOAT, "X", "AdamW decoupled weight decay (default 0)", &a->weight_decay, false, 0,
@@ -59,8 +62,12 @@ lz_status lz_cmd_finetune(int argc, char **argv) {
          &a->checkpoint_every, false, 0, 1e12},
         {"--stop-at-step", LZ_OPT_INT, "N", "checkpoint after step N and stop (--resume continues)", &a->stop_at,
          false, 0, 1e12},
-        {"--device", LZ_OPT_STRING, "cpu|cuda", "where the training ops run (default cpu; cuda is not built yet)",
+        {"--device", LZ_OPT_STRING, "cpu|cuda", "where the model runs (default cpu; cuda picks the GPU by local rank)",
          &a->device, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA: weights and activations (default bf16; fp32 for exactness)",
+         &a->dtype, false, 0, 0},
+        {"--gla-precision", LZ_OPT_STRING, "fp32|bf16", "CUDA: the Lizard layers' in-chunk GLA products in the "
+         "backward (default: as --dtype)", &a->gla_precision, false, 0, 0},
         {"--resume", LZ_OPT_FLAG, "", "continue the run checkpointed in --out", &a->resume, false, 0, 0},
     };
     const lz_command_spec spec = {"finetune", "stage 2: LoRA fine-tuning of a Lizard model on next-token prediction",

@@ -26,33 +26,42 @@ static lz_status mpi_move(float *buf, size_t n, int peer, int tag, bool sending)
     return LZ_OK;
 }
 
+/* n values of backend memory to the host and back, as fp32: activations converted, fp32 values copied. */
+static lz_status to_host(const lz_handoff *h, float *dst, const void *src, size_t n) {
+    return h->f32 ? h->ops->copy_to_host(h->be, dst, src, n * sizeof(float)) : h->ops->act_to_host(h->be, dst, src, n);
+}
+static lz_status from_host(const lz_handoff *h, void *dst, const float *src, size_t n) {
+    return h->f32 ? h->ops->copy_from_host(h->be, dst, src, n * sizeof(float))
+                  : h->ops->act_from_host(h->be, dst, src, n);
+}
+
 /* A private host copy of x sent without waiting (h->pending). */
 static lz_status send_copy(const lz_handoff *h, const void *x, size_t n, int to, int tag) {
     float *copy = malloc(sizeof(float) * (n ? n : 1));
     if (!copy)
         return lz_fail(LZ_ERR_NOMEM, "out of memory for %zu activations to rank %d", n, to);
     *h->pending_buf = copy;
-    LZ_TRY(h->ops->act_to_host(h->be, copy, x, n));
+    LZ_TRY(to_host(h, copy, x, n));
     return lz_handoff_isend(copy, n, to, tag, h->pending);
 }
 
 static lz_status move(const lz_handoff *h, void *x, size_t n, int peer, int tag, uint64_t step, bool sending) {
     const bool p2p = h && h->device_p2p, staged = h && !p2p;
+    const size_t elem = h && !h->f32 ? h->ops->act_size : sizeof(float); // bytes of a value in backend memory
     if (sending && h && h->bytes_sent)
-        *h->bytes_sent += n * (p2p ? h->ops->act_size : sizeof(float));
+        *h->bytes_sent += n * (p2p ? elem : sizeof(float));
     if (sending && staged && h->pending)
         return send_copy(h, x, n, peer, tag);
     float *host = staged ? h->staging : x;
-    lz_status s = staged && sending ? h->ops->act_to_host(h->be, host, x, n) : LZ_OK;
+    lz_status s = staged && sending ? to_host(h, host, x, n) : LZ_OK;
     const lz_watchdog_state outer = lz_watchdog_save();
     lz_watchdog_arm(wait_for(tag, sending), step, peer);
     if (s == LZ_OK && p2p)
-        s = sending ? h->ops->p2p_send(h->be, x, n * h->ops->act_size, peer)
-                    : h->ops->p2p_recv(h->be, x, n * h->ops->act_size, peer);
+        s = sending ? h->ops->p2p_send(h->be, x, n * elem, peer) : h->ops->p2p_recv(h->be, x, n * elem, peer);
     else if (s == LZ_OK)
         s = mpi_move(host, n, peer, tag, sending);
     lz_watchdog_resume(&outer);
-    return s == LZ_OK && staged && !sending ? h->ops->act_from_host(h->be, x, host, n) : s;
+    return s == LZ_OK && staged && !sending ? from_host(h, x, host, n) : s;
 }
 
 lz_status lz_handoff_send(const lz_handoff *h, const void *x, size_t n, int to, int tag, uint64_t step) {

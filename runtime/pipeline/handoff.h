@@ -20,6 +20,7 @@
 typedef struct {
     const lz_ops *ops;
     lz_backend *be;
+    bool f32;        /* the values are fp32 in the backend's memory (gradients), not activations */
     bool device_p2p; /* the backend's p2p ops are connected */
     float *staging;  /* otherwise host fp32 for the largest n moved */
     /* Or NULL. Sends through host memory go without waiting: a private copy

@@ -216,7 +216,7 @@ static lz_status run_visits(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
                             const lz_sample_row *sample, float *logits, int32_t *out_ids, lz_inflight *async) {
     const size_t n = (size_t)b->n_tokens * m->cfg.hidden_size;
     LZ_TRY(grow_xfer(p, p->device_p2p ? 0 : n)); // (run_head may grow it again: the head's visit is the last)
-    const lz_handoff h = {m->ops, m->be, p->device_p2p, p->xfer, async ? &async->send : NULL,
+    const lz_handoff h = {m->ops, m->be, false, p->device_p2p, p->xfer, async ? &async->send : NULL,
                           async ? &async->buf : NULL, &p->stats.bytes_activations};
     step_visit a = {p, m, st, ws, ids, rows, b, n_rows, ids_back, sample, logits, out_ids};
     LZ_TRY(lz_handoff_walk(p->visits, p->n_visits, p->rank, &h, ws->x, n, p->step_id, run_visit, &a));

@@ -14,7 +14,6 @@
 enum { PARTS = 3 };
 static const char *const part_suffix[PARTS] = {"", ".adam_m", ".adam_v"};
 
-static float *part_of(const lz_ft_param *p, int part) { return part == 0 ? p->w : part == 1 ? p->m1 : p->m2; }
 
 static lz_status write_json(const char *dir, const char *file, json_t *root) {
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
@@ -31,7 +30,7 @@ static lz_status write_json(const char *dir, const char *file, json_t *root) {
 /* A list of F32 tensors to write as one safetensors file. */
 typedef struct {
     size_t n, cap;
-    char (*names)[200];
+    char (*names)[224];
     const float **data;
     lz_stw_tensor *tensors;
 } f32_list;
@@ -76,15 +75,15 @@ static lz_status list_write(f32_list *l, const char *path) {
 }
 
 lz_status lz_finetune_checkpoint_save(const lz_finetune_run *r) {
-    const lz_ft_model *m = &r->model;
+    const lz_ft_params *m = &r->m.params;
     f32_list list;
     LZ_TRY(list_open(&list, (size_t)m->n_params * PARTS));
-    char name[200], path[4096];
+    char name[224], path[4096];
     for (int i = 0; i < m->n_params; i++)
-        for (int part = 0; part < PARTS; part++) {
+        for (int part = 0; part < PARTS && !m->params[i].frozen; part++) {
             const lz_ft_param *p = &m->params[i];
             snprintf(name, sizeof name, "%s%s", p->name, part_suffix[part]);
-            list_add(&list, name, part_of(p, part), 0, (int64_t)p->n);
+            list_add(&list, name, p->host[part], 0, (int64_t)p->n);
         }
     snprintf(path, sizeof path, "%s/finetune_state.safetensors", r->a.out);
     LZ_TRY(list_write(&list, path));
@@ -115,16 +114,16 @@ lz_status lz_finetune_checkpoint_load(lz_finetune_run *r) {
     snprintf(path, sizeof path, "%s/finetune_state.safetensors", r->a.out);
     lz_st_file f;
     LZ_TRY(lz_st_open(path, &f));
-    char name[160];
-    for (int i = 0; s == LZ_OK && i < r->model.n_params; i++)
-        for (int part = 0; s == LZ_OK && part < PARTS; part++) {
-            const lz_ft_param *p = &r->model.params[i];
+    char name[224];
+    for (int i = 0; s == LZ_OK && i < r->m.params.n_params; i++)
+        for (int part = 0; s == LZ_OK && part < PARTS && !r->m.params.params[i].frozen; part++) {
+            const lz_ft_param *p = &r->m.params.params[i];
             snprintf(name, sizeof name, "%s%s", p->name, part_suffix[part]);
             const lz_st_tensor *t = lz_st_find(&f, name);
             if (!t || t->dtype != LZ_DTYPE_F32 || (size_t)t->numel != p->n)
                 s = lz_fail(LZ_ERR_INPUT, "--resume: %s: tensor %s missing or not F32 [%zu]", path, name, p->n);
             else
-                memcpy(part_of(p, part), t->data, t->nbytes);
+                memcpy(p->host[part], t->data, t->nbytes);
         }
     lz_st_close(&f);
     return s;
@@ -161,24 +160,29 @@ static void *as_dtype(const float *vals, size_t n, lz_dtype dtype) {
 }
 
 /* The new values of source tensor `name` (malloc'd fp32 [n]), or NULL when it is unchanged. */
-static float *new_values(const lz_ft_model *m, const char *name, size_t n) {
-    for (int i = 0; i < m->n_params; i++) // a trained Lizard tensor: same name
-        if (strcmp(m->params[i].name, name) == 0 && !strstr(name, ".lora_")) {
+static float *new_values(const lz_finetune_run *r, const char *name, size_t n) {
+    const lz_ft_params *p = &r->m.params;
+    for (int i = 0; i < p->n_params; i++) // a trained Lizard tensor: same name
+        if (p->params[i].proj < 0 && !p->params[i].frozen && strcmp(p->params[i].name, name) == 0 &&
+            p->params[i].n == n) {
             float *v = malloc(sizeof(float) * (n ? n : 1));
             if (v)
-                memcpy(v, m->params[i].w, sizeof(float) * n);
+                memcpy(v, p->params[i].host[LZ_FT_VALUES], sizeof(float) * n);
             return v;
         }
     int l, used = 0;
     char parent[16], module[16];
     if (sscanf(name, "model.layers.%d.%15[^.].%15[^.].weight%n", &l, parent, module, &used) != 3 ||
-        used != (int)strlen(name) || l < 0 || l >= m->cfg.num_hidden_layers)
+        used != (int)strlen(name) || l < 0 || l >= r->m.cfg.num_hidden_layers)
         return NULL;
     for (int j = 0; j < LZ_LIN_COUNT; j++)
-        if (strcmp(module, lz_lin_module[j]) == 0 && strcmp(parent, lz_lin_parent[j]) == 0 && m->layers[l].A[j]) {
+        if (strcmp(module, lz_lin_module[j]) == 0 && strcmp(parent, lz_lin_parent[j]) == 0 &&
+            lz_ft_params_lora(p, l, j)) {
             float *v = malloc(sizeof(float) * n);
-            if (v)
-                lz_ft_merged_weight(m, l, j, v);
+            if (v && !lz_ft_params_merged(p, &r->m.model, l, j, v)) {
+                free(v);
+                return NULL;
+            }
             return v;
         }
     return NULL;
@@ -192,16 +196,15 @@ static lz_status write_config(const lz_finetune_run *r) {
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "%s: %s", path, err.text);
     json_t *block = json_object_get(root, "lizard"), *list = json_array();
-    for (int i = 0; i < r->model.cfg.num_hidden_layers; i++)
-        if (r->model.cfg.softmax_layer[i])
+    for (int i = 0; i < r->m.cfg.num_hidden_layers; i++)
+        if (r->m.cfg.softmax_layer[i])
             json_array_append_new(list, json_integer(i));
     json_object_set_new(block, "softmax_layers", list); // as trained (--softmax-layers)
     return write_json(r->a.out, "config.json", root);
 }
 
 lz_status lz_finetune_write_model(const lz_finetune_run *r) {
-    const lz_ft_model *m = &r->model;
-    const lz_weights *src = &m->ckpt;
+    const lz_weights *src = r->m.model.ckpt;
     LZ_TRY(lz_make_dirs(r->a.out, "--out"));
     const size_t n = src->n_tensors;
     lz_stw_tensor *tensors = calloc(n, sizeof *tensors);
@@ -211,7 +214,7 @@ lz_status lz_finetune_write_model(const lz_finetune_run *r) {
         const lz_st_tensor *t = src->index[i];
         tensors[i] = (lz_stw_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim};
         memcpy(tensors[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-        float *vals = new_values(m, t->name, (size_t)t->numel);
+        float *vals = new_values(r, t->name, (size_t)t->numel);
         if (vals) {
             replaced[i] = as_dtype(vals, (size_t)t->numel, t->dtype);
             free(vals);
@@ -235,33 +238,29 @@ lz_status lz_finetune_write_model(const lz_finetune_run *r) {
 /* ---- the PEFT adapter ------------------------------------------------------------------------ */
 
 lz_status lz_finetune_write_adapter(const lz_finetune_run *r) {
-    const lz_ft_model *m = &r->model;
+    const lz_ft_params *p = &r->m.params;
     LZ_TRY(lz_make_dirs(r->a.adapter_out, "--adapter-out"));
     f32_list list;
-    LZ_TRY(list_open(&list, (size_t)m->n_params));
-    char name[200], path[4096];
-    for (int l = 0; l < m->cfg.num_hidden_layers; l++)
-        for (int j = 0; j < LZ_LIN_COUNT; j++)
-            for (int ab = 0; m->layers[l].A[j] && ab < 2; ab++) {
-                const lz_ft_layer *ly = &m->layers[l];
-                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l,
-                         lz_lin_parent[j], lz_lin_module[j], ab ? 'B' : 'A');
-                if (ab)
-                    list_add(&list, name, ly->B[j]->w, ly->out[j], m->lora.rank);
-                else
-                    list_add(&list, name, ly->A[j]->w, m->lora.rank, ly->in[j]);
-            }
+    LZ_TRY(list_open(&list, (size_t)p->n_params));
+    char name[224], path[4096];
+    for (int i = 0; i < p->n_params; i++) {
+        const lz_ft_param *q = &p->params[i];
+        if (q->proj < 0)
+            continue;
+        snprintf(name, sizeof name, "base_model.model.%s", q->name); // PEFT's names
+        list_add(&list, name, q->host[LZ_FT_VALUES], q->rows, q->cols);
+    }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", r->a.adapter_out);
     LZ_TRY(list_write(&list, path));
     json_t *targets = json_array();
     for (int j = 0; j < LZ_LIN_COUNT; j++)
-        if (m->lora.target[j])
+        if (p->lora.target[j])
             json_array_append_new(targets, json_string(lz_lin_module[j]));
     json_t *root = json_pack("{s:s, s:s, s:s, s:n, s:i, s:f, s:f, s:o, s:s, s:b, s:b, s:b, s:b, s:b, s:n, s:n, s:n, "
                              "s:{}, s:{}, s:n}",
                              "peft_type", "LORA", "task_type", "CAUSAL_LM", "base_model_name_or_path", r->a.model,
-                             "revision", "r", m->lora.rank, "lora_alpha", m->lora.alpha, "lora_dropout",
-                             m->lora.dropout, "target_modules", targets, "bias", "none", "fan_in_fan_out", 0,
+                             "revision", "r", p->lora.rank, "lora_alpha", p->lora.alpha, "lora_dropout",
+                             p->lora.dropout, "target_modules", targets, "bias", "none", "fan_in_fan_out", 0,
                              "inference_mode", 1, "init_lora_weights", 1, "use_rslora", 0, "use_dora", 0,
                              "modules_to_save", "layers_to_transform", "layers_pattern", "rank_pattern",
                              "alpha_pattern", "megatron_config");

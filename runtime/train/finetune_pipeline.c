@@ -1,22 +1,23 @@
-/* finetune_pipeline.c - a fine-tuning batch as a pipeline (finetune_run.h):
- * under mpirun -np P rank r runs a contiguous range of layers; the batch's
- * sequences are the micro-batches, scheduled 1F1B (rank r runs P - 1 - r
+/* finetune_pipeline.c - a fine-tuning batch as micro-batches through the
+ * ranks (finetune_run.h): under mpirun -np P rank r runs a contiguous range of
+ * layers; the micro-batches are scheduled 1F1B (rank r runs P - 1 - r
  * forwards ahead, then one forward and one backward in turn, then the
- * remaining backwards): hidden states go forward and their gradients back
- * (handoff.h). One process is the pipeline of one rank: forward, backward, per
- * sequence, in order.
+ * remaining backwards): hidden states go forward and their gradients back,
+ * through host memory and MPI (handoff.h; each send goes without waiting, so
+ * that two ranks sending to each other never wait on each other). One process
+ * is the pipeline of one rank: forward, head, backward of each micro-batch.
  *
- * Every sum that crosses ranks is made in a fixed order (each parameter's
- * gradient by its owner over the sequences in order, the loss on the last
- * rank in order, the gradient norm from per-tensor sums), so P ranks give
- * one process's numbers bit for bit. */
-#include <math.h>   // sqrt
+ * Every sum that crosses ranks is made in a fixed order (each tensor's
+ * gradient by its owner over the micro-batches in order, the loss on the last
+ * rank in order, the gradient norm from per-tensor sums), so with the same
+ * micro-batches P ranks give one process's numbers: bit for bit on the CPU,
+ * to rounding on a GPU. */
+#include <math.h>   // sqrt, isfinite
 #include <stdlib.h> // calloc, free
-#include <string.h> // memcpy
 
 #include "finetune_run.h"
-#include "handoff.h"   // lz_handoff_recv, lz_handoff_isend, lz_handoff_wait
-#include "mpi_world.h" // lz_world_get, lz_world_sum, lz_world_broadcast
+#include "handoff.h"   // lz_handoff_send, lz_handoff_recv, lz_handoff_wait
+#include "mpi_world.h" // lz_world_sum, lz_world_broadcast, LZ_TAG_*
 
 void lz_ft_stage_range(int n_layers, int size, int rank, int *first, int *last) {
     const int base = n_layers / size, extra = n_layers % size; // the first `extra` ranks take one more
@@ -24,66 +25,100 @@ void lz_ft_stage_range(int n_layers, int size, int rank, int *first, int *last) 
     *last = *first + base + (rank < extra ? 1 : 0);
 }
 
-bool lz_ft_owns(const lz_ft_model *m, const lz_ft_param *p) { return p->layer >= m->first && p->layer < m->last; }
+enum { FORWARD, BACKWARD, DIRECTIONS };
 
 typedef struct {
     lz_finetune_run *r;
-    int rank, size, slots;
+    lz_ft_model *m;
+    int rank, size, M;
     const int32_t *ids; /* [batch, T] */
     bool learn;
     long step;
     float grad_scale;
-    double loss; /* the last rank's sum, in order */
-    float *send;  /* [2][slots][T, C]: forward, backward */
-    MPI_Request *req; /* [2][slots] */
+    double loss;                         /* the last rank's sum, in order */
+    lz_batch b;                          /* the micro-batch's shape (every micro-batch has it) */
+    float *staging;                      /* host fp32 [N, C] for receives */
+    MPI_Request req[DIRECTIONS];         /* the send in flight in each direction */
+    float *sent[DIRECTIONS];             /* its private host copy */
 } schedule;
 
-static float *send_buf(schedule *s, int dir, int slot) {
-    return s->send + ((size_t)dir * s->slots + slot) * s->r->model.T * s->r->model.cfg.hidden_size;
+static size_t values(const schedule *s) { return (size_t)s->b.n_tokens * s->m->cfg.hidden_size; }
+
+static lz_handoff handoff_of(schedule *s, int dir) {
+    return (lz_handoff){.ops = s->m->ops, .be = s->m->be, .f32 = dir == BACKWARD, .staging = s->staging,
+                        .pending = &s->req[dir], .pending_buf = &s->sent[dir]};
 }
 
-static int tag_of(int dir) { return dir ? LZ_TAG_GRADIENTS : LZ_TAG_ACTIVATIONS; }
+static int tag_of(int dir) { return dir == BACKWARD ? LZ_TAG_GRADIENTS : LZ_TAG_ACTIVATIONS; }
 
-// sends n floats from src to `to` with a buffer of its own (the previous send from that buffer finished first)
-static lz_status send_async(schedule *s, int dir, int slot, const float *src, int to) {
-    const size_t n = (size_t)s->r->model.T * s->r->model.cfg.hidden_size;
-    MPI_Request *q = &s->req[dir * s->slots + slot];
-    LZ_TRY(lz_handoff_wait(q, to, tag_of(dir), (uint64_t)s->step));
-    memcpy(send_buf(s, dir, slot), src, sizeof(float) * n);
-    return lz_handoff_isend(send_buf(s, dir, slot), n, to, tag_of(dir), q);
+/* Waits for the send in flight in direction dir and frees its copy. */
+static lz_status finish_send(schedule *s, int dir) {
+    const int to = dir == BACKWARD ? s->rank - 1 : s->rank + 1;
+    const lz_status st = lz_handoff_wait(&s->req[dir], to, tag_of(dir), (uint64_t)s->step);
+    free(s->sent[dir]);
+    s->sent[dir] = NULL;
+    return st;
+}
+
+static lz_status send_on(schedule *s, int dir, const void *x) {
+    LZ_TRY(finish_send(s, dir));
+    const lz_handoff h = handoff_of(s, dir);
+    return lz_handoff_send(&h, x, values(s), dir == BACKWARD ? s->rank - 1 : s->rank + 1, tag_of(dir),
+                           (uint64_t)s->step);
+}
+
+static lz_status receive(schedule *s, int dir, void *x) {
+    const lz_handoff h = handoff_of(s, dir);
+    return lz_handoff_recv(&h, x, values(s), dir == BACKWARD ? s->rank + 1 : s->rank - 1, tag_of(dir),
+                           (uint64_t)s->step);
+}
+
+static lz_step_part part_of(const schedule *s) {
+    return (lz_step_part){.embed = s->rank == 0, .first = s->m->first, .last = s->m->last, .head = false};
+}
+
+static void *const *saves_of(const schedule *s, int i) {
+    return s->m->saves + (size_t)(i % s->m->in_flight) * s->m->cfg.num_hidden_layers;
+}
+
+/* Micro-batch i enters this rank's layers: its ids (the first rank embeds them), its dropout. */
+static lz_status begin(schedule *s, int i, const int32_t *ids) {
+    lz_ft_model *m = s->m;
+    lz_ft_params_set_dropout(&m->params, (uint64_t)s->step, i * m->micro, m->micro);
+    return lz_train_begin(&m->model, &m->state, &m->ws, &m->work, s->rank == 0 ? ids : NULL, &s->b);
 }
 
 static lz_status forward(schedule *s, int i) {
-    lz_ft_model *m = &s->r->model;
-    const int slot = i % s->slots;
-    const size_t n = (size_t)m->T * m->cfg.hidden_size;
-    const int32_t *ids = s->ids + (size_t)i * m->T;
-    if (s->rank == 0)
-        lz_ft_embed(m, ids, slot);
-    else
-        LZ_TRY(lz_handoff_recv(NULL, lz_ft_hidden(m, slot, m->first), n, s->rank - 1, LZ_TAG_ACTIVATIONS,
-                               (uint64_t)s->step));
-    lz_ft_forward(m, s->learn, (uint64_t)s->step, i, slot);
-    if (s->rank == s->size - 1)
-        s->loss += lz_ft_head(m, ids, s->learn, s->grad_scale, slot); // with learn: the gradient, for backward(i)
-    else
-        LZ_TRY(send_async(s, 0, slot, lz_ft_hidden(m, slot, m->last), s->rank + 1));
+    lz_ft_model *m = s->m;
+    const int32_t *ids = s->ids + (size_t)i * m->micro * m->T;
+    LZ_TRY(begin(s, i, ids));
+    if (s->rank > 0)
+        LZ_TRY(receive(s, FORWARD, m->ws.x));
+    const lz_step_part part = part_of(s);
+    LZ_TRY(lz_train_forward(&m->model, &m->state, &m->ws, &m->work, ids, &s->b, &part, saves_of(s, i)));
+    if (s->rank < s->size - 1)
+        return send_on(s, FORWARD, m->ws.x);
+    for (int q = 0; q < m->micro; q++) // each token predicts the next; a sequence's last predicts nothing
+        for (int t = 0; t < m->T; t++)
+            m->targets[(size_t)q * m->T + t] = t + 1 < m->T ? ids[(size_t)q * m->T + t + 1] : -1;
+    double loss;
+    LZ_TRY(lz_train_head(&m->model, &m->ws, &m->work, &s->b, m->targets, s->grad_scale, s->learn, &loss));
+    s->loss += loss;
     return LZ_OK;
 }
 
 static lz_status backward(schedule *s, int i) {
-    lz_ft_model *m = &s->r->model;
-    const int slot = i % s->slots;
-    const size_t n = (size_t)m->T * m->cfg.hidden_size;
+    lz_ft_model *m = s->m;
+    LZ_TRY(begin(s, i, s->ids + (size_t)i * m->micro * m->T));
     if (s->rank < s->size - 1)
-        LZ_TRY(lz_handoff_recv(NULL, lz_ft_grad(m), n, s->rank + 1, LZ_TAG_GRADIENTS, (uint64_t)s->step));
-    lz_ft_backward(m, (uint64_t)s->step, i, slot);
-    if (s->rank > 0)
-        LZ_TRY(send_async(s, 1, slot, lz_ft_grad(m), s->rank - 1));
-    return LZ_OK;
+        LZ_TRY(receive(s, BACKWARD, m->work.dx));
+    const lz_step_part part = part_of(s);
+    LZ_TRY(lz_train_backward(&m->model, &m->state, &m->ws, &m->work, &s->b, &part, saves_of(s, i)));
+    return s->rank > 0 ? send_on(s, BACKWARD, m->work.dx) : LZ_OK;
 }
 
-static lz_status run_schedule(schedule *s, int M) {
+static lz_status run_schedule(schedule *s) {
+    const int M = s->M;
     if (!s->learn) {
         for (int i = 0; i < M; i++)
             LZ_TRY(forward(s, i));
@@ -103,75 +138,68 @@ static lz_status run_schedule(schedule *s, int M) {
 
 lz_status lz_ft_pipeline_batch(lz_finetune_run *r, const int32_t *ids, bool learn, long step, float grad_scale,
                                double *loss_sum) {
-    lz_ft_model *m = &r->model;
-    const lz_world *w = lz_world_get();
-    schedule s = {.r = r, .rank = w->rank, .size = w->size, .slots = m->slots, .ids = ids, .learn = learn,
-                  .step = step, .grad_scale = grad_scale};
+    lz_ft_model *m = &r->m;
+    schedule s = {.r = r, .m = m, .rank = r->rank, .size = r->size, .M = (int)(r->a.batch / m->micro), .ids = ids,
+                  .learn = learn, .step = step, .grad_scale = grad_scale};
+    s.b = (lz_batch){m->micro, m->micro * m->T, m->slot, m->start, m->len, m->pos, m->token_pos};
+    for (int d = 0; d < DIRECTIONS; d++)
+        s.req[d] = MPI_REQUEST_NULL;
     if (learn)
-        for (int i = 0; i < m->n_params; i++)
-            memset(m->params[i].g, 0, sizeof(float) * m->params[i].n);
-    const int M = (int)r->a.batch;
-    if (s.size == 1) { // no MPI: nothing is sent
-        for (int i = 0; i < M; i++) {
-            double loss;
-            LZ_TRY(lz_ft_sequence(m, ids + (size_t)i * m->T, learn, grad_scale, (uint64_t)step, i, &loss));
-            s.loss += loss;
-        }
-        *loss_sum = s.loss;
-        return LZ_OK;
-    }
-    s.send = calloc((size_t)2 * s.slots * m->T * m->cfg.hidden_size, sizeof(float));
-    s.req = malloc(sizeof(MPI_Request) * 2 * (size_t)s.slots);
-    if (!s.send || !s.req) {
-        free(s.send), free(s.req);
+        LZ_TRY(lz_ft_params_zero_grads(&m->params, &m->model));
+    if (s.size > 1 && !(s.staging = malloc(sizeof(float) * values(&s))))
         return lz_fail(LZ_ERR_NOMEM, "pipeline buffers: out of memory");
-    }
-    for (int i = 0; i < 2 * s.slots; i++)
-        s.req[i] = MPI_REQUEST_NULL;
-    lz_status st = run_schedule(&s, M);
-    for (int i = 0; i < 2 * s.slots; i++) { // (after a failure too: the buffers go next)
-        const int dir = i / s.slots;
-        const lz_status done = lz_handoff_wait(&s.req[i], dir ? s.rank - 1 : s.rank + 1, tag_of(dir), (uint64_t)step);
+    lz_status st = run_schedule(&s);
+    for (int d = 0; d < DIRECTIONS; d++) { // (after a failure too: the copies go next)
+        const lz_status done = finish_send(&s, d);
         st = st == LZ_OK ? done : st;
     }
-    free(s.send), free(s.req);
+    free(s.staging);
     LZ_TRY(st);
-    LZ_TRY(lz_world_broadcast(&s.loss, sizeof s.loss, s.size - 1));
+    if (s.size > 1)
+        LZ_TRY(lz_world_broadcast(&s.loss, sizeof s.loss, s.size - 1));
     *loss_sum = s.loss;
     return LZ_OK;
 }
 
-lz_status lz_ft_grad_norm(lz_finetune_run *r, double *norm) {
-    lz_ft_model *m = &r->model;
-    double *part = calloc((size_t)m->n_params + 1, sizeof(double)), total = 0;
+lz_status lz_ft_grad_norm(lz_finetune_run *r, double *norm, int *bad_layer) {
+    lz_ft_model *m = &r->m;
+    const lz_ft_params *p = &m->params;
+    double *part = calloc((size_t)p->n_params + 1, sizeof(double)), total = 0;
     if (!part)
         return lz_fail(LZ_ERR_NOMEM, "gradient norm: out of memory");
-    for (int i = 0; i < m->n_params; i++)
-        for (size_t e = 0; lz_ft_owns(m, &m->params[i]) && e < m->params[i].n; e++)
-            part[i] += (double)m->params[i].g[e] * m->params[i].g[e];
-    const lz_status s = lz_world_sum(part, m->n_params); // one owner each: the sums are exact
-    for (int i = 0; i < m->n_params; i++) // then added in the tensors' order
+    lz_status s = LZ_OK;
+    for (int i = 0; s == LZ_OK && i < p->n_params; i++)
+        if (p->params[i].owned && !p->params[i].frozen)
+            s = m->ops->backward->sum_squares(m->be, &part[i], p->params[i].g, p->params[i].n);
+    if (s == LZ_OK && r->size > 1)
+        s = lz_world_sum(part, p->n_params); // one owner each: the sums are exact
+    *bad_layer = -1;
+    for (int i = 0; i < p->n_params; i++) { // then added in the tensors' order
         total += part[i];
+        if (!isfinite(part[i]) && *bad_layer < 0)
+            *bad_layer = p->params[i].layer;
+    }
     free(part);
     *norm = sqrt(total);
     return s;
 }
 
 lz_status lz_ft_share_params(lz_finetune_run *r) {
-    lz_ft_model *m = &r->model;
-    const lz_world *w = lz_world_get();
-    for (int i = 0; w->size > 1 && i < m->n_params; i++) {
-        lz_ft_param *p = &m->params[i];
+    lz_ft_model *m = &r->m;
+    LZ_TRY(lz_ft_params_download(&m->params, &m->model));
+    for (int i = 0; r->size > 1 && i < m->params.n_params; i++) {
+        lz_ft_param *q = &m->params.params[i];
+        if (q->frozen)
+            continue;
         int owner;
-        for (owner = 0; owner < w->size; owner++) {
+        for (owner = 0; owner < r->size; owner++) {
             int first, last;
-            lz_ft_stage_range(m->cfg.num_hidden_layers, w->size, owner, &first, &last);
-            if (p->layer >= first && p->layer < last)
+            lz_ft_stage_range(m->cfg.num_hidden_layers, r->size, owner, &first, &last);
+            if (q->layer >= first && q->layer < last)
                 break;
         }
-        float *parts[3] = {p->w, p->m1, p->m2};
-        for (int k = 0; k < 3; k++)
-            LZ_TRY(lz_world_broadcast(parts[k], sizeof(float) * p->n, owner));
+        for (int k = 0; k < LZ_FT_PARTS; k++)
+            LZ_TRY(lz_world_broadcast(q->host[k], sizeof(float) * q->n, owner));
     }
     return LZ_OK;
 }

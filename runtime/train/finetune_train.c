@@ -1,13 +1,37 @@
 /* finetune_train.c - the steps of a fine-tuning run: a batch's loss and
- * gradient (through the pipeline, finetune_pipeline.c), global-norm clipping,
- * AdamW of the tensors this rank owns, progress and log lines (rank 0),
- * held-out loss, checkpoints and the output folders (rank 0 writes). */
-#include <math.h>   // sqrt, exp
-#include <stdio.h>  // fprintf
+ * gradient (through the pipeline, finetune_pipeline.c), global-norm clipping
+ * folded into AdamW on the backend for the tensors this rank owns, progress
+ * and log lines with tokens/s and the share of the GEMM bound (rank 0),
+ * held-out loss, checkpoints and the output folders (rank 0 writes). A
+ * non-finite loss or gradient stops the run at that step; the last
+ * checkpoint stays as it was. */
+#include <math.h>  // sqrt, exp, pow, isfinite
+#include <stdio.h> // fprintf
 
 #include "clock.h"          // lz_now_seconds
 #include "distill_output.h" // lz_make_dirs
 #include "finetune_run.h"
+
+double lz_finetune_flops_per_token(const lz_model *m, int T) {
+    const lz_config *c = &m->cfg;
+    const double C = c->hidden_size, I = c->intermediate_size, d = c->head_dim;
+    const double Hq = c->num_attention_heads, Hkv = c->num_key_value_heads;
+    const double per_layer = C * (Hq * d) * 2 + C * (Hkv * d) * 2 + 3 * C * I; // q, o; k, v; gate, up, down
+    double weights = (double)c->vocab_size * C, attention = 0;                 // the LM head
+    const double ctx = (T + 1) / 2.0;                                          // a causal row's keys, on average
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        weights += per_layer;
+        if (c->softmax_layer[l]) {
+            attention += 4 * ctx * Hq * d; // Q K^T and P V
+        } else {
+            const double w = c->lizard.window_size < ctx ? c->lizard.window_size : ctx, F = 2.0 * c->lizard.feature_dim;
+            attention += 4 * w * Hq * d;                        // the window branch
+            attention += 4 * 32 * Hq * (F + d) + 4 * Hq * F * d; // the GLA: in-chunk products and the state's
+        }
+    }
+    // forward and backward to the inputs: 2 x 2 FLOP per weight; attention's backward is twice its forward
+    return 4 * weights + 3 * attention;
+}
 
 /* The mean next-token cross-entropy of a batch of `data` (step `data_step`);
  * with `learn`, every owned gradient = d(mean)/d(param). */
@@ -20,16 +44,22 @@ static lz_status batch_loss(lz_finetune_run *r, lz_distill_data *data, long data
     return LZ_OK;
 }
 
-/* Scales the gradients to global norm `clip` when above it (clip 0: off); *norm = the norm before. */
-static lz_status clip_gradients(lz_finetune_run *r, double *norm) {
-    lz_ft_model *m = &r->model;
-    LZ_TRY(lz_ft_grad_norm(r, norm));
-    const double clip = r->a.clip;
-    if (clip > 0 && *norm > clip)
-        for (int i = 0; i < m->n_params; i++)
-            for (size_t e = 0; e < m->params[i].n; e++)
-                m->params[i].g[e] = (float)(m->params[i].g[e] * (clip / *norm));
-    return LZ_OK;
+/* One AdamW update of every owned tensor, the gradients scaled by `clip_scale` on the way. */
+static lz_status update(lz_finetune_run *r, float clip_scale) {
+    lz_ft_model *m = &r->m;
+    const lz_adamw_config *c = &r->opt;
+    const long t = r->step + 1; // bias correction counts from 1
+    lz_adamw_update u = {.lr = lz_distill_lr(c, r->step), .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps,
+                         .bias1 = 1 - pow(c->beta1, (double)t), .bias2 = 1 - pow(c->beta2, (double)t),
+                         .grad_scale = clip_scale};
+    for (int i = 0; i < m->params.n_params; i++) {
+        const lz_ft_param *p = &m->params.params[i];
+        if (!p->owned || p->frozen)
+            continue;
+        u.weight_decay = p->decay ? c->weight_decay : 0;
+        LZ_TRY(m->ops->backward->adamw(m->be, p->w, p->m1, p->m2, p->g, p->n, &u));
+    }
+    return lz_ft_params_sync_model(&m->params, &m->model);
 }
 
 /* The checkpoint (rank 0 writes what every owner sends it). */
@@ -67,22 +97,31 @@ static lz_status held_out(lz_finetune_run *r, const char *when) {
 static void report_step(lz_finetune_run *r, double loss, double grad_norm, double seconds) {
     const long step = r->step, total = r->opt.total_steps, tokens = r->a.batch * r->a.seq_len;
     const double tps = seconds > 0 ? (double)tokens / seconds : 0, lr = lz_distill_lr(&r->opt, step - 1);
+    // the share of the bound: this rank's FLOP rate against its GEMM rate (each rank runs its share of the layers)
+    const double bound = r->m.gemm_rate > 0 && r->m.flops_per_token > 0
+                             ? r->m.gemm_rate * r->size / r->m.flops_per_token : 0;
     if (r->log) {
         fprintf(r->log,
-                "{\"step\": %ld, \"tokens\": %ld, \"lr\": %.6g, \"tok_per_s\": %.1f, \"loss\": %.6f, "
-                "\"grad_norm\": %.6g}\n",
-                step, step * tokens, lr, tps, loss, grad_norm);
+                "{\"step\": %ld, \"tokens\": %ld, \"lr\": %.6g, \"tok_per_s\": %.1f, \"bound_tok_per_s\": %.1f, "
+                "\"loss\": %.6f, \"grad_norm\": %.6g}\n",
+                step, step * tokens, lr, tps, bound, loss, grad_norm);
         fflush(r->log);
     }
-    if (r->rank == 0 && (step % r->a.log_every == 0 || step == total))
+    if (r->rank != 0 || !(step % r->a.log_every == 0 || step == total))
+        return;
+    if (bound > 0)
+        fprintf(stderr, "lizard finetune: step %ld/%ld  lr %.2e  %.0f tok/s (%.0f%% of the GEMM bound)  loss %.4f  "
+                "grad norm %.3g\n", step, total, lr, tps, 100 * tps / bound, loss, grad_norm);
+    else
         fprintf(stderr, "lizard finetune: step %ld/%ld  lr %.2e  %.0f tok/s  loss %.4f  grad norm %.3g\n", step, total,
                 lr, tps, loss, grad_norm);
 }
 
 lz_status lz_finetune_train(lz_finetune_run *r) {
-    lz_ft_model *m = &r->model;
     if (r->step == 0)
         LZ_TRY(held_out(r, "start"));
+    double seconds = 0;
+    long steps_timed = 0;
     while (r->step < r->opt.total_steps) {
         if (r->a.stop_at > 0 && r->step >= r->a.stop_at) { // an interrupted run: the checkpoint is all it leaves
             LZ_TRY(checkpoint(r));
@@ -92,18 +131,31 @@ lz_status lz_finetune_train(lz_finetune_run *r) {
         }
         const double t0 = lz_now_seconds();
         double loss, norm;
+        int bad_layer;
         LZ_TRY(batch_loss(r, &r->data, r->step, true, &loss));
-        LZ_TRY(clip_gradients(r, &norm));
-        for (int i = 0; i < m->n_params; i++) {
-            lz_ft_param *p = &m->params[i];
-            if (lz_ft_owns(m, p))
-                lz_adamw_tensor(p->w, p->g, p->m1, p->m2, p->n, &r->opt, r->step, p->decay);
+        LZ_TRY(lz_ft_grad_norm(r, &norm, &bad_layer));
+        if (!isfinite(loss) || !isfinite(norm)) {
+            if (bad_layer >= 0)
+                return lz_fail(LZ_ERR_INPUT, "step %ld: the gradient is not finite (first in layer %d; loss %g); the "
+                               "last checkpoint is kept (a lower --lr?)", r->step + 1, bad_layer, loss);
+            return lz_fail(LZ_ERR_INPUT, "step %ld: the loss is %g; the last checkpoint is kept (a lower --lr?)",
+                           r->step + 1, loss);
         }
+        const double clip = r->a.clip;
+        LZ_TRY(update(r, clip > 0 && norm > clip ? (float)(clip / norm) : 1.0f));
         r->step++;
-        report_step(r, loss, norm, lz_now_seconds() - t0);
+        const double dt = lz_now_seconds() - t0;
+        report_step(r, loss, norm, dt);
+        if (r->step > 1) { // the first step warms the backend
+            seconds += dt;
+            steps_timed++;
+        }
         if (r->a.checkpoint_every > 0 && r->step % r->a.checkpoint_every == 0 && r->step < r->opt.total_steps)
             LZ_TRY(checkpoint(r));
     }
+    if (r->rank == 0 && steps_timed > 0)
+        fprintf(stderr, "lizard finetune: %.0f tok/s over %ld steps\n",
+                (double)steps_timed * r->a.batch * r->a.seq_len / seconds, steps_timed);
     LZ_TRY(held_out(r, "end"));
     LZ_TRY(checkpoint(r));
     if (r->rank != 0)
