@@ -208,6 +208,7 @@ static lz_status op_gla_decode(lz_backend *be, void *out, const void *q, const v
 static const lz_ops cpu_ops = {
     .name = "cpu",
     .act_size = sizeof(float),
+    .backward = &lz_cpu_backward_table,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .zero = cpu_zero,

@@ -8,7 +8,8 @@
 #include <stddef.h>  // size_t
 #include <stdint.h>  // int32_t
 
-#include "ops.h" // lz_batch, lz_attn_dims, lz_layer_state
+#include "backward_ops.h" // lz_backward_ops
+#include "ops.h"          // lz_batch, lz_attn_dims, lz_layer_state
 
 /* Tokens per chunk of the chunked GLA prompt path. */
 enum { LZ_GLA_CHUNK = 64 };
@@ -35,5 +36,8 @@ void gla_recurrent_forward(float *out, const float *phi_q, const float *phi_k, c
                            const lz_attn_dims *dims);
 void window_attention_forward(float *out, const float *q, const float *k, const float *v, const float *meta_logits,
                               float alpha, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
+
+/* The gradients of these ops for training (backward_ops_cpu.c): the op table's `backward`. */
+extern const lz_backward_ops lz_cpu_backward_table;
 
 #endif
