@@ -62,14 +62,18 @@ void lz_layer_tape_free(lz_layer_tape *t, const lz_model *m) {
     {(void **)&(g)->dxn, (void **)&(g)->dq, (void **)&(g)->dk, (void **)&(g)->dv, (void **)&(g)->datt,            \
      (void **)&(g)->dh, (void **)&(g)->dg, (void **)&(g)->du}
 
-/* The geometry of layer l's Lizard attention, as the backward op reads it. */
+/* The geometry of a Lizard layer's attention, as the backward op reads it (maps' heads 0 when its weights
+ * are not loaded here). */
 static lz_lizard_geom lizard_geom(const lz_model *m, const lz_layer *ly) {
     const lz_attn_dims *d = &ly->dims;
-    const int n_wq = (int)(ly->fmap_q.rows * ly->fmap_q.cols / ((int64_t)d->head_dim * d->feature_dim));
-    const int n_wk = (int)(ly->fmap_k.rows * ly->fmap_k.cols / ((int64_t)d->head_dim * d->feature_dim));
+    const lz_lizard_config *lc = &m->cfg.lizard;
+    const int64_t df = (int64_t)d->head_dim * lc->feature_dim;
+    const int n_wq = df ? (int)(ly->fmap_q.rows * ly->fmap_q.cols / df) : 0;
+    const int n_wk = df ? (int)(ly->fmap_k.rows * ly->fmap_k.cols / df) : 0;
     return (lz_lizard_geom){.Hq = d->n_heads, .Hkv = d->n_kv_heads, .Hs = d->n_state_heads, .n_wq = n_wq,
-                            .n_wk = n_wk, .d = d->head_dim, .f = d->feature_dim, .w = d->window, .m = d->n_meta,
-                            .normalize = d->gla_normalize, .exp_map = m->cfg.lizard.feature_map == LZ_FMAP_EXP};
+                            .n_wk = n_wk, .d = d->head_dim, .f = lc->feature_dim, .w = lc->window_size,
+                            .m = lc->num_meta_tokens, .normalize = lc->gla_normalize,
+                            .exp_map = lc->feature_map == LZ_FMAP_EXP};
 }
 
 lz_lizard_geom lz_layer_lizard_geom(const lz_model *m, const lz_layer *ly) { return lizard_geom(m, ly); }

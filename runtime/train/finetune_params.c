@@ -61,6 +61,7 @@ static lz_lizard_geom layer_geom(const lz_model *m, int l) {
     const lz_st_tensor *tk = m->ckpt ? lz_weights_find(m->ckpt, name) : NULL;
     g.n_wq = tq && df ? (int)(tq->numel / df) : 1;
     g.n_wk = tk && df ? (int)(tk->numel / df) : g.Hkv;
+    g.Hs = g.n_wk == g.Hq && g.Hq != g.Hkv ? g.Hq : g.Hkv; // phi_k per query head: a state per query head
     return g;
 }
 

@@ -107,7 +107,17 @@ if [ "$MODE" = errors ]; then
     expect_error "nope.txt" "$LIZARD" finetune "${SMALL[@]}" --data "$TMP/nope.txt" --out "$O"
     expect_error "--lora-dropout" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --lora-dropout 1
     expect_error "--resume" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --resume
-    expect_error "not built for cuda\|no CUDA backend" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --device cuda
+    if ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
+        expect_error "no CUDA device\|no CUDA backend" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --device cuda
+    fi
+    expect_error "--valid $TMP/nope.txt" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --valid "$TMP/nope.txt"
+    : >"$TMP/a-file"
+    expect_error "--out $TMP/a-file: exists and is not a folder" "$LIZARD" finetune "${SMALL[@]}" --out "$TMP/a-file"
+    expect_error "--adapter-out $TMP/model: holds a model" "$LIZARD" finetune "${SMALL[@]}" --out "$O" \
+        --adapter-out "$TMP/model"
+    expect_error "step [0-9]*: the \(gradient is not finite\|loss is\)" "$LIZARD" finetune "${SMALL[@]}" --out "$O" \
+        --lr 0.3 --tokens 3200 --eval-batches 0
+    expect_error "--micro-batch 3: must divide --batch 2" "$LIZARD" finetune "${SMALL[@]}" --out "$O" --micro-batch 3
     [ ! -e "$O" ] && ok || bad "a refused run left $O"
 fi
 
