@@ -7,6 +7,7 @@
 #include <string.h> // memcpy
 #include <time.h>   // clock_gettime
 
+#include "backward_cuda.cuh"  // lz_cuda_backward_ops
 #include "cuda_backend.cuh"   // struct lz_backend
 #include "cuda_kernels.cuh"
 #include "linear_joined.cuh" // lz_join_weights, linear_joined_run, linear_joined_forward, swiglu_joined_*
@@ -745,6 +746,7 @@ template <typename T> static lz_ops make_ops(const char *name) {
     lz_ops o = {};
     o.name = name;
     o.act_size = sizeof(T);
+    o.backward = lz_cuda_backward_ops();
     o.alloc = cuda_alloc;
     o.free = cuda_free;
     o.zero = cuda_zero;
