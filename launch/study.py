@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,10 +40,13 @@ def parse_args(argv):
                     "then build/lizard, build-cpu/lizard, then lizard on PATH)")
     ap.add_argument("--device", default="cuda", choices=["cpu", "cuda"], help="where everything runs (cuda)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="eval's CUDA dtype (bf16)")
-    ap.add_argument("--stage1-tokens", type=int, default=2_000_000, help="stage-1 training tokens (2M)")
-    ap.add_argument("--stage2-tokens", type=int, default=2_000_000, help="stage-2 training tokens (2M)")
+    ap.add_argument("--stage1-tokens", type=int, default=10_000_000, help="stage-1 training tokens (10M)")
+    ap.add_argument("--stage2-tokens", type=int, default=10_000_000, help="stage-2 training tokens (10M)")
     ap.add_argument("--seq-len", type=int, default=1024, help="training sequence length, both stages (1024)")
-    ap.add_argument("--batch", type=int, default=8, help="stage-1 sequences per step (8)")
+    ap.add_argument("--batch", type=int, default=8, help="sequences per step, both stages (8)")
+    ap.add_argument("--stage2-lr", type=float, default=5e-4, help="stage 2's peak learning rate (5e-4)")
+    ap.add_argument("--parallel", type=int, default=4, help="configurations trained at once on the device (4): a "
+                    "small teacher leaves most of a GPU idle, so they share it")
     ap.add_argument("--stage1-args", default="", help="more `lizard distill` flags, e.g. '--feature-dim 32 --lr 3e-2'")
     ap.add_argument("--stage2-args", default="", help="more `lizard finetune` flags")
     ap.add_argument("--stage2-device", choices=["cpu", "cuda"], help="where stage 2 runs (default: --device)")
@@ -58,7 +62,7 @@ def parse_args(argv):
     ap.add_argument("--docs", default=os.path.join(os.path.dirname(HERE), "docs"), help="the docs folder "
                     "--update-docs writes (the repository's)")
     a = ap.parse_args(argv)
-    for flag in ("stage1_tokens", "stage2_tokens", "seq_len", "batch", "trials"):
+    for flag in ("stage1_tokens", "stage2_tokens", "seq_len", "batch", "trials", "parallel"):
         if getattr(a, flag) <= 0:
             ap.error(f"--{flag.replace('_', '-')} must be positive")
     for path, flag in ((a.teacher, "--teacher"), (a.train, "--train"), (a.valid, "--valid")):
@@ -101,6 +105,7 @@ class Study:
         self.rows_path = os.path.join(self.res, "study.jsonl")
         open(self.rows_path, "w").close()
         self.failed = 0
+        self.lock = threading.Lock() # configurations run side by side: one writer of the rows at a time
         self.started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
     def run(self, name, cmd):
@@ -122,13 +127,24 @@ class Study:
 
     def emit(self, row):
         """Appends the row and redraws the table and plots, so that a run cut short leaves its results."""
-        with open(self.rows_path, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        self.failed += row["status"] not in ("ok", "not available")
-        study_report.write_all(self.rows(), self.res, self.about())
+        with self.lock:
+            with open(self.rows_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            self.failed += row["status"] not in ("ok", "not available")
+            study_report.write_all(self.rows(), self.res, self.about())
 
     def rows(self):
         return [json.loads(l) for l in open(self.rows_path)]
+
+    def ordered(self):
+        """The rows in the table's order (configurations ran side by side), written back and redrawn."""
+        names = ["teacher"] + [c[0] for c in self.configurations()]
+        stages = ["teacher", "stage1", "stage2"]
+        rows = sorted(self.rows(), key=lambda r: (names.index(r["config"]), stages.index(r["stage"])))
+        with open(self.rows_path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        study_report.write_all(rows, self.res, self.about())
+        return rows
 
     def evaluate(self, name, model, row, train_seconds):
         a = self.a
@@ -173,46 +189,57 @@ class Study:
         base = {"teacher": os.path.abspath(a.teacher), "device": a.device}
         self.evaluate("teacher", os.path.abspath(a.teacher),
                       dict(base, config="teacher", target=1.0, selection="all", stage="teacher", tokens=0), 0)
-        for name, target, selection, flags in self.configurations():
-            row = dict(base, config=name, target=target, selection=selection)
-            if selection == "by error" and not by_error:
-                for stage in ("stage1", "stage2"):
-                    self.emit(dict(row, stage=stage, status="not available", why="lizard distill has no --retain-by"))
-                continue
-            s1 = os.path.join(self.res, "models", name + "-s1")
-            shutil.rmtree(s1, ignore_errors=True)
-            ok, secs, _, why = self.run(name + "-stage1", [
-                self.lizard, "distill", "--teacher", a.teacher, "--data", train, "--out", s1, "--tokens",
-                str(a.stage1_tokens), "--seq-len", str(a.seq_len), "--batch", str(a.batch), "--seed", str(a.seed),
-                "--device", a.device, "--log", os.path.join(self.res, "logs", name + "-stage1.jsonl")] + flags +
-                a.stage1_args.split())
-            row1 = dict(row, stage="stage1", tokens=a.stage1_tokens)
-            if ok:
-                self.evaluate(name + "-stage1", s1, row1, secs)
-            else:
-                self.emit(dict(row1, status="failed: " + why))
-            row2 = dict(row, stage="stage2", tokens=a.stage2_tokens)
-            if not stage2:
-                self.emit(dict(row2, status="not available", why="this lizard has no finetune command"))
-                continue
-            if not ok:
-                self.emit(dict(row2, status="failed: no stage-1 model"))
-                continue
-            s2 = os.path.join(self.res, "models", name + "-s2")
-            shutil.rmtree(s2, ignore_errors=True)
-            ok, secs, _, why = self.run(name + "-stage2", [
-                self.lizard, "finetune", "--model", s1, "--data", train, "--out", s2, "--tokens", str(a.stage2_tokens),
-                "--seq-len", str(a.seq_len), "--device", a.stage2_device or a.device,
-                "--log", os.path.join(self.res, "logs", name + "-stage2.jsonl")] + a.stage2_args.split())
-            if ok:
-                self.evaluate(name + "-stage2", s2, row2, secs)
-            else:
-                self.emit(dict(row2, status="failed: " + why))
-        rows = self.rows()
+        configs = self.configurations()
+        for first in range(0, len(configs), a.parallel):
+            threads = [threading.Thread(target=self.configuration, args=(c, train, by_error, stage2, base))
+                       for c in configs[first:first + a.parallel]]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        rows = self.ordered()
         if a.update_docs:
             study_report.update_docs(rows, self.res, a.docs, self.about())
         print(f"study: {len(rows)} rows in {self.rows_path}; {self.failed} failed", flush=True)
         return 1 if self.failed else 0
+
+    def configuration(self, config, train, by_error, stage2, base):
+        """One configuration: stage 1, its evaluation, stage 2, its evaluation."""
+        a = self.a
+        name, target, selection, flags = config
+        row = dict(base, config=name, target=target, selection=selection)
+        if selection == "by error" and not by_error:
+            for stage in ("stage1", "stage2"):
+                self.emit(dict(row, stage=stage, status="not available", why="lizard distill has no --retain-by"))
+            return
+        s1 = os.path.join(self.res, "models", name + "-s1")
+        shutil.rmtree(s1, ignore_errors=True)
+        ok, secs, _, why = self.run(name + "-stage1", [
+            self.lizard, "distill", "--teacher", a.teacher, "--data", train, "--out", s1, "--tokens",
+            str(a.stage1_tokens), "--seq-len", str(a.seq_len), "--batch", str(a.batch), "--seed", str(a.seed),
+            "--device", a.device, "--log", os.path.join(self.res, "logs", name + "-stage1.jsonl")] + flags +
+            a.stage1_args.split())
+        row1 = dict(row, stage="stage1", tokens=a.stage1_tokens)
+        if ok:
+            self.evaluate(name + "-stage1", s1, row1, secs)
+        else:
+            self.emit(dict(row1, status="failed: " + why))
+        row2 = dict(row, stage="stage2", tokens=a.stage2_tokens)
+        if not stage2:
+            return self.emit(dict(row2, status="not available", why="this lizard has no finetune command"))
+        if not ok:
+            return self.emit(dict(row2, status="failed: no stage-1 model"))
+        s2 = os.path.join(self.res, "models", name + "-s2")
+        shutil.rmtree(s2, ignore_errors=True)
+        ok, secs, _, why = self.run(name + "-stage2", [
+            self.lizard, "finetune", "--model", s1, "--data", train, "--out", s2, "--tokens", str(a.stage2_tokens),
+            "--seq-len", str(a.seq_len), "--batch", str(a.batch), "--lr", str(a.stage2_lr),
+            "--device", a.stage2_device or a.device,
+            "--log", os.path.join(self.res, "logs", name + "-stage2.jsonl")] + a.stage2_args.split())
+        if ok:
+            self.evaluate(name + "-stage2", s2, row2, secs)
+        else:
+            self.emit(dict(row2, status="failed: " + why))
 
     def about(self):
         a = self.a
@@ -220,7 +247,8 @@ class Study:
                 f"({self.n_layers} layers), {a.device}, {self.started}; training text `{os.path.basename(a.train)}`, "
                 f"held-out `{os.path.basename(a.valid)}`" +
                 (f" (first {a.valid_bytes} bytes)" if a.valid_bytes else "") +
-                f"; stage 1 {a.stage1_tokens} tokens, stage 2 {a.stage2_tokens} tokens, sequences of {a.seq_len}; "
+                f"; stage 1 {a.stage1_tokens} tokens, stage 2 {a.stage2_tokens} tokens (lr {a.stage2_lr}), "
+                f"{a.batch} sequences of {a.seq_len} a step; {a.parallel} configurations at once; "
                 f"passkey {a.trials} trials per context" +
                 (f"; stage 1 flags `{a.stage1_args}`" if a.stage1_args else "") +
                 (f"; stage 2 flags `{a.stage2_args}`" if a.stage2_args else ""))

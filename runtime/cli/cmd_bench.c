@@ -19,12 +19,13 @@
 #include "engine.h"        // lz_open_backend
 #include "bench_pipeline.h" // lz_bench_pipeline
 #include "bench_state.h"    // lz_bench_state
+#include "bench_train.h"    // lz_bench_train
 #include "mpi_world.h"      // lz_world_get
 
 typedef struct {
     const char *shape, *model, *device, *dtype, *prompts, *batches, *contexts, *json, *placement, *plan_file;
-    long steps, chunk, seed;
-    bool no_ceilings, linear_shapes, state;
+    long steps, chunk, seed, train_seq, train_batch;
+    bool no_ceilings, linear_shapes, state, train;
 } bench_args;
 
 typedef struct {
@@ -295,7 +296,8 @@ static lz_status bench_pipelined(const bench_args *a) {
 
 lz_status lz_cmd_bench(int argc, char **argv) {
     // the sizes' defaults follow the device (below): minutes of work on a GPU, seconds on the CPU
-    bench_args a = {NULL, NULL, "cpu", "bf16", NULL, NULL, NULL, NULL, NULL, NULL, -1, 8192, 0, false, false, false};
+    bench_args a = {NULL, NULL, "cpu", "bf16", NULL, NULL, NULL, NULL, NULL, NULL, -1, 8192, 0, 2048, 1,
+                    false, false, false, false};
     const lz_option options[] = {
         {"--shape", LZ_OPT_STRING, "PRESET", "random weights of a named shape, made on the device (e.g. "
                                              "llama3-8b-hybrid)", &a.shape, false, 0, 0},
@@ -321,6 +323,12 @@ lz_status lz_cmd_bench(int argc, char **argv) {
         {"--placement", LZ_OPT_STRING, "balanced|by-type", "under mpirun: how layers are placed on the ranks",
          &a.placement, false, 0, 0},
         {"--plan", LZ_OPT_STRING, "FILE", "under mpirun: a hand-written plan", &a.plan_file, false, 0, 0},
+        {"--train", LZ_OPT_FLAG, "", "instead: the stage-2 training step of --shape (LoRA r 8 on q,k,v,o, the Lizard "
+                                     "tensors trainable) beside its GEMM bound", &a.train, false, 0, 0},
+        {"--train-seq", LZ_OPT_INT, "L", "with --train: tokens per sequence (default 2048)", &a.train_seq, false, 2,
+         1 << 20},
+        {"--train-batch", LZ_OPT_INT, "B", "with --train: sequences per step (default 1)", &a.train_batch, false, 1,
+         1 << 16},
     };
     const lz_command_spec spec = {"bench", "prompt and decode throughput beside the device's ceilings", options,
                                   (int)(sizeof options / sizeof options[0])};
@@ -340,6 +348,19 @@ lz_status lz_cmd_bench(int argc, char **argv) {
         return bench_pipelined(&a);
     lz_config cfg;
     LZ_TRY(a.shape ? lz_preset_config(a.shape, "lizard bench: --shape", &cfg) : lz_config_load(a.model, &cfg));
+    if (a.train) {
+        if (!a.shape)
+            return lz_fail(LZ_ERR_INPUT, "lizard bench --train: give --shape PRESET (random weights of a shape)");
+        FILE *json = a.json ? fopen(a.json, "w") : NULL;
+        if (a.json && !json)
+            return lz_fail(LZ_ERR_IO, "lizard bench: --json: cannot write '%s'", a.json);
+        const lz_bench_train_args t = {a.shape, a.device, a.dtype, (int)a.train_seq, (int)a.train_batch,
+                                       (int)(a.steps > 0 && a.steps < 64 ? a.steps : gpu ? 10 : 2), a.seed, json};
+        const lz_status s = lz_bench_train(&t, &cfg);
+        if (json)
+            fclose(json);
+        return s;
+    }
     bench b = {0};
     LZ_TRY(lz_open_backend(a.device, a.dtype, &b.be, &b.ops));
     lz_status s = a.shape ? lz_model_init_random(&b.model, &cfg, b.ops, b.be, (uint64_t)a.seed)

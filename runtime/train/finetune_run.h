@@ -64,6 +64,12 @@ typedef struct {
 
 lz_status lz_finetune_setup(lz_finetune_run *r);
 lz_status lz_finetune_train(lz_finetune_run *r);
+/* The same run on a model of `cfg` made at random on the backend (no files, no data, no output):
+ * for benchmarks of the training step. */
+lz_status lz_finetune_setup_random(lz_finetune_run *r, const lz_config *cfg);
+/* One training step on ids [batch, T]: loss and gradient (*loss: the mean cross-entropy; *norm: the
+ * gradient's global norm before clipping), a non-finite one refused naming the step, AdamW; step + 1. */
+lz_status lz_finetune_step(lz_finetune_run *r, const int32_t *ids, double *loss, double *norm);
 void lz_finetune_teardown(lz_finetune_run *r);
 
 /* The checkpoint beside the output (finetune_state.safetensors: every trained tensor and its AdamW

@@ -174,7 +174,10 @@ static lz_status open_model(lz_finetune_run *r, const lz_lora_config *lora) {
         parts.layer[l] = l >= m->first && l < m->last;
     parts.embed = r->rank == 0;
     parts.head = r->rank == r->size - 1;
-    LZ_TRY(lz_model_load_stage(&m->model, a->model, &m->cfg, m->ops, m->be, &parts, NULL));
+    if (a->model)
+        LZ_TRY(lz_model_load_stage(&m->model, a->model, &m->cfg, m->ops, m->be, &parts, NULL));
+    else
+        LZ_TRY(lz_model_init_random_stage(&m->model, &m->cfg, m->ops, m->be, &parts, (uint64_t)a->seed));
     m->model_loaded = true;
     LZ_TRY(lz_state_create(&m->state, &m->model, m->micro, m->T));
     LZ_TRY(lz_workspace_create(&m->ws, &m->model, m->micro * m->T, 1));
@@ -190,22 +193,13 @@ static lz_status open_model(lz_finetune_run *r, const lz_lora_config *lora) {
     return LZ_OK;
 }
 
-lz_status lz_finetune_setup(lz_finetune_run *r) {
+/* The run's shape: micro-batches, this rank's layers, the optimizer's schedule, the batch's ids. */
+static lz_status plan_run(lz_finetune_run *r) {
     lz_finetune_args *a = &r->a;
-    const lz_world *world = lz_world_get();
-    r->rank = world->rank, r->size = world->size;
     lz_ft_model *m = &r->m;
-    LZ_TRY(lz_config_load(a->model, &m->cfg));
-    if (a->softmax_layers)
-        LZ_TRY(lz_config_set_softmax_layers(&m->cfg, a->softmax_layers));
-    lz_lora_config lora = {0};
-    LZ_TRY(check_args(r, &m->cfg, &lora));
     if (r->size > m->cfg.num_hidden_layers)
         return lz_fail(LZ_ERR_INPUT, "mpirun -np %d: more ranks than the model's %d layers", r->size,
                        m->cfg.num_hidden_layers);
-    LZ_TRY(lz_distill_data_load(&r->data, a->data, a->model, m->cfg.vocab_size, (int)a->seq_len, (uint64_t)a->seed));
-    if (a->valid)
-        LZ_TRY(load_valid(r, &m->cfg));
     m->T = (int)a->seq_len;
     m->micro = (int)(a->micro_batch > 0 ? a->micro_batch : r->size == 1 ? a->batch : 1);
     const int M = (int)(a->batch / m->micro);
@@ -218,6 +212,23 @@ lz_status lz_finetune_setup(lz_finetune_run *r) {
     r->opt.warmup = a->warmup >= 0 ? a->warmup : r->opt.total_steps / 20;
     if (!(r->ids = calloc((size_t)per_step, sizeof(int32_t))))
         return lz_fail(LZ_ERR_NOMEM, "fine-tuning batch: out of memory");
+    return LZ_OK;
+}
+
+lz_status lz_finetune_setup(lz_finetune_run *r) {
+    lz_finetune_args *a = &r->a;
+    const lz_world *world = lz_world_get();
+    r->rank = world->rank, r->size = world->size;
+    lz_ft_model *m = &r->m;
+    LZ_TRY(lz_config_load(a->model, &m->cfg));
+    if (a->softmax_layers)
+        LZ_TRY(lz_config_set_softmax_layers(&m->cfg, a->softmax_layers));
+    lz_lora_config lora = {0};
+    LZ_TRY(check_args(r, &m->cfg, &lora));
+    LZ_TRY(lz_distill_data_load(&r->data, a->data, a->model, m->cfg.vocab_size, (int)a->seq_len, (uint64_t)a->seed));
+    if (a->valid)
+        LZ_TRY(load_valid(r, &m->cfg));
+    LZ_TRY(plan_run(r));
     make_signature(r);
     LZ_TRY(open_model(r, &lora));
     if (a->resume) {
@@ -227,6 +238,25 @@ lz_status lz_finetune_setup(lz_finetune_run *r) {
     if (a->log_path && r->rank == 0 && !(r->log = fopen(a->log_path, a->resume ? "a" : "w")))
         return lz_fail(LZ_ERR_IO, "--log %s: cannot open for writing", a->log_path);
     return LZ_OK;
+}
+
+lz_status lz_finetune_setup_random(lz_finetune_run *r, const lz_config *cfg) {
+    lz_finetune_args *a = &r->a;
+    const lz_world *world = lz_world_get();
+    r->rank = world->rank, r->size = world->size;
+    lz_ft_model *m = &r->m;
+    m->cfg = *cfg;
+    if (a->softmax_layers)
+        LZ_TRY(lz_config_set_softmax_layers(&m->cfg, a->softmax_layers));
+    if (!m->cfg.has_lizard)
+        return lz_fail(LZ_ERR_INPUT, "shape %s: no Lizard layers to train", a->model ? a->model : "(random)");
+    lz_lora_config lora = {0};
+    LZ_TRY(parse_targets(a->targets, lora.target));
+    lora.rank = (int)a->lora_rank, lora.alpha = a->lora_alpha, lora.dropout = a->lora_dropout;
+    lora.freeze_lizard = a->freeze_lizard, lora.seed = (uint64_t)a->seed;
+    a->model = NULL; // made at random
+    LZ_TRY(plan_run(r));
+    return open_model(r, &lora);
 }
 
 void lz_finetune_teardown(lz_finetune_run *r) {

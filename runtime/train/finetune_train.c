@@ -62,6 +62,26 @@ static lz_status update(lz_finetune_run *r, float clip_scale) {
     return lz_ft_params_sync_model(&m->params, &m->model);
 }
 
+lz_status lz_finetune_step(lz_finetune_run *r, const int32_t *ids, double *loss, double *norm) {
+    const double n_pred = (double)r->a.batch * (r->a.seq_len - 1);
+    double sum;
+    int bad_layer;
+    LZ_TRY(lz_ft_pipeline_batch(r, ids, true, r->step, (float)(1.0 / n_pred), &sum));
+    *loss = sum / n_pred;
+    LZ_TRY(lz_ft_grad_norm(r, norm, &bad_layer));
+    if (!isfinite(*loss) || !isfinite(*norm)) {
+        if (bad_layer >= 0)
+            return lz_fail(LZ_ERR_INPUT, "step %ld: the gradient is not finite (first in layer %d; loss %g); the last "
+                           "checkpoint is kept (a lower --lr?)", r->step + 1, bad_layer, *loss);
+        return lz_fail(LZ_ERR_INPUT, "step %ld: the loss is %g; the last checkpoint is kept (a lower --lr?)",
+                       r->step + 1, *loss);
+    }
+    const double clip = r->a.clip;
+    LZ_TRY(update(r, clip > 0 && *norm > clip ? (float)(clip / *norm) : 1.0f));
+    r->step++;
+    return LZ_OK;
+}
+
 /* The checkpoint (rank 0 writes what every owner sends it). */
 static lz_status checkpoint(lz_finetune_run *r) {
     LZ_TRY(lz_ft_share_params(r));
@@ -131,19 +151,8 @@ lz_status lz_finetune_train(lz_finetune_run *r) {
         }
         const double t0 = lz_now_seconds();
         double loss, norm;
-        int bad_layer;
-        LZ_TRY(batch_loss(r, &r->data, r->step, true, &loss));
-        LZ_TRY(lz_ft_grad_norm(r, &norm, &bad_layer));
-        if (!isfinite(loss) || !isfinite(norm)) {
-            if (bad_layer >= 0)
-                return lz_fail(LZ_ERR_INPUT, "step %ld: the gradient is not finite (first in layer %d; loss %g); the "
-                               "last checkpoint is kept (a lower --lr?)", r->step + 1, bad_layer, loss);
-            return lz_fail(LZ_ERR_INPUT, "step %ld: the loss is %g; the last checkpoint is kept (a lower --lr?)",
-                           r->step + 1, loss);
-        }
-        const double clip = r->a.clip;
-        LZ_TRY(update(r, clip > 0 && norm > clip ? (float)(clip / norm) : 1.0f));
-        r->step++;
+        lz_distill_data_batch(&r->data, (uint64_t)r->step, (int)r->a.batch, r->ids);
+        LZ_TRY(lz_finetune_step(r, r->ids, &loss, &norm));
         const double dt = lz_now_seconds() - t0;
         report_step(r, loss, norm, dt);
         if (r->step > 1) { // the first step warms the backend
