@@ -1,6 +1,8 @@
 /* cmd_generate.c - `lizard generate`: prefill a prompt, then sample tokens one
  * at a time until --max-tokens or an eos id. --stats reports the state a
- * sequence holds, by layer kind, as the context grows. */
+ * sequence holds, by layer kind, as the context grows. The text is escaped for
+ * the terminal (text_escape.h); what goes to stderr during a run waits until
+ * the text is out. */
 #include <inttypes.h> // PRIu64
 #include <jansson.h> // json_dumps (the "text" field)
 #include <stdio.h>   // printf, fprintf, fflush
@@ -21,6 +23,7 @@
 #include "id_list.h"           // lz_parse_id_list
 #include "sampler.h"           // lz_sampler
 #include "session_file.h"      // lz_session_load_file
+#include "text_escape.h"       // lz_text_escape
 #include "text_file.h"         // lz_read_text_file
 #include "tokenizer.h"         // lz_tokenizer, lz_detok
 
@@ -32,14 +35,35 @@ typedef struct {
     bool stats, ignore_eos, allow_long;
 } generate_args;
 
+/* What a run reports on stderr, kept until its text is out so that no line lands inside the text:
+ * the move of --move-after, and the --stats lines (after the prompt, at powers of two, at the end). */
+typedef struct {
+    int moved_at; /* the position at which the sequence moved to another placement (0: it did not) */
+    int n_counted;
+    int position[40]; /* after the prompt, the powers of two an int holds, the end: 33 at most */
+    lz_state_bytes bytes[40];
+} after_text;
+
 /* m: every layer of the model (under mpirun not the engine's model, which holds rank 0's stage only). */
-static void print_stats(const lz_model *m, int positions) {
-    const lz_state_bytes b = lz_state_bytes_at(m, positions);
-    fprintf(stderr,
-            "lizard stats: position %7d | softmax KV %10zu bytes (%d layers) | lizard GLA %zu + window %zu bytes "
-            "(%d layers) | total %zu bytes/sequence\n",
-            positions, b.softmax_kv, b.n_softmax, b.lizard_gla, b.lizard_window, b.n_lizard,
-            b.softmax_kv + b.lizard_gla + b.lizard_window);
+static void count_state(after_text *later, const lz_model *m, int positions) {
+    if (later->n_counted == (int)(sizeof later->position / sizeof later->position[0]))
+        return;
+    later->position[later->n_counted] = positions;
+    later->bytes[later->n_counted++] = lz_state_bytes_at(m, positions);
+}
+
+static void print_after_text(const after_text *later, const generate_args *a) {
+    if (later->moved_at)
+        fprintf(stderr, "lizard generate: moved the sequence at position %d to %s\n", later->moved_at,
+                a->move_plan ? a->move_plan : a->move_placement ? a->move_placement : "balanced");
+    for (int i = 0; i < later->n_counted; i++) {
+        const lz_state_bytes b = later->bytes[i];
+        fprintf(stderr,
+                "lizard stats: position %7d | softmax KV %10zu bytes (%d layers) | lizard GLA %zu + window %zu bytes "
+                "(%d layers) | total %zu bytes/sequence\n",
+                later->position[i], b.softmax_kv, b.n_softmax, b.lizard_gla, b.lizard_window, b.n_lizard,
+                b.softmax_kv + b.lizard_gla + b.lizard_window);
+    }
 }
 
 /* The model --stats counts: the engine's, or under mpirun every stage's layers described from the
@@ -53,16 +77,28 @@ static lz_status stats_model(lz_engine *e, const char *dir, lz_model *whole, con
     return LZ_OK;
 }
 
+/* Text on stdout, escaped; `end`: the text ends here (a character left incomplete is escaped). */
+static void print_escaped(lz_text_escape *esc, const char *text, size_t len, bool end) {
+    enum { PIECE = 256 };
+    char out[LZ_TEXT_ESCAPE_BOUND(PIECE)];
+    for (size_t i = 0; i < len; i += PIECE) {
+        const size_t k = len - i < PIECE ? len - i : PIECE;
+        fwrite(out, 1, lz_text_escape_push(esc, text + i, k, out), stdout);
+    }
+    if (end)
+        fwrite(out, 1, lz_text_escape_finish(esc, out), stdout);
+}
+
 /* Prints a generated token as it comes: decoded text with a tokenizer (a UTF-8
  * character split across tokens is held back until complete), else its id. */
-static lz_status emit(lz_detok *detok, const lz_tokenizer *tok, int32_t id, int index) {
+static lz_status emit(lz_detok *detok, lz_text_escape *esc, const lz_tokenizer *tok, int32_t id, int index) {
     if (!tok) {
         printf("%s%d", index > 0 ? " " : "", id);
     } else {
         const char *text;
         size_t len;
         LZ_TRY(lz_detok_push(detok, id, &text, &len));
-        fwrite(text, 1, len, stdout);
+        print_escaped(esc, text, len, false);
     }
     fflush(stdout);
     return LZ_OK;
@@ -78,8 +114,10 @@ typedef struct {
     lz_engine *e;
     const lz_tokenizer *tok;
     lz_detok detok;
+    lz_text_escape esc;
     bool stream;             /* one sequence as text: printed as it comes */
     const lz_model *counted; /* --stats: the model whose state is counted */
+    after_text *later;
     seq_ids *out;            /* sequence i's ids (malloc'd) */
     lz_status printed;
 } run_ctx;
@@ -91,21 +129,22 @@ static bool on_token(void *ctx, int slot, int32_t id, lz_gen_end end) {
     c->ids[c->n++] = id;
     const int held = lz_engine_position(r->e, slot);
     if (r->counted && (c->n == 1 || (held & (held - 1)) == 0)) // after the prompt, then at powers of two
-        print_stats(r->counted, held);
+        count_state(r->later, r->counted, held);
     if (r->stream)
-        r->printed = emit(&r->detok, r->tok, id, c->n - 1);
+        r->printed = emit(&r->detok, &r->esc, r->tok, id, c->n - 1);
     return r->printed == LZ_OK;
 }
 
 /* The n prompts through the generation loop, sequence i in slot i sampling
  * with seed + i from its draw number `draws` on (a continued session), its
  * ids into out[i]; *last (or NULL): sequence 0's sampler at the end, seconds: the
- * first round's (the prompts) and the others'. */
+ * first round's (the prompts) and the others'; *later: what to report once the
+ * text is out. */
 static lz_status run(lz_engine *e, const generate_args *a, const lz_tokenizer *tok, const lz_generation_config *gen,
                      const seq_ids *prompts, int n, const lz_sampler_params *params, uint64_t draws, seq_ids *out,
-                     lz_sampler *last, double seconds[2]) {
+                     lz_sampler *last, double seconds[2], after_text *later) {
     lz_model whole = {0};
-    run_ctx r = {.e = e, .tok = tok, .stream = n == 1 && strcmp(a->format, "json") != 0, .out = out};
+    run_ctx r = {.e = e, .tok = tok, .stream = n == 1 && strcmp(a->format, "json") != 0, .out = out, .later = later};
     lz_gen_loop g;
     lz_status s = lz_gen_init(&g, e, gen, &(lz_gen_callbacks){.on_token = on_token, .ctx = &r});
     if (s != LZ_OK)
@@ -136,17 +175,16 @@ static lz_status run(lz_engine *e, const generate_args *a, const lz_tokenizer *t
             continue;
         s = lz_engine_replan(e, a->move_placement, a->move_plan); // the live sequence changes placement here
         if (s == LZ_OK)
-            fprintf(stderr, "lizard generate: moved the sequence at position %d to %s\n", lz_engine_position(e, 0),
-                    a->move_plan ? a->move_plan : a->move_placement ? a->move_placement : "balanced");
+            later->moved_at = lz_engine_position(e, 0);
     }
     s = s != LZ_OK ? s : r.printed;
     if (s == LZ_OK && r.counted)
-        print_stats(r.counted, lz_engine_position(e, 0));
+        count_state(later, r.counted, lz_engine_position(e, 0));
     if (r.stream && tok) {
         const char *text;
         size_t len;
         if (s == LZ_OK && lz_detok_flush(&r.detok, &text, &len) == LZ_OK)
-            fwrite(text, 1, len, stdout);
+            print_escaped(&r.esc, text, len, true);
         lz_detok_free(&r.detok);
     }
     if (last)
@@ -326,12 +364,15 @@ static lz_status generate(const generate_args *a, lz_tokenizer *tok, const int32
         if (s == LZ_OK)
             s = lz_engine_restore_stages(&e, 0, saved);
     }
+    after_text later = {0};
     if (s == LZ_OK) // draws: where its random stream is
-        s = run(&e, a, tok, &gen, &(seq_ids){feed, n_feed}, 1, &p, draws, &out, &sampler, seconds);
-    if (s == LZ_OK && strcmp(a->format, "json") == 0)
+        s = run(&e, a, tok, &gen, &(seq_ids){feed, n_feed}, 1, &p, draws, &out, &sampler, seconds, &later);
+    const bool json = strcmp(a->format, "json") == 0;
+    if (s == LZ_OK && json)
         s = print_json(tok, out.ids, out.n);
-    else if (s == LZ_OK)
-        printf("\n");
+    else if (!json && (s == LZ_OK || out.n > 0)) // the text's line ends before anything else, an error too
+        printf("\n"), fflush(stdout);
+    print_after_text(&later, a);
     if (s == LZ_OK && a->session)
         s = write_session(a, &e, saved, input, n_input, out.ids, out.n, &sampler);
     free(out.ids), free(feed);
@@ -354,7 +395,7 @@ static lz_status print_completion(const generate_args *a, const lz_tokenizer *to
         char *text;
         size_t len;
         LZ_TRY(lz_tokenizer_decode(tok, c->ids, c->n, true, &text, &len));
-        fwrite(text, 1, len, stdout);
+        print_escaped(&(lz_text_escape){.n_held = 0}, text, len, true);
         free(text);
     }
     printf("\n");
@@ -374,16 +415,19 @@ static lz_status generate_many(const generate_args *a, lz_tokenizer *tok, const 
         return LZ_OK;
     seq_ids *out = calloc((size_t)n, sizeof(seq_ids));
     double seconds[2] = {0, 0};
+    after_text later = {0};
     lz_status s = out ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK) {
         const lz_sampler_params p = sampler_params(a, &gen);
-        s = run(&e, a, tok, &gen, prompts, n, &p, 0, out, NULL, seconds);
+        s = run(&e, a, tok, &gen, prompts, n, &p, 0, out, NULL, seconds, &later);
     }
     long prompt_tokens = 0, generated = 0, decoded = 0; // each sequence's first token comes from its prompt's step
     for (int i = 0; s == LZ_OK && i < n; i++) {
         s = print_completion(a, tok, index ? index[i] : i, &out[i]);
         prompt_tokens += prompts[i].n, generated += out[i].n, decoded += out[i].n - (out[i].n > 0);
     }
+    fflush(stdout);
+    print_after_text(&later, a);
     if (s == LZ_OK)
         fprintf(stderr, "lizard generate: %d sequences, %ld prompt tokens in %.3f s, %ld tokens generated (%ld by "
                         "decode steps in %.3f s: %.1f tok/s)\n", n, prompt_tokens, seconds[0], generated, decoded,

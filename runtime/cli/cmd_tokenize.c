@@ -1,5 +1,7 @@
 /* cmd_tokenize.c - `lizard tokenize`: text -> ids with the model folder's
- * tokenizer.json (--text or --file), or ids -> text (--ids). */
+ * tokenizer.json (--text or --file), or ids -> text (--ids). The text of --ids
+ * is the decoded bytes exactly, escaping nothing (unlike generate's): this is
+ * the tool that shows what a model wrote; --format json escapes for JSON. */
 #include <jansson.h> // json_stringn: the json format's escaping
 #include <stdio.h>   // printf, fwrite, fopen
 #include <stdlib.h>  // malloc, free
@@ -71,7 +73,8 @@ lz_status lz_cmd_tokenize(int argc, char **argv) {
         {"--model", LZ_OPT_DIR, "DIR", "model folder (tokenizer.json, tokenizer_config.json)", &model, true, 0, 0},
         {"--text", LZ_OPT_STRING, "TEXT", "text to encode: prints its ids", &text, false, 0, 0},
         {"--file", LZ_OPT_STRING, "PATH", "encode this file's bytes", &file, false, 0, 0},
-        {"--ids", LZ_OPT_STRING, "1,2,3", "ids to decode: prints the text", &ids_text, false, 0, 0},
+        {"--ids", LZ_OPT_STRING, "1,2,3", "ids to decode: prints the text's exact bytes (control characters and "
+         "bytes that are not UTF-8 as they are)", &ids_text, false, 0, 0},
         {"--no-special", LZ_OPT_FLAG, NULL, "encode without BOS/EOS (HF add_special_tokens=False)", &no_special, false,
          0, 0},
         {"--keep-special", LZ_OPT_FLAG, NULL, "decode special tokens too (default: skipped, as HF tokenizers does)",
