@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# pack_devout.sh - on the dev machine: the binaries the device scripts run (lizard, test_gpu_ops,
-# test_parity, test_gpu_train, test_gpu_backward) and the shared libraries they need that the GPU
+# pack_devout.sh - on the dev machine: the binaries the device scripts run (lizard and the test
+# programs listed in `tests` below) and the shared libraries they need that the GPU
 # machine's image lacks (Debian's jansson, PCRE2, protobuf-c, microhttpd, Open MPI and what those pull in), into
 # .devpack/devout.tgz (git-ignored; the binaries' fatbins make the folder larger than a device call
 # carries, compressed it is ~30 MB): carry ".devpack"; the device scripts unpack it into .devout/
@@ -9,11 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
-make -C "$BUILD" -j"$(nproc)" lizard test_gpu_ops test_parity test_gpu_train test_gpu_backward >/dev/null
+tests=(test_gpu_ops test_parity test_gpu_train test_gpu_backward test_gpu_backward_attn test_finetune)
+make -C "$BUILD" -j"$(nproc)" lizard "${tests[@]}" >/dev/null
 rm -rf .devout && mkdir -p .devout/lib
-bins=("$BUILD/lizard" "$BUILD/tests/gpu/test_gpu_ops" "$(find "$BUILD" -name test_parity -type f | head -1)"
-      "$(find "$BUILD" -name test_gpu_train -type f | head -1)"
-      "$(find "$BUILD" -name test_gpu_backward -type f | head -1)")
+bins=("$BUILD/lizard")
+for t in "${tests[@]}"; do
+  bins+=("$(find "$BUILD" -name "$t" -type f | head -1)")
+done
 for b in "${bins[@]}"; do
   [ -f "$b" ] && cp "$b" .devout/
 done
