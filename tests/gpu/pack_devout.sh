@@ -9,11 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
-tests=(test_gpu_ops test_parity test_gpu_train test_gpu_backward test_gpu_backward_attn test_finetune)
-make -C "$BUILD" -j"$(nproc)" lizard "${tests[@]}" >/dev/null
+# PACK_TESTS: which test programs (a call carries 64 MiB: a call that needs only lizard packs none)
+read -r -a tests <<<"${PACK_TESTS-test_gpu_ops test_parity test_gpu_train test_gpu_backward test_gpu_backward_attn test_finetune}"
+make -C "$BUILD" -j"$(nproc)" lizard ${tests[@]+"${tests[@]}"} >/dev/null
 rm -rf .devout && mkdir -p .devout/lib
 bins=("$BUILD/lizard")
-for t in "${tests[@]}"; do
+for t in ${tests[@]+"${tests[@]}"}; do
   bins+=("$(find "$BUILD" -name "$t" -type f | head -1)")
 done
 for b in "${bins[@]}"; do
