@@ -121,6 +121,9 @@ __device__ __forceinline__ void lz_mm(int M, int N, int K, FA A, FB B, FO out, f
 // log(sigmoid(l)) without overflow (the CPU reference's formula)
 __device__ __forceinline__ float lz_log_sigmoid(float l) { return l >= 0.0f ? -log1pf(expf(-l)) : l - log1pf(expf(l)); }
 
+// The stream of every training launch, copy and memset (lz_cuda_train_set_stream; train_layer.cu)
+cudaStream_t lz_train_stream(void);
+
 // dst[e] += sum over s < slices of partial[s * n + e], in order (train_feature_map.cu)
 lz_status lz_cuda_sum_slices(float *dst, const float *partial, size_t n, int slices);
 

@@ -1,6 +1,6 @@
 // train_gate.cu - the per-token gate for training: logit = W_gamma . x,
-// log gamma = log sigmoid(logit), and the backward to W_gamma
-// (cpu/backward/gate_backward.inc).
+// log gamma = log sigmoid(logit), and the backward to W_gamma and (fine-tuning)
+// to x (cpu/backward/gate_backward.inc).
 #include "train_common.cuh" // lz_log_sigmoid, lz_cuda_sum_slices, LZ_TB
 
 enum { GATE_SLICE = 128 }; // tokens per partial sum of dW_gamma
@@ -37,13 +37,22 @@ __global__ void gate_backward_partial_kernel(float *partial, const float *dlog_g
     partial[(size_t)blockIdx.y * C + c] = acc;
 }
 
+// a thread per element: dx[t][c] += dlogit_t wg[c], dlogit_t = dlog_gamma[t] sigmoid(-logit[t])
+__global__ void gate_backward_input_kernel(float *dx, const float *dlog_gamma, const float *logit, const float *wg,
+                                           size_t n, int C) {
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = e / C;
+        dx[e] += dlog_gamma[t] / (1.0f + expf(logit[t])) * wg[e % C];
+    }
+}
+
 // ---- launchers -----------------------------------------------------------------------------------
 
 extern "C" lz_status lz_cuda_gate_train_forward(float *logit, float *log_gamma, const float *x, const float *wg, int N,
                                                 int C) {
     if (N <= 0)
         return LZ_OK;
-    gate_forward_kernel<<<lz_div_up(N, LZ_TB / 32), LZ_TB>>>(logit, log_gamma, x, wg, N, C);
+    gate_forward_kernel<<<lz_div_up(N, LZ_TB / 32), LZ_TB, 0, lz_train_stream()>>>(logit, log_gamma, x, wg, N, C);
     LZ_LAUNCH_CHECK("gate_forward");
     return LZ_OK;
 }
@@ -55,7 +64,19 @@ extern "C" lz_status lz_cuda_gate_backward(float *dwg, const float *dlog_gamma, 
     if (N <= 0)
         return LZ_OK;
     const int slices = lz_div_up(N, GATE_SLICE);
-    gate_backward_partial_kernel<<<dim3(lz_div_up(C, LZ_TB), slices), LZ_TB>>>(scratch, dlog_gamma, logit, x, N, C);
+    gate_backward_partial_kernel<<<dim3(lz_div_up(C, LZ_TB), slices), LZ_TB, 0, lz_train_stream()>>>(
+        scratch, dlog_gamma, logit, x, N, C);
     LZ_LAUNCH_CHECK("gate_backward_partial");
     return lz_cuda_sum_slices(dwg, scratch, (size_t)C, slices);
+}
+
+extern "C" lz_status lz_cuda_gate_backward_input(float *dx, const float *dlog_gamma, const float *logit,
+                                                 const float *wg, int N, int C) {
+    if (N <= 0 || C <= 0)
+        return LZ_OK;
+    const size_t n = (size_t)N * C;
+    const int blocks = lz_div_up((long)n, LZ_TB) < 4096 ? lz_div_up((long)n, LZ_TB) : 4096;
+    gate_backward_input_kernel<<<blocks, LZ_TB, 0, lz_train_stream()>>>(dx, dlog_gamma, logit, wg, n, C);
+    LZ_LAUNCH_CHECK("gate_backward_input");
+    return LZ_OK;
 }

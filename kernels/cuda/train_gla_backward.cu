@@ -6,7 +6,10 @@
 //   3. reverse scan: D_c (the gradient of chunk c's end state) = E_{c+1} + e^{G_L(c+1)} D_{c+1};
 //   4. per chunk and state head, everything local: the carry term into phi_k and G,
 //      the state and in-chunk terms of each query head of the group into phi_q, phi_k, G;
-//   5. d log gamma_j = sum over state heads of the suffix sums of dG inside the chunk.
+//   5. d log gamma_j = sum over state heads of the suffix sums of dG inside the chunk;
+//   6. (fine-tuning, gla_backward_full's dv) per chunk and value head, over the state heads that read
+//      it in order: dv_t += e^{G_L - G_t} D_c^T phi_k_t (the carry) and, for each query head of the
+//      state head, dv_t += sum_{i >= t in the chunk} w_it dnum_i, w_it = (phi_q_i . phi_k_t) e^{G_i - G_t}.
 // Every output element has one writer and every sum a fixed order: no atomics.
 #include "train_gla.cuh" // train_gla_shape, lz_block_mm, load_chunk_gates
 
@@ -186,6 +189,48 @@ __global__ void gla_chunk_backward_kernel(float *dphi_q, float *dphi_k, float *d
         dGpart[(row0 + threadIdx.x) * sh.Hs + s] = dG[threadIdx.x];
 }
 
+// grid (chunks, Hkv, n_seq): dv of chunk c's rows for value head vh (added to). The state heads of
+// vh: vh alone (phi_k per kv head), or its Hq / Hkv query heads (phi_k per query head); all products
+// have the (n, d) shape, so every dv element is the same thread's throughout.
+template <bool BF16>
+__global__ void gla_dv_kernel(float *dv, const float *dnum, const float *D, const float *phi_q, const float *phi_k,
+                              const float *G, train_gla_shape sh) {
+    __shared__ __align__(32) float tiles[LZ_MM_SMEM];
+    __shared__ float Gs[GC], wk[GC], wm[GC][GC + 1];
+    const int c = blockIdx.x, vh = blockIdx.y, b = blockIdx.z, n = sh.chunk_len(c), L = n - 1;
+    const int spv = sh.Hs / sh.Hkv; // state heads per value head
+    const size_t row0 = (size_t)b * sh.T + (size_t)c * GC, Fd = (size_t)sh.F * sh.d;
+    const size_t pqs = (size_t)sh.Hq * sh.F, pks = (size_t)sh.Hs * sh.F, vs = (size_t)sh.Hkv * sh.d,
+                 ds = (size_t)sh.Hq * sh.d;
+    load_chunk_gates(Gs, G, row0, n);
+    for (int t = threadIdx.x; t < n; t += blockDim.x)
+        wk[t] = expf(Gs[L] - Gs[t]);
+    __syncthreads();
+    float *dvv = dv + (row0 * sh.Hkv + vh) * sh.d;
+    for (int sl = 0; sl < spv; sl++) {
+        const int s = vh * spv + sl;
+        const float *pk = phi_k + (row0 * sh.Hs + s) * sh.F, *Dc = D + sh.slot(b, c, s) * Fd;
+        if (c + 1 < sh.chunks) // the carry (the last chunk's end state has no gradient)
+            lz_mm<BF16, false, false>(
+                n, sh.d, sh.F, [&](int t, int a) { return wk[t] * pk[t * pks + a]; },
+                [&](int a, int j) { return Dc[(size_t)a * sh.d + j]; },
+                [&](int t, int j, float acc) { dvv[t * vs + j] += acc; }, tiles);
+        for (int hl = 0; hl < sh.qps; hl++) {
+            const int h = s * sh.qps + hl;
+            const float *pq = phi_q + (row0 * sh.Hq + h) * sh.F, *dn = dnum + (row0 * sh.Hq + h) * sh.d;
+            __syncthreads(); // the previous head's wm is read
+            lz_mm<BF16, false, true>(
+                n, n, sh.F, [&](int i, int a) { return pq[i * pqs + a]; },
+                [&](int a, int t) { return pk[t * pks + a]; },
+                [&](int i, int t, float acc) { wm[i][t] = t <= i ? acc * expf(Gs[i] - Gs[t]) : 0.0f; }, tiles);
+            __syncthreads();
+            lz_mm<BF16, false, false>(
+                n, sh.d, n, [&](int t, int i) { return wm[i][t]; }, [&](int i, int j) { return dn[i * ds + j]; },
+                [&](int t, int j, float acc) { dvv[t * vs + j] += acc; }, tiles);
+        }
+    }
+}
+
 // a thread per (sequence, chunk): d log gamma_j = sum_{i >= j in the chunk} sum_s dG_i
 __global__ void gla_dlg_kernel(float *dlg, const float *dGpart, int n_seq, train_gla_shape sh) {
     const int id = blockIdx.x * blockDim.x + threadIdx.x;
@@ -210,11 +255,11 @@ extern "C" size_t lz_cuda_gla_backward_scratch(int n_seq, int T, const lz_lizard
     return N + N * g->Hq * g->d + N * g->Hq + N * g->Hs + slots * F * g->d + slots * F;
 }
 
-extern "C" lz_status lz_cuda_gla_backward(float *dphi_q, float *dphi_k, float *dlog_gamma, const float *dout,
-                                          const float *out, const float *S0, const float *z0, const float *den,
-                                          const float *phi_q, const float *phi_k, const float *v,
-                                          const float *log_gamma, int n_seq, int T, const lz_lizard_geom *g,
-                                          float *scratch) {
+extern "C" lz_status lz_cuda_gla_backward_full(float *dphi_q, float *dphi_k, float *dlog_gamma, float *dv,
+                                               const float *dout, const float *out, const float *S0, const float *z0,
+                                               const float *den, const float *phi_q, const float *phi_k,
+                                               const float *v, const float *log_gamma, int n_seq, int T,
+                                               const lz_lizard_geom *g, float *scratch) {
     if (n_seq <= 0 || T <= 0)
         return LZ_OK;
     const train_gla_shape sh = train_gla_shape_of(g, T);
@@ -224,27 +269,47 @@ extern "C" lz_status lz_cuda_gla_backward(float *dphi_q, float *dphi_k, float *d
     float *D = dGpart + N * sh.Hs, *dz = D + slots * sh.F * sh.d;
     LZ_TRY(lz_cuda_gla_cumulative_gates(G, log_gamma, n_seq, T));
     const long rows = (long)N * sh.Hq;
-    gla_dnum_kernel<<<lz_div_up(rows, LZ_TB / 32), LZ_TB>>>(dnum, dden, dout, out, den, rows, sh.d, g->normalize);
+    gla_dnum_kernel<<<lz_div_up(rows, LZ_TB / 32), LZ_TB, 0, lz_train_stream()>>>(dnum, dden, dout, out, den, rows,
+                                                                                  sh.d, g->normalize);
     LZ_LAUNCH_CHECK("gla_dnum");
     if (sh.chunks > 1) {
         const dim3 grid(sh.chunks - 1, sh.Hs, n_seq);
         if (bf16)
-            gla_state_grad_kernel<true><<<grid, LZ_TB>>>(D, dz, dnum, dden, phi_q, G, sh);
+            gla_state_grad_kernel<true><<<grid, LZ_TB, 0, lz_train_stream()>>>(D, dz, dnum, dden, phi_q, G, sh);
         else
-            gla_state_grad_kernel<false><<<grid, LZ_TB>>>(D, dz, dnum, dden, phi_q, G, sh);
+            gla_state_grad_kernel<false><<<grid, LZ_TB, 0, lz_train_stream()>>>(D, dz, dnum, dden, phi_q, G, sh);
         LZ_LAUNCH_CHECK("gla_state_grad");
     }
-    gla_rscan_kernel<<<dim3(lz_div_up((long)sh.F * sh.d + sh.F, LZ_TB), sh.Hs, n_seq), LZ_TB>>>(D, dz, G, sh);
+    gla_rscan_kernel<<<dim3(lz_div_up((long)sh.F * sh.d + sh.F, LZ_TB), sh.Hs, n_seq), LZ_TB, 0,
+                       lz_train_stream()>>>(D, dz, G, sh);
     LZ_LAUNCH_CHECK("gla_rscan");
     const dim3 grid(sh.chunks, sh.Hs, n_seq);
     if (bf16)
-        gla_chunk_backward_kernel<true>
-            <<<grid, LZ_TB>>>(dphi_q, dphi_k, dGpart, dnum, dden, D, dz, S0, z0, phi_q, phi_k, v, G, sh);
+        gla_chunk_backward_kernel<true><<<grid, LZ_TB, 0, lz_train_stream()>>>(dphi_q, dphi_k, dGpart, dnum, dden, D,
+                                                                               dz, S0, z0, phi_q, phi_k, v, G, sh);
     else
-        gla_chunk_backward_kernel<false>
-            <<<grid, LZ_TB>>>(dphi_q, dphi_k, dGpart, dnum, dden, D, dz, S0, z0, phi_q, phi_k, v, G, sh);
+        gla_chunk_backward_kernel<false><<<grid, LZ_TB, 0, lz_train_stream()>>>(dphi_q, dphi_k, dGpart, dnum, dden, D,
+                                                                                dz, S0, z0, phi_q, phi_k, v, G, sh);
     LZ_LAUNCH_CHECK("gla_chunk_backward");
-    gla_dlg_kernel<<<lz_div_up((long)n_seq * sh.chunks, LZ_TB), LZ_TB>>>(dlog_gamma, dGpart, n_seq, sh);
+    gla_dlg_kernel<<<lz_div_up((long)n_seq * sh.chunks, LZ_TB), LZ_TB, 0, lz_train_stream()>>>(dlog_gamma, dGpart,
+                                                                                                n_seq, sh);
     LZ_LAUNCH_CHECK("gla_dlg");
+    if (dv) {
+        const dim3 dv_grid(sh.chunks, sh.Hkv, n_seq);
+        if (bf16)
+            gla_dv_kernel<true><<<dv_grid, LZ_TB, 0, lz_train_stream()>>>(dv, dnum, D, phi_q, phi_k, G, sh);
+        else
+            gla_dv_kernel<false><<<dv_grid, LZ_TB, 0, lz_train_stream()>>>(dv, dnum, D, phi_q, phi_k, G, sh);
+        LZ_LAUNCH_CHECK("gla_dv");
+    }
     return LZ_OK;
+}
+
+extern "C" lz_status lz_cuda_gla_backward(float *dphi_q, float *dphi_k, float *dlog_gamma, const float *dout,
+                                          const float *out, const float *S0, const float *z0, const float *den,
+                                          const float *phi_q, const float *phi_k, const float *v,
+                                          const float *log_gamma, int n_seq, int T, const lz_lizard_geom *g,
+                                          float *scratch) {
+    return lz_cuda_gla_backward_full(dphi_q, dphi_k, dlog_gamma, NULL, dout, out, S0, z0, den, phi_q, phi_k, v,
+                                     log_gamma, n_seq, T, g, scratch);
 }

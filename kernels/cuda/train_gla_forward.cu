@@ -125,7 +125,7 @@ __global__ void gla_out_kernel(float *out, float *den_out, const float *S0, cons
 
 lz_status lz_cuda_gla_cumulative_gates(float *G, const float *log_gamma, int n_seq, int T) {
     const int jobs = n_seq * lz_train_chunks(T);
-    gla_cumgates_kernel<<<lz_div_up(jobs, LZ_TB), LZ_TB>>>(G, log_gamma, n_seq, T);
+    gla_cumgates_kernel<<<lz_div_up(jobs, LZ_TB), LZ_TB, 0, lz_train_stream()>>>(G, log_gamma, n_seq, T);
     LZ_LAUNCH_CHECK("gla_cumgates");
     return LZ_OK;
 }
@@ -148,18 +148,23 @@ static lz_status gla_forward_launch(float *out, float *S0, float *z0, float *den
     LZ_TRY(lz_cuda_gla_cumulative_gates(G, log_gamma, n_seq, sh.T));
     if (sh.chunks > 1) {
         if (bf16)
-            gla_delta_kernel<true><<<dim3(sh.chunks - 1, sh.Hs, n_seq), LZ_TB>>>(S0, z0, phi_k, v, G, sh);
+            gla_delta_kernel<true>
+                <<<dim3(sh.chunks - 1, sh.Hs, n_seq), LZ_TB, 0, lz_train_stream()>>>(S0, z0, phi_k, v, G, sh);
         else
-            gla_delta_kernel<false><<<dim3(sh.chunks - 1, sh.Hs, n_seq), LZ_TB>>>(S0, z0, phi_k, v, G, sh);
+            gla_delta_kernel<false>
+                <<<dim3(sh.chunks - 1, sh.Hs, n_seq), LZ_TB, 0, lz_train_stream()>>>(S0, z0, phi_k, v, G, sh);
         LZ_LAUNCH_CHECK("gla_delta");
     }
-    gla_scan_kernel<<<dim3(lz_div_up((long)sh.F * sh.d + sh.F, LZ_TB), sh.Hs, n_seq), LZ_TB>>>(S0, z0, G, sh);
+    gla_scan_kernel<<<dim3(lz_div_up((long)sh.F * sh.d + sh.F, LZ_TB), sh.Hs, n_seq), LZ_TB, 0,
+                      lz_train_stream()>>>(S0, z0, G, sh);
     LZ_LAUNCH_CHECK("gla_scan");
     const dim3 grid(sh.chunks, sh.Hq, n_seq);
     if (bf16)
-        gla_out_kernel<true><<<grid, LZ_TB>>>(out, den, S0, z0, phi_q, phi_k, v, G, sh, normalize);
+        gla_out_kernel<true>
+            <<<grid, LZ_TB, 0, lz_train_stream()>>>(out, den, S0, z0, phi_q, phi_k, v, G, sh, normalize);
     else
-        gla_out_kernel<false><<<grid, LZ_TB>>>(out, den, S0, z0, phi_q, phi_k, v, G, sh, normalize);
+        gla_out_kernel<false>
+            <<<grid, LZ_TB, 0, lz_train_stream()>>>(out, den, S0, z0, phi_q, phi_k, v, G, sh, normalize);
     LZ_LAUNCH_CHECK("gla_out");
     return LZ_OK;
 }
@@ -171,8 +176,8 @@ extern "C" lz_status lz_cuda_gla_train_forward(float *out, float *S0, float *z0,
         return LZ_OK;
     const train_gla_shape sh = train_gla_shape_of(g, T);
     float *G; // stream-ordered: freed after the kernels that read it
-    LZ_CUDA_TRY(cudaMallocAsync((void **)&G, sizeof(float) * (size_t)n_seq * T, 0));
+    LZ_CUDA_TRY(cudaMallocAsync((void **)&G, sizeof(float) * (size_t)n_seq * T, lz_train_stream()));
     const lz_status st = gla_forward_launch(out, S0, z0, den, phi_q, phi_k, v, log_gamma, n_seq, sh, g->normalize, G);
-    LZ_CUDA_TRY(cudaFreeAsync(G, 0));
+    LZ_CUDA_TRY(cudaFreeAsync(G, lz_train_stream()));
     return st;
 }

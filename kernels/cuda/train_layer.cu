@@ -68,11 +68,19 @@ __global__ void combine_finish_kernel(double *partial, float *dalpha, int blocks
 extern "C" lz_status lz_cuda_bf16_to_f32(float *dst, const void *src, size_t n) {
     if (n == 0)
         return LZ_OK;
-    bf16_to_f32_kernel<<<lz_div_up((long)n, LZ_TB) < 4096 ? lz_div_up((long)n, LZ_TB) : 4096, LZ_TB>>>(
-        dst, (const __nv_bfloat16 *)src, n);
+    const int blocks = lz_div_up((long)n, LZ_TB) < 4096 ? lz_div_up((long)n, LZ_TB) : 4096;
+    bf16_to_f32_kernel<<<blocks, LZ_TB, 0, lz_train_stream()>>>(dst, (const __nv_bfloat16 *)src, n);
     LZ_LAUNCH_CHECK("bf16_to_f32");
     return LZ_OK;
 }
+
+// ---- the stream ----------------------------------------------------------------------------------
+
+static cudaStream_t train_stream = NULL; // NULL: the legacy default stream
+
+extern "C" void lz_cuda_train_set_stream(void *stream) { train_stream = (cudaStream_t)stream; }
+
+cudaStream_t lz_train_stream(void) { return train_stream; }
 
 // ---- scratch -------------------------------------------------------------------------------------
 
@@ -138,10 +146,10 @@ extern "C" lz_status lz_lizard_layer_sse_cuda(double *sse, double *energy, const
     LZ_TRY(lz_cuda_feature_map_train_forward(s->phi_k, k, p->wk, g->n_wk, N, g->Hkv, g->Hs, d, f, g->exp_map));
     LZ_TRY(lz_cuda_gla_train_forward(s->gla, s->S0, s->z0, s->den, s->phi_q, s->phi_k, v, s->lg, n_seq, T, g));
     LZ_TRY(lz_cuda_window_train_forward(s->win, s->stats, q, k, v, p->meta, n_seq, T, g));
-    combine_kernel<<<LOSS_BLOCKS, LZ_TB>>>(s->partial, s->dy, s->dwin, s->gla, s->win, target, p->alpha, grad_scale,
-                                           n_out, grad != NULL);
+    combine_kernel<<<LOSS_BLOCKS, LZ_TB, 0, lz_train_stream()>>>(s->partial, s->dy, s->dwin, s->gla, s->win, target,
+                                                                 p->alpha, grad_scale, n_out, grad != NULL);
     LZ_LAUNCH_CHECK("combine");
-    combine_finish_kernel<<<1, 1>>>(s->partial, grad ? grad->alpha : NULL, LOSS_BLOCKS);
+    combine_finish_kernel<<<1, 1, 0, lz_train_stream()>>>(s->partial, grad ? grad->alpha : NULL, LOSS_BLOCKS);
     LZ_LAUNCH_CHECK("combine_finish");
     if (grad) {
         LZ_TRY(lz_cuda_window_backward(grad->meta, s->dwin, s->win, s->stats, p->meta, n_seq, T, g, s->work));
@@ -153,7 +161,9 @@ extern "C" lz_status lz_lizard_layer_sse_cuda(double *sse, double *energy, const
                                             g->exp_map, s->work));
         LZ_TRY(lz_cuda_gate_backward(grad->wg, s->dlg, s->logit, x, N, s->C, s->work));
     }
-    LZ_CUDA_TRY(cudaMemcpy(s->h_partial, s->partial, 2 * sizeof(double), cudaMemcpyDeviceToHost));
+    LZ_CUDA_TRY(cudaMemcpyAsync(s->h_partial, s->partial, 2 * sizeof(double), cudaMemcpyDeviceToHost,
+                                lz_train_stream()));
+    LZ_CUDA_TRY(cudaStreamSynchronize(lz_train_stream()));
     *sse = s->h_partial[0];
     if (energy)
         *energy = s->h_partial[1];

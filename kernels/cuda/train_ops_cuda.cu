@@ -1,13 +1,13 @@
 // train_ops_cuda.cu - the training op table on the GPU (train_ops.h): device
-// memory on the default stream, the fp32 training kernels of train_cuda.h.
+// memory and copies on the training stream (train_cuda.h: the legacy default
+// stream unless a caller set another), the fp32 training kernels of train_cuda.h.
 // The stage-2 ops (finetune) have no GPU kernels yet: that entry is NULL.
 #include <cuda_runtime_api.h>
 #include <stdlib.h> // calloc, free
 
-#include "cuda_common.cuh" // LZ_CUDA_TRY
+#include "train_common.cuh" // LZ_CUDA_TRY, lz_train_stream, train_cuda.h
 
 extern "C" {
-#include "cuda/train_cuda.h"
 #include "train_ops.h"
 }
 
@@ -30,17 +30,19 @@ static lz_status cuda_alloc(size_t bytes, void **out) {
 static void cuda_free(void *p) { cudaFree(p); } // NULL is fine; an error here would be an earlier fault's
 
 static lz_status cuda_upload(void *dst, const void *src, size_t bytes) {
-    LZ_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, lz_train_stream()));
+    LZ_CUDA_TRY(cudaStreamSynchronize(lz_train_stream())); // the caller may reuse src at once
     return LZ_OK;
 }
 
 static lz_status cuda_download(void *dst, const void *src, size_t bytes) {
-    LZ_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    LZ_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, lz_train_stream()));
+    LZ_CUDA_TRY(cudaStreamSynchronize(lz_train_stream()));
     return LZ_OK;
 }
 
 static lz_status cuda_zero(void *p, size_t bytes) {
-    LZ_CUDA_TRY(cudaMemset(p, 0, bytes));
+    LZ_CUDA_TRY(cudaMemsetAsync(p, 0, bytes, lz_train_stream()));
     return LZ_OK;
 }
 
