@@ -10,7 +10,8 @@
 extern "C" {
 #endif
 
-enum { LZ_CE_SLICE_BYTES = 64 << 20 }; /* the default: 64 MiB */
+/* the default: 256 MiB, 512 rows of a 128K vocabulary (products big enough for the tensor cores) */
+enum { LZ_CE_SLICE_BYTES = 256 << 20 };
 
 /* Sets the bound for every later call (0: back to LZ_CE_SLICE_BYTES). */
 void lz_cuda_ce_set_slice_bytes(size_t bytes);
