@@ -50,6 +50,9 @@ if phase 1; then
 fi
 
 T=tests/quality/teacher
+TRAIN=$W/train.txt # lizard reads plain text; the device image may lack the xz program
+python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+  .corpus/distill.txt.xz "$TRAIN"
 eval_ppl() { # model -> perplexity at 1,024 on the first VALID_BYTES of valid.txt
   head -c "$VALID_BYTES" .corpus/valid.txt >"$W/valid.txt"
   "$LZ" eval --model "$1" --text "$W/valid.txt" --ppl-context 1024 --json --device cuda --allow-long-context \
@@ -60,11 +63,11 @@ if phase 2; then
   say "teacher ppl@1024: $(eval_ppl $T)"
   for cfg in "hybrid-50:0,2,4,6" "lizard-0:none"; do
     name=${cfg%%:*} layers=${cfg#*:}
-    timeout -k 5 240 "$LZ" distill --teacher $T --data .corpus/distill.txt.xz --out "$W/$name-s1" --tokens "$S1_TOKENS" \
+    timeout -k 5 240 "$LZ" distill --teacher $T --data "$TRAIN" --out "$W/$name-s1" --tokens "$S1_TOKENS" \
       --seq-len 1024 --batch 8 --device cuda --softmax-layers "$layers" --log "$W/logs/$name-s1.jsonl" \
       >"$W/logs/$name-s1.out" 2>"$W/logs/$name-s1.err" || { status=1; say "$name distill FAILED: $(tail -2 "$W/logs/$name-s1.err")"; continue; }
     say "$name stage 1: $(grep -o '[0-9]* tok/s' "$W/logs/$name-s1.err" | tail -1), ppl@1024 $(eval_ppl "$W/$name-s1")"
-    timeout -k 5 300 "$LZ" finetune --model "$W/$name-s1" --data .corpus/distill.txt.xz --out "$W/$name-s2" \
+    timeout -k 5 300 "$LZ" finetune --model "$W/$name-s1" --data "$TRAIN" --out "$W/$name-s2" \
       --tokens "$S2_TOKENS" --seq-len 1024 --batch 8 --lr 5e-4 --device cuda --log "$W/logs/$name-s2.jsonl" \
       --log-every 50 >"$W/logs/$name-s2.out" 2>"$W/logs/$name-s2.err" ||
       { status=1; say "$name finetune FAILED: $(tail -3 "$W/logs/$name-s2.err")"; continue; }

@@ -2,8 +2,8 @@
 # pack_devout.sh - on the dev machine: the binaries the device scripts run (lizard and the test
 # programs listed in `tests` below) and the shared libraries they need that the GPU
 # machine's image lacks (Debian's jansson, PCRE2, protobuf-c, microhttpd, Open MPI and what those pull in), into
-# .devpack/devout.tgz (git-ignored; the binaries' fatbins make the folder larger than a device call
-# carries, compressed it is ~30 MB): carry ".devpack"; the device scripts unpack it into .devout/
+# .devpack/devout.txz (git-ignored; the binaries' fatbins make the folder larger than a device call
+# carries; xz takes each program's ~30 MB to ~6 MB): carry ".devpack"; the device scripts unpack it into .devout/
 # (tests/gpu/device_env.sh, once for each pack).
 # The C runtime and the CUDA libraries (cuBLAS, NCCL) are the GPU machine's own.
 set -euo pipefail
@@ -28,5 +28,5 @@ for b in "${bins[@]}"; do
   done
 done
 strip .devout/lizard .devout/test_* 2>/dev/null || true
-mkdir -p .devpack && tar -C .devout -czf .devpack/devout.tgz .
-du -sh .devpack/devout.tgz
+rm -rf .devpack && mkdir -p .devpack && tar -C .devout -cf - . | xz -T2 -6 >.devpack/devout.txz
+du -sh .devpack/devout.txz
