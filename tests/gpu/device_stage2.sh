@@ -15,13 +15,17 @@
 set -uo pipefail
 source tests/gpu/device_env.sh
 S1_TOKENS=${S1_TOKENS:-2000000} S2_TOKENS=${S2_TOKENS:-2000000} VALID_BYTES=${VALID_BYTES:-262144}
-PHASES=${PHASES:-1234}
+PHASES=${PHASES:-1234} DEADLINE=${DEADLINE:-570}
+START=$SECONDS
 W=/tmp/stage2
 rm -rf "$W" && mkdir -p "$W/logs"
 LZ=$PWD/.devout/lizard
 status=0
 say() { echo "$*" | tee -a "$OUT/summary.txt"; }
-phase() { case "$PHASES" in *"$1"*) return 0 ;; *) return 1 ;; esac; }
+left() { echo $((DEADLINE - (SECONDS - START))); }
+# phase N runs when PHASES names it and at least $2 seconds are left
+phase() { case "$PHASES" in *"$1"*) [ "$(left)" -ge "${2:-0}" ] || { say "phase $1 skipped: $(left) s left"; return 1; } ;;
+                            *) return 1 ;; esac; }
 
 say "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
@@ -34,7 +38,7 @@ if phase 1; then
   say "== 1. GPU tests"
   for t in test_gpu_backward test_gpu_backward_attn test_gpu_train; do
     if [ -x ".devout/$t" ]; then
-      timeout -k 5 120 ".devout/$t" >"$W/logs/$t.log" 2>&1
+      timeout -k 5 90 ".devout/$t" >"$W/logs/$t.log" 2>&1
       rc=$?
       say "$t: exit $rc; $(grep -E 'checks|worst|largest' "$W/logs/$t.log" | tail -3 | tr '\n' ' ')"
       [ $rc -eq 0 ] || { status=1; grep -E 'FAIL|failed' "$W/logs/$t.log" | head -20 | tee -a "$OUT/summary.txt"; }
@@ -42,7 +46,7 @@ if phase 1; then
       say "$t: not in the pack"
     fi
   done
-  LZ_FIXTURES=$PWD/tests/fixtures timeout -k 5 240 .devout/test_finetune cuda >"$W/logs/test_finetune.log" 2>&1
+  LZ_FIXTURES=$PWD/tests/fixtures timeout -k 5 150 .devout/test_finetune cuda >"$W/logs/test_finetune.log" 2>&1
   rc=$?
   say "test_finetune cuda: exit $rc"
   grep -E 'test_finetune' "$W/logs/test_finetune.log" | tail -8 | tee -a "$OUT/summary.txt"
@@ -50,24 +54,24 @@ if phase 1; then
 fi
 
 T=tests/quality/teacher
+head -c "$VALID_BYTES" .corpus/valid.txt | sed '$d' >"$W/valid.txt" # whole lines
 TRAIN=$W/train.txt # lizard reads plain text; the device image may lack the xz program
 python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
   .corpus/distill.txt.xz "$TRAIN"
 eval_ppl() { # model -> perplexity at 1,024 on the first VALID_BYTES of valid.txt
-  head -c "$VALID_BYTES" .corpus/valid.txt >"$W/valid.txt"
   "$LZ" eval --model "$1" --text "$W/valid.txt" --ppl-context 1024 --json --device cuda --allow-long-context \
     2>>"$W/logs/eval.err" | python3 -c "import json,sys; print(json.load(sys.stdin)['perplexity'][0]['ppl'])"
 }
-if phase 2; then
+if phase 2 120; then
   say "== 2. stage 1 + stage 2 on the GPU ($S1_TOKENS + $S2_TOKENS tokens)"
   say "teacher ppl@1024: $(eval_ppl $T)"
   for cfg in "hybrid-50:0,2,4,6" "lizard-0:none"; do
     name=${cfg%%:*} layers=${cfg#*:}
-    timeout -k 5 240 "$LZ" distill --teacher $T --data "$TRAIN" --out "$W/$name-s1" --tokens "$S1_TOKENS" \
+    timeout -k 5 150 "$LZ" distill --teacher $T --data "$TRAIN" --out "$W/$name-s1" --tokens "$S1_TOKENS" \
       --seq-len 1024 --batch 8 --device cuda --softmax-layers "$layers" --log "$W/logs/$name-s1.jsonl" \
       >"$W/logs/$name-s1.out" 2>"$W/logs/$name-s1.err" || { status=1; say "$name distill FAILED: $(tail -2 "$W/logs/$name-s1.err")"; continue; }
     say "$name stage 1: $(grep -o '[0-9]* tok/s' "$W/logs/$name-s1.err" | tail -1), ppl@1024 $(eval_ppl "$W/$name-s1")"
-    timeout -k 5 300 "$LZ" finetune --model "$W/$name-s1" --data "$TRAIN" --out "$W/$name-s2" \
+    timeout -k 5 180 "$LZ" finetune --model "$W/$name-s1" --data "$TRAIN" --out "$W/$name-s2" \
       --tokens "$S2_TOKENS" --seq-len 1024 --batch 8 --lr 5e-4 --device cuda --log "$W/logs/$name-s2.jsonl" \
       --log-every 50 >"$W/logs/$name-s2.out" 2>"$W/logs/$name-s2.err" ||
       { status=1; say "$name finetune FAILED: $(tail -3 "$W/logs/$name-s2.err")"; continue; }
@@ -76,16 +80,16 @@ if phase 2; then
   done
 fi
 
-if phase 3 && [ -f .corpus/reference/lizard_two_stage.py ]; then
+if phase 3 150 && [ -f .corpus/reference/lizard_two_stage.py ]; then
   say "== 3. the PyTorch reference's stage 2 on this GPU (tokens/s)"
-  PYTHONUNBUFFERED=1 timeout -k 5 240 python3 .corpus/reference/lizard_two_stage.py --teacher $T \
+  PYTHONUNBUFFERED=1 timeout -k 5 150 python3 .corpus/reference/lizard_two_stage.py --teacher $T \
     --train .corpus/distill.txt.xz --eval valid="$W/valid.txt" --configs "hybrid-50-alt:0,2,4,6/lizard-0:none" \
     --s1 200000 --s2 "$S2_TOKENS" --s2-lr 5e-4 --train-bytes 20000000 >"$W/logs/reference.jsonl" 2>"$W/logs/reference.err" ||
     { status=1; say "reference FAILED: $(tail -2 "$W/logs/reference.err")"; }
   grep -E '"what": "eval"' "$W/logs/reference.jsonl" | tee -a "$OUT/summary.txt"
 fi
 
-if phase 4; then
+if phase 4 120; then
   say "== 4. the 8B hybrid shape at 2K tokens: lizard bench --train beside a PyTorch LoRA loop"
   timeout -k 5 240 "$LZ" bench --shape llama3-8b-hybrid --train --train-seq 2048 --train-batch 1 --steps 6 \
     --device cuda --json "$W/bench-train-8b.jsonl" >"$W/logs/bench-train.out" 2>&1 || status=1
