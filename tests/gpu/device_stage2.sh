@@ -84,7 +84,7 @@ if phase 3 150 && [ -f .corpus/reference/lizard_two_stage.py ]; then
   say "== 3. the PyTorch reference's stage 2 on this GPU (tokens/s)"
   PYTHONUNBUFFERED=1 timeout -k 5 150 python3 .corpus/reference/lizard_two_stage.py --teacher $T \
     --train .corpus/distill.txt.xz --eval valid="$W/valid.txt" --configs "hybrid-50-alt:0,2,4,6/lizard-0:none" \
-    --s1 200000 --s2 "$S2_TOKENS" --s2-lr 5e-4 --train-bytes 20000000 >"$W/logs/reference.jsonl" 2>"$W/logs/reference.err" ||
+    --s1 200000 --s2 1000000 --s2-lr 5e-4 --train-bytes 12000000 >"$W/logs/reference.jsonl" 2>"$W/logs/reference.err" ||
     { status=1; say "reference FAILED: $(tail -2 "$W/logs/reference.err")"; }
   grep -E '"what": "eval"' "$W/logs/reference.jsonl" | tee -a "$OUT/summary.txt"
 fi
