@@ -141,6 +141,11 @@ lz_status lz_decoder_layer_train_forward(lz_model *m, lz_layer *ly, lz_layer_sta
         for (int j = LZ_LIN_Q; j <= LZ_LIN_V; j++)
             LZ_TRY(lora_add(m, tr, tape, j, outs[j], tape->xn1, b));
     }
+    if (ly->run_softmax && tape->q_raw) { // kept before RoPE rotates them in place
+        const size_t q_bytes = (size_t)T * dims.n_heads * dims.head_dim * ops->act_size;
+        LZ_TRY(ops->backward->copy(m->be, tape->q_raw, tape->q, q_bytes));
+        LZ_TRY(ops->backward->copy(m->be, tape->k_raw, tape->k, q_bytes / dims.n_heads * dims.n_kv_heads));
+    }
     if (ly->run_softmax)
         LZ_TRY(softmax_attention(m, ls, &w, b, &dims, false)); // q and k rotated in place
     else

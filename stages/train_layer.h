@@ -32,6 +32,7 @@ typedef struct {
     void *g, *u, *h;      /* MLP gate, up, silu(g) * u [N, I] */
     float *lora_u[LZ_LIN_COUNT]; /* [N, r] x A^T of each LoRA projection */
     int lora_rank;
+    void *q_raw, *k_raw;  /* the caller's, or NULL: a softmax layer's q and k before RoPE (distillation's inputs) */
 } lz_layer_tape;
 
 /* The fp32 gradients a layer's backward works in (max_tokens rows). */

@@ -26,10 +26,21 @@ lz_status lz_train_work_create(lz_train_work *w, const lz_model *m, int max_toke
     return s;
 }
 
+lz_status lz_train_work_create_forward(lz_train_work *w, const lz_model *m, int max_tokens, lz_layer_train *layers) {
+    memset(w, 0, sizeof *w);
+    if (!m->ops->backward)
+        return lz_fail(LZ_ERR_INPUT, "the %s backend has no backward ops: it cannot keep a layer's activations",
+                       m->ops->name);
+    w->max_tokens = max_tokens;
+    w->layers = layers;
+    return lz_layer_tape_create(&w->tape, m, max_tokens, 0);
+}
+
 void lz_train_work_free(lz_train_work *w, const lz_model *m) {
     if (w->tape.max_tokens)
         lz_layer_tape_free(&w->tape, m);
-    lz_layer_grads_free(&w->grads, m);
+    if (m->ops->backward)
+        lz_layer_grads_free(&w->grads, m);
     void *bufs[] = {w->dx, w->h, w->dh};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
@@ -79,15 +90,19 @@ static lz_status layer_run(lz_model *m, lz_state *st, lz_workspace *ws, lz_train
 }
 
 lz_status lz_train_forward(lz_model *m, lz_state *st, lz_workspace *ws, lz_train_work *w, const int32_t *ids,
-                           const lz_batch *b, const lz_step_part *part, void *const *saves) {
+                           const lz_batch *b, const lz_step_part *part, void *const *saves, lz_layer_hook hook,
+                           void *hook_ctx) {
     const size_t bytes = (size_t)b->n_tokens * m->cfg.hidden_size * m->ops->act_size;
     if (part->embed)
         LZ_TRY(lz_step_embed(m, ws, ids, b));
     for (int l = part->first; l < part->last; l++) {
         if (!m->parts.layer[l])
             continue;
-        LZ_TRY(m->ops->backward->copy(m->be, saves[l], ws->x, bytes));
+        if (saves)
+            LZ_TRY(m->ops->backward->copy(m->be, saves[l], ws->x, bytes));
         LZ_TRY(layer_run(m, st, ws, w, b, l));
+        if (hook)
+            LZ_TRY(hook(hook_ctx, l, &w->tape));
     }
     return LZ_OK;
 }

@@ -26,6 +26,8 @@ typedef struct {
 
 lz_status lz_train_work_create(lz_train_work *w, const lz_model *m, int max_tokens, int lora_rank,
                                lz_layer_train *layers);
+/* The same for forwards alone (a teacher's activations): the tape, no gradients. */
+lz_status lz_train_work_create_forward(lz_train_work *w, const lz_model *m, int max_tokens, lz_layer_train *layers);
 void lz_train_work_free(lz_train_work *w, const lz_model *m);
 
 /* Checks the micro-batch (shape, positions 0, slots, ids when given) and hands it to the backend:
@@ -33,10 +35,15 @@ void lz_train_work_free(lz_train_work *w, const lz_model *m);
 lz_status lz_train_begin(lz_model *m, const lz_state *st, const lz_workspace *ws, const lz_train_work *w,
                          const int32_t *ids, const lz_batch *b);
 
+/* Called after each layer of lz_train_forward with what its forward kept. */
+typedef lz_status (*lz_layer_hook)(void *ctx, int layer, const lz_layer_tape *tape);
+
 /* The part's forward: the embedding of ids when part->embed (else ws->x holds the part's input),
- * then its layers, saves[l] = each layer's input; ws->x holds the part's output. */
+ * then its layers, saves[l] = each layer's input (saves NULL: none kept), hook (or NULL) after each;
+ * ws->x holds the part's output. */
 lz_status lz_train_forward(lz_model *m, lz_state *st, lz_workspace *ws, lz_train_work *w, const int32_t *ids,
-                           const lz_batch *b, const lz_step_part *part, void *const *saves);
+                           const lz_batch *b, const lz_step_part *part, void *const *saves, lz_layer_hook hook,
+                           void *hook_ctx);
 
 /* The head on ws->x (the last layer's output): *loss = the sum of the next-token cross-entropies of
  * the rows with targets[t] >= 0 (host); with learn, w->dx = grad_scale * d(loss)/d(ws->x). */

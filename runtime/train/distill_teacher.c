@@ -5,7 +5,6 @@
 #include <stdlib.h> // calloc, free
 #include <string.h> // memset
 
-#include "decoder_layer.h" // lz_decoder_layer_forward
 #include "engine.h"        // lz_open_backend
 #include "handoff.h"       // lz_handoff_walk
 
@@ -14,18 +13,9 @@ lz_status lz_teacher_open(lz_teacher *t, const char *dir, int batch, int seq_len
 }
 
 /* n activations where the backend computes them, in its activation type */
-static float *act_alloc(lz_teacher *t, size_t n) {
-    if (!t->on_device)
-        return calloc(n, sizeof(float));
+static void *act_alloc(lz_teacher *t, size_t n) {
     void *p = NULL;
     return t->ops->alloc(t->be, n * t->ops->act_size, &p) == LZ_OK ? p : NULL;
-}
-
-static void act_free(lz_teacher *t, float *p) {
-    if (!t->on_device)
-        free(p);
-    else if (p)
-        t->ops->free(t->be, p);
 }
 
 lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_len, const lz_plan *plan, int rank,
@@ -61,9 +51,11 @@ lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_
     s = lz_state_create(&t->state, &t->model, batch, seq_len);
     if (s == LZ_OK)
         s = lz_workspace_create(&t->ws, &t->model, (int)T, 0);
-    t->x = act_alloc(t, T * H);
-    t->q = act_alloc(t, T * cfg.num_attention_heads * d);
-    t->k = act_alloc(t, T * cfg.num_key_value_heads * d);
+    t->layers = calloc((size_t)cfg.num_hidden_layers, sizeof *t->layers);
+    if (s == LZ_OK && t->layers)
+        s = lz_train_work_create_forward(&t->work, &t->model, (int)T, t->layers);
+    t->q_raw = t->work.tape.q_raw = act_alloc(t, T * cfg.num_attention_heads * d);
+    t->k_raw = t->work.tape.k_raw = act_alloc(t, T * cfg.num_key_value_heads * d);
     t->slot = calloc((size_t)batch, sizeof(int32_t));
     t->start = calloc((size_t)batch, sizeof(int32_t));
     t->len = calloc((size_t)batch, sizeof(int32_t));
@@ -71,7 +63,7 @@ lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_
     t->token_pos = calloc(T, sizeof(int32_t));
     if (t->on_device && plan) // a GPU teacher's hidden states cross ranks through host memory
         t->hidden_host = calloc(T * H, sizeof(float));
-    if (s == LZ_OK && !(t->x && t->q && t->k && t->slot && t->start && t->len && t->pos && t->token_pos &&
+    if (s == LZ_OK && !(t->layers && t->q_raw && t->k_raw && t->slot && t->start && t->len && t->pos && t->token_pos &&
                         (t->hidden_host || !(t->on_device && plan))))
         s = lz_fail(LZ_ERR_NOMEM, "teacher activations for %d x %d tokens: out of memory", batch, seq_len);
     if (s != LZ_OK) {
@@ -90,40 +82,50 @@ lz_status lz_teacher_open_on(lz_teacher *t, const char *dir, int batch, int seq_
 
 void lz_teacher_close(lz_teacher *t) {
     if (t->be) {
-        act_free(t, t->x), act_free(t, t->q), act_free(t, t->k);
+        if (t->q_raw)
+            t->ops->free(t->be, t->q_raw);
+        if (t->k_raw)
+            t->ops->free(t->be, t->k_raw);
+        lz_train_work_free(&t->work, &t->model);
         if (t->ws.x)
             lz_workspace_free(&t->ws, &t->model);
         if (t->state.layers)
             lz_state_free(&t->state, &t->model);
         lz_model_free(&t->model);
         t->ops->destroy(t->be);
-    } else
-        free(t->x), free(t->q), free(t->k);
+    }
+    free(t->layers);
     free(t->slot), free(t->start), free(t->len), free(t->pos);
     free(t->token_pos);
     free(t->hidden_host);
     memset(t, 0, sizeof *t);
 }
 
-/* Layers [first, last) of this process, each handed to fn after it ran. */
+typedef struct {
+    lz_teacher *t;
+    lz_teacher_layer_fn fn;
+    void *ctx;
+} hook_ctx;
+
+/* After each layer: what its forward kept, handed to the distillation (the layer's input after
+ * input_layernorm, q and k before RoPE, v, the attention output). */
+static lz_status hand_over(void *ctx, int layer, const lz_layer_tape *tape) {
+    const hook_ctx *h = ctx;
+    lz_teacher *t = h->t;
+    if (t->on_device)
+        LZ_TRY(t->ops->sync(t->be)); // the training kernels run on their own stream
+    const lz_teacher_acts acts = {layer, tape->xn1, tape->q_raw, tape->k_raw, tape->v, tape->att, t->on_device,
+                                  t->bf16};
+    return h->fn(h->ctx, &acts);
+}
+
+/* Layers [first, last) of this process, each handed to fn after it ran: the training forward of the
+ * layers (train_step.h), so the teacher runs the layers exactly as every other command does. */
 static lz_status run_layers(lz_teacher *t, const lz_batch *b, int first, int last, lz_teacher_layer_fn fn,
                             void *ctx) {
-    lz_model *m = &t->model;
-    const int T = b->n_tokens;
-    const float eps = (float)m->cfg.rms_norm_eps;
-    for (int i = first; i < last; i++) {
-        lz_layer *ly = &m->layers[i];
-        // the layer recomputes these; taken here because it overwrites xn and rotates q, k in place
-        LZ_TRY(t->ops->rmsnorm(t->be, t->x, t->ws.x, &ly->input_norm, T, eps));
-        LZ_TRY(t->ops->linear(t->be, t->q, t->x, &ly->wq, &ly->bq, T));
-        LZ_TRY(t->ops->linear(t->be, t->k, t->x, &ly->wk, &ly->bk, T));
-        LZ_TRY(lz_decoder_layer_forward(m, ly, &t->state.layers[i], &t->ws, b, t->seq_len));
-        if (t->on_device)
-            LZ_TRY(t->ops->sync(t->be)); // the training kernels run on the default stream
-        const lz_teacher_acts acts = {i, t->x, t->q, t->k, t->ws.v, t->ws.att, t->on_device, t->bf16};
-        LZ_TRY(fn(ctx, &acts));
-    }
-    return LZ_OK;
+    const lz_step_part part = {.embed = false, .first = first, .last = last, .head = false};
+    hook_ctx h = {t, fn, ctx};
+    return lz_train_forward(&t->model, &t->state, &t->ws, &t->work, NULL, b, &part, NULL, hand_over, &h);
 }
 
 typedef struct {

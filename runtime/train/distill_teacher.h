@@ -20,10 +20,11 @@
 #include <stdbool.h> // bool
 #include <stdint.h>  // int32_t, uint64_t
 
-#include "model.h" // lz_model
-#include "plan.h"  // lz_plan
-#include "state.h" // lz_state
-#include "step.h"  // lz_workspace
+#include "model.h"      // lz_model
+#include "plan.h"       // lz_plan
+#include "state.h"      // lz_state
+#include "step.h"       // lz_workspace
+#include "train_step.h" // lz_train_work: the layers run as training runs them, keeping their activations
 
 /* One layer's activations: rows [batch * seq_len], sequence b in rows
  * b*seq_len .. (b+1)*seq_len - 1. */
@@ -46,7 +47,9 @@ typedef struct {
     lz_state state;
     lz_workspace ws;
     int batch, seq_len;
-    float *x, *q, *k;            /* [T, ...] copies taken before the layer runs */
+    lz_train_work work;          /* the layer's tape: what the teacher hands over */
+    lz_layer_train *layers;      /* [n_layers]: nothing trained (no LoRA) */
+    void *q_raw, *k_raw;         /* q and k before RoPE, kept by the tape */
     int32_t *slot, *start, *len, *pos, *token_pos;
     const lz_plan *plan;         /* NULL: one process holds every layer */
     int rank;

@@ -95,7 +95,8 @@ static lz_status forward(schedule *s, int i) {
     if (s->rank > 0)
         LZ_TRY(receive(s, FORWARD, m->ws.x));
     const lz_step_part part = part_of(s);
-    LZ_TRY(lz_train_forward(&m->model, &m->state, &m->ws, &m->work, ids, &s->b, &part, saves_of(s, i)));
+    LZ_TRY(lz_train_forward(&m->model, &m->state, &m->ws, &m->work, ids, &s->b, &part, saves_of(s, i), NULL,
+                            NULL));
     if (s->rank < s->size - 1)
         return send_on(s, FORWARD, m->ws.x);
     for (int q = 0; q < m->micro; q++) // each token predicts the next; a sequence's last predicts nothing
