@@ -3,7 +3,7 @@
 # defaults: 10M + 10M tokens per configuration, 0/25/50% retained and 50% by error, passkey to 8,192)
 # on tests/quality/teacher, within DEADLINE seconds of the start. Carried: .devpack
 # (PACK_TESTS= tests/gpu/pack_devout.sh: lizard alone) and .corpus (tests/quality/stage_corpus.sh).
-# Back under $OUT: summary.txt, study.md, study.jsonl, logs.tgz (logs, plots, the stage-2 models'
+# Back under $OUT: summary.txt, study.md, study.jsonl, study-logs.tgz (logs, plots, the stage-2 models'
 # configs and logs), default-model.tar (the stage-2 model of DEFAULT_CONFIG, the quickstart's default).
 # Settings (environment): DEADLINE (570), VALID_BYTES (262144; 0: all of valid.txt), TRIALS (5),
 # STUDY_ARGS (more launch/study.py flags), DEFAULT_CONFIG (hybrid-50-alt).
@@ -36,6 +36,6 @@ if [ -f "$W/models/$DEFAULT_CONFIG-s2/config.json" ]; then
   tar -C "$W/models" -cf "$OUT/default-model.tar" "$DEFAULT_CONFIG-s2"
   say "default-model.tar: $(du -b "$OUT/default-model.tar" | cut -f1) bytes"
 fi
-tar -C "$W" -czf "$OUT/logs.tgz" --exclude=models --exclude=data logs study.log $(cd "$W" && ls *.svg 2>/dev/null)
+tar -C "$W" -czf "$OUT/study-logs.tgz" --exclude=models --exclude=data logs study.log $(cd "$W" && ls *.svg 2>/dev/null)
 say "device_study: status $status after $((SECONDS - START)) s"
 exit "$status"
