@@ -144,3 +144,46 @@ void lz_convert_to_f32(float *dst, const void *src, lz_dtype dtype, size_t n) {
         break;
     }
 }
+
+/* Bits of element i of `p` (width bytes, little-endian) with the exponent
+ * `mask` all ones: an infinity or a NaN (for F8_E4M3, mask 0x7f: its NaN). */
+static bool special(const unsigned char *p, size_t i, unsigned width, uint64_t mask) {
+    uint64_t w = 0;
+    for (unsigned b = 0; b < width; b++)
+        w |= (uint64_t)p[i * width + b] << (8 * b);
+    return (w & mask) == mask;
+}
+
+size_t lz_first_nonfinite(const void *src, lz_dtype dtype, size_t n) {
+    const unsigned char *p = src;
+    unsigned width;
+    uint64_t mask;
+    switch (dtype) {
+    case LZ_DTYPE_F32: width = 4, mask = 0x7f800000u; break;
+    case LZ_DTYPE_F16: width = 2, mask = 0x7c00u; break;
+    case LZ_DTYPE_BF16: width = 2, mask = 0x7f80u; break;
+    case LZ_DTYPE_F64: width = 8, mask = 0x7ff0000000000000ull; break;
+    case LZ_DTYPE_F8_E5M2: width = 1, mask = 0x7cu; break;
+    case LZ_DTYPE_F8_E4M3: width = 1, mask = 0x7fu; break;
+    default: return n;
+    }
+    enum { BLOCK = 4096 };
+    for (size_t b = 0; b < n; b += BLOCK) { // a whole block at a time; the element only in a block that has one
+        const size_t end = n - b < BLOCK ? n : b + BLOCK;
+        bool any = false;
+        if (width == 4) {
+            for (size_t i = b; i < end; i++)
+                any |= (load_le32(p + 4 * i) & 0x7f800000u) == 0x7f800000u;
+        } else if (width == 2) {
+            for (size_t i = b; i < end; i++)
+                any |= (load_le16(p + 2 * i) & (uint16_t)mask) == (uint16_t)mask;
+        } else {
+            for (size_t i = b; i < end; i++)
+                any |= special(p, i, width, mask);
+        }
+        for (size_t i = b; any && i < end; i++)
+            if (special(p, i, width, mask))
+                return i;
+    }
+    return n;
+}
