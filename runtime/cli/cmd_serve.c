@@ -122,6 +122,23 @@ static lz_status serve(const serve_args *a, lz_engine *e) {
     return s;
 }
 
+/* A key that no request could present is refused before anything loads: an empty one (which an
+ * empty bearer token would otherwise match) and one with spaces at its ends or control bytes,
+ * which an Authorization header does not carry as they are. */
+static lz_status check_api_key(const char *key) {
+    if (!key)
+        return LZ_OK;
+    const size_t n = strlen(key);
+    if (n == 0)
+        return lz_fail(LZ_ERR_INPUT, "--api-key: empty; give a key, or leave the flag out to serve without one");
+    if (key[0] == ' ' || key[0] == '\t' || key[n - 1] == ' ' || key[n - 1] == '\t')
+        return lz_fail(LZ_ERR_INPUT, "--api-key: begins or ends with a space, which no Authorization header carries");
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)key[i] < 0x20 || key[i] == 0x7f)
+            return lz_fail(LZ_ERR_INPUT, "--api-key: a control character at byte %zu", i);
+    return LZ_OK;
+}
+
 lz_status lz_cmd_serve(int argc, char **argv) {
     serve_args a = {.host = "127.0.0.1", .device = "cpu", .dtype = "bf16", .port = 8000, .max_batch = 8,
                     .max_prompt_tokens = 4096, .max_tokens = 256, .queue_size = 256, .max_context = 0,
@@ -187,6 +204,7 @@ lz_status lz_cmd_serve(int argc, char **argv) {
     LZ_TRY(lz_parse_command(&spec, argc, argv, &help));
     if (help)
         return LZ_OK;
+    LZ_TRY(check_api_key(a.api_key));
     char tok_path[4096];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", a.model);
     if (access(tok_path, F_OK) != 0)
