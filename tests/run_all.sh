@@ -22,6 +22,6 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "== libFuzzer (${FUZZ_SECONDS}s per target)"
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DLIZARD_FUZZ=ON >/dev/null
 cmake --build build-fuzz -j "$JOBS" --target fuzz_safetensors fuzz_config fuzz_tokenizer_load fuzz_tokenizer_encode fuzz_plan fuzz_session \
-    fuzz_serve_request
+    fuzz_serve_request fuzz_adapter fuzz_train_state
 bash tests/fuzz/run_fuzz.sh build-fuzz "$FUZZ_SECONDS"
 echo "run_all: every suite passed"

@@ -12,10 +12,11 @@
 #include "cuda_kernels.cuh"
 #include "linear_joined.cuh" // lz_join_weights, linear_joined_run, linear_joined_forward, swiglu_joined_*
 #include "linear_stream.cuh" // linear_stream_takes, linear_stream_forward
+#include "weight_check.cuh"  // lz_first_nonfinite_device
 #include "wgmma.cuh" // lz_wgmma_built
 
 extern "C" {
-#include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16
+#include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16, lz_first_nonfinite
 #include "knobs.h"       // lz_knobs_get
 #include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
 }
@@ -80,9 +81,44 @@ static lz_status h2d(lz_backend *be, void *dst, const void *src, size_t bytes) {
     return LZ_OK;
 }
 
-// Converts on the host in pieces of at most 16M elements, then copies.
+// A weight that is not finite where it lies on the device is refused by name (from the mapping as it
+// is, or converted: an F32 value beyond bf16's range becomes an infinity there).
+static lz_status check_uploaded(lz_backend *be, const lz_host_tensor *src, const lz_weight *w) {
+    const size_t n = (size_t)src->numel;
+    size_t first = n;
+    LZ_TRY(lz_first_nonfinite_device(&be->ctx, w->data, n, be->dtype, &first));
+    if (first == n)
+        return LZ_OK;
+    const size_t src_es = lz_dtype_size(src->dtype);
+    if (lz_first_nonfinite((const char *)src->data + first * src_es, src->dtype, 1) == 1) {
+        float v = 0;
+        lz_convert_to_f32(&v, (const char *)src->data + first * src_es, src->dtype, 1);
+        return lz_fail(LZ_ERR_INPUT, "tensor '%s': element %zu (%g) is beyond the range of %s (--dtype)", src->name,
+                       first, v, lz_dtype_name(be->dtype));
+    }
+    return lz_fail(LZ_ERR_INPUT, "tensor '%s': element %zu is a NaN or an infinity", src->name, first);
+}
+
+static lz_status upload_pieces(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols,
+                               lz_weight *out);
+
+// Copies (converted on the host in pieces when the types differ), then checks on the device.
 static lz_status cuda_upload_weight(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols,
                                     lz_weight *out) {
+    *out = (lz_weight){};
+    lz_status s = upload_pieces(be, src, rows, cols, out);
+    if (s == LZ_OK)
+        s = check_uploaded(be, src, out);
+    if (s != LZ_OK && out->data) {
+        cuda_free(be, out->data); // (the error that matters is the one above)
+        *out = (lz_weight){};
+    }
+    return s;
+}
+
+// Converts on the host in pieces of at most 16M elements, then copies.
+static lz_status upload_pieces(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols,
+                               lz_weight *out) {
     if (rows * cols != src->numel)
         return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,
                        (long long)src->numel, (long long)rows, (long long)cols);

@@ -65,19 +65,22 @@ static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, i
     return LZ_OK;
 }
 
-/* results[i] for window length lens->len[i]; *n_tokens = the text's tokens. */
-static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a, const length_list *lens,
-                            ppl_result *results, int *n_tokens) {
+/* The text's ids, checked against the model's vocabulary once the engine is open. */
+static lz_status read_text_ids(lz_tokenizer *tok, const eval_args *a, int32_t **ids, int *n_tokens) {
     char *text = NULL;
     size_t len = 0;
     LZ_TRY(lz_read_text_file("--text", a->text, &text, &len));
-    int32_t *ids = NULL;
-    lz_status s = lz_tokenizer_encode(tok, text, len, true, &ids, n_tokens);
+    lz_status s = lz_tokenizer_encode(tok, text, len, true, ids, n_tokens);
     free(text);
-    if (s == LZ_OK)
-        s = lz_tokenizer_check_ids(tok, ids, *n_tokens, lz_engine_config(e)->vocab_size, "lizard eval: --text");
     if (s == LZ_OK && *n_tokens < 2)
         s = lz_fail(LZ_ERR_INPUT, "--text %s: %d tokens; perplexity needs at least 2", a->text, *n_tokens);
+    return s;
+}
+
+/* results[i] for window length lens->len[i] over ids[n_tokens]. */
+static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a, const length_list *lens,
+                            const int32_t *ids, int n_tokens, ppl_result *results) {
+    lz_status s = lz_tokenizer_check_ids(tok, ids, n_tokens, lz_engine_config(e)->vocab_size, "lizard eval: --text");
     const int V = lz_engine_config(e)->vocab_size, piece = (int)a->chunk;
     float *logits = s == LZ_OK ? malloc(sizeof(float) * (size_t)piece * V) : NULL;
     double *nll = s == LZ_OK ? malloc(sizeof(double) * (size_t)piece) : NULL;
@@ -85,16 +88,15 @@ static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a,
         s = lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
     for (int i = 0; s == LZ_OK && i < lens->n; i++) {
         ppl_result *r = &results[i];
-        s = windows_nll(e, ids, *n_tokens, lens->len[i], piece, logits, nll, r);
+        s = windows_nll(e, ids, n_tokens, lens->len[i], piece, logits, nll, r);
         if (s == LZ_OK && !a->json) {
             printf("perplexity %.4f  (mean nll %.4f over %ld predicted tokens of %d, segments of %d)\n",
-                   exp(r->nll / (double)r->predicted), r->nll / (double)r->predicted, r->predicted, *n_tokens,
+                   exp(r->nll / (double)r->predicted), r->nll / (double)r->predicted, r->predicted, n_tokens,
                    lens->len[i]);
             fflush(stdout);
         }
     }
     free(logits), free(nll);
-    free(ids);
     return s;
 }
 
@@ -157,36 +159,44 @@ static lz_status print_json(const lz_engine *e, const eval_args *a, const length
 /* ---- the command ------------------------------------------------------------------------------ */
 
 static lz_status run_eval(const eval_args *a, const length_list *lens, const length_list *ctx) {
-    int longest = 1;
-    for (int i = 0; i < lens->n; i++)
-        longest = lens->len[i] > longest ? lens->len[i] : longest;
-    for (int i = 0; i < ctx->n; i++)
-        longest = ctx->len[i] > longest ? ctx->len[i] : longest;
     lz_tokenizer *tok;
     LZ_TRY(lz_tokenizer_load(a->model, &tok));
+    int32_t *ids = NULL;
+    int n_tokens = 0;
+    lz_status s = a->text ? read_text_ids(tok, a, &ids, &n_tokens) : LZ_OK;
+    // the engine is sized by what runs: a window longer than the text holds the text
+    int longest = 1;
+    for (int i = 0; i < lens->n; i++) {
+        const int window = lens->len[i] < n_tokens ? lens->len[i] : n_tokens;
+        longest = window > longest ? window : longest;
+    }
+    for (int i = 0; i < ctx->n; i++)
+        longest = ctx->len[i] > longest ? ctx->len[i] : longest;
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype,
                             .softmax_layers = a->softmax_layers, .n_slots = 1, .max_context = longest,
                             .prefill_chunk = (int)a->chunk};
-    lz_status s = lz_check_context(a->model, a->softmax_layers, longest, a->allow_long);
+    if (s == LZ_OK)
+        s = lz_check_context(a->model, a->softmax_layers, longest, a->allow_long);
     if (s == LZ_OK)
         s = lz_engine_open(&e, &eo);
     if (s != LZ_OK) {
+        free(ids);
         lz_tokenizer_free(tok);
         return s;
     }
     ppl_result *ppl = calloc((size_t)lens->n + 1, sizeof *ppl);
-    int *correct = calloc((size_t)ctx->n + 1, sizeof *correct), n_tokens = 0;
+    int *correct = calloc((size_t)ctx->n + 1, sizeof *correct);
     s = ppl && correct ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK)
         lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
     if (s == LZ_OK && a->text)
-        s = perplexity(&e, tok, a, lens, ppl, &n_tokens);
+        s = perplexity(&e, tok, a, lens, ids, n_tokens, ppl);
     if (s == LZ_OK && a->passkey)
         s = passkey(&e, tok, a, ctx, correct);
     if (s == LZ_OK && a->json)
         s = print_json(&e, a, lens, ppl, n_tokens, ctx, correct);
-    free(ppl), free(correct);
+    free(ppl), free(correct), free(ids);
     lz_engine_close(&e);
     lz_tokenizer_free(tok);
     return s;

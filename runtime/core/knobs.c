@@ -39,6 +39,7 @@ static const knob KNOBS[] = {
     {"LIZARD_TRAIN_GLA", K_BF16, 0, 1, 0, F(train_gla_bf16)},
     {"LIZARD_TRACE", K_PATH, 0, 0, 0, F(trace)},
     {"LIZARD_TRACE_US", K_INT, 1, INT_MAX, 10000, F(trace_us)},
+    {"LIZARD_CHECKPOINT_KILL", K_INT, 0, INT_MAX, 0, F(checkpoint_kill)},
 };
 #undef F
 enum { N_KNOBS = sizeof KNOBS / sizeof KNOBS[0] };

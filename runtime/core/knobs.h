@@ -37,6 +37,7 @@ typedef struct {
     bool train_gla_bf16;        /* LIZARD_TRAIN_GLA=bf16: the training GLA's chunk products in bf16 */
     const char *trace;          /* LIZARD_TRACE: the kernel timeline's file (cmake -DLIZARD_TRACE=ON builds) */
     int trace_us;               /* LIZARD_TRACE_US: the microseconds of timeline written */
+    int checkpoint_kill;        /* LIZARD_CHECKPOINT_KILL: SIGKILL at a checkpoint writer's Nth write (0: never) */
     int local_rank;             /* the launcher's OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or LOCAL_RANK */
 } lz_knobs;
 

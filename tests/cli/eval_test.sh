@@ -73,7 +73,8 @@ ppl = float(text.split()[1])
 assert len(js["perplexity"]) == 1 and math.isfinite(js["perplexity"][0]["ppl"]), js
 assert abs(js["perplexity"][0]["ppl"] - ppl) <= 1e-4 * ppl, (js, ppl)
 PY
-    # a model whose logits are NaN: the figures are null, the object still parses
+    # a model whose logits are NaN (finite weights that overflow; a NaN weight is refused at load): the figures
+    # are null, the object still parses
     cp -r "$T" "$TMP/nan"
     python3 - "$TMP/nan/model.safetensors" <<'PY'
 import json, struct, sys
@@ -82,7 +83,7 @@ n = struct.unpack("<Q", raw[:8])[0]
 t = json.loads(raw[8:8 + n])["model.norm.weight"]
 assert t["dtype"] == "F32", t
 a, b = t["data_offsets"]
-raw[8 + n + a:8 + n + b] = struct.pack("<f", float("nan")) * ((b - a) // 4)
+raw[8 + n + a:8 + n + b] = struct.pack("<f", 3e38) * ((b - a) // 4)
 open(sys.argv[1], "wb").write(raw)
 PY
     "$LIZARD" eval --model "$TMP/nan" --text "$TMP/text.txt" --ppl-context 64 --json >"$TMP/nan.json" 2>"$TMP/err" \
@@ -100,7 +101,22 @@ if [ "$MODE" = length ]; then
     long=$((max + 64))
     expect_error "max_position_embeddings $max" "$LIZARD" eval --model "$T" --passkey --contexts "$long" --trials 1
     expect_error "--allow-long-context" "$LIZARD" eval --model "$H" --passkey --contexts 256,"$long" --trials 1
-    expect_error "max_position_embeddings" "$LIZARD" eval --model "$H" --text "$TMP/text.txt" --ppl-context "$long"
+    # perplexity windows are sized by the text: a window past max_position_embeddings is refused only where the
+    # text reaches past it; with --allow-long-context a window of 2e9 on a 5.9K-token text runs as one of the
+    # text's length (it allocated state for 2e9 positions and failed)
+    python3 "$HERE/word_text.py" 7 2500 "$TMP/long.txt"
+    n_long=$("$LIZARD" tokenize --model "$H" --file "$TMP/long.txt" 2>/dev/null | tr ',' '\n' | wc -l)
+    [ "$n_long" -gt "$max" ] && ok || bad "the long text is $n_long tokens, not past $max"
+    expect_error "context $n_long exceeds max_position_embeddings $max" "$LIZARD" eval --model "$H" --text "$TMP/long.txt" \
+        --ppl-context 2000000000
+    "$LIZARD" eval --model "$H" --text "$TMP/text.txt" --ppl-context "$long" >"$TMP/short_window" 2>"$TMP/err" &&
+        ok || bad "a window past max_position_embeddings on a shorter text: $(cat "$TMP/err")"
+    "$LIZARD" eval --model "$H" --text "$TMP/long.txt" --ppl-context 2000000000 --allow-long-context >"$TMP/huge" \
+        2>"$TMP/err" && ok || bad "--ppl-context 2000000000 --allow-long-context: $(cat "$TMP/err")"
+    "$LIZARD" eval --model "$H" --text "$TMP/long.txt" --ppl-context "$n_long" --allow-long-context >"$TMP/whole" \
+        2>"$TMP/err" && ok || bad "--ppl-context $n_long --allow-long-context: $(cat "$TMP/err")"
+    [ "$(cut -d' ' -f1-11 "$TMP/huge")" = "$(cut -d' ' -f1-11 "$TMP/whole")" ] && [ -s "$TMP/huge" ] && ok ||
+        bad "a window of 2e9 is not the text's one window: $(cat "$TMP/huge" "$TMP/whole")"
     expect_error "max_position_embeddings" "$LIZARD" eval --model "$H" --softmax-layers 1 --passkey --contexts "$long"
     row() { grep -Eq "^ +$long +1 +[01] +[01]\.00$" "$TMP/out"; }
     "$LIZARD" eval --model "$T" --passkey --contexts "$long" --trials 1 --allow-long-context >"$TMP/out" 2>"$TMP/err" \

@@ -88,10 +88,18 @@ for scheme in Bearer bearer BEARER bEaReR; do
     [ "$(req GET /v1/models "" -H "Authorization: $scheme $KEY")" = 200 ] && ok || bad "scheme '$scheme' refused"
 done
 [ "$(req GET /v1/models "" -H "Authorization: Bearer   $KEY")" = 200 ] && ok || bad "several spaces after the scheme refused"
-for wrong in "Bearer ${KEY}x" "Bearer $KEY junk" "Bearer ${KEY:0:5}" "Bearer" "Basic $KEY" "Bearer x$KEY" "$KEY"; do
+for wrong in "Bearer ${KEY}x" "Bearer $KEY junk" "Bearer ${KEY:0:5}" "Bearer" "Bearer    " "Basic $KEY" "Bearer x$KEY" "$KEY"; do
     [ "$(req GET /v1/models "" -H "Authorization: $wrong")" = 401 ] && ok || bad "'$wrong' accepted"
 done
 [ "$(req GET /v1/models)" = 401 ] && ok || bad "no Authorization header accepted"
 stop_server && ok || bad "server did not drain to exit 0"
+# a key no request could present is refused at start, in one line, before the model loads (an empty
+# key was accepted, and then an empty bearer token matched it)
+for k in "" " $KEY" "$KEY " $'se\tkret' $'se\x01kret'; do
+    timeout 30 "$LIZARD" serve --model "$M" --api-key "$k" --port 0 >/dev/null 2>"$TMP/key.err"
+    rc=$?
+    [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/key.err")" = 1 ] && grep -q -- "--api-key: " "$TMP/key.err" && ok ||
+        bad "--api-key '$k': exit $rc: $(head -c 300 "$TMP/key.err")"
+done
 echo "serve_input_test: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
