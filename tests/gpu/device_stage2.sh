@@ -38,7 +38,7 @@ if phase 1; then
   say "== 1. GPU tests"
   for t in test_gpu_backward test_gpu_backward_attn test_gpu_train; do
     if [ -x ".devout/$t" ]; then
-      timeout -k 5 45 ".devout/$t" >"$W/logs/$t.log" 2>&1
+      timeout -k 5 "${TEST_TIMEOUT:-45}" ".devout/$t" >"$W/logs/$t.log" 2>&1
       rc=$?
       say "$t: exit $rc; $(grep -E 'checks|worst|largest' "$W/logs/$t.log" | tail -3 | tr '\n' ' ')"
       [ $rc -eq 0 ] || { status=1; grep -E 'FAIL|failed' "$W/logs/$t.log" | head -20 | tee -a "$OUT/summary.txt"; }
@@ -46,7 +46,7 @@ if phase 1; then
       say "$t: not in the pack"
     fi
   done
-  LZ_FIXTURES=$PWD/tests/fixtures timeout -k 5 60 .devout/test_finetune cuda >"$W/logs/test_finetune.log" 2>&1
+  LZ_FIXTURES=$PWD/tests/fixtures timeout -k 5 "$((${TEST_TIMEOUT:-45} + 15))" .devout/test_finetune cuda >"$W/logs/test_finetune.log" 2>&1
   rc=$?
   say "test_finetune cuda: exit $rc"
   grep -E 'test_finetune' "$W/logs/test_finetune.log" | tail -8 | tee -a "$OUT/summary.txt"
