@@ -15,6 +15,7 @@
 #include "wgmma.cuh" // lz_wgmma_built
 
 extern "C" {
+#include "cuda_knobs.h"  // lz_cuda_knobs_read
 #include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16
 #include "knobs.h"       // lz_knobs_get
 #include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
@@ -843,7 +844,7 @@ static void cuda_destroy(lz_backend *be) {
     free(be);
 }
 
-static lz_status init_device(lz_backend *be) {
+static lz_status init_device(lz_backend *be, const lz_cuda_knobs *k) {
     int count = 0;
     const char *why = lz_gpu_error_cleared(cudaGetDeviceCount(&count)); // a machine without a GPU: bad input
     if (why || count == 0)
@@ -868,7 +869,7 @@ static lz_status init_device(lz_backend *be) {
     const cublasMath_t math = be->dtype == LZ_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
     LZ_CUDA_TRY(cublasSetMathMode(be->ctx.cublas, math));
     LZ_TRY(lz_cuda_side_create(&be->ctx, ws_bytes, math));
-    LZ_TRY(lz_trace_open());
+    LZ_TRY(lz_trace_open(k->trace, k->trace_us));
     if (be->dtype == LZ_DTYPE_BF16) {
         LZ_TRY(gla_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(gla_decode_init<__nv_bfloat16>(&be->ctx));
@@ -888,8 +889,8 @@ static lz_status init_device(lz_backend *be) {
     return LZ_OK;
 }
 
-// The context's kernel knobs (runtime/core/knobs.h, docs/knobs.md), read once at start.
-static void take_knobs(lz_cuda_ctx *c, const lz_knobs *k) {
+// The context's kernel knobs (cuda_knobs.h, docs/knobs.md), read once when the backend is created.
+static void take_knobs(lz_cuda_ctx *c, const lz_cuda_knobs *k) {
     c->wgmma = lz_wgmma_built() && k->wgmma; // and a 9.0 device (init_device)
     c->gemv_tokens = k->gemv_tokens;
     c->fuse_tokens = k->fuse_tokens;
@@ -913,16 +914,19 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     if (!be)
         return lz_fail(LZ_ERR_NOMEM, "cuda backend: out of memory");
     be->dtype = dtype;
-    const lz_status ks = lz_knobs_status();
+    lz_cuda_knobs ck = {};
+    lz_status ks = lz_knobs_status();
+    if (ks == LZ_OK)
+        ks = lz_cuda_knobs_read(&ck);
     if (ks != LZ_OK) {
         free(be);
         return ks;
     }
     const lz_knobs *k = lz_knobs_get();
     be->prof.on = k->profile;
-    take_knobs(&be->ctx, k);
+    take_knobs(&be->ctx, &ck);
     be->graphs.off = k->profile || k->no_graphs;
-    lz_status s = init_device(be);
+    lz_status s = init_device(be, &ck);
     if (s != LZ_OK) {
         cuda_destroy(be);
         return s;
