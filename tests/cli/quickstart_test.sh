@@ -64,6 +64,9 @@ for machine in "none:OFF:$base_path" "nvcc:OFF:$TMP/nvcc:$base_path" "gpu:ON:$TM
   [ "$quick" = "$want" ] && [ "$release" = "$want" ] && ok ||
     bad "$name: -DLIZARD_CUDA quickstart '$quick', run_all.sh '$release', expected $want: $(grep cmake "$LOG")"
 done
+# LZ_CUDA=ON: run_all.sh compiles the CUDA backend on a machine without a GPU too
+rm -f "$LOG"; LZ_CUDA=ON PATH=$TMP/nvcc:$base_path bash "$R/tests/run_all.sh" >"$TMP/run_all.out" 2>&1
+grep -q "^cmake -S \. -B build .*-DLIZARD_CUDA=ON" "$LOG" && ok || bad "LZ_CUDA=ON: $(grep cmake "$LOG")"
 rm -f "$TMP/bin/ctest"
 
 # packages missing: installed (as root directly, else through sudo)
