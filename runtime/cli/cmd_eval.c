@@ -71,7 +71,8 @@ static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, i
                              double *nll, double progress_every, ppl_result *r) {
     const int V = lz_engine_config(e)->vocab_size;
     *r = (ppl_result){0};
-    ppl_progress p = {progress_every, lz_now_seconds(), lz_now_seconds(), seg, (n - 1 + seg - 1) / seg};
+    const double t0 = lz_now_seconds();
+    ppl_progress p = {progress_every, t0, t0, seg, (n - 1 + seg - 1) / seg};
     for (int s0 = 0; s0 + 1 < n; s0 += seg, r->windows++) {
         const int s1 = s0 + seg < n ? s0 + seg : n;
         LZ_TRY(lz_state_reset_slot(&e->state, &e->model, 0));
