@@ -16,6 +16,7 @@
 #include "wgmma.cuh" // lz_wgmma_built
 
 extern "C" {
+#include "cuda_knobs.h"  // lz_cuda_knobs_read
 #include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16, lz_first_nonfinite
 #include "knobs.h"       // lz_knobs_get
 #include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
@@ -41,13 +42,12 @@ static size_t elem_size(const lz_backend *be) { return be->dtype == LZ_DTYPE_BF1
 // Memory ----------------------------------------------------------------------
 
 static lz_status cuda_alloc(lz_backend *be, size_t bytes, void **out) {
-    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
-    if (e != cudaSuccess) {
+    const char *why = lz_gpu_error_cleared(cudaMalloc(out, bytes ? bytes : 1));
+    if (why) {
         size_t free_b = 0, total = 0;
-        cudaMemGetInfo(&free_b, &total);
-        cudaGetLastError(); // clear the sticky-free error state of the failed allocation
+        (void)lz_gpu_error_cleared(cudaMemGetInfo(&free_b, &total)); // (the figures only: 0 of 0 if it fails too)
         return lz_fail(LZ_ERR_NOMEM, "cuda device %d: cannot allocate %zu bytes (%zu of %zu free): %s", be->device,
-                       bytes, free_b, total, cudaGetErrorString(e));
+                       bytes, free_b, total, why);
     }
     return LZ_OK;
 }
@@ -284,20 +284,20 @@ static lz_status cuda_copy_from_host_async(lz_backend *be, void *dst, const void
 // goes through the driver's staging buffers at a fraction of it).
 static lz_status cuda_host_alloc(lz_backend *be, size_t bytes, void **out) {
     *out = NULL;
-    cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault);
-    if (e != cudaSuccess) {
+    const char *why = lz_gpu_error_cleared(cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault));
+    if (why) {
         *out = NULL;
-        cudaGetLastError(); // an allocation failure is not sticky; clear it
         return lz_fail(LZ_ERR_NOMEM, "cuda device %d: cannot allocate %zu bytes of pinned host memory: %s",
-                       be->device, bytes, cudaGetErrorString(e));
+                       be->device, bytes, why);
     }
     return LZ_OK;
 }
 
 static void cuda_host_free(lz_backend *be, void *p) {
-    const cudaError_t e = p ? cudaFreeHost(p) : cudaSuccess;
-    if (e != cudaSuccess) // no status to return from a free; say so rather than drop it
-        fprintf(stderr, "lizard: cuda device %d: cudaFreeHost failed: %s\n", be->device, cudaGetErrorString(e));
+    // no status to return from a free (nor a message to leave for a caller): said, rather than dropped
+    const char *why = p ? lz_gpu_error(cudaFreeHost(p)) : NULL;
+    if (why)
+        fprintf(stderr, "lizard: cuda device %d: cudaFreeHost failed: %s\n", be->device, why);
 }
 
 static lz_status cuda_sync(lz_backend *be) {
@@ -473,24 +473,31 @@ static lz_status cuda_graph_begin(lz_backend *be, uint64_t sig, bool *run_ops) {
     return LZ_OK;
 }
 
+static lz_status end_capture(lz_backend *be, cudaGraph_t *graph) {
+    LZ_CUDA_TRY(cudaStreamEndCapture(be->ctx.stream, graph));
+    return LZ_OK;
+}
+static lz_status instantiate(cudaGraphExec_t *exec, cudaGraph_t graph) {
+    LZ_CUDA_TRY(cudaGraphInstantiate(exec, graph, 0));
+    return LZ_OK;
+}
+
 static lz_status cuda_graph_end(lz_backend *be, bool ok) {
     lz_graph_cache *g = &be->graphs;
     const int mode = g->mode, i = g->current;
     g->mode = 0;
     if (mode == 1) {
         cudaGraph_t graph = NULL;
-        cudaError_t e = cudaStreamEndCapture(be->ctx.stream, &graph);
-        if (!ok || e != cudaSuccess) {
+        const lz_status ended = end_capture(be, &graph); // ended whatever happened, or the stream stays captured
+        if (!ok || ended != LZ_OK) {
             if (graph)
                 cudaGraphDestroy(graph);
             g->seen[i] = false;
-            if (!ok)
-                return LZ_OK; // the caller reports the op's own error
-            LZ_CUDA_TRY(e);
+            return ok ? ended : LZ_OK; // (!ok: the caller reports the op's own error)
         }
-        e = cudaGraphInstantiate(&g->exec[i], graph, 0);
+        const lz_status made = instantiate(&g->exec[i], graph);
         cudaGraphDestroy(graph);
-        LZ_CUDA_TRY(e);
+        LZ_TRY(made);
     }
     if (mode != 0 && ok)
         LZ_CUDA_TRY(cudaGraphLaunch(g->exec[i], be->ctx.stream));
@@ -873,12 +880,11 @@ static void cuda_destroy(lz_backend *be) {
     free(be);
 }
 
-static lz_status init_device(lz_backend *be) {
+static lz_status init_device(lz_backend *be, const lz_cuda_knobs *k) {
     int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0)
-        return lz_fail(LZ_ERR_INPUT, "--device cuda: no CUDA device available (%s)",
-                       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    const char *why = lz_gpu_error_cleared(cudaGetDeviceCount(&count)); // a machine without a GPU: bad input
+    if (why || count == 0)
+        return lz_fail(LZ_ERR_INPUT, "--device cuda: no CUDA device available (%s)", why ? why : "0 devices");
     be->device = lz_knobs_get()->local_rank % count;
     LZ_CUDA_TRY(cudaSetDevice(be->device));
     cudaDeviceProp prop;
@@ -899,7 +905,7 @@ static lz_status init_device(lz_backend *be) {
     const cublasMath_t math = be->dtype == LZ_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
     LZ_CUDA_TRY(cublasSetMathMode(be->ctx.cublas, math));
     LZ_TRY(lz_cuda_side_create(&be->ctx, ws_bytes, math));
-    LZ_TRY(lz_trace_open());
+    LZ_TRY(lz_trace_open(k->trace, k->trace_us));
     if (be->dtype == LZ_DTYPE_BF16) {
         LZ_TRY(gla_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(gla_decode_init<__nv_bfloat16>(&be->ctx));
@@ -919,8 +925,8 @@ static lz_status init_device(lz_backend *be) {
     return LZ_OK;
 }
 
-// The context's kernel knobs (runtime/core/knobs.h, docs/knobs.md), read once at start.
-static void take_knobs(lz_cuda_ctx *c, const lz_knobs *k) {
+// The context's kernel knobs (cuda_knobs.h, docs/knobs.md), read once when the backend is created.
+static void take_knobs(lz_cuda_ctx *c, const lz_cuda_knobs *k) {
     c->wgmma = lz_wgmma_built() && k->wgmma; // and a 9.0 device (init_device)
     c->gemv_tokens = k->gemv_tokens;
     c->fuse_tokens = k->fuse_tokens;
@@ -944,16 +950,19 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     if (!be)
         return lz_fail(LZ_ERR_NOMEM, "cuda backend: out of memory");
     be->dtype = dtype;
-    const lz_status ks = lz_knobs_status();
+    lz_cuda_knobs ck = {};
+    lz_status ks = lz_knobs_status();
+    if (ks == LZ_OK)
+        ks = lz_cuda_knobs_read(&ck);
     if (ks != LZ_OK) {
         free(be);
         return ks;
     }
     const lz_knobs *k = lz_knobs_get();
     be->prof.on = k->profile;
-    take_knobs(&be->ctx, k);
+    take_knobs(&be->ctx, &ck);
     be->graphs.off = k->profile || k->no_graphs;
-    lz_status s = init_device(be);
+    lz_status s = init_device(be, &ck);
     if (s != LZ_OK) {
         cuda_destroy(be);
         return s;

@@ -7,7 +7,8 @@
  * Perplexity at window length W: the text (with BOS) is tokenized once and cut
  * into consecutive windows of W tokens (the last one shorter when the text does
  * not divide), each run as a fresh sequence; the result is exp of the mean
- * negative log-likelihood of every token after the first of its window.
+ * negative log-likelihood of every token after the first of its window. A long
+ * run says how far it is on stderr every few seconds (--progress).
  * Passkey: eval_passkey.h. Forward passes go through the engine (engine.h). */
 #include <jansson.h> // json_pack, json_dumpf
 #include <math.h>    // exp, isfinite
@@ -15,6 +16,7 @@
 #include <stdlib.h>  // malloc, free
 
 #include "cli_options.h"   // lz_parse_command
+#include "clock.h"         // lz_now_seconds
 #include "commands.h"      // lz_cmd_eval
 #include "context_limit.h" // lz_check_context
 #include "engine.h"        // lz_engine
@@ -28,6 +30,7 @@
 typedef struct {
     const char *model, *adapter, *text, *ppl_contexts, *contexts, *device, *dtype, *softmax_layers;
     long trials, seed, chunk;
+    double progress; /* seconds between progress lines (0: after every window) */
     bool passkey, json, allow_long;
 } eval_args;
 
@@ -44,12 +47,32 @@ typedef struct {
     double nll;     /* their summed negative log-likelihood */
 } ppl_result;
 
+/* How far a perplexity run is: a line on stderr (never stdout, which --json keeps to one object) when
+ * `every` seconds have passed since the last, with the time left at the pace so far; none after the
+ * last window, whose result line follows. */
+typedef struct {
+    double every, start, last;
+    int seg, windows;
+} ppl_progress;
+
+static void progress_after(ppl_progress *p, int done) {
+    const double now = lz_now_seconds();
+    if (done >= p->windows || now - p->last < p->every)
+        return;
+    p->last = now;
+    const double spent = now - p->start;
+    fprintf(stderr, "lizard eval: perplexity at %d tokens: window %d of %d, %.0f s so far, about %.0f s left\n",
+            p->seg, done, p->windows, spent, spent / done * (p->windows - done));
+}
+
 /* ids[n] in windows of `seg` tokens, fed `piece` tokens a step; logits [piece, V] and nll [piece]
  * are scratch. The rows' NLLs are added in order, so the sum does not depend on the threads. */
 static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, int piece, float *logits,
-                             double *nll, ppl_result *r) {
+                             double *nll, double progress_every, ppl_result *r) {
     const int V = lz_engine_config(e)->vocab_size;
     *r = (ppl_result){0};
+    const double t0 = lz_now_seconds();
+    ppl_progress p = {progress_every, t0, t0, seg, (n - 1 + seg - 1) / seg};
     for (int s0 = 0; s0 + 1 < n; s0 += seg, r->windows++) {
         const int s1 = s0 + seg < n ? s0 + seg : n;
         LZ_TRY(lz_state_reset_slot(&e->state, &e->model, 0));
@@ -61,6 +84,7 @@ static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, i
             for (int i = 0; i < scored; i++, r->predicted++)
                 r->nll += nll[i];
         }
+        progress_after(&p, r->windows + 1);
     }
     return LZ_OK;
 }
@@ -88,7 +112,7 @@ static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a,
         s = lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
     for (int i = 0; s == LZ_OK && i < lens->n; i++) {
         ppl_result *r = &results[i];
-        s = windows_nll(e, ids, n_tokens, lens->len[i], piece, logits, nll, r);
+        s = windows_nll(e, ids, n_tokens, lens->len[i], piece, logits, nll, a->progress, r);
         if (s == LZ_OK && !a->json) {
             printf("perplexity %.4f  (mean nll %.4f over %ld predicted tokens of %d, segments of %d)\n",
                    exp(r->nll / (double)r->predicted), r->nll / (double)r->predicted, r->predicted, n_tokens,
@@ -217,7 +241,7 @@ static lz_status parse_lengths(const char *flag, const char *text, int min, cons
 
 lz_status lz_cmd_eval(int argc, char **argv) {
     eval_args a = {.ppl_contexts = "1024", .contexts = "1024,2048,4096", .device = "cpu", .dtype = "bf16",
-                   .trials = 5, .chunk = 256};
+                   .trials = 5, .chunk = 256, .progress = 5};
     const lz_option options[] = {
         {"--model", LZ_OPT_DIR, "DIR", "model folder (teacher or Lizard) with tokenizer.json", &a.model, true, 0,
          0},
@@ -233,6 +257,8 @@ lz_status lz_cmd_eval(int argc, char **argv) {
         {"--seed", LZ_OPT_INT, "N", "passkey numbers and depths (default 0)", &a.seed, false, 0, 9007199254740991.0},
         {"--json", LZ_OPT_FLAG, "", "print one JSON object (model, perplexity and passkey tables) instead", &a.json,
          false, 0, 0},
+        {"--progress", LZ_OPT_FLOAT, "S", "seconds between the progress lines of a long perplexity run on stderr "
+         "(default 5; 0: after every window)", &a.progress, false, 0, 1e6},
         {"--allow-long-context", LZ_OPT_FLAG, "", "run softmax layers past max_position_embeddings", &a.allow_long,
          false, 0, 0},
         {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per forward step (default 256)", &a.chunk, false, 1, 1 << 20},

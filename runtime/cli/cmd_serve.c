@@ -88,16 +88,31 @@ static const char *model_name(const char *dir) {
     return name;
 }
 
+/* Once at start, when the model names no chat format lizard knows: chat requests get LLaMA-3's markers,
+ * which a tokenizer without them (a base model's) reads as plain text. */
+static void warn_assumed_chat(const lz_tokenizer *tok, const char *model, const char *why) {
+    static const char marker[] = "<|start_header_id|>";
+    const int32_t id = lz_tokenizer_token_to_id(tok, marker, sizeof marker - 1);
+    const bool special = id >= 0 && lz_tokenizer_is_special(tok, id);
+    fprintf(stderr, "lizard serve: warning: %s names no chat format (%s): /v1/chat/completions wraps messages in "
+                    "LLaMA-3 markers%s; --chat-template llama3|mistral says which the model was trained on, and "
+                    "/v1/completions takes text as it is\n",
+            model, why, special ? "" : ", which its tokenizer does not have: the model reads them as plain text");
+}
+
 /* Rank 0 after the engine is open: tokenizer, scheduler, HTTP, the loop. */
 static lz_status serve(const serve_args *a, lz_engine *e) {
     lz_generation_config gen;
     LZ_TRY(lz_generation_config_load(a->model, lz_engine_config(e), &gen));
     serve_chat_format chat;
     const char *why;
-    LZ_TRY(serve_chat_detect(a->model, a->chat_template, &chat, &why));
+    bool assumed;
+    LZ_TRY(serve_chat_detect(a->model, a->chat_template, &chat, &why, &assumed));
     lz_tokenizer *tok = NULL;
     LZ_TRY(lz_tokenizer_load(a->model, &tok));
     lz_tokenizer_warn_vocab(tok, lz_engine_config(e)->vocab_size, a->model);
+    if (assumed)
+        warn_assumed_chat(tok, a->model, why);
     serve_metrics metrics;
     if (serve_metrics_init(&metrics) != 0) {
         lz_tokenizer_free(tok);

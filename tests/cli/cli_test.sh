@@ -191,6 +191,11 @@ python3 "$HERE/corrupt_model.py" "$TMP/bf16" "$TMP/bf16-nan" nan-weight &&
 if "$LIZARD" --help 2>/dev/null | grep -q '^  plan '; then
     "$LIZARD" plan --shape llama3-70b-hybrid --ranks 8 >"$TMP/plan8" 2>&1 && ok || bad "plan 70b on 8 ranks: $(cat "$TMP/plan8")"
     [ "$(grep -c '^rank [0-7]:' "$TMP/plan8")" -eq 8 ] && ok || bad "plan did not print 8 ranks: $(cat "$TMP/plan8")"
+    # what the bytes are counted in, and whose free memory they are held against
+    grep -q "^bytes: weights, KV caches and window rings in bf16" "$TMP/plan8" &&
+      grep -q "^free GB: 126.9 a rank: an H200's 141 GB" "$TMP/plan8" && ok || bad "plan: units not said: $(tail -4 "$TMP/plan8")"
+    "$LIZARD" plan --shape llama3-70b-hybrid --ranks 2 --gpu-memory 80,90 2>&1 | grep -q "^free GB: as --gpu-memory 80,90 says" &&
+      ok || bad "plan --gpu-memory: not said"
     "$LIZARD" plan --shape llama3-70b-hybrid --ranks 4 --out "$TMP/plan4.txt" >/dev/null 2>&1 && ok || bad "plan --out"
     "$LIZARD" plan --shape llama3-70b-hybrid --plan "$TMP/plan4.txt" >/dev/null 2>&1 && ok || bad "plan --plan of its own output"
     printf 'rank 0: embed 0-39\nrank 1: 40-79, 85 head\n' >"$TMP/badplan.txt"

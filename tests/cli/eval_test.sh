@@ -2,7 +2,8 @@
 # eval_test.sh LIZARD MODE - `lizard eval` on tiny models that `lizard init` writes.
 #   MODE ppl:    perplexity at several window lengths in one run, its text lines and its --json
 #                object, against tests/cli/ppl_reference.py (each window through `lizard forward`,
-#                log-softmax in python); the default output's one line as before.
+#                log-softmax in python); the default output's one line as before; --progress 0: a
+#                line on stderr after every window but the last, none on stdout.
 #   MODE json:   --json with --passkey: the same table as the text output, well-formed.
 #   MODE length: contexts past max_position_embeddings: refused for a model running softmax
 #                layers unless --allow-long-context; a model of Lizard layers alone runs.
@@ -48,6 +49,19 @@ for w, line, p in zip(W, lines, js["perplexity"]):
 # the windows are fresh sequences: lengths that cut the text differently score differently
 assert ref[str(W[0])]["tokens"] < ref[str(W[1])]["tokens"] < ref[str(W[2])]["tokens"] == n - 1, ref
 assert abs(ref[str(W[0])]["ppl"] - ref[str(W[2])]["ppl"]) > 1e-6, ref
+PY
+    # progress on stderr after every window but each length's last (its result follows), stdout as without
+    "$LIZARD" eval --model "$T" --text "$TMP/text.txt" --ppl-context "$W" --json --progress 0 >"$TMP/progress.json" \
+        2>"$TMP/progress.err" && cmp -s "$TMP/ppl.json" "$TMP/progress.json" && ok ||
+        bad "--progress 0: stdout differs: $(head -c 300 "$TMP/progress.json") $(head -3 "$TMP/progress.err")"
+    python3 - "$TMP/progress.err" "$TMP/ref.json" "$W" <<'PY' && ok || bad "--progress 0: $(head -5 "$TMP/progress.err")"
+import json, re, sys
+lines, ref, W = open(sys.argv[1]).read().splitlines(), json.load(open(sys.argv[2])), sys.argv[3].split(",")
+want = [(int(w), k, ref[w]["windows"]) for w in W for k in range(1, ref[w]["windows"])]
+got = [re.fullmatch(r"lizard eval: perplexity at (\d+) tokens: window (\d+) of (\d+), \d+ s so far, about \d+ s left", l)
+       for l in lines]
+assert all(got), lines
+assert [(int(m[1]), int(m[2]), int(m[3])) for m in got] == want, (lines, want)
 PY
     # the default: one line, windows of 1024 (the text is shorter: one window)
     "$LIZARD" eval --model "$T" --text "$TMP/text.txt" >"$TMP/default.txt" 2>&1

@@ -33,7 +33,8 @@ KEY=sekret
 AUTH=(-H "Authorization: Bearer $KEY")
 start_server "$TMP/s.log" --model "$M" --api-key "$KEY" --max-batch 4 --max-tokens 16 ||
     { echo "FAIL: server did not start" >&2; exit 1; }
-grep -q "chat format llama3 (tokenizer_config.json chat_template" "$TMP/s.log" && ok || bad "chat format: $(cat "$TMP/s.log")"
+grep -q "chat format llama3 (tokenizer_config.json's chat_template has <|start_header_id|>)$" "$TMP/s.log" &&
+    ! grep -q "names no chat format" "$TMP/s.log" && ok || bad "chat format: $(cat "$TMP/s.log")"
 [ "$(grep -c "warning: .*tokenizer.json has 321 token ids, the model 320" "$TMP/s.log")" = 1 ] && ok ||
     bad "vocab warning at load: $(cat "$TMP/s.log")"
 
