@@ -1,6 +1,7 @@
 /* knobs.c - see knobs.h. A table reader (the variable, its kind, its range, its default, its field)
  * and the process's table. */
 #include <errno.h>  // errno
+#include <limits.h> // INT_MAX
 #include <stdlib.h> // getenv, atoi, strtol, strtod, strtoull, malloc, free
 #include <string.h> // strcmp, strncmp, strlen, strcspn, memcpy
 
