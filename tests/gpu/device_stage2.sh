@@ -65,7 +65,7 @@ eval_ppl() { # model -> perplexity at 1,024 on the first VALID_BYTES of valid.tx
 if phase 2 120; then
   say "== 2. stage 1 + stage 2 on the GPU ($S1_TOKENS + $S2_TOKENS tokens)"
   say "teacher ppl@1024: $(eval_ppl $T)"
-  for cfg in "hybrid-50:0,2,4,6" "lizard-0:none"; do
+  for cfg in ${PHASE2_CONFIGS:-hybrid-50:0,2,4,6 lizard-0:none}; do
     name=${cfg%%:*} layers=${cfg#*:}
     timeout -k 5 150 "$LZ" distill --teacher $T --data "$TRAIN" --out "$W/$name-s1" --tokens "$S1_TOKENS" \
       --seq-len 1024 --batch 8 --device cuda --softmax-layers "$layers" --log "$W/logs/$name-s1.jsonl" \
