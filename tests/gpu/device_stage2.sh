@@ -62,7 +62,7 @@ eval_ppl() { # model -> perplexity at 1,024 on the first VALID_BYTES of valid.tx
   "$LZ" eval --model "$1" --text "$W/valid.txt" --ppl-context 1024 --json --device cuda --allow-long-context \
     2>>"$W/logs/eval.err" | python3 -c "import json,sys; print(json.load(sys.stdin)['perplexity'][0]['ppl'])"
 }
-if phase 2 120; then
+if phase 2 "${PHASE2_MIN:-120}"; then
   say "== 2. stage 1 + stage 2 on the GPU ($S1_TOKENS + $S2_TOKENS tokens)"
   say "teacher ppl@1024: $(eval_ppl $T)"
   for cfg in ${PHASE2_CONFIGS:-hybrid-50:0,2,4,6 lizard-0:none}; do
