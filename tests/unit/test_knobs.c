@@ -95,6 +95,6 @@ int main(void) {
     CHECK(lz_knobs_load() == LZ_OK);
     int lines, defaults;
     printed(&lines, &defaults);
-    CHECK_MSG(lines == 6 + 16 && defaults == lines - 4, "%d lines, %d defaults", lines, defaults);
+    CHECK_MSG(lines == 7 + 16 && defaults == lines - 4, "%d lines, %d defaults", lines, defaults); // process, CUDA
     return lz_test_finish("test_knobs");
 }
