@@ -4,7 +4,8 @@ or when code above kernels/ includes a backend's own header (kernels/cpu, kernel
 
 The layers, lowest first (docs/architecture.md draws them):
   core <- tokenizer
-  core <- kernels <- stages <- engine (engine, pipeline, session) <- serve, train <- cli
+  core <- world (MPI's process-wide world, the heartbeat, the rank watchdog)
+  core <- kernels <- stages <- engine (engine, pipeline, session; and world) <- serve, train <- cli
 A file may include headers of its own folder and of the folders its layer is built on,
 as the CMake libraries allow; this check says the same by text, with file:line, so that
 CI names the line even where a header happens to be reachable another way."""
@@ -16,12 +17,14 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CORE = ["runtime/core"]
 KERNELS = CORE + ["kernels"]
 STAGES = KERNELS + ["stages"]
-ENGINE = STAGES + ["runtime/engine", "runtime/pipeline", "runtime/session"]
+WORLD = CORE + ["runtime/world"]
+ENGINE = STAGES + ["runtime/world", "runtime/engine", "runtime/pipeline", "runtime/session"]
 TOKENIZER = CORE + ["runtime/tokenizer"]
 # folder -> folders its includes may resolve to (besides its own folder and generated files)
 ALLOWED = {
     "runtime/core": CORE,
     "runtime/tokenizer": TOKENIZER,
+    "runtime/world": WORLD,
     "kernels": KERNELS,
     "kernels/cpu": KERNELS + ["kernels/cpu"],
     "kernels/cuda": KERNELS + ["kernels/cpu", "kernels/cuda"],

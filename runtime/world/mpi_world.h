@@ -24,6 +24,10 @@ const lz_world *lz_world_get(void);
 /* Ends the job: MPI_Finalize on success; on failure MPI_Abort, so that every
  * rank stops within seconds instead of waiting for this one. */
 void lz_world_finish(int exit_code);
+/* What must run before MPI_Finalize on an orderly end (the watchdog says
+ * goodbye to the other ranks and joins its thread); one, set by whoever
+ * started it. NULL: nothing. */
+void lz_world_before_finalize(void (*fn)(void));
 
 /* The tag of every point-to-point message between ranks on MPI_COMM_WORLD
  * (the heartbeat has a communicator of its own). */

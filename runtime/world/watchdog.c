@@ -16,7 +16,7 @@
 #include "clock.h"     // lz_now_seconds
 #include "heartbeat.h" // lz_heartbeat_tick
 #include "knobs.h"     // lz_knobs_get
-#include "mpi_world.h" // lz_world_get
+#include "mpi_world.h" // lz_world_get, lz_world_before_finalize
 #include "watchdog.h"
 
 enum { EXIT_STALLED = 3, DEFER_SECONDS = 5 };
@@ -195,6 +195,7 @@ lz_status lz_watchdog_start(void) {
     if (pthread_create(&thread, NULL, check_loop, NULL) != 0)
         return lz_fail(LZ_ERR_INTERNAL, "rank %d: cannot start the rank watchdog thread", lz_world_get()->rank);
     atomic_store(&running, true);
+    lz_world_before_finalize(lz_watchdog_stop);
     return LZ_OK;
 }
 

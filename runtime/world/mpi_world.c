@@ -7,9 +7,9 @@
 #include <unistd.h> // gethostname
 
 #include "mpi_world.h"
-#include "watchdog.h" // lz_watchdog_stop
 
 static lz_world world = {false, 0, 1, 0, "localhost"};
+static void (*before_finalize)(void);
 
 static bool launched_by_mpi(void) {
     const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"};
@@ -68,11 +68,14 @@ lz_status lz_world_broadcast(void *buf, size_t bytes, int root) {
     return LZ_OK;
 }
 
+void lz_world_before_finalize(void (*fn)(void)) { before_finalize = fn; }
+
 void lz_world_finish(int exit_code) {
     if (!world.active)
         return;
     if (exit_code != 0 && world.size > 1)
         MPI_Abort(MPI_COMM_WORLD, exit_code); // the other ranks may be blocked waiting for this one
-    lz_watchdog_stop(); // this rank's silence from now on is an orderly end
+    if (before_finalize)
+        before_finalize(); // the watchdog: this rank's silence from now on is an orderly end
     MPI_Finalize();
 }
