@@ -4,25 +4,33 @@ one box per CMake library (its folders inside), an arrow from each library to ea
 (CMakeLists.txt), every arrow pointing down. Usage: python3 docs/img/layers_svg.py [OUT.svg]"""
 import sys
 
-# (row, column span start, span width, library, folders, what it holds); rows from the top, 6 columns
+# (row, column span start, span width, library, folders, what it holds); rows from the top, 7 columns
 BOXES = [
-    (0, 0, 6, "lizard_lib", "runtime/cli", "the commands: init, info, tokenize, forward, generate, bench, plan, distill, finetune, eval, serve"),
+    (0, 0, 7, "lizard_lib", "runtime/cli", "the commands: init, info, tokenize, forward, generate, bench, plan, distill, finetune, eval, serve"),
     (1, 0, 3, "lizard_serve", "runtime/serve", "OpenAI-compatible HTTP, scheduler, sessions"),
-    (1, 3, 3, "lizard_train", "runtime/train", "distill (stage 1), finetune (stage 2)"),
-    (2, 0, 4, "lizard_engine", "runtime/engine, pipeline, session", "one model's steps; MPI/NCCL pipeline; state messages"),
-    (2, 4, 2, "lizard_tokenizer", "runtime/tokenizer", "text <-> ids"),
-    (3, 0, 4, "lizard_stages", "stages", "the model as layers: decoder layer, step"),
-    (4, 0, 4, "lizard_kernels", "kernels (ops.h, cpu/, cuda/)", "the op table and its backends"),
-    (5, 0, 6, "lizard_core", "runtime/core", "errors, knobs, dtypes, config, safetensors, npy, JSON"),
+    (1, 3, 4, "lizard_train", "runtime/train", "distill (stage 1), finetune (stage 2)"),
+    (2, 0, 4, "lizard_engine", "runtime/engine", "one model: loading, prefill/decode, the generation loop"),
+    (2, 5, 2, "lizard_tokenizer", "runtime/tokenizer", "text <-> ids"),
+    (3, 0, 4, "lizard_pipeline", "runtime/pipeline", "plans, step headers, hand-offs between ranks, stage transfers"),
+    (4, 0, 3, "lizard_session", "runtime/session", "a sequence's state as messages and files"),
+    (4, 4, 1, "lizard_world", "runtime/world", "MPI ranks, watchdog"),
+    (5, 0, 2, "lizard_stages", "stages", "the model as layers: decoder layer, step"),
+    (5, 2, 1, "lizard_sampler", "runtime/sampler", "the next token's draw"),
+    (5, 3, 1, "lizard_proto", "proto (protoc-c)", "messages"),
+    (6, 0, 3, "lizard_kernels", "kernels (ops.h, cpu/, cuda/)", "the op table and its backends"),
+    (7, 0, 7, "lizard_core", "runtime/core", "errors, knobs, dtypes, config, safetensors, npy, JSON"),
 ]
 LINKS = [  # (from, to): target_link_libraries
     ("lizard_lib", "lizard_serve"), ("lizard_lib", "lizard_train"),
     ("lizard_serve", "lizard_engine"), ("lizard_serve", "lizard_tokenizer"),
     ("lizard_train", "lizard_engine"), ("lizard_train", "lizard_tokenizer"),
-    ("lizard_engine", "lizard_stages"), ("lizard_stages", "lizard_kernels"),
-    ("lizard_kernels", "lizard_core"), ("lizard_tokenizer", "lizard_core"),
+    ("lizard_engine", "lizard_pipeline"),
+    ("lizard_pipeline", "lizard_session"), ("lizard_pipeline", "lizard_world"),
+    ("lizard_session", "lizard_stages"), ("lizard_session", "lizard_sampler"), ("lizard_session", "lizard_proto"),
+    ("lizard_stages", "lizard_kernels"), ("lizard_sampler", "lizard_kernels"),
+    ("lizard_kernels", "lizard_core"), ("lizard_world", "lizard_core"), ("lizard_tokenizer", "lizard_core"),
 ]
-COL, ROW, BOX_H, MARGIN = 150, 96, 60, 20
+COL, ROW, BOX_H, MARGIN = 160, 96, 60, 20
 
 
 def box_geometry(row, col, span):
@@ -37,7 +45,7 @@ def esc(s):
 
 def draw():
     geo = {b[3]: box_geometry(b[0], b[1], b[2]) for b in BOXES}
-    width = MARGIN * 2 + 6 * COL
+    width = MARGIN * 2 + max(b[1] + b[2] for b in BOXES) * COL
     height = MARGIN * 2 + (max(b[0] for b in BOXES) + 1) * ROW - (ROW - BOX_H)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif">',

@@ -8,7 +8,6 @@
  * of a step is that of a real one), greedy ids chosen on the last stage; the
  * rows circulate as N groups so that every stage works at once. Prompt: one
  * sequence fed in chunks, up to N chunks in flight. */
-#include <mpi.h>    // MPI_Allgather, MPI_Bcast
 #include <stdint.h> // UINT64_MAX
 #include <stdio.h>  // printf, fprintf
 #include <stdlib.h> // malloc, free
@@ -18,7 +17,7 @@
 #include "clock.h"         // lz_now_seconds
 #include "engine.h"        // lz_engine
 #include "model_presets.h" // lz_preset_config
-#include "mpi_world.h"     // lz_world_get, LZ_MPI_TRY
+#include "mpi_world.h"     // lz_world_get, lz_world_gather_u64
 #include "plan.h"          // lz_plan_choose
 
 /* Decides, identically on every rank, whether a configuration fits: the
@@ -32,14 +31,11 @@ static lz_status config_fits(const lz_bench_pipeline_args *a, const lz_config *c
     uint64_t mine = ops->memory_info ? (uint64_t)(free_b * 0.9) : UINT64_MAX / 4, *all = malloc(sizeof(uint64_t) * (size_t)w->size);
     if (!all)
         return lz_fail(LZ_ERR_NOMEM, "bench: out of memory");
-    int rc = MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS) {
-        free(all);
-        return lz_world_mpi_error(rc, "MPI_Allgather(free bytes)", __FILE__, __LINE__);
-    }
     lz_plan_costs costs;
     lz_plan plan;
-    lz_status s = lz_plan_costs_from_config(cfg, context, batch, &costs);
+    lz_status s = lz_world_gather_u64(&mine, 1, all);
+    if (s == LZ_OK)
+        s = lz_plan_costs_from_config(cfg, context, batch, &costs);
     if (s == LZ_OK) // the pipeline's own choice, with the same inputs
         s = lz_plan_choose(&costs, a->placement, a->plan_file, w->size, all, &plan);
     free(all);

@@ -1,5 +1,5 @@
 /* pipeline.c - plan agreement, the steps (headers, visits, activations, results), the serve loop. */
-#include <mpi.h>    // MPI_Allgather, MPI_Send, MPI_Recv
+#include <mpi.h>    // MPI_Send, MPI_Recv
 #include <stdio.h>  // fopen, fread
 #include <stdlib.h> // malloc, free
 #include <string.h> // memset
@@ -7,7 +7,7 @@
 #include "handoff.h"           // lz_handoff_send, lz_handoff_recv
 #include "hash.h"              // lz_fnv1a
 #include "heartbeat.h"         // lz_heartbeat_host
-#include "mpi_world.h"         // LZ_MPI_TRY
+#include "mpi_world.h"         // LZ_MPI_TRY, lz_world_gather_u64
 #include "pipeline_internal.h" // lz_pipeline_send_header, STEP_FLAG_*
 #include "step_header_check.h" // lz_step_header_check
 #include "watchdog.h"          // lz_watchdog_arm
@@ -63,10 +63,7 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
         free(free_all), free(gathered);
         return lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", w->rank);
     }
-    lz_status s = LZ_OK;
-    int rc = MPI_Allgather(mine, 3, MPI_UINT64_T, gathered, 3, MPI_UINT64_T, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS)
-        s = lz_world_mpi_error(rc, "MPI_Allgather(free bytes)", __FILE__, __LINE__);
+    lz_status s = lz_world_gather_u64(mine, 3, gathered);
     for (int r = 0; s == LZ_OK && r < w->size; r++) {
         free_all[r] = gathered[3 * r];
         if (gathered[3 * r + 1] != gathered[1] && w->rank == 0)

@@ -1,9 +1,9 @@
 /* mpi_world.c - MPI start, checked calls, and the way a job ends. */
 #include <limits.h> // INT_MAX
-#include <mpi.h>    // MPI_Init_thread, MPI_Abort, MPI_Error_string, MPI_Allreduce, MPI_Bcast
+#include <mpi.h>    // MPI_Init_thread, MPI_Abort, MPI_Error_string, MPI_Allreduce, MPI_Bcast, MPI_Allgather
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // getenv
-#include <string.h> // strncpy
+#include <string.h> // memcpy
 #include <unistd.h> // gethostname
 
 #include "mpi_world.h"
@@ -65,6 +65,14 @@ lz_status lz_world_broadcast(void *buf, size_t bytes, int root) {
         return lz_fail(LZ_ERR_INTERNAL, "a broadcast of %zu bytes: more than one MPI message holds", bytes);
     if (world.size > 1)
         LZ_MPI_TRY(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+    return LZ_OK;
+}
+
+lz_status lz_world_gather_u64(const uint64_t *mine, int n, uint64_t *all) {
+    if (world.size > 1)
+        LZ_MPI_TRY(MPI_Allgather(mine, n, MPI_UINT64_T, all, n, MPI_UINT64_T, MPI_COMM_WORLD));
+    else
+        memcpy(all, mine, sizeof(uint64_t) * (size_t)n);
     return LZ_OK;
 }
 

@@ -8,6 +8,7 @@
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
+#include <stdint.h>  // uint64_t
 
 #include "error.h" // lz_status
 
@@ -35,9 +36,12 @@ enum { LZ_TAG_ACTIVATIONS = 11, LZ_TAG_LOGITS, LZ_TAG_IDS, LZ_TAG_HEADER, LZ_TAG
        LZ_TAG_TENSORS };
 
 /* Collectives over every rank, checked; nothing to do in a world of one.
- * lz_world_sum: v[n] summed element-wise, the sums on every rank. */
+ * lz_world_sum: v[n] summed element-wise, the sums on every rank.
+ * lz_world_gather_u64: every rank's mine[n], rank by rank, in all[n * size]
+ * on every rank (a world of one copies mine). */
 lz_status lz_world_sum(double *v, int n);
 lz_status lz_world_broadcast(void *buf, size_t bytes, int root);
+lz_status lz_world_gather_u64(const uint64_t *mine, int n, uint64_t *all);
 
 /* Wraps an MPI call: on failure records "rank R (host): CALL failed: reason". */
 #define LZ_MPI_TRY(call)                                                            \
