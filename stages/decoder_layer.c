@@ -108,12 +108,12 @@ static lz_status lora_add(lz_model *m, const lz_layer_train *tr, lz_layer_tape *
     return m->ops->backward->lora_forward(m->be, y, tape->lora_u[j], x, tr->lora[j], &tr->drop[j], b);
 }
 
-/* ws->x += o_proj or down_proj of x, with its LoRA. */
+/* ws->x += o_proj or down_proj of x (+ bias), with its LoRA. */
 static lz_status residual_train(lz_model *m, const lz_layer_train *tr, lz_layer_tape *tape, lz_workspace *ws, int j,
-                                const void *x, const lz_weight *w, const lz_batch *b) {
+                                const void *x, const lz_weight *w, const lz_weight *bias, const lz_batch *b) {
     const lz_ops *ops = m->ops;
     const int T = b->n_tokens;
-    LZ_TRY(ops->linear(m->be, ws->proj, x, w, NULL, T));
+    LZ_TRY(ops->linear(m->be, ws->proj, x, w, bias, T));
     LZ_TRY(lora_add(m, tr, tape, j, ws->proj, x, b));
     return ops->add(m->be, ws->x, ws->proj, (size_t)T * (size_t)w->rows);
 }
@@ -135,9 +135,9 @@ lz_status lz_decoder_layer_train_forward(lz_model *m, lz_layer *ly, lz_layer_sta
     w.xn = tape->xn1, w.q = tape->q, w.k = tape->k, w.v = tape->v, w.gate_logit = tape->gate_logit, w.att = tape->att;
     {
         void *outs[4] = {tape->q, tape->k, tape->v, tape->gate_logit};
-        const lz_weight *wt[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->gate};
+        const lz_weight *wt[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->gate}, *bias[4] = {&ly->bq, &ly->bk, &ly->bv, NULL};
         LZ_TRY(ops->rmsnorm(m->be, tape->xn1, ws->x, &ly->input_norm, T, eps));
-        LZ_TRY(ops->linear_many(m->be, ly->run_softmax ? 3 : 4, outs, tape->xn1, wt, NULL, T));
+        LZ_TRY(ops->linear_many(m->be, ly->run_softmax ? 3 : 4, outs, tape->xn1, wt, bias, T));
         for (int j = LZ_LIN_Q; j <= LZ_LIN_V; j++)
             LZ_TRY(lora_add(m, tr, tape, j, outs[j], tape->xn1, b));
     }
@@ -150,16 +150,16 @@ lz_status lz_decoder_layer_train_forward(lz_model *m, lz_layer *ly, lz_layer_sta
         LZ_TRY(softmax_attention(m, ls, &w, b, &dims, false)); // q and k rotated in place
     else
         LZ_TRY(lizard_attention(m, ly, ls, &w, b, &dims));
-    LZ_TRY(residual_train(m, tr, tape, ws, LZ_LIN_O, tape->att, &ly->wo, b));
+    LZ_TRY(residual_train(m, tr, tape, ws, LZ_LIN_O, tape->att, &ly->wo, &ly->bo, b));
     LZ_TRY(ops->backward->copy(m->be, tape->xmid, ws->x, (size_t)T * C * ops->act_size));
     {
         void *outs[2] = {tape->g, tape->u};
-        const lz_weight *wt[2] = {&ly->w_gate, &ly->w_up};
+        const lz_weight *wt[2] = {&ly->w_gate, &ly->w_up}, *bias[2] = {&ly->b_gate, &ly->b_up};
         LZ_TRY(ops->rmsnorm(m->be, tape->xn2, ws->x, &ly->post_norm, T, eps));
-        LZ_TRY(ops->linear_many(m->be, 2, outs, tape->xn2, wt, NULL, T));
+        LZ_TRY(ops->linear_many(m->be, 2, outs, tape->xn2, wt, bias, T));
         LZ_TRY(lora_add(m, tr, tape, LZ_LIN_GATE, tape->g, tape->xn2, b));
         LZ_TRY(lora_add(m, tr, tape, LZ_LIN_UP, tape->u, tape->xn2, b));
     }
     LZ_TRY(ops->swiglu(m->be, tape->h, tape->g, tape->u, (size_t)T * I));
-    return residual_train(m, tr, tape, ws, LZ_LIN_DOWN, tape->h, &ly->w_down, b);
+    return residual_train(m, tr, tape, ws, LZ_LIN_DOWN, tape->h, &ly->w_down, &ly->b_down, b);
 }
