@@ -75,7 +75,7 @@ static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, i
     ppl_progress p = {progress_every, t0, t0, seg, (n - 1 + seg - 1) / seg};
     for (int s0 = 0; s0 + 1 < n; s0 += seg, r->windows++) {
         const int s1 = s0 + seg < n ? s0 + seg : n;
-        LZ_TRY(lz_state_reset_slot(&e->state, &e->model, 0));
+        LZ_TRY(lz_engine_reset_slot(e, 0));
         for (int p0 = s0; p0 < s1; p0 += piece) {
             const int p1 = p0 + piece < s1 ? p0 + piece : s1;
             LZ_TRY(lz_engine_prefill(e, 0, ids + p0, p1 - p0, logits, (lz_step_out){0}));
@@ -275,7 +275,7 @@ lz_status lz_cmd_eval(int argc, char **argv) {
         return LZ_OK;
     if (!a.text && !a.passkey)
         return lz_fail(LZ_ERR_INPUT, "lizard eval: give --text FILE and/or --passkey");
-    if (lz_world_get()->size > 1) // it resets sequence state between trials, which a pipeline's other ranks hold
+    if (lz_world_get()->size > 1) // rank 0's command alone (main.c): the other ranks would not serve its engine
         return lz_fail(LZ_ERR_INPUT, "lizard eval: runs in one process, not under mpirun -np %d",
                        lz_world_get()->size);
     length_list lens = {0}, ctx = {0};

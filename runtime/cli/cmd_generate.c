@@ -66,12 +66,9 @@ static void print_after_text(const after_text *later, const generate_args *a) {
     }
 }
 
-/* The model --stats counts: the engine's, or under mpirun every stage's layers described from the
+/* The model --stats counts: every stage's layers (this rank may hold only some), described from the
  * folder's headers (no weights read) with the engine's element sizes. */
 static lz_status stats_model(lz_engine *e, const char *dir, lz_model *whole, const lz_model **out) {
-    *out = &e->model;
-    if (!e->pipelined)
-        return LZ_OK;
     LZ_TRY(lz_model_describe(whole, dir, lz_engine_config(e), e->ops));
     *out = whole;
     return LZ_OK;

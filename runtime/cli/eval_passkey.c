@@ -78,7 +78,7 @@ static lz_status passkey_trial(lz_engine *e, lz_tokenizer *tok, int context, uin
     lz_status s = logits ? lz_tokenizer_check_ids(tok, ids, n, V, "lizard eval: --passkey prompt")
                          : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK)
-        s = lz_state_reset_slot(&e->state, &e->model, 0);
+        s = lz_engine_reset_slot(e, 0);
     if (s == LZ_OK)
         s = lz_engine_prefill(e, 0, ids, n, NULL, (lz_step_out){.logits = logits});
     for (int i = 0; s == LZ_OK && i < ANSWER; i++) {

@@ -15,7 +15,7 @@ typedef struct {
     const char *name;
     lz_status (*run)(int argc, char **argv);
     const char *summary;
-    bool pipelined; /* under mpirun every rank runs it as a stage; else rank 0 alone runs it */
+    bool every_rank; /* under mpirun every rank runs it (as a stage of the engine); else rank 0 alone does */
 } command;
 
 static const command commands[] = {
@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_COMMANDS; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;
-        if (!commands[i].pipelined && w->rank != 0)
+        if (!commands[i].every_rank && w->rank != 0)
             return finish(0); // one process is enough (and two would write the same files)
         lz_status s = commands[i].run(argc - 1, argv + 1);
         if (s != LZ_OK)

@@ -5,7 +5,6 @@
 
 #include "clock.h"         // lz_now_seconds
 #include "model_presets.h" // lz_preset_config
-#include "mpi_world.h"     // lz_world_get
 #include "engine_session.h"  // lz_engine_save_stages
 
 #include "engine.h"
@@ -35,23 +34,11 @@ static uint64_t free_bytes(lz_engine *e) {
     return (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGE_SIZE);
 }
 
-/* One step, in this process or through the pipeline: logits, or (out_ids)
- * ids: greedy, or sampled with draws [n_rows] where the logits are. */
+/* One step through the stages (one process: a plan of one rank): logits, or
+ * (out_ids) ids: greedy, or sampled with draws [n_rows] where the logits are. */
 static lz_status engine_step(lz_engine *e, const int32_t *ids, const lz_batch *b, const int32_t *rows, int n_rows,
                              float *logits, int32_t *out_ids, const lz_sample_draw *draws) {
-    if (e->pipelined)
-        return lz_pipeline_step(&e->pipe, &e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits, out_ids, draws);
-    lz_sample_row *sample = NULL;
-    if (out_ids && draws) {
-        sample = malloc(sizeof(lz_sample_row) * (size_t)(n_rows > 0 ? n_rows : 1));
-        if (!sample)
-            return lz_fail(LZ_ERR_NOMEM, "sampling: out of memory for %d rows", n_rows);
-        for (int r = 0; r < n_rows; r++)
-            sample[r] = lz_sample_row_of(&draws[r]);
-    }
-    lz_status s = lz_step(&e->model, &e->state, &e->ws, ids, b, rows, n_rows, (lz_head_out){logits, out_ids, sample});
-    free(sample);
-    return s;
+    return lz_pipeline_step(&e->pipe, &e->model, &e->state, &e->ws, ids, b, rows, n_rows, logits, out_ids, draws);
 }
 
 /* This rank's stage under the current plan (or the whole model): weights, state slots, scratch. */
@@ -118,17 +105,9 @@ lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
     if (e->opt.max_context <= 0)
         e->opt.max_context = e->cfg.max_position_embeddings;
     LZ_TRY(lz_open_backend(e->opt.device, e->opt.dtype, &e->be, &e->ops));
-    lz_status s;
-    if (lz_world_get()->size > 1) {
-        e->pipelined = true;
-        s = plan_and_load(e, opt->placement, opt->plan_file);
-    } else {
-        lz_stage_parts parts;
-        lz_stage_parts_all(&parts, e->cfg.num_hidden_layers);
-        s = load_stage(e, &parts);
-    }
+    lz_status s = plan_and_load(e, opt->placement, opt->plan_file); // one process: a plan of one rank
     e->load_seconds = e->pipe.stats.load_seconds = lz_now_seconds() - t0;
-    if (s == LZ_OK && e->pipelined && e->pipe.rank != 0) {
+    if (s == LZ_OK && e->pipe.rank != 0) {
         s = serve(e);
         e->worker = true;
     }
@@ -138,7 +117,7 @@ lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
 }
 
 lz_status lz_engine_replan(lz_engine *e, const char *placement, const char *plan_file) {
-    if (!e->pipelined)
+    if (e->pipe.n_ranks < 2)
         return lz_fail(LZ_ERR_INPUT, "moving sequences to another placement needs a pipeline (mpirun -np N, N > 1)");
     const int n = e->state.n_slots;
     Lizard__SequenceState *saved = calloc((size_t)n, sizeof *saved);
@@ -167,10 +146,9 @@ lz_status lz_engine_replan(lz_engine *e, const char *placement, const char *plan
 }
 
 void lz_engine_close(lz_engine *e) {
-    if (e->pipelined && !e->worker && e->pipe.rank == 0 && e->model.ops)
+    if (!e->worker && e->pipe.rank == 0 && e->model.ops)
         lz_pipeline_close(&e->pipe); // the other ranks leave their serve loop
-    if (e->pipelined)
-        lz_pipeline_free(&e->pipe);
+    lz_pipeline_free(&e->pipe);
     free_stage(e);
     if (e->be)
         e->ops->destroy(e->be);
@@ -335,9 +313,7 @@ static lz_status decode_step(lz_engine *e, int n, const int32_t *slots, const in
 }
 
 int lz_engine_overlap(const lz_engine *e) {
-    if (!e->pipelined || !e->pipe.overlap_ok)
-        return 1;
-    return e->pipe.n_ranks;
+    return e->pipe.overlap_ok ? e->pipe.n_ranks : 1;
 }
 
 lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool ids_back,
@@ -385,24 +361,13 @@ lz_status lz_engine_seek(lz_engine *e, int n, const int32_t *slots, const int32_
         if (slots[i] < 0 || slots[i] >= e->state.n_slots || positions[i] < 0)
             return lz_fail(LZ_ERR_INPUT, "seek: slot %d to position %d (%d slots)", slots[i], positions[i],
                            e->state.n_slots);
-    if (e->pipelined)
-        return lz_pipeline_seek(&e->pipe, &e->state, n, slots, positions);
-    for (int i = 0; i < n; i++)
-        e->state.slot_pos[slots[i]] = positions[i];
-    return LZ_OK;
+    return lz_pipeline_seek(&e->pipe, &e->state, n, slots, positions);
 }
 
-int lz_engine_ranks(const lz_engine *e) { return e->pipelined ? e->pipe.n_ranks : 1; }
+int lz_engine_ranks(const lz_engine *e) { return e->pipe.n_ranks; }
 
-lz_status lz_engine_stats(lz_engine *e, lz_rank_stats *all) {
-    if (e->pipelined)
-        return lz_pipeline_stats(&e->pipe, &e->model, all);
-    memset(all, 0, sizeof *all);
-    all->load_seconds = e->load_seconds;
-    size_t free_b = 0, total = 0;
-    if (e->ops->memory_info && e->ops->memory_info(e->be, &free_b, &total) == LZ_OK) {
-        all->mem_used = total - free_b;
-        all->mem_total = total;
-    }
-    return LZ_OK;
+lz_status lz_engine_stats(lz_engine *e, lz_rank_stats *all) { return lz_pipeline_stats(&e->pipe, &e->model, all); }
+
+lz_status lz_engine_reset_slot(lz_engine *e, int slot) {
+    return lz_pipeline_reset(&e->pipe, &e->model, &e->state, slot);
 }

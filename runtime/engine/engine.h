@@ -1,6 +1,8 @@
-/* engine.h - a model ready to run in one process: config (with overrides),
- * backend, weights, state slots and scratch; prefill and decode on top of
- * lz_step. The CLI commands and the tests drive models through this. */
+/* engine.h - a model ready to run, in one process or as a pipeline of MPI
+ * ranks (one runner: a process alone is a plan of one rank): config (with
+ * overrides), backend, this rank's weights, state slots and scratch; prefill
+ * and decode through the stages. The CLI commands and the tests drive models
+ * through this. */
 #ifndef LZ_ENGINE_H
 #define LZ_ENGINE_H
 
@@ -32,7 +34,6 @@ typedef struct {
 
 typedef struct {
     lz_engine_options opt;
-    bool pipelined;   /* one stage of an MPI pipeline */
     bool worker;      /* a rank other than 0: it has served every step already; the command just ends */
     lz_pipeline pipe;
     lz_backend *be;
@@ -47,10 +48,10 @@ typedef struct {
 /* "cpu" | "cuda" (NULL: cpu) and "bf16" | "fp32" (NULL: bf16; CUDA only). */
 lz_status lz_open_backend(const char *device, const char *dtype, lz_backend **be, const lz_ops **ops);
 
-/* Under mpirun with several ranks the model is split into stages: rank 0
- * returns from lz_engine_open ready to drive it; every other rank serves the
- * steps inside lz_engine_open and returns with e->worker set once rank 0 has
- * closed its engine. */
+/* The model runs as a pipeline of the job's ranks (one process: a plan of one
+ * rank that holds every layer). Rank 0 returns from lz_engine_open ready to
+ * drive it; every other rank serves the steps inside lz_engine_open and
+ * returns with e->worker set once rank 0 has closed its engine. */
 lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt);
 void lz_engine_close(lz_engine *e);
 
@@ -110,7 +111,9 @@ lz_status lz_engine_seek(lz_engine *e, int n, const int32_t *slots, const int32_
  * overrides) and how many tokens the sequence in `slot` holds. */
 static inline const lz_config *lz_engine_config(const lz_engine *e) { return &e->cfg; }
 static inline int lz_engine_position(const lz_engine *e, int slot) { return e->state.slot_pos[slot]; }
-/* Counters of every rank (all[n_ranks]; one entry without a pipeline). */
+/* The sequence in `slot` starts afresh on every stage (state zeroed, position 0). */
+lz_status lz_engine_reset_slot(lz_engine *e, int slot);
+/* Counters of every rank (all[n_ranks]; one entry for one process). */
 int lz_engine_ranks(const lz_engine *e);
 lz_status lz_engine_stats(lz_engine *e, lz_rank_stats *all);
 

@@ -5,26 +5,9 @@
 #include "engine_session.h"
 #include "session_buf.h"    // lz_session_save_slot
 #include "session_chunks.h" // lz_session_write_chunked
-#include "state_io.h"       // lz_state_io_save
 
-/* This process's layers of `slot` as msg's one stage, without packing them
- * and parsing them back: the records are malloc'd as protobuf-c's default
- * allocator would, so lz_engine_free_stages frees them like parsed ones. */
-static lz_status save_local(lz_engine *e, int slot, Lizard__SequenceState *msg) {
-    msg->stages = calloc(1, sizeof(Lizard__StageState *));
-    Lizard__StageState *stage = malloc(sizeof *stage);
-    if (!msg->stages || !stage) {
-        free(stage);
-        return lz_fail(LZ_ERR_NOMEM, "session: out of memory");
-    }
-    const lz_status s = lz_state_io_save(&e->model, &e->state, slot, e->opt.session_state_bf16, stage);
-    msg->stages[0] = stage; // freed with what it holds, whether or not it is whole
-    msg->n_stages = 1;
-    return s;
-}
-
-/* Every rank's StageState, gathered here with their payloads. */
-static lz_status save_pipelined(lz_engine *e, int slot, Lizard__SequenceState *msg) {
+/* Every stage's StageState of `slot`, gathered here with their payloads (one process: its own). */
+lz_status lz_engine_save_stages(lz_engine *e, int slot, Lizard__SequenceState *msg) {
     Lizard__StageState **stages = NULL;
     LZ_TRY(lz_pipeline_save(&e->pipe, &e->model, &e->state, slot, e->opt.session_state_bf16, &stages));
     msg->stages = stages;
@@ -32,11 +15,8 @@ static lz_status save_pipelined(lz_engine *e, int slot, Lizard__SequenceState *m
     return LZ_OK;
 }
 
-lz_status lz_engine_save_stages(lz_engine *e, int slot, Lizard__SequenceState *msg) {
-    return e->pipelined ? save_pipelined(e, slot, msg) : save_local(e, slot, msg);
-}
-
-/* One process: packed straight from the backend into a host buffer of its own (session_buf.c). */
+/* A rank that holds every layer: packed straight from the backend into a host buffer of its own
+ * (session_buf.c), with no copy of the records in between. */
 static lz_status save_one_pass(lz_engine *e, int slot, Lizard__SequenceState *msg, const char *path) {
     lz_session_buf b;
     lz_session_buf_init(&b, &e->model);
@@ -49,10 +29,11 @@ static lz_status save_one_pass(lz_engine *e, int slot, Lizard__SequenceState *ms
 
 lz_status lz_engine_save_file(lz_engine *e, int slot, Lizard__SequenceState *msg, const char *path) {
     const bool chunked = lz_session_chunks_forced();
+    const bool whole = e->pipe.n_ranks == 1; // this rank's records are the state
     size_t len = 0;
-    if (!e->pipelined && !chunked)
+    if (whole && !chunked)
         LZ_TRY(lz_session_slot_packed_size(&e->model, &e->state, slot, e->opt.session_state_bf16, msg, &len));
-    if (!e->pipelined && !chunked && len <= (size_t)INT32_MAX)
+    if (whole && !chunked && len <= (size_t)INT32_MAX)
         return save_one_pass(e, slot, msg, path);
     LZ_TRY(lz_engine_save_stages(e, slot, msg)); // the records in host memory once, then to the file
     uint8_t *buf = NULL;
@@ -88,9 +69,7 @@ lz_status lz_engine_restore_stages(lz_engine *e, int slot, const Lizard__Sequenc
     for (size_t r = 0; r < msg->n_stages; r++)
         for (size_t j = 0; j < msg->stages[r]->n_layers; j++)
             all.layers[all.n_layers++] = msg->stages[r]->layers[j];
-    const lz_status s = e->pipelined
-                            ? lz_pipeline_restore(&e->pipe, &e->model, &e->state, slot, msg->position, &all)
-                            : lz_state_io_restore(&e->model, &e->state, slot, msg->position, all.layers, all.n_layers);
+    const lz_status s = lz_pipeline_restore(&e->pipe, &e->model, &e->state, slot, msg->position, &all);
     free(all.layers); // the records belong to msg
     return s;
 }

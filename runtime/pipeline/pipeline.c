@@ -43,14 +43,48 @@ static uint64_t build_identity(void) {
     return h;
 }
 
+/* A world of one: every layer, the embedding and the head on rank 0; nothing
+ * to agree on and nothing to fit (one process loads what it is given). */
+static void plan_whole(const lz_config *cfg, uint64_t context, int batch, lz_plan *plan) {
+    memset(plan, 0, sizeof *plan);
+    plan->n_ranks = 1;
+    plan->n_layers = cfg->num_hidden_layers;
+    snprintf(plan->placement, sizeof plan->placement, "whole");
+    plan->context = context;
+    plan->batch = batch;
+}
+
+/* The plan's consequences on this rank: what it loads, its visits, whether steps may overlap. */
+static void take_plan(lz_pipeline *p, int n_layers, lz_stage_parts *parts) {
+    memset(parts, 0, sizeof *parts);
+    for (int i = 0; i < n_layers; i++)
+        parts->layer[i] = p->plan.layer_rank[i] == p->rank;
+    parts->embed = p->plan.embed_rank == p->rank;
+    parts->head = p->plan.head_rank == p->rank;
+    lz_plan_visit_order(&p->plan, p->visits, LZ_MAX_LAYERS + 2, &p->n_visits);
+    // rank 0 never needs activations back within a step when its visits are a prefix of the order
+    bool rank0_done = false;
+    p->overlap_ok = p->plan.head_rank != 0;
+    for (int v = 0; v < p->n_visits; v++) {
+        if (p->visits[v].rank != 0)
+            rank0_done = true;
+        else if (rank0_done)
+            p->overlap_ok = false;
+    }
+}
+
 lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *placement, const char *plan_file,
                            uint64_t context, int batch, uint64_t free_bytes, lz_stage_parts *parts) {
     const lz_world *w = lz_world_get();
     memset(p, 0, sizeof *p);
     p->rank = w->rank;
     p->n_ranks = w->size;
-    if (w->size > 1)
-        LZ_TRY(lz_watchdog_start());
+    if (w->size == 1) {
+        plan_whole(cfg, context, batch, &p->plan);
+        take_plan(p, cfg->num_hidden_layers, parts);
+        return LZ_OK;
+    }
+    LZ_TRY(lz_watchdog_start());
     // every rank's free bytes, build and model identity (a rank that runs another build or read another
     // config.json is named, not trusted)
     static uint64_t build = 0;
@@ -93,21 +127,7 @@ lz_status lz_pipeline_plan(lz_pipeline *p, const lz_config *cfg, const char *pla
     free(msg);
     if (s != LZ_OK)
         return s;
-    memset(parts, 0, sizeof *parts);
-    for (int i = 0; i < cfg->num_hidden_layers; i++)
-        parts->layer[i] = p->plan.layer_rank[i] == p->rank;
-    parts->embed = p->plan.embed_rank == p->rank;
-    parts->head = p->plan.head_rank == p->rank;
-    lz_plan_visit_order(&p->plan, p->visits, LZ_MAX_LAYERS + 2, &p->n_visits);
-    // rank 0 never needs activations back within a step when its visits are a prefix of the order
-    bool rank0_done = false;
-    p->overlap_ok = p->plan.head_rank != 0;
-    for (int v = 0; v < p->n_visits; v++) {
-        if (p->visits[v].rank != 0)
-            rank0_done = true;
-        else if (rank0_done)
-            p->overlap_ok = false;
-    }
+    take_plan(p, cfg->num_hidden_layers, parts);
     return LZ_OK;
 }
 
@@ -121,8 +141,8 @@ static lz_status grow_xfer(lz_pipeline *p, size_t floats) {
 }
 
 lz_status lz_pipeline_connect(lz_pipeline *p, const lz_ops *ops, lz_backend *be) {
-    if (!ops->p2p_init)
-        return LZ_OK; // activations go through host memory and MPI
+    if (!ops->p2p_init || p->n_ranks < 2)
+        return LZ_OK; // activations go through host memory and MPI, or go nowhere
     uint8_t id[256], *msg = id; // the other ranks receive a malloc'd copy (p2p_init checks its length)
     size_t len = sizeof id;
     if (p->rank == 0)
@@ -264,15 +284,22 @@ static lz_status step_from_header(const Lizard__StepHeader *h, step_arrays *a) {
     return LZ_OK;
 }
 
+/* One step on this rank. own: rank 0's batch, which the header was made from
+ * (lz_step_begin checks it with the user's words); the other ranks check the
+ * header that came over the wire and rebuild the batch from it. */
 static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspace *ws, const Lizard__StepHeader *h,
-                          float *logits, int32_t *out_ids, lz_inflight *async) {
+                          const lz_batch *own, float *logits, int32_t *out_ids, lz_inflight *async) {
     step_arrays a = {0};
     lz_sample_row *sample = NULL;
-    lz_status s = lz_step_header_check(h, st->n_slots, m->cfg.vocab_size, ws->max_tokens); // before any array is built
-    if (s == LZ_OK && m->parts.embed && h->n_token_ids == 0)
-        s = lz_fail(LZ_ERR_INTERNAL, "rank %d embeds the tokens but the StepHeader carries none", p->rank);
-    if (s == LZ_OK)
-        s = step_from_header(h, &a);
+    lz_status s = LZ_OK;
+    if (!own) {
+        s = lz_step_header_check(h, st->n_slots, m->cfg.vocab_size, ws->max_tokens); // before any array is built
+        if (s == LZ_OK && m->parts.embed && h->n_token_ids == 0)
+            s = lz_fail(LZ_ERR_INTERNAL, "rank %d embeds the tokens but the StepHeader carries none", p->rank);
+        if (s == LZ_OK)
+            s = step_from_header(h, &a);
+    }
+    const lz_batch *b = own ? own : &a.b;
     if (s == LZ_OK && m->parts.head)
         s = lz_pipeline_sample_rows(h, &sample);
     const int32_t *ids = h->token_ids, *rows = h->logit_rows;
@@ -281,14 +308,14 @@ static lz_status run_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspac
     p->step_id = h->step_id; // the other ranks learn it here (rank 0 numbers the steps)
     lz_watchdog_arm("a step", h->step_id, -1);
     if (s == LZ_OK)
-        s = lz_step_begin(m, st, ws, ids, &a.b, rows, n_rows);
+        s = lz_step_begin(m, st, ws, ids, b, rows, n_rows);
     lz_pipeline_trace(p, "begun", h->step_id);
     if (s == LZ_OK)
-        s = run_visits(p, m, st, ws, ids, &a.b, rows, n_rows, (h->flags & (STEP_FLAG_GREEDY | STEP_FLAG_SAMPLE)) != 0,
+        s = run_visits(p, m, st, ws, ids, b, rows, n_rows, (h->flags & (STEP_FLAG_GREEDY | STEP_FLAG_SAMPLE)) != 0,
                        sample, logits, out_ids, async);
     lz_pipeline_trace(p, "visited", h->step_id);
     if (s == LZ_OK)
-        lz_step_end(st, &a.b);
+        lz_step_end(st, b);
     lz_watchdog_disarm();
     free(a.slot);
     free(sample);
@@ -328,7 +355,7 @@ lz_status lz_pipeline_step(lz_pipeline *p, lz_model *m, lz_state *st, lz_workspa
     LZ_TRY(lz_pipeline_header_draws(&h, out_ids ? draws : NULL, n_logit_rows, &hd));
     lz_status s = lz_pipeline_send_header(p, &h);
     if (s == LZ_OK)
-        s = run_step(p, m, st, ws, &h, logits, out_ids, NULL);
+        s = run_step(p, m, st, ws, &h, batch, logits, out_ids, NULL);
     lz_pipeline_free_draws(&hd);
     return s;
 }
@@ -348,7 +375,7 @@ lz_status lz_pipeline_step_start(lz_pipeline *p, lz_model *m, lz_state *st, lz_w
     lz_status s = lz_pipeline_send_header(p, &h);
     if (s == LZ_OK) {
         p->n_inflight++;
-        s = run_step(p, m, st, ws, &h, NULL, NULL, f);
+        s = run_step(p, m, st, ws, &h, batch, NULL, NULL, f);
     }
     lz_pipeline_free_draws(&hd);
     return s;
@@ -393,11 +420,13 @@ lz_status lz_pipeline_serve(lz_pipeline *p, lz_model *m, lz_state *st, lz_worksp
             lizard__step_header__free_unpacked(h, NULL);
             return LZ_OK; // the engine plans again and comes back
         }
-        lz_status s = stop                                               ? LZ_OK
-                      : h->flags & (STEP_FLAG_SAVE | STEP_FLAG_RESTORE) ? lz_pipeline_serve_state(p, m, st, h)
-                      : h->flags & STEP_FLAG_SEEK                       ? lz_pipeline_seek_here(p, st, h)
-                      : h->flags & STEP_FLAG_STATS                      ? lz_pipeline_gather_stats(p, m, NULL)
-                                                                        : run_step(p, m, st, ws, h, NULL, NULL, NULL);
+        const uint32_t f = h->flags;
+        lz_status s = stop                                      ? LZ_OK
+                      : f & (STEP_FLAG_SAVE | STEP_FLAG_RESTORE) ? lz_pipeline_serve_state(p, m, st, h)
+                      : f & STEP_FLAG_SEEK                       ? lz_pipeline_seek_here(p, st, h)
+                      : f & STEP_FLAG_RESET                      ? lz_pipeline_reset_here(p, m, st, h)
+                      : f & STEP_FLAG_STATS                      ? lz_pipeline_gather_stats(p, m, NULL)
+                                                                 : run_step(p, m, st, ws, h, NULL, NULL, NULL, NULL);
         lizard__step_header__free_unpacked(h, NULL);
         if (s != LZ_OK || stop)
             return s;

@@ -93,6 +93,9 @@ lz_status lz_pipeline_step_finish(lz_pipeline *p, lz_model *m, float *logits, in
 /* Rank 0: slots[i] of every rank jump to positions[i], their state left as
  * it is (benchmarks: the cost of a step at a context without prefilling it). */
 lz_status lz_pipeline_seek(lz_pipeline *p, lz_state *st, int n, const int32_t *slots, const int32_t *positions);
+/* Rank 0: the sequence in `slot` starts afresh on every rank (its layers'
+ * state zeroed, position 0). */
+lz_status lz_pipeline_reset(lz_pipeline *p, lz_model *m, lz_state *st, int slot);
 /* Rank 0: every rank's counters, all[n_ranks]. */
 lz_status lz_pipeline_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *all);
 

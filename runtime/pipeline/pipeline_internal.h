@@ -8,7 +8,8 @@
 #include "pipeline.h"
 
 enum { STEP_FLAG_STOP = 1, STEP_FLAG_SAVE = 2, STEP_FLAG_RESTORE = 4, STEP_FLAG_GREEDY = 8, STEP_FLAG_SEEK = 16,
-       STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64, STEP_FLAG_STATE_BF16 = 128, STEP_FLAG_SAMPLE = 256 };
+       STEP_FLAG_STATS = 32, STEP_FLAG_REPLAN = 64, STEP_FLAG_STATE_BF16 = 128, STEP_FLAG_SAMPLE = 256,
+       STEP_FLAG_RESET = 512 };
 
 /* LIZARD_STEP_TRACE=1: one stderr line per pipeline event with a host-wide clock,
  * to see on a timeline whether the stages overlap. */
@@ -36,9 +37,10 @@ void lz_pipeline_free_draws(lz_header_draws *a);
 lz_status lz_pipeline_sample_rows(const Lizard__StepHeader *h, lz_sample_row **rows);
 
 /* Other ranks, for a header rank 0 sent (pipeline_state.c): a save or
- * restore, a seek, or the counters. */
+ * restore, a seek, a reset, or the counters. */
 lz_status lz_pipeline_serve_state(lz_pipeline *p, lz_model *m, lz_state *st, const Lizard__StepHeader *h);
 lz_status lz_pipeline_seek_here(lz_pipeline *p, lz_state *st, const Lizard__StepHeader *h);
+lz_status lz_pipeline_reset_here(lz_pipeline *p, lz_model *m, lz_state *st, const Lizard__StepHeader *h);
 lz_status lz_pipeline_gather_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *all);
 
 #endif

@@ -17,6 +17,14 @@ static lz_status save_collective(lz_pipeline *p, lz_model *m, lz_state *st, int 
     Lizard__StageState *mine = malloc(sizeof *mine); // freed by free_unpacked, as state_io's records are
     lz_status s = mine ? lz_state_io_save(m, st, slot, state_bf16, mine)
                        : lz_fail(LZ_ERR_NOMEM, "rank %d: out of memory", p->rank);
+    if (s == LZ_OK && p->n_ranks == 1) { // the one stage is this one
+        *out = calloc(1, sizeof **out);
+        if (*out) {
+            (*out)[0] = mine;
+            return LZ_OK;
+        }
+        s = lz_fail(LZ_ERR_NOMEM, "session: out of memory");
+    }
     uint8_t *head = NULL;
     size_t len = 0;
     if (s == LZ_OK)
@@ -83,6 +91,8 @@ static void owned_by(const lz_pipeline *p, const Lizard__StageState *s, int rank
  * layers' payloads to it); each rank restores its own layers. */
 static lz_status restore_collective(lz_pipeline *p, lz_model *m, lz_state *st, int slot, uint64_t position,
                                     const Lizard__StageState *all) {
+    if (p->n_ranks == 1) // every record is this rank's
+        return lz_state_io_restore(m, st, slot, position, all->layers, all->n_layers);
     uint8_t *head = NULL;
     size_t len = 0;
     if (p->rank == 0)
@@ -154,6 +164,23 @@ lz_status lz_pipeline_serve_state(lz_pipeline *p, lz_model *m, lz_state *st, con
     return disarmed(restore_collective(p, m, st, h->seq_ids[0], (uint64_t)h->positions[0], NULL));
 }
 
+lz_status lz_pipeline_reset(lz_pipeline *p, lz_model *m, lz_state *st, int slot) {
+    Lizard__StepHeader h = LIZARD__STEP_HEADER__INIT;
+    int32_t s32 = slot;
+    h.flags = STEP_FLAG_RESET;
+    h.n_seq_ids = 1;
+    h.seq_ids = &s32;
+    LZ_TRY(lz_pipeline_send_header(p, &h));
+    return lz_pipeline_reset_here(p, m, st, &h);
+}
+
+/* The slot of a RESET header, on this rank: its layers' state zeroed, its position 0. */
+lz_status lz_pipeline_reset_here(lz_pipeline *p, lz_model *m, lz_state *st, const Lizard__StepHeader *h) {
+    if (h->n_seq_ids != 1 || h->seq_ids[0] < 0 || h->seq_ids[0] >= st->n_slots)
+        return lz_fail(LZ_ERR_INTERNAL, "rank %d: a malformed reset request", p->rank);
+    return lz_state_reset_slot(st, m, h->seq_ids[0]);
+}
+
 /* The slots and positions of a SEEK header, on this rank. */
 lz_status lz_pipeline_seek_here(lz_pipeline *p, lz_state *st, const Lizard__StepHeader *h) {
     if (h->n_seq_ids != h->n_positions)
@@ -184,6 +211,10 @@ lz_status lz_pipeline_gather_stats(lz_pipeline *p, lz_model *m, lz_rank_stats *a
     if (m->ops->memory_info && m->ops->memory_info(m->be, &free_b, &total) == LZ_OK) {
         mine.mem_used = total - free_b;
         mine.mem_total = total;
+    }
+    if (p->n_ranks == 1) {
+        *all = mine;
+        return LZ_OK;
     }
     LZ_MPI_TRY(MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD));
     return LZ_OK;

@@ -40,8 +40,6 @@ lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *mod
         serve_scheduler_free(s);
         return lz_fail(LZ_ERR_INTERNAL, "lizard serve: cannot create the queue's lock");
     }
-    Lizard__SequenceState empty = LIZARD__SEQUENCE_STATE__INIT;
-    s->empty = empty;
     const lz_gen_callbacks cb = {on_token, on_logits, on_fail, s};
     lz_status st = lz_gen_init(&s->loop, e, gen, &cb);
     s->loop.prefill_budget = e->opt.prefill_chunk; // decoding sequences wait one step at most
@@ -49,8 +47,6 @@ lz_status serve_scheduler_init(serve_scheduler *s, lz_engine *e, const char *mod
         st = serve_sessions_init(&s->sessions, opt->session_memory, opt->session_dir);
     if (st == LZ_OK)
         st = serve_prefix_init(&s->prefix, opt->prefix_entries);
-    if (st == LZ_OK && e->pipelined) // slot 0 is still fresh: its state resets a slot on every stage
-        st = lz_engine_save_stages(e, 0, &s->empty);
     if (st != LZ_OK)
         serve_scheduler_free(s);
     return st;
@@ -72,8 +68,6 @@ void serve_scheduler_free(serve_scheduler *s) {
         serve_job_release(s->seqs[i].job);
         free_seq(s, i);
     }
-    if (s->empty.stages)
-        lz_engine_free_stages(&s->empty);
     serve_sessions_free(&s->sessions);
     serve_prefix_free(&s->prefix);
     lz_gen_free(&s->loop);
@@ -124,12 +118,6 @@ static void fail_seq(serve_scheduler *s, int slot, int http_status, const char *
     }
     serve_job_release(q->job);
     free_seq(s, slot);
-}
-
-static lz_status reset_slot(serve_scheduler *s, int slot) {
-    if (!s->e->pipelined)
-        return lz_state_reset_slot(&s->e->state, &s->e->model, slot);
-    return lz_engine_restore_stages(s->e, slot, &s->empty);
 }
 
 /* A stored session of either format (one message or chunked) into `slot`;
@@ -183,7 +171,7 @@ static lz_status start_fresh(serve_scheduler *s, serve_seq *q, int slot, int *ca
         q->cache_prompt = j->n_prompt >= s->prefix_min_tokens && !serve_prefix_has(&s->prefix, j->prompt, j->n_prompt);
     }
     if (from == 0)
-        LZ_TRY(reset_slot(s, slot));
+        LZ_TRY(lz_engine_reset_slot(s->e, slot));
     *cached = from;
     q->n_feed = j->n_prompt - from;
     q->feed = malloc(sizeof(int32_t) * (size_t)(q->n_feed ? q->n_feed : 1));

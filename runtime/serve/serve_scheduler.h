@@ -58,7 +58,6 @@ typedef struct {
 
     serve_seq *seqs;                /* [max_batch], slot i = seqs[i] */
     lz_gen_loop loop;               /* the slots' sequences: prefill, decode, sampling */
-    Lizard__SequenceState empty;    /* a fresh slot: resets one on every pipeline stage */
 } serve_scheduler;
 
 typedef struct {
