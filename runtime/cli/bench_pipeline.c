@@ -138,9 +138,7 @@ static lz_status drive_decode(lz_engine *e, const lz_bench_pipeline_args *a, int
         pos[i] = context;
     }
     lz_status s = lz_engine_seek(e, B, slots, pos);
-    int groups = lz_engine_overlap(e);
-    groups = groups < B ? groups : B;
-    groups = groups < LZ_MAX_INFLIGHT ? groups : LZ_MAX_INFLIGHT;
+    const int groups = lz_engine_groups(e, B);
     // One process: `steps` synchronous rounds after round 2 starts. A pipeline: from group 0's result of
     // round 1 to its result of the last round, `steps` rounds of every group in the steady state (timing
     // from the start of round 2 instead counted round 1's in-flight steps as time without tokens).
@@ -155,7 +153,7 @@ static lz_status drive_decode(lz_engine *e, const lz_bench_pipeline_args *a, int
         }
         // steady state: group g's next step starts as soon as its last one is back
         for (int g = 0; s == LZ_OK && g < groups; g++) {
-            const int r0 = B * g / groups, n = B * (g + 1) / groups - r0;
+            const int r0 = lz_engine_group_first(B, groups, g), n = lz_engine_group_first(B, groups, g + 1) - r0;
             if (round > 0)
                 s = lz_engine_decode_finish(e, NULL, ids + r0);
             if (round == 2 && g == 0)
@@ -165,7 +163,7 @@ static lz_status drive_decode(lz_engine *e, const lz_bench_pipeline_args *a, int
         }
     }
     for (int g = 0; s == LZ_OK && groups >= 2 && g < groups; g++) { // the last round in flight
-        s = lz_engine_decode_finish(e, NULL, ids + B * g / groups);
+        s = lz_engine_decode_finish(e, NULL, ids + lz_engine_group_first(B, groups, g));
         if (g == 0)
             t1 = lz_now_seconds();
     }

@@ -316,6 +316,11 @@ int lz_engine_overlap(const lz_engine *e) {
     return e->pipe.overlap_ok ? e->pipe.n_ranks : 1;
 }
 
+int lz_engine_groups(const lz_engine *e, int n) {
+    const int groups = lz_engine_overlap(e) < n ? lz_engine_overlap(e) : n;
+    return groups < LZ_MAX_INFLIGHT ? groups : LZ_MAX_INFLIGHT;
+}
+
 lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool ids_back,
                                  const lz_sample_draw *draws) {
     if (lz_engine_overlap(e) < 2)
@@ -339,18 +344,16 @@ lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int3
     const lz_sample_draw *draws = out.ids ? out.draws : NULL;
     if (!out_ids && !logits)
         return lz_fail(LZ_ERR_INTERNAL, "decode: neither logits nor ids asked for");
-    int groups = out.overlap ? lz_engine_overlap(e) : 1;
-    groups = groups < n ? groups : n;
-    groups = groups < LZ_MAX_INFLIGHT ? groups : LZ_MAX_INFLIGHT;
+    const int groups = out.overlap ? lz_engine_groups(e, n) : 1;
     if (groups < 2)
         return decode_step(e, n, slots, ids, logits, out_ids, draws);
     const size_t V = (size_t)e->model.cfg.vocab_size;
     for (int g = 0; g < groups; g++) {
-        const int r0 = n * g / groups, r1 = n * (g + 1) / groups;
+        const int r0 = lz_engine_group_first(n, groups, g), r1 = lz_engine_group_first(n, groups, g + 1);
         LZ_TRY(lz_engine_decode_start(e, r1 - r0, slots + r0, ids + r0, out_ids != NULL, draws ? draws + r0 : NULL));
     }
     for (int g = 0; g < groups; g++) {
-        const int r0 = n * g / groups;
+        const int r0 = lz_engine_group_first(n, groups, g);
         LZ_TRY(lz_engine_decode_finish(e, out_ids ? NULL : logits + (size_t)r0 * V, out_ids ? out_ids + r0 : NULL));
     }
     return LZ_OK;

@@ -92,6 +92,11 @@ lz_status lz_engine_decode(lz_engine *e, int n, const int32_t *slots, const int3
  * sampled with draws [n] when given). With one micro-batch this is
  * lz_engine_decode. */
 int lz_engine_overlap(const lz_engine *e);
+/* n decode rows as groups through the pipeline: one per stage that can
+ * overlap, at most LZ_MAX_INFLIGHT, at most n (1: one step, nothing to
+ * overlap); group k is rows [first(k), first(k + 1)). */
+int lz_engine_groups(const lz_engine *e, int n);
+static inline int lz_engine_group_first(int n, int groups, int k) { return (int)((int64_t)n * k / groups); }
 lz_status lz_engine_decode_start(lz_engine *e, int n, const int32_t *slots, const int32_t *ids, bool ids_back,
                                  const lz_sample_draw *draws);
 lz_status lz_engine_decode_finish(lz_engine *e, float *logits, int32_t *out_ids);

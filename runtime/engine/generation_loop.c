@@ -201,13 +201,11 @@ static lz_status decode(lz_gen_loop *g, int listed) {
         return LZ_OK;
     bool host;
     lz_status s = host_rows(g, n, &host);
-    int groups = lz_engine_overlap(g->e);
-    groups = groups < n ? groups : n;
-    groups = groups < LZ_MAX_INFLIGHT ? groups : LZ_MAX_INFLIGHT;
+    const int groups = lz_engine_groups(g->e, n);
     if (s == LZ_OK && g->circulate && !host && groups >= 2) {
         for (int k = 0; k < groups; k++) {
-            g->r0[k] = n * k / groups;
-            g->count[k] = n * (k + 1) / groups - g->r0[k];
+            g->r0[k] = lz_engine_group_first(n, groups, k);
+            g->count[k] = lz_engine_group_first(n, groups, k + 1) - g->r0[k];
             LZ_TRY(start_group(g, k));
         }
         g->n_groups = groups;
