@@ -5,17 +5,17 @@
  * reports its memory, load time and the bytes it sent.
  *
  * Decode: B sequences seeked to `context` (their state is random, the cost
- * of a step is that of a real one), greedy ids chosen on the last stage; the
- * rows circulate as N groups so that every stage works at once. Prompt: one
- * sequence fed in chunks, up to N chunks in flight. */
+ * of a step is that of a real one), greedy ids chosen on the last stage, run
+ * by the generation loop (its groups circulate so that every stage works at
+ * once). Prompt: one sequence fed in chunks, up to N chunks in flight. */
 #include <stdint.h> // UINT64_MAX
 #include <stdio.h>  // printf, fprintf
 #include <stdlib.h> // malloc, free
-#include <string.h> // memset
 
 #include "bench_pipeline.h"
 #include "clock.h"         // lz_now_seconds
 #include "engine.h"        // lz_engine
+#include "generation_loop.h" // lz_gen_loop
 #include "model_presets.h" // lz_preset_config
 #include "mpi_world.h"     // lz_world_get, lz_world_gather_u64
 #include "plan.h"          // lz_plan_choose
@@ -126,50 +126,52 @@ static lz_status drive_prompt(lz_engine *e, const lz_bench_pipeline_args *a, int
     return s;
 }
 
-/* Rank 0: B sequences at `context`, `steps` greedy tokens each (after 2 warm-up tokens). */
+static bool keep_going(void *ctx, int slot, int32_t id, lz_gen_end end) {
+    (void)ctx, (void)slot, (void)id, (void)end;
+    return true; // the tokens are not the point; max_tokens ends each sequence
+}
+
+/* Rank 0: B sequences at `context`, `steps` greedy tokens each timed after 3 untimed ones, through the
+ * generation loop, whose decode groups circulate through a pipeline as generate --batch's do. Timed: from
+ * the end of round 2 (every group in flight again) to the end of the last, `steps` rounds of every group. */
 static lz_status drive_decode(lz_engine *e, const lz_bench_pipeline_args *a, int B, int context, int steps) {
-    int32_t *buf = malloc(sizeof(int32_t) * 4 * (size_t)B);
+    const int V = lz_engine_config(e)->vocab_size;
+    int32_t *buf = malloc(sizeof(int32_t) * 3 * (size_t)B);
     if (!buf)
         return lz_fail(LZ_ERR_NOMEM, "bench: out of memory");
-    int32_t *slots = buf, *ids = buf + B, *pos = buf + 2 * B, *next = buf + 3 * B;
+    int32_t *slots = buf, *ids = buf + B, *pos = buf + 2 * B;
     for (int i = 0; i < B; i++) {
         slots[i] = i;
-        ids[i] = (int32_t)((i * 31) % lz_engine_config(e)->vocab_size);
+        ids[i] = (int32_t)((i * 31) % V);
         pos[i] = context;
     }
+    const lz_generation_config gen = {0}; // greedy; ignore_eos below
+    const lz_sampler_params greedy = {0, 0, 1, 0};
+    lz_gen_loop g;
     lz_status s = lz_engine_seek(e, B, slots, pos);
-    const int groups = lz_engine_groups(e, B);
-    // One process: `steps` synchronous rounds after round 2 starts. A pipeline: from group 0's result of
-    // round 1 to its result of the last round, `steps` rounds of every group in the steady state (timing
-    // from the start of round 2 instead counted round 1's in-flight steps as time without tokens).
-    double t0 = 0, t1 = 0;
-    for (int round = 0; s == LZ_OK && round < steps + 2; round++) {
-        if (groups < 2) { // the ids chosen are the next inputs, as in generation
-            if (round == 2)
-                t0 = lz_now_seconds();
-            s = lz_engine_decode(e, B, slots, ids, (lz_step_out){.ids = next});
-            memcpy(ids, next, sizeof(int32_t) * (size_t)B);
-            continue;
-        }
-        // steady state: group g's next step starts as soon as its last one is back
-        for (int g = 0; s == LZ_OK && g < groups; g++) {
-            const int r0 = lz_engine_group_first(B, groups, g), n = lz_engine_group_first(B, groups, g + 1) - r0;
-            if (round > 0)
-                s = lz_engine_decode_finish(e, NULL, ids + r0);
-            if (round == 2 && g == 0)
-                t0 = lz_now_seconds();
-            if (s == LZ_OK)
-                s = lz_engine_decode_start(e, n, slots + r0, ids + r0, true, NULL);
-        }
+    if (s == LZ_OK)
+        s = lz_gen_init(&g, e, &gen, &(lz_gen_callbacks){.on_token = keep_going});
+    if (s != LZ_OK) {
+        free(buf);
+        return s;
     }
-    for (int g = 0; s == LZ_OK && groups >= 2 && g < groups; g++) { // the last round in flight
-        s = lz_engine_decode_finish(e, NULL, ids + lz_engine_group_first(B, groups, g));
-        if (g == 0)
-            t1 = lz_now_seconds();
+    g.circulate = true;
+    for (int i = 0; s == LZ_OK && i < B; i++) { // one token fed at `context`, then steps + 3 generated
+        lz_gen_seq q = {.feed = ids + i, .n_feed = 1, .max_tokens = steps + 3, .ignore_eos = true};
+        s = lz_sampler_init(&q.sampler, &greedy, V);
+        if (s == LZ_OK)
+            s = lz_gen_start(&g, i, q);
     }
-    const double dt = (groups >= 2 ? t1 : lz_now_seconds()) - t0;
+    double t0 = 0;
+    for (int round = 0; s == LZ_OK && lz_gen_live(&g) > 0; round++) {
+        s = lz_gen_round(&g);
+        if (round == 2)
+            t0 = lz_now_seconds();
+    }
+    const double dt = lz_now_seconds() - t0;
     if (s == LZ_OK)
         report(a, "decode", 0, B, context, (double)B * steps / dt, e->load_seconds);
+    lz_gen_free(&g);
     free(buf);
     return s;
 }
