@@ -122,7 +122,7 @@ static lz_status upload_pieces(lz_backend *be, const lz_host_tensor *src, int64_
     if (rows * cols != src->numel)
         return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,
                        (long long)src->numel, (long long)rows, (long long)cols);
-    *out = (lz_weight){NULL, be->dtype, rows, cols, true, 0};
+    *out = (lz_weight){NULL, be->dtype, rows, cols, true, 0, NULL};
     const size_t n = (size_t)src->numel, es = elem_size(be), piece = (size_t)1 << 24;
     LZ_TRY(cuda_alloc(be, n * es, &out->data));
     if (src->dtype == be->dtype) { // same type: straight from the mapping
@@ -159,7 +159,7 @@ static void cuda_free_weight(lz_backend *be, lz_weight *w) {
 
 static lz_status cuda_random_weight(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,
                                     lz_weight *out) {
-    *out = (lz_weight){NULL, be->dtype, rows, cols, true, 0};
+    *out = (lz_weight){NULL, be->dtype, rows, cols, true, 0, NULL};
     const size_t n = (size_t)(rows * cols);
     LZ_TRY(cuda_alloc(be, n * elem_size(be), &out->data));
     if (be->dtype == LZ_DTYPE_BF16)
