@@ -10,7 +10,8 @@
 #     generator's fp8_fbgemm folder run with --dtype fp8 (the C rule = the generator's);
 #   - layouts lizard does not read, refused by name in one line (block-wise scales, other methods,
 #     formats and strategies, E5M2, missing, misshapen, negative or integer scales, a NaN code);
-#   - generate, eval and info with --dtype fp8; --device cuda refused; a session saved
+#   - generate, eval and info with --dtype fp8; `lizard init --dtype fp8` (fbgemm_fp8's layout) holds what
+#     --dtype fp8 makes of the same preset in bf16; --device cuda refused; a session saved
 #     with FP8 weights is refused by a run without them (another model's state).
 set -u
 LIZARD=$1
@@ -105,6 +106,16 @@ expect_error "--dtype: expected bf16 or fp32, got 'fp9'" \
 "$LIZARD" generate --model "$M" --max-tokens 3 --dtype fp8 --session "$TMP/s.lzs" >/dev/null 2>"$TMP/err" && ok ||
     bad "an FP8 session continued with FP8 weights: $(cat "$TMP/err")"
 expect_error "or --dtype fp8 on one side only" "$LIZARD" generate --model "$M" --max-tokens 3 --session "$TMP/s.lzs"
+
+# 5. lizard init --dtype fp8: fbgemm_fp8's layout, what --dtype fp8 makes of the same preset in bf16
+for dt in bf16 fp8; do
+    "$LIZARD" init --config tiny-hybrid --dtype $dt --out "$TMP/init_$dt" --seed 4 >"$TMP/init_$dt.out" 2>&1 ||
+        bad "init --dtype $dt: $(cat "$TMP/init_$dt.out")"
+done
+grep -q "863892 parameters, .* bytes F8_E4M3 + BF16" "$TMP/init_fp8.out" && grep -q '"fbgemm_fp8"' "$TMP/init_fp8/config.json" &&
+    ok || bad "init --dtype fp8: $(cat "$TMP/init_fp8.out")"
+fwd "$TMP/init_bf16" "$TMP/init_bf16.npy" --dtype fp8 && fwd "$TMP/init_fp8" "$TMP/init_fp8.npy" --dtype fp8 &&
+    cmp -s "$TMP/init_bf16.npy" "$TMP/init_fp8.npy" && ok || bad "init --dtype fp8: not the bf16 preset quantized at load"
 
 echo "fp8_test: $pass passed, $fail failed"
 [ $fail -eq 0 ]
