@@ -30,12 +30,13 @@ static double TOLERANCE = 1e-4;
 static const char *DEVICE = "cpu", *DTYPE = "fp32";
 static bool REQUIRE_GREEDY = true;
 
-/* FP8 weights: rounding to E4M3 (3 mantissa bits, to nearest) leaves each weight a relative error
- * uniform within +-2^-4 of its binade's step, whose mean square over a binade of log-spread weights is
- * 2^-9 / 3: a linear layer's output is off by about delta = 2^-4.5 / sqrt(3) = 0.026 of its norm. A
- * model of L layers adds 2L + 1 such errors into its residual stream one after another (attention and
- * MLP outputs, the LM head), which add up in quadrature: delta * sqrt(2L + 1). Twice that allows for
- * their growth through the attention and the feature maps of a random model. */
+/* FP8 weights: rounding to E4M3 (3 mantissa bits, to nearest) leaves each weight an error uniform
+ * within half its binade's step (2^-4 of the binade's start), whose mean square relative to weights
+ * spread over a binade is 2^-9 / 3: a linear layer's output is off by about delta = 2^-4.5 / sqrt(3)
+ * = 0.0255 of its norm. A model of L layers adds 2L such errors into its residual stream one after
+ * another (attention and MLP outputs; the LM head stays unquantized), which add up in quadrature:
+ * delta * sqrt(2L). The tolerance, 2 * delta * sqrt(2L + 1), is that with a factor of two and one term
+ * of headroom for their growth through the attention, the feature maps and the norms of a random model. */
 static double fp8_tolerance(int n_layers) { return 2.0 * 0.0255 * sqrt(2.0 * n_layers + 1.0); }
 
 static double rel_err(const float *a, const float *ref, size_t n) {
