@@ -10,6 +10,7 @@
 #     generator's fp8_fbgemm folder run with --dtype fp8 (the C rule = the generator's);
 #   - layouts lizard does not read, refused by name in one line (block-wise scales, other methods,
 #     formats and strategies, E5M2, missing, misshapen, negative or integer scales, a NaN code);
+#   - a PEFT adapter merged before quantizing;
 #   - generate, eval and info with --dtype fp8; `lizard init --dtype fp8` (fbgemm_fp8's layout) holds what
 #     --dtype fp8 makes of the same preset in bf16; --device cuda refused; a session saved
 #     with FP8 weights is refused by a run without them (another model's state).
@@ -107,7 +108,49 @@ expect_error "--dtype: expected bf16 or fp32, got 'fp9'" \
     bad "an FP8 session continued with FP8 weights: $(cat "$TMP/err")"
 expect_error "or --dtype fp8 on one side only" "$LIZARD" generate --model "$M" --max-tokens 3 --session "$TMP/s.lzs"
 
-# 5. lizard init --dtype fp8: fbgemm_fp8's layout, what --dtype fp8 makes of the same preset in bf16
+# 5. a PEFT adapter merged at load, then quantized (an FP8 checkpoint's weight: dequantized, merged, quantized
+#    again): an adapter of zeros changes no code; one of values changes the logits, within FP8's error of fp32's
+make_adapter() { # DIR SCALE: q_proj and v_proj factors of the 4 layers, r 2; B = SCALE * small values
+    python3 - "$1" "$2" <<'PY'
+import json, os, random, struct, sys
+d, scale = sys.argv[1], float(sys.argv[2])
+os.makedirs(d, exist_ok=True)
+rng, t = random.Random(5), {}
+for layer in range(4):
+    for mod, out in (("q_proj", 64), ("v_proj", 32)):
+        p = "base_model.model.model.layers.%d.self_attn.%s" % (layer, mod)
+        t[p + ".lora_A.weight"] = ([2, 64], [rng.uniform(-0.5, 0.5) for _ in range(128)])
+        t[p + ".lora_B.weight"] = ([out, 2], [scale * rng.uniform(-0.5, 0.5) for _ in range(2 * out)])
+json.dump({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"], "bias": "none"},
+          open(d + "/adapter_config.json", "w"))
+head, blobs, off = {}, [], 0
+for k, (shape, v) in sorted(t.items()):
+    b = struct.pack("<%df" % len(v), *v)
+    head[k] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(b)]}
+    blobs.append(b)
+    off += len(b)
+h = json.dumps(head).encode()
+h += b" " * (-len(h) % 8)
+open(d + "/adapter_model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+PY
+}
+make_adapter "$TMP/zero" 0 && make_adapter "$TMP/lora" 0.1 || bad "the adapters"
+fwd "$FIX/hybrid50/model" "$TMP/zero.npy" --dtype fp8 --adapter "$TMP/zero" && cmp -s "$TMP/zero.npy" "$TMP/q_load.npy" &&
+    ok || bad "an adapter of zeros changed FP8 codes: $(cat "$TMP/fwd.err")"
+fwd "$FIX/hybrid50/model" "$TMP/lora_fp8.npy" --dtype fp8 --adapter "$TMP/lora" &&
+    fwd "$FIX/hybrid50/model" "$TMP/lora_f32.npy" --adapter "$TMP/lora" || bad "--adapter: $(cat "$TMP/fwd.err")"
+err=$(rel_err "$TMP/lora_fp8.npy" "$TMP/lora_f32.npy") moved=$(rel_err "$TMP/lora_f32.npy" "$TMP/f32.npy")
+echo "  --adapter: fp8 against fp32 rel err $err (the adapter moves fp32's logits by $moved)"
+python3 -c "import sys; sys.exit(0 if $err < 0.15 and $moved > 0.02 else 1)" && ok ||
+    bad "--adapter --dtype fp8: rel err $err against fp32 with the adapter (which moves the logits by $moved)"
+for flags in "" "--dtype fp8"; do # an FP8 checkpoint with an adapter: dequantized, merged (and quantized again)
+    fwd "$FIX/fp8_fbgemm" "$TMP/fp8_lora.npy" $flags --adapter "$TMP/lora" || bad "FP8 folder --adapter $flags"
+    err=$(rel_err "$TMP/fp8_lora.npy" "$TMP/lora_f32.npy")
+    echo "  fp8_fbgemm --adapter $flags: rel err $err against the F32 base with the adapter"
+    python3 -c "import sys; sys.exit(0 if $err < 0.15 else 1)" && ok || bad "FP8 folder --adapter $flags: rel err $err"
+done
+
+# 6. lizard init --dtype fp8: fbgemm_fp8's layout, what --dtype fp8 makes of the same preset in bf16
 for dt in bf16 fp8; do
     "$LIZARD" init --config tiny-hybrid --dtype $dt --out "$TMP/init_$dt" --seed 4 >"$TMP/init_$dt.out" 2>&1 ||
         bad "init --dtype $dt: $(cat "$TMP/init_$dt.out")"
