@@ -92,8 +92,11 @@ done
 M=$FIX/fp8_ct_channel
 out=$("$LIZARD" generate --model "$M" --ids 1,2,3 --max-tokens 6 --dtype fp8 --format json 2>"$TMP/err") &&
     [ -n "$out" ] && ok || bad "generate --dtype fp8: $(cat "$TMP/err")"
-"$LIZARD" info --model "$M" >"$TMP/info" 2>&1 && grep -q "parameters     216520" "$TMP/info" && ok ||
-    bad "info of an FP8 folder: $(cat "$TMP/info")"
+for layout in fbgemm ct_channel per_tensor; do # the base model's parameters (scales are not), the FP8 layers
+    "$LIZARD" info --model "$FIX/fp8_$layout" >"$TMP/info" 2>&1 && grep -q "parameters     214216 = 213568 teacher" "$TMP/info" &&
+        grep -q "weights        F8_E4M3 in 28 of 29 linear layers" "$TMP/info" && ok ||
+        bad "info of fp8_$layout: $(cat "$TMP/info")"
+done
 printf 'the lizard basks on a warm stone in the sun\n%.0s' 1 2 3 4 >"$TMP/text.txt" # (eval: a folder with a tokenizer)
 "$LIZARD" eval --model "$FIX/hub_llama31_instruct" --text "$TMP/text.txt" --ppl-context 16 --dtype fp8 --json \
     >"$TMP/eval.json" 2>"$TMP/err" && grep -q '"ppl"' "$TMP/eval.json" && ok || bad "eval --dtype fp8: $(cat "$TMP/err")"
