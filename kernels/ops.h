@@ -107,6 +107,10 @@ typedef struct lz_ops {
      * made where it lives: benchmarks start in seconds without files. */
     lz_status (*random_weight)(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,
                                lz_weight *out);
+    /* Optional (NULL: the loader quantizes on the host): w, a float weight of this backend, replaced by
+     * its FP8 E4M3 codes and row scales by the rule of fp8_rule.h, computed where it lives (random weights
+     * of a benchmark's shape in seconds, not minutes of host arithmetic). */
+    lz_status (*quantize_fp8)(lz_backend *be, lz_weight *w);
     /* Optional (NULL when not measurable): the device's memory copy rate
      * (bytes read + written per second) and its GEMM rate (FLOP/s) in the
      * activation type, measured now. */

@@ -135,6 +135,14 @@ static lz_status load_linear(loader *L, const char *name, int64_t rows, int64_t 
                        name);
     if (!m->cfg.fp8_weights || !quantize || L->describe)
         return load_matrix(L, name, rows, cols, out);
+    if (L->random && m->ops->quantize_fp8) { // made and quantized where it lives
+        *L->param_count += (size_t)(rows * cols);
+        LZ_TRY(random_tensor(L, name, rows, cols, out));
+        const lz_status s = m->ops->quantize_fp8(m->be, out);
+        if (s != LZ_OK)
+            m->ops->free_weight(m->be, out);
+        return s;
+    }
     float *w = malloc(sizeof(float) * (size_t)(rows * cols));
     if (!w)
         return lz_fail(LZ_ERR_NOMEM, "out of memory quantizing '%s' to FP8", name);
