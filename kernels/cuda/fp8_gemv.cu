@@ -1,0 +1,203 @@
+// fp8_gemv.cu - the decode GEMV over FP8 E4M3 weights: out[n, m] = x[n, k] . (s . Q[m, k])^T, x bf16.
+//
+// The structure of gemv_kernel.cuh (memory-bound: each weight byte read once): one warp streams one
+// weight row with 16-byte loads (16 codes) and applies it to NT tokens; each lane's first load is
+// issued before griddepcontrol.wait, since weights depend on no kernel; L1 no-allocate on the codes
+// (read once) while x stays cached for every row; layers of few rows give a row 2 or 4 warps so that
+// a launch fills the GPU's thread slots, their partial sums meeting in shared memory; layers of one
+// input share one launch (their rows one range of warps). The SwiGLU epilogue streams the gate row on
+// lanes 0-15 and the up row on lanes 16-31, meeting by a shuffle.
+// Codes become floats exactly (E4M3 -> f16x2 in one instruction, f16 -> f32), the products and sums
+// are fp32, and the row's scale multiplies the sum once, as kernels/cpu/linear_fp8.c computes.
+#include <cuda_fp8.h> // __nv_cvt_fp8x2_to_halfraw2
+
+#include "fp8_linear.cuh"
+#include "gemv_kernel.cuh" // lz_row_barrier, LZ_GEMV_BLOCK
+#include "pdl.cuh"         // lz_launch, lz_pdl_wait
+
+// 16 codes -> 16 floats (exact: every E4M3 value is an f16).
+__device__ __forceinline__ void lz_e4m3x16_to_float(float (&f)[16], uint4 raw) {
+    const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const __half2_raw p = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(word[i] >> (16 * h)), __NV_E4M3);
+            const float2 v = __half22float2(__half2(p));
+            f[4 * i + 2 * h] = v.x;
+            f[4 * i + 2 * h + 1] = v.y;
+        }
+    }
+}
+
+__device__ __forceinline__ uint4 lz_load_codes16(const uint8_t *p) {
+    uint4 r;
+    asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
+// SPLIT warps per (output row of any segment, group of NT tokens); k % 16 == 0.
+// One token: held to 32 registers a thread, so that 8 blocks fit an SM (a whole wave of thread slots,
+// which the split above counts on).
+template <int NT, int EPI, int SPLIT>
+__global__ void __launch_bounds__(LZ_GEMV_BLOCK, NT == 1 ? 8 : 0)
+    fp8_gemv_kernel(lz_fp8_segments seg, const lz_bf16 *x, int n, int k, int n_groups) {
+    constexpr bool HALVES = EPI == LZ_FP8_SWIGLU;
+    static_assert(!HALVES || SPLIT == 1, "SwiGLU: gate and up on the two halves of one warp");
+    const int block_warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = (blockIdx.x * (LZ_GEMV_BLOCK / 32) + block_warp) / SPLIT, part = block_warp % SPLIT;
+    if (warp >= seg.total_rows * n_groups)
+        return; // (the SPLIT warps of a row leave together)
+    int row = warp % seg.total_rows, m = seg.m[0];
+    const uint8_t *w = seg.w[0];
+    const float *scale = seg.scale[0];
+    const lz_bf16 *bias = seg.bias[0];
+    lz_bf16 *out = seg.out[0];
+    if constexpr (HALVES) {
+        if (lane >= 16)
+            w = seg.w[1], scale = seg.scale[1], bias = seg.bias[1];
+    } else { // this row's segment; constant indices keep seg in parameter space
+#pragma unroll
+        for (int s = 1; s < LZ_FP8_MAX_SEGMENTS; s++)
+            if (s < seg.count && row >= m) {
+                row -= m;
+                m = seg.m[s], w = seg.w[s], scale = seg.scale[s], bias = seg.bias[s], out = seg.out[s];
+            }
+    }
+    const int t0 = (warp / seg.total_rows) * NT, nt = min(NT, n - t0);
+    const uint8_t *wr = w + (size_t)row * k;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+    auto fma_chunk = [&](uint4 raw, int c) {
+        float wv[16];
+        lz_e4m3x16_to_float(wv, raw);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < nt) {
+                const lz_bf16 *xt = x + (size_t)(t0 + t) * k + c;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float xv[8];
+                    vec16<lz_bf16>::load(xv, xt + 8 * h);
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        acc[t] += wv[8 * h + i] * xv[i];
+                }
+            }
+        }
+    };
+    const int c0 = HALVES ? (lane & 15) * 16 : (part * 32 + lane) * 16, stride = HALVES ? 256 : 512 * SPLIT;
+    uint4 pre = {}; // the first codes, loaded before the wait
+    if (c0 < k)
+        pre = lz_load_codes16(wr + c0);
+    lz_pdl_wait();
+    lz_pdl_launch_dependents();
+    if (c0 < k)
+        fma_chunk(pre, c0);
+    for (int c = c0 + stride; c < k; c += stride)
+        fma_chunk(lz_load_codes16(wr + c), c);
+
+    // the row's scale once, then its bias (each half of a SwiGLU warp its own row's)
+    const float s_row = scale[row], b_row = bias ? __bfloat162float(bias[row]) : 0.0f;
+    float sum[NT], up[NT] = {};
+    constexpr int FROM = HALVES ? 8 : 16;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        sum[t] = lz_warp_sum(acc[t], FROM);
+        if constexpr (HALVES) {
+            sum[t] = sum[t] * s_row + b_row;
+            up[t] = __shfl_sync(0xffffffffu, sum[t], 16);
+        }
+    }
+    if constexpr (SPLIT > 1) { // the row's partial sums to its first warp
+        __shared__ float partial[LZ_GEMV_BLOCK / 32][NT];
+        if (lane == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                partial[block_warp][t] = sum[t];
+        lz_row_barrier<SPLIT>(block_warp / SPLIT);
+        if (part != 0)
+            return;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            sum[t] = 0.0f;
+#pragma unroll
+            for (int p = 0; p < SPLIT; p++)
+                sum[t] += partial[block_warp + p][t];
+        }
+    }
+    if constexpr (!HALVES) {
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            sum[t] = sum[t] * s_row + b_row;
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (lane == 0 && t < nt) {
+            lz_bf16 *o = out + (size_t)(t0 + t) * m + row;
+            if constexpr (EPI == LZ_FP8_SWIGLU) { // rounded as the unfused path rounds
+                const float g = __bfloat162float(__float2bfloat16_rn(sum[t]));
+                const float u = __bfloat162float(__float2bfloat16_rn(up[t]));
+                *o = __float2bfloat16_rn(lz_swiglu(g, u));
+            } else if constexpr (EPI == LZ_FP8_RESIDUAL) {
+                *o = __float2bfloat16_rn(__bfloat162float(*o) + __bfloat162float(__float2bfloat16_rn(sum[t])));
+            } else {
+                *o = __float2bfloat16_rn(sum[t]);
+            }
+        }
+    }
+}
+
+template <int NT, int EPI, int SPLIT>
+static lz_status fp8_gemv_as(lz_cuda_ctx *c, const lz_fp8_segments &seg, const lz_bf16 *x, int n, int k) {
+    const int groups = (n + NT - 1) / NT;
+    const int grid = (int)(((size_t)seg.total_rows * groups * SPLIT * 32 + LZ_GEMV_BLOCK - 1) / LZ_GEMV_BLOCK);
+    LZ_TRY(lz_launch(c, "fp8_gemv", fp8_gemv_kernel<NT, EPI, SPLIT>, dim3((unsigned)grid), dim3(LZ_GEMV_BLOCK), 0, seg,
+                     x, n, k, groups));
+    LZ_LAUNCH_CHECK("fp8_gemv");
+    return LZ_OK;
+}
+
+// Warps a row as gemv_kernel.cuh chooses them: the largest of 4 and 2 that keeps the launch in one
+// wave of thread slots (one token; not SwiGLU), else 1.
+template <int NT, int EPI>
+static lz_status fp8_gemv_split(lz_cuda_ctx *c, const lz_fp8_segments &seg, const lz_bf16 *x, int n, int k) {
+    if constexpr (NT == 1 && EPI != LZ_FP8_SWIGLU) {
+        const size_t threads = (size_t)seg.total_rows * (size_t)n * 32, slots = (size_t)c->n_sms * 2048;
+        if (threads * 4 <= slots)
+            return fp8_gemv_as<NT, EPI, 4>(c, seg, x, n, k);
+        if (threads * 2 <= slots)
+            return fp8_gemv_as<NT, EPI, 2>(c, seg, x, n, k);
+    }
+    return fp8_gemv_as<NT, EPI, 1>(c, seg, x, n, k);
+}
+
+template <int EPI>
+static lz_status fp8_gemv_tokens(lz_cuda_ctx *c, const lz_fp8_segments &seg, const lz_bf16 *x, int n, int k) {
+    if (n <= 1 || (size_t)seg.total_rows * (size_t)n <= (size_t)32 * (size_t)c->n_sms)
+        return fp8_gemv_split<1, EPI>(c, seg, x, n, k);
+    if (n <= 4)
+        return fp8_gemv_split<4, EPI>(c, seg, x, n, k);
+    return fp8_gemv_split<LZ_FP8_GEMV_TOKENS, EPI>(c, seg, x, n, k);
+}
+
+lz_status lz_fp8_gemv(lz_cuda_ctx *c, lz_fp8_segments seg, const lz_bf16 *x, lz_fp8_epilogue epi, int n, int k) {
+    if (n < 1 || n > LZ_FP8_GEMV_TOKENS || k % 16 != 0 || seg.count < 1 || seg.count > LZ_FP8_MAX_SEGMENTS ||
+        (epi == LZ_FP8_SWIGLU && (seg.count != 2 || seg.m[0] != seg.m[1])))
+        return lz_fail(LZ_ERR_INTERNAL, "fp8_gemv: %d tokens, k %d, %d segments: not a shape it takes", n, k, seg.count);
+    seg.total_rows = 0;
+    for (int s = 0; s < seg.count; s++)
+        seg.total_rows += seg.m[s];
+    if (epi == LZ_FP8_SWIGLU) {
+        seg.total_rows = seg.m[0]; // one warp an output: gate and up rows on its halves
+        seg.count = 1;
+        return fp8_gemv_tokens<LZ_FP8_SWIGLU>(c, seg, x, n, k);
+    }
+    if (epi == LZ_FP8_RESIDUAL)
+        return fp8_gemv_tokens<LZ_FP8_RESIDUAL>(c, seg, x, n, k);
+    return fp8_gemv_tokens<LZ_FP8_STORE>(c, seg, x, n, k);
+}
