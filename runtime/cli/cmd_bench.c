@@ -323,7 +323,7 @@ lz_status lz_cmd_bench(int argc, char **argv) {
         {"--model", LZ_OPT_DIR, "DIR", "or a model folder", &a.model, false, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
         {"--dtype", LZ_OPT_STRING, "bf16|fp32|fp8", "CUDA weights and activations (default bf16); fp8: the linear "
-         "layers' weights in FP8 E4M3 with a scale per row (the CPU reference for now)", &a.dtype, false, 0, 0},
+         "layers' weights in FP8 E4M3 with a scale per row", &a.dtype, false, 0, 0},
         {"--prompt", LZ_OPT_STRING, "N,...", "prompt lengths (default cuda 2048,8192,32768, cpu 128; 0 = none)",
          &a.prompts, false, 0, 0},
         {"--batch", LZ_OPT_STRING, "B,...", "decode batch sizes (default cuda 1,16,64,256, cpu 1,4)", &a.batches,

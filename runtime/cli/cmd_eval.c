@@ -266,7 +266,7 @@ lz_status lz_cmd_eval(int argc, char **argv) {
          &a.softmax_layers, false, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
         {"--dtype", LZ_OPT_STRING, "bf16|fp32|fp8", "CUDA weights and activations (default bf16); fp8: the linear "
-         "layers' weights in FP8 E4M3 with a scale per row (the CPU reference for now)", &a.dtype, false, 0, 0},
+         "layers' weights in FP8 E4M3 with a scale per row", &a.dtype, false, 0, 0},
     };
     const lz_command_spec spec = {"eval", "perplexity of a text and passkey retrieval across context lengths",
                                   options, (int)(sizeof options / sizeof options[0])};
