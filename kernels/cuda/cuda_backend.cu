@@ -1009,6 +1009,7 @@ static void take_knobs(lz_cuda_ctx *c, const lz_cuda_knobs *k) {
     c->stream_split = k->stream_split;
     c->join_tokens = k->join_tokens;
     c->decode_attn = k->decode_attn;
+    c->fp8_scaled = k->fp8_scaled;
 }
 
 extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, const lz_ops **ops) {

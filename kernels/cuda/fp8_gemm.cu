@@ -6,8 +6,11 @@
 //
 // cuBLAS is column-major: the row-major W [m, k] is k x m to it (op T), the row-major codes X [n, k]
 // k x n (op N), and the product m x n column-major is out [n, m] row-major: the "TN" layout that FP8
-// products require. The product is written in fp32 where cuBLASLt offers it, else in bf16 (asked
-// once per shape; a bf16 product rounds once more before the scales).
+// products require. Where cuBLASLt offers it for the shape (and LIZARD_FP8_SCALED is not 0), it
+// applies the scales itself (outer-vector scaling: a vector of m row scales for A, of n token scales
+// for B), the bias in its epilogue and the residual as beta = 1 into a bf16 output: one pass, no
+// epilogue kernel. Else the product is written in fp32 (or, where that is not offered, bf16: one more
+// rounding before the scales) and the epilogue kernel applies them. The choice is asked once per shape.
 #include <cuda_fp8.h>  // __nv_cvt_float_to_fp8
 #include <cublasLt.h>
 
@@ -17,9 +20,11 @@
 namespace {
 
 enum { LT_CACHE = 32 };
+enum lt_mode { LT_SCALED, LT_F32, LT_BF16 }; // scales inside cuBLASLt; else the product in fp32 or bf16
 struct lt_choice {
     int m, n, k;
-    bool f32; // the product in fp32 (else bf16)
+    bool bias, residual; // (the scaled mode's epilogue and beta)
+    lt_mode mode;
     cublasLtMatmulAlgo_t algo;
 };
 struct fp8_gemm_ctx {
@@ -77,7 +82,7 @@ __global__ void fp8_epilogue_kernel(lz_bf16 *out, const A *acc, const float *tok
 
 fp8_gemm_ctx *ctx_of(lz_cuda_ctx *c) { return (fp8_gemm_ctx *)c->fp8_gemm; }
 
-// The operation and the four layouts of out^T [m, n] = W [m, k] . X^T, the product in `acc_type`.
+// The operation and the layouts of out^T [m, n] = W [m, k] . X^T (C the same as D).
 struct lt_problem {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t a = NULL, b = NULL, d = NULL;
@@ -92,49 +97,77 @@ struct lt_problem {
             cublasLtMatrixLayoutDestroy(d);
     }
 };
-lz_status lt_describe(lt_problem *p, int m, int n, int k, bool f32) {
+struct lt_args {
+    int m, n, k;
+    const float *row_scale, *tok_scale; // LT_SCALED
+    const lz_bf16 *bias;                // LT_SCALED: the epilogue's (NULL: none)
+};
+lz_status lt_describe(lt_problem *p, lt_mode mode, const lt_args &g) {
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     LZ_CUDA_TRY(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LZ_CUDA_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     LZ_CUDA_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LZ_CUDA_TRY(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k, m, k));
-    LZ_CUDA_TRY(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k, n, k));
-    LZ_CUDA_TRY(cublasLtMatrixLayoutCreate(&p->d, f32 ? CUDA_R_32F : CUDA_R_16BF, m, n, m));
+    if (mode == LT_SCALED) {
+        const int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        LZ_CUDA_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof vec));
+        LZ_CUDA_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec));
+        LZ_CUDA_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.row_scale,
+                                                   sizeof g.row_scale));
+        LZ_CUDA_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.tok_scale,
+                                                   sizeof g.tok_scale));
+        if (g.bias) {
+            const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+            const cudaDataType_t bias_type = CUDA_R_16BF;
+            LZ_CUDA_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+            LZ_CUDA_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+            LZ_CUDA_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                       sizeof bias_type));
+        }
+    }
+    LZ_CUDA_TRY(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, g.k, g.m, g.k));
+    LZ_CUDA_TRY(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, g.k, g.n, g.k));
+    LZ_CUDA_TRY(cublasLtMatrixLayoutCreate(&p->d, mode == LT_F32 ? CUDA_R_32F : CUDA_R_16BF, g.m, g.n, g.m));
     return LZ_OK;
 }
 
-// The algorithm for (m, n, k): from the cache, else asked of cuBLASLt (fp32 product first).
-lz_status lt_choose(fp8_gemm_ctx *g, int m, int n, int k, lt_choice **out) {
-    for (int i = 0; i < g->cached; i++)
-        if (g->cache[i].m == m && g->cache[i].n == n && g->cache[i].k == k) {
-            *out = &g->cache[i];
+// The mode and algorithm of a product: from the cache, else asked of cuBLASLt in the order scaled
+// (where allowed), fp32, bf16.
+lz_status lt_choose(fp8_gemm_ctx *g, bool allow_scaled, const lt_args &args, bool residual, lt_choice **out) {
+    const bool bias = args.bias != NULL;
+    for (int i = 0; i < g->cached; i++) {
+        lt_choice *c = &g->cache[i];
+        if (c->m == args.m && c->n == args.n && c->k == args.k && c->bias == bias && c->residual == residual) {
+            *out = c;
             return LZ_OK;
         }
+    }
     cublasLtMatmulPreference_t pref;
     LZ_CUDA_TRY(cublasLtMatmulPreferenceCreate(&pref));
     const cublasStatus_t ps = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                                    &g->workspace_bytes, sizeof g->workspace_bytes);
-    lt_choice ch = {m, n, k, true, {}};
+    lt_choice ch = {args.m, args.n, args.k, bias, residual, LT_F32, {}};
     bool found = false;
-    for (int f32 = 1; f32 >= 0 && !found && ps == CUBLAS_STATUS_SUCCESS; f32--) {
+    for (int mode = allow_scaled ? LT_SCALED : LT_F32; mode <= LT_BF16 && !found && ps == CUBLAS_STATUS_SUCCESS;
+         mode++) {
         lt_problem p;
-        const lz_status s = lt_describe(&p, m, n, k, f32 == 1);
+        const lz_status s = lt_describe(&p, (lt_mode)mode, args);
         if (s != LZ_OK) {
             cublasLtMatmulPreferenceDestroy(pref);
             return s;
         }
+        // (an answer, not a failure: a mode cuBLASLt does not offer here is NOT_SUPPORTED or no result)
         cublasLtMatmulHeuristicResult_t r = {};
         int count = 0;
         if (cublasLtMatmulAlgoGetHeuristic(g->lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &r, &count) ==
                 CUBLAS_STATUS_SUCCESS && count > 0 && r.state == CUBLAS_STATUS_SUCCESS) {
-            ch.f32 = f32 == 1, ch.algo = r.algo, found = true;
+            ch.mode = (lt_mode)mode, ch.algo = r.algo, found = true;
         }
     }
     cublasLtMatmulPreferenceDestroy(pref);
     LZ_CUDA_TRY(ps);
     if (!found)
         return lz_fail(LZ_ERR_INTERNAL, "cuBLASLt offers no FP8 (E4M3 x E4M3) product of [%d, %d] x [%d, %d]^T on this "
-                       "device (FP8 tensor cores: compute capability 8.9 or later)", n, k, m, k);
+                       "device (FP8 tensor cores: compute capability 8.9 or later)", args.n, args.k, args.m, args.k);
     const int i = g->cached < LT_CACHE ? g->cached++ : (g->next++ % LT_CACHE);
     g->cache[i] = ch;
     *out = &g->cache[i];
@@ -191,19 +224,28 @@ lz_status lz_fp8_gemm(lz_cuda_ctx *c, const lz_fp8_acts *a, lz_bf16 *out, const 
         return lz_fail(LZ_ERR_INTERNAL, "fp8_gemm: weight [%lld, %lld] for activations of width %d",
                        (long long)w->rows, (long long)w->cols, a->k);
     const int m = (int)w->rows, n = a->n, k = a->k;
+    const bool res = epi == LZ_FP8_RESIDUAL;
+    lt_args args = {m, n, k, w->scale, a->scale, bias};
     lt_choice *ch;
-    LZ_TRY(lt_choose(g, m, n, k, &ch));
+    LZ_TRY(lt_choose(g, c->fp8_scaled, args, res, &ch));
+    if (ch->mode != LT_SCALED)
+        args.bias = NULL; // (the epilogue kernel adds it)
     lt_problem p;
-    LZ_TRY(lt_describe(&p, m, n, k, ch->f32));
+    LZ_TRY(lt_describe(&p, ch->mode, args));
     const float one = 1.0f, zero = 0.0f;
+    if (ch->mode == LT_SCALED) { // out (=, +=) s_o . s_t . (W X^T) (+ bias), rounded once
+        LZ_CUDA_TRY(cublasLtMatmul(g->lt, p.op, &one, w->data, p.a, a->codes, p.b, res ? &one : &zero, out, p.d, out,
+                                   p.d, &ch->algo, g->workspace, g->workspace_bytes, c->stream));
+        return LZ_OK;
+    }
     LZ_CUDA_TRY(cublasLtMatmul(g->lt, p.op, &one, w->data, p.a, a->codes, p.b, &zero, a->acc, p.d, a->acc, p.d,
                                &ch->algo, g->workspace, g->workspace_bytes, c->stream));
     const size_t total = (size_t)n * m;
     const int grid = (int)((total + 255) / 256 < (size_t)c->n_sms * 8 ? (total + 255) / 256 : (size_t)c->n_sms * 8);
-    const bool res = epi == LZ_FP8_RESIDUAL;
-    if (ch->f32 && res)
+    const bool f32 = ch->mode == LT_F32;
+    if (f32 && res)
         fp8_epilogue_kernel<float, true><<<grid, 256, 0, c->stream>>>(out, (const float *)a->acc, a->scale, w->scale, bias, n, m);
-    else if (ch->f32)
+    else if (f32)
         fp8_epilogue_kernel<float, false><<<grid, 256, 0, c->stream>>>(out, (const float *)a->acc, a->scale, w->scale, bias, n, m);
     else if (res)
         fp8_epilogue_kernel<lz_bf16, true><<<grid, 256, 0, c->stream>>>(out, (const lz_bf16 *)a->acc, a->scale, w->scale, bias, n, m);

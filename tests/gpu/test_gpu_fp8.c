@@ -11,11 +11,13 @@
  * activations to E4M3 (3 mantissa bits: about 2.5% a value), so <= 6e-2 against the CPU, and <= 1e-2
  * against a host model of exactly that quantization (x rounded to bf16, then fp8_rule.h's row rule on
  * each token, products in double). The device quantizer (op quantize_fp8) must give the host rule's
- * codes and scales bit for bit. Exit 77 (skip) when no GPU is visible. */
+ * codes and scales bit for bit. The GEMM path runs twice: with the scales applied inside cuBLASLt
+ * (where it offers that) and with LIZARD_FP8_SCALED=0 (fp32 product, then the epilogue kernel). Exit 77
+ * (skip) when no GPU is visible. */
 #include <math.h>   // sqrt, NAN, fabs
 #include <stdint.h> // uint8_t
 #include <stdio.h>  // fprintf
-#include <stdlib.h> // malloc, free, abort
+#include <stdlib.h> // malloc, free, abort, setenv
 
 #include <cuda_runtime_api.h> // cudaMemcpy (the codes and scales of a quantized weight)
 
@@ -283,6 +285,18 @@ static void test_quantize_op(backend *gpu, int rows, int cols) {
     free(w), free(codes), free(ref), free(scales);
 }
 
+/* The linear ops at every step size and shape in `tokens`. */
+static void run_ops(backend *cpu, backend *gpu, const int *tokens, int n_tokens) {
+    const int shapes[][2] = {{64, 64}, {160, 64}, {64, 160}, {1024, 256}, {3000, 512}, {6000, 256}, {32, 4096}};
+    for (int t = 0; t < n_tokens; t++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            test_linear(cpu, gpu, tokens[t], shapes[s][0], shapes[s][1], (t + s) % 3 == 0);
+    for (int t = 0; t < n_tokens; t++) {
+        test_linear_many(cpu, gpu, tokens[t], 256);
+        test_norm_swiglu(cpu, gpu, tokens[t], 256, 768);
+    }
+}
+
 int main(void) {
     backend cpu, gpu;
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
@@ -292,18 +306,19 @@ int main(void) {
         fprintf(stderr, "test_gpu_fp8: skipped: %s\n", lz_error_message());
         return 77;
     }
-    const int tokens[] = {1, 2, 3, 4, 5, 8, 9, 64, 300};
-    const int shapes[][2] = {{64, 64}, {160, 64}, {64, 160}, {1024, 256}, {3000, 512}, {6000, 256}, {32, 4096}};
-    for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            test_linear(&cpu, &gpu, tokens[t], shapes[s][0], shapes[s][1], (t + s) % 3 == 0);
-    for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++) {
-        test_linear_many(&cpu, &gpu, tokens[t], 256);
-        test_norm_swiglu(&cpu, &gpu, tokens[t], 256, 768);
-    }
+    const int tokens[] = {1, 2, 3, 4, 5, 8, 9, 64, 300}, gemm_tokens[] = {9, 64, 300};
+    printf("FP8 products scaled inside cuBLASLt where it offers that (LIZARD_FP8_SCALED=1):\n");
+    run_ops(&cpu, &gpu, tokens, (int)(sizeof tokens / sizeof tokens[0]));
     test_norm_swiglu(&cpu, &gpu, 1, 4096, 14336); // LLaMA-3-8B's MLP at one token
     test_quantize_op(&gpu, 37, 4096);
     test_quantize_op(&gpu, 300, 160);
+    gpu.ops->destroy(gpu.be);
+    // the other path of the prompt-sized products: fp32 out of cuBLASLt, the scales in a pass of their own
+    setenv("LIZARD_FP8_SCALED", "0", 1);
+    CHECK_MSG(lz_knobs_load() == LZ_OK && lz_cuda_backend_create(LZ_DTYPE_BF16, &gpu.be, &gpu.ops) == LZ_OK, "%s",
+              lz_error_message());
+    printf("FP8 products in fp32, then the epilogue kernel (LIZARD_FP8_SCALED=0):\n");
+    run_ops(&cpu, &gpu, gemm_tokens, (int)(sizeof gemm_tokens / sizeof gemm_tokens[0]));
     gpu.ops->destroy(gpu.be);
     cpu.ops->destroy(cpu.be);
     printf("test_gpu_fp8: %d checks, %d failed\n", lz_test_checks, lz_test_failures);
