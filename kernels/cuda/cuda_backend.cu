@@ -575,6 +575,11 @@ static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *out
                 *rb[LZ_FP8_MAX_SEGMENTS];
             if (count > LZ_FP8_MAX_SEGMENTS)
                 return lz_fail(LZ_ERR_INTERNAL, "linear_many: %d layers", count);
+            bool gemv = n <= LZ_FP8_GEMV_TOKENS; // one launch for all, bf16 ones (the Lizard gate) too
+            for (int i = 0; i < count; i++)
+                gemv &= ws[i]->cols == ws[0]->cols && (lz_is_fp8(ws[i]) || ws[i]->dtype == LZ_DTYPE_BF16);
+            if (gemv)
+                return lz_fp8_linear_many(c, count, outs, x, ws, biases, LZ_FP8_STORE, n);
             int nf = 0, nr = 0;
             for (int i = 0; i < count; i++) {
                 const lz_weight *b = biases ? biases[i] : NULL;

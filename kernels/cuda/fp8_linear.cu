@@ -13,8 +13,10 @@ lz_status lz_fp8_linear_many(lz_cuda_ctx *c, int count, void *const *outs, const
         return lz_fail(LZ_ERR_INTERNAL, "fp8 linear: %d layers", count);
     int64_t max_rows = 0;
     for (int i = 0; i < count; i++) {
-        if (!lz_is_fp8(ws[i]) || ws[i]->cols != ws[0]->cols)
-            return lz_fail(LZ_ERR_INTERNAL, "fp8 linear: layer %d is not FP8 of width %lld", i, (long long)ws[0]->cols);
+        const bool ok = lz_is_fp8(ws[i]) || (ws[i]->dtype == LZ_DTYPE_BF16 && n <= LZ_FP8_GEMV_TOKENS);
+        if (!ok || ws[i]->cols != ws[0]->cols)
+            return lz_fail(LZ_ERR_INTERNAL, "fp8 linear: layer %d is not FP8 (or bf16 in a GEMV) of width %lld", i,
+                           (long long)ws[0]->cols);
         max_rows = ws[i]->rows > max_rows ? ws[i]->rows : max_rows;
     }
     const int k = (int)ws[0]->cols;
@@ -24,6 +26,7 @@ lz_status lz_fp8_linear_many(lz_cuda_ctx *c, int count, void *const *outs, const
         for (int i = 0; i < count; i++) {
             seg.out[i] = (lz_bf16 *)outs[i], seg.w[i] = (const uint8_t *)ws[i]->data, seg.scale[i] = ws[i]->scale;
             seg.bias[i] = bias_of(biases, i), seg.m[i] = (int)ws[i]->rows;
+            seg.wide |= lz_is_fp8(ws[i]) ? 0u : 1u << i;
         }
         return lz_fp8_gemv(c, seg, x, epi, n, k);
     }

@@ -14,7 +14,9 @@ typedef __nv_bfloat16 lz_bf16;
 // Steps of up to this many tokens take the GEMV (its accumulators a warp: 1, 4 or 8 tokens).
 enum { LZ_FP8_GEMV_TOKENS = 8, LZ_FP8_MAX_SEGMENTS = 4 };
 
-// Layers of one input in one launch: out[s][n, m[s]] = x . (scale[s] * codes[s])^T (+ bias[s]).
+// Layers of one input in one launch: out[s][n, m[s]] = x . (scale[s] * codes[s])^T (+ bias[s]); a
+// segment whose bit is set in `wide` holds bf16 weights instead (no scale): a Lizard layer's gate
+// beside its FP8 q, k, v, so that the four still take one launch.
 struct lz_fp8_segments {
     lz_bf16 *out[LZ_FP8_MAX_SEGMENTS];
     const uint8_t *w[LZ_FP8_MAX_SEGMENTS];
@@ -22,6 +24,7 @@ struct lz_fp8_segments {
     const lz_bf16 *bias[LZ_FP8_MAX_SEGMENTS];
     int m[LZ_FP8_MAX_SEGMENTS];
     int count, total_rows;
+    unsigned wide;
 };
 
 // What the product does with out: store it, add it (residual), or (GEMV, two segments of equal rows:
@@ -55,7 +58,7 @@ lz_status lz_fp8_gemm(lz_cuda_ctx *c, const lz_fp8_acts *a, lz_bf16 *out, const 
                       lz_fp8_epilogue epi);
 
 // fp8_linear.cu: the ops' FP8 forms (the GEMV or the GEMMs by the step's size).
-// linear_many: ws[0 .. count) all FP8, of one width.
+// linear_many: ws[0 .. count) of one width, FP8 or (steps the GEMV takes) bf16 beside FP8 ones.
 lz_status lz_fp8_linear_many(lz_cuda_ctx *c, int count, void *const *outs, const lz_bf16 *x, const lz_weight *const *ws,
                              const lz_weight *const *biases, lz_fp8_epilogue epi, int n);
 // out = silu(x . wg^T + bg) * (x . wu^T + bu); up [n, wu->rows] is scratch for the GEMM path.
