@@ -722,6 +722,13 @@ static lz_status linear_many_rope_forward(lz_cuda_ctx *c, int count, void *const
                                           const lz_weight *const *ws, const lz_weight *const *biases, int n,
                                           const float *inv_freq, const lz_cuda_batch *b, const lz_attn_dims *d) {
     const int hd = d->head_dim;
+    if constexpr (sizeof(T) == 2) { // FP8 q, k, v at one token: RoPE in the FP8 GEMV's epilogue
+        if (count == 3 && lz_is_fp8(ws[0]) && lz_is_fp8(ws[1]) && lz_is_fp8(ws[2]) && ws[1]->cols == ws[0]->cols &&
+            ws[2]->cols == ws[0]->cols && ws[0]->rows == (int64_t)d->n_heads * hd && ws[0]->rows + ws[1]->rows +
+            ws[2]->rows <= INT_MAX && lz_gemv_rope_fits(n, (int)ws[0]->rows, (int)ws[1]->rows,
+                                                        (int)(ws[0]->rows + ws[1]->rows + ws[2]->rows), hd))
+            return lz_fp8_rope(c, outs, x, ws, biases, inv_freq, b->token_pos, hd);
+    }
     bool fused = count == 3 && ws[0]->rows == (int64_t)d->n_heads * hd && ws[1]->rows == (int64_t)d->n_kv_heads * hd;
     int64_t total = 0;
     for (int i = 0; i < count && fused; i++) {

@@ -5,7 +5,9 @@
 // issued before griddepcontrol.wait, since weights depend on no kernel; L1 no-allocate on the codes
 // (read once) while x stays cached for every row; layers of few rows give a row 2 or 4 warps so that
 // a launch fills the GPU's thread slots, their partial sums meeting in shared memory; layers of one
-// input share one launch (their rows one range of warps). The SwiGLU epilogue streams the gate row on
+// input share one launch (their rows one range of warps); a softmax layer's q, k, v at one token are
+// rotated in the epilogue (the 8 warps of a block stream rows i .. i + 3 and i + d/2 .. i + d/2 + 3
+// of one head and meet in shared memory, as gemv_kernel.cuh's RoPE epilogue). The SwiGLU epilogue streams the gate row on
 // lanes 0-15 and the up row on lanes 16-31, meeting by a shuffle. At one sequence a Lizard layer's
 // o_proj (the residual epilogue after the window kernel, ctx->hbm_idle_next) asks the copy engine for
 // its rows into L2 before its PDL wait, as the bf16 GEMV does.
@@ -17,6 +19,7 @@
 #include "gemv_kernel.cuh" // lz_row_barrier, LZ_GEMV_BLOCK
 #include "pdl.cuh"         // lz_launch, lz_pdl_wait
 #include "ptx.cuh"         // lz_prefetch_l2
+#include "rope_rotate.cuh" // lz_rope_rotate
 
 // 16 codes -> 16 floats (exact: every E4M3 value is an f16).
 __device__ __forceinline__ void lz_e4m3x16_to_float(float (&f)[16], uint4 raw) {
@@ -55,7 +58,15 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, NT != 1 ? 0 : EPI == LZ_FP8_STO
     const int warp = (blockIdx.x * (LZ_GEMV_BLOCK / 32) + block_warp) / SPLIT, part = block_warp % SPLIT;
     if (warp >= seg.total_rows * n_groups)
         return; // (the SPLIT warps of a row leave together)
-    int row = warp % seg.total_rows, m = seg.m[0];
+    const int warp_row = warp % seg.total_rows;
+    const bool rotated = EPI == LZ_FP8_ROPE && warp_row < seg.m[0] + seg.m[1]; // a row of q or k
+    int row = warp_row, m = seg.m[0];
+    if constexpr (EPI == LZ_FP8_ROPE) { // rows i and i + d/2 of a head on warps w and w + 4 of a block
+        if (rotated) {
+            const int d = 2 * seg.rope_half, r = warp_row % d, w8 = r & 7;
+            row = warp_row - r + (r >> 3) * 4 + (w8 & 3) + (w8 >> 2) * seg.rope_half;
+        }
+    }
     bool wide = EPI == LZ_FP8_STORE && (seg.wide & 1); // a bf16 row (8 weights a 16-byte load), not codes
     const uint8_t *w = seg.w[0];
     const float *scale = seg.scale[0];
@@ -168,6 +179,22 @@ __global__ void __launch_bounds__(LZ_GEMV_BLOCK, NT != 1 ? 0 : EPI == LZ_FP8_STO
         for (int t = 0; t < NT; t++)
             sum[t] = sum[t] * s_row + b_row;
     }
+    if constexpr (EPI == LZ_FP8_ROPE) { // (one token a warp, whole blocks: lz_gemv_rope_fits)
+        if (rotated) {
+            __shared__ float pair_sums[LZ_GEMV_BLOCK / 32];
+            if (lane == 0) // rounded to bf16 as the unrotated output would be, then rotated as rope.cu does
+                pair_sums[block_warp] = __bfloat162float(__float2bfloat16_rn(sum[0]));
+            __syncthreads();
+            if (lane == 0) {
+                const int i = block_warp & 3;
+                float x0, x1;
+                lz_rope_rotate(pair_sums[i], pair_sums[i + 4], (float)seg.rope_pos[t0], seg.rope_freq[row % seg.rope_half],
+                               &x0, &x1);
+                out[(size_t)t0 * m + row] = __float2bfloat16_rn(block_warp < 4 ? x0 : x1);
+            }
+            return;
+        }
+    }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         if (lane == 0 && t < nt) {
@@ -237,5 +264,11 @@ lz_status lz_fp8_gemv(lz_cuda_ctx *c, lz_fp8_segments seg, const lz_bf16 *x, lz_
     }
     if (epi == LZ_FP8_RESIDUAL)
         return fp8_gemv_tokens<LZ_FP8_RESIDUAL>(c, seg, x, n, k);
+    if (epi == LZ_FP8_ROPE) {
+        if (seg.count != 3 || seg.wide || !seg.rope_half ||
+            !lz_gemv_rope_fits(n, seg.m[0], seg.m[1], seg.total_rows, 2 * seg.rope_half))
+            return lz_fail(LZ_ERR_INTERNAL, "fp8_gemv: RoPE epilogue for a shape it does not take");
+        return fp8_gemv_as<1, LZ_FP8_ROPE, 1>(c, seg, x, n, k);
+    }
     return fp8_gemv_tokens<LZ_FP8_STORE>(c, seg, x, n, k);
 }

@@ -37,6 +37,18 @@ lz_status lz_fp8_linear_many(lz_cuda_ctx *c, int count, void *const *outs, const
     return LZ_OK;
 }
 
+lz_status lz_fp8_rope(lz_cuda_ctx *c, void *const *outs, const lz_bf16 *x, const lz_weight *const *ws,
+                      const lz_weight *const *biases, const float *inv_freq, const int32_t *token_pos, int head_dim) {
+    lz_fp8_segments seg = {};
+    seg.count = 3;
+    for (int i = 0; i < 3; i++) {
+        seg.out[i] = (lz_bf16 *)outs[i], seg.w[i] = (const uint8_t *)ws[i]->data, seg.scale[i] = ws[i]->scale;
+        seg.bias[i] = bias_of(biases, i), seg.m[i] = (int)ws[i]->rows;
+    }
+    seg.rope_freq = inv_freq, seg.rope_pos = token_pos, seg.rope_half = head_dim / 2;
+    return lz_fp8_gemv(c, seg, x, LZ_FP8_ROPE, 1, (int)ws[0]->cols);
+}
+
 lz_status lz_fp8_swiglu(lz_cuda_ctx *c, lz_bf16 *out, lz_bf16 *up, const lz_bf16 *x, const lz_weight *wg,
                         const lz_weight *bg, const lz_weight *wu, const lz_weight *bu, int n) {
     const lz_weight *ws[2] = {wg, wu}, *bs[2] = {bg, bu};

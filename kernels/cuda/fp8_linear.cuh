@@ -25,11 +25,17 @@ struct lz_fp8_segments {
     int m[LZ_FP8_MAX_SEGMENTS];
     int count, total_rows;
     unsigned wide;
+    // LZ_FP8_ROPE: segments 0 and 1 (q's and k's heads of 2 * rope_half rows) rotated at
+    // rope_pos[token] with rope_freq [rope_half] (as gemv_kernel.cuh's RoPE epilogue)
+    const float *rope_freq;
+    const int32_t *rope_pos;
+    int rope_half;
 };
 
 // What the product does with out: store it, add it (residual), or (GEMV, two segments of equal rows:
-// gate, up) store silu(gate) * up into out[0].
-enum lz_fp8_epilogue { LZ_FP8_STORE, LZ_FP8_RESIDUAL, LZ_FP8_SWIGLU };
+// gate, up) store silu(gate) * up into out[0], or (GEMV, one token, a softmax layer's q, k, v where
+// lz_gemv_rope_fits) store it with RoPE applied to q and k.
+enum lz_fp8_epilogue { LZ_FP8_STORE, LZ_FP8_RESIDUAL, LZ_FP8_SWIGLU, LZ_FP8_ROPE };
 
 // fp8_weight.cu: an F8_E4M3 host tensor (codes, src->row_scale) onto the device; a bf16 or fp32 weight
 // of the device replaced by its codes and scales (the rule of fp8_rule.h, computed where it lives);
@@ -61,6 +67,9 @@ lz_status lz_fp8_gemm(lz_cuda_ctx *c, const lz_fp8_acts *a, lz_bf16 *out, const 
 // linear_many: ws[0 .. count) of one width, FP8 or (steps the GEMV takes) bf16 beside FP8 ones.
 lz_status lz_fp8_linear_many(lz_cuda_ctx *c, int count, void *const *outs, const lz_bf16 *x, const lz_weight *const *ws,
                              const lz_weight *const *biases, lz_fp8_epilogue epi, int n);
+// A softmax layer's FP8 q, k, v at one token with RoPE on q and k (where lz_gemv_rope_fits).
+lz_status lz_fp8_rope(lz_cuda_ctx *c, void *const *outs, const lz_bf16 *x, const lz_weight *const *ws,
+                      const lz_weight *const *biases, const float *inv_freq, const int32_t *token_pos, int head_dim);
 // out = silu(x . wg^T + bg) * (x . wu^T + bu); up [n, wu->rows] is scratch for the GEMM path.
 lz_status lz_fp8_swiglu(lz_cuda_ctx *c, lz_bf16 *out, lz_bf16 *up, const lz_bf16 *x, const lz_weight *wg,
                         const lz_weight *bg, const lz_weight *wu, const lz_weight *bu, int n);

@@ -1,7 +1,7 @@
 /* test_gpu_fp8.c - the CUDA backend's FP8 linear layers (kernels/cuda/fp8_*.cu) against the CPU
  * reference's (kernels/cpu/linear_fp8.c), the same codes and row scales on both, through the two op
  * tables: linear (with and without bias), linear_many (three FP8 layers and a bf16 one-row gate, as a
- * Lizard layer's q, k, v and gate), linear_residual and norm_swiglu, at 1 to 8 tokens (the GEMV: 1, 2
+ * Lizard layer's q, k, v and gate), linear_residual, norm_swiglu and linear_many_rope, at 1 to 8 tokens (the GEMV: 1, 2
  * or 4 warps a row, 1, 4 or 8 tokens a warp) and at 9 to 300 (the activations quantized per token, the
  * product on the FP8 tensor cores through cuBLASLt), layers of few and many rows, tokens of very
  * different magnitudes. Outputs are poisoned (NaN) first.
@@ -14,7 +14,7 @@
  * codes and scales bit for bit. The GEMM path runs twice: with the scales applied inside cuBLASLt
  * (where it offers that) and with LIZARD_FP8_SCALED=0 (fp32 product, then the epilogue kernel). Exit 77
  * (skip) when no GPU is visible. */
-#include <math.h>   // sqrt, NAN, fabs
+#include <math.h>   // sqrt, NAN, powf
 #include <stdint.h> // uint8_t
 #include <stdio.h>  // fprintf
 #include <stdlib.h> // malloc, free, abort, setenv
@@ -257,6 +257,58 @@ static void test_norm_swiglu(backend *cpu, backend *gpu, int T, int C, int I) {
     free(hg.codes), free(hg.scales), free(hu.codes), free(hu.scales), free(norm), free(x);
 }
 
+/* A softmax layer's FP8 q, k, v with RoPE (linear_many_rope): at one token the RoPE epilogue of the FP8
+ * GEMV, at 3 tokens (three sequences) and 20 (one prompt) the products then the rope op; against the
+ * CPU's products then its rope. */
+static void test_linear_rope(backend *cpu, backend *gpu, int Hq, int Hkv, int d, int C, int n_seqs, int len) {
+    enum { MAX_SEQS = 4 };
+    int32_t slot[MAX_SEQS], start[MAX_SEQS], lens[MAX_SEQS], pos[MAX_SEQS], token_pos[64], rows[64], ids[64] = {0};
+    int T = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        slot[s] = s, start[s] = T, lens[s] = len, pos[s] = 37 * s + 5 * (s == 0 ? 1000 : 1);
+        for (int i = 0; i < len; i++, T++)
+            token_pos[T] = pos[s] + i, rows[T] = T;
+    }
+    const lz_batch b = {n_seqs, T, slot, start, lens, pos, token_pos};
+    CHECK_MSG(cpu->ops->begin_step(cpu->be, ids, &b, rows, T) == LZ_OK, "%s", lz_error_message());
+    CHECK_MSG(gpu->ops->begin_step(gpu->be, ids, &b, rows, T) == LZ_OK, "%s", lz_error_message());
+    lz_attn_dims dims = {Hq, Hkv, d, 1, 0, Hkv, 8, 4, 0, true};
+    float freq[128];
+    for (int j = 0; j < d / 2; j++)
+        freq[j] = 1.0f / powf(500000.0f, 2.0f * j / d);
+    void *cf, *gf;
+    if (cpu->ops->alloc(cpu->be, sizeof freq, &cf) != LZ_OK || cpu->ops->upload_f32(cpu->be, cf, freq, d / 2) != LZ_OK ||
+        gpu->ops->alloc(gpu->be, sizeof freq, &gf) != LZ_OK || gpu->ops->upload_f32(gpu->be, gf, freq, d / 2) != LZ_OK)
+        abort();
+    const int r[3] = {Hq * d, Hkv * d, Hkv * d};
+    fp8_host h[3];
+    lz_weight wc[3], wg[3];
+    void *oc[3], *og[3];
+    const lz_weight *pc[3], *pg[3];
+    for (int i = 0; i < 3; i++) {
+        h[i] = fp8_make(r[i], C);
+        wc[i] = fp8_upload(cpu, &h[i]), wg[i] = fp8_upload(gpu, &h[i]);
+        oc[i] = act(cpu, NULL, (size_t)T * r[i]), og[i] = act(gpu, NULL, (size_t)T * r[i]);
+        pc[i] = &wc[i], pg[i] = &wg[i];
+    }
+    float *x = acts_host(T, C);
+    void *xc = act(cpu, x, (size_t)T * C), *xg = act(gpu, x, (size_t)T * C);
+    CHECK_MSG(cpu->ops->linear_many(cpu->be, 3, oc, xc, pc, NULL, T) == LZ_OK, "%s", lz_error_message());
+    CHECK_MSG(cpu->ops->rope(cpu->be, oc[0], oc[1], cf, &b, &dims) == LZ_OK, "%s", lz_error_message());
+    CHECK_MSG(gpu->ops->linear_many_rope(gpu->be, 3, og, xg, pg, NULL, T, gf, &b, &dims) == LZ_OK, "%s",
+              lz_error_message());
+    const char *names[3] = {"rope q", "rope k", "rope v"};
+    for (int i = 0; i < 3; i++)
+        check(names[i], T, r[i], C, cpu, oc[i], gpu, og[i], NULL, NULL);
+    for (int i = 0; i < 3; i++) {
+        cpu->ops->free_weight(cpu->be, &wc[i]), gpu->ops->free_weight(gpu->be, &wg[i]);
+        cpu->ops->free(cpu->be, oc[i]), gpu->ops->free(gpu->be, og[i]);
+        free(h[i].codes), free(h[i].scales);
+    }
+    cpu->ops->free(cpu->be, xc), gpu->ops->free(gpu->be, xg), cpu->ops->free(cpu->be, cf), gpu->ops->free(gpu->be, gf);
+    free(x);
+}
+
 /* The device's quantizer (random weights of a shape) against the host rule, bit for bit. */
 static void test_quantize_op(backend *gpu, int rows, int cols) {
     float *w = malloc(sizeof(float) * (size_t)rows * cols);
@@ -310,6 +362,10 @@ int main(void) {
     printf("FP8 products scaled inside cuBLASLt where it offers that (LIZARD_FP8_SCALED=1):\n");
     run_ops(&cpu, &gpu, tokens, (int)(sizeof tokens / sizeof tokens[0]));
     test_norm_swiglu(&cpu, &gpu, 1, 4096, 14336); // LLaMA-3-8B's MLP at one token
+    test_linear_rope(&cpu, &gpu, 8, 2, 128, 256, 1, 1);  // one token: the RoPE epilogue (LLaMA's head_dim)
+    test_linear_rope(&cpu, &gpu, 4, 4, 64, 1024, 1, 1);  // group 1, a long row
+    test_linear_rope(&cpu, &gpu, 3, 1, 32, 64, 3, 1);    // three sequences: the GEMV, then rope
+    test_linear_rope(&cpu, &gpu, 4, 2, 64, 128, 1, 20);  // a prompt: the GEMM path, then rope
     test_quantize_op(&gpu, 37, 4096);
     test_quantize_op(&gpu, 300, 160);
     gpu.ops->destroy(gpu.be);
