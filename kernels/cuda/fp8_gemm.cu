@@ -143,8 +143,15 @@ lz_status lt_choose(fp8_gemm_ctx *g, bool allow_scaled, const lt_args &args, boo
     }
     cublasLtMatmulPreference_t pref;
     LZ_CUDA_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    const cublasStatus_t ps = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                                   &g->workspace_bytes, sizeof g->workspace_bytes);
+    cublasStatus_t ps = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                             &g->workspace_bytes, sizeof g->workspace_bytes);
+    // activations are 16-byte aligned, not always 256 as the heuristic assumes unless told
+    const uint32_t align = 16;
+    const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && ps == CUBLAS_STATUS_SUCCESS; i++)
+        ps = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align);
     lt_choice ch = {args.m, args.n, args.k, bias, residual, LT_F32, {}};
     bool found = false;
     for (int mode = allow_scaled ? LT_SCALED : LT_F32; mode <= LT_BF16 && !found && ps == CUBLAS_STATUS_SUCCESS;
