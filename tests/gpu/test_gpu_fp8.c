@@ -351,6 +351,7 @@ static void run_ops(backend *cpu, backend *gpu, const int *tokens, int n_tokens)
 
 int main(void) {
     backend cpu, gpu;
+    setvbuf(stdout, NULL, _IOLBF, 0); // (the failures on stderr land between the lines they follow)
     CHECK(lz_cpu_backend_create(&cpu.be, &cpu.ops) == LZ_OK);
     CHECK_MSG(lz_knobs_load() == LZ_OK, "%s", lz_error_message());
     lz_error_clear();
