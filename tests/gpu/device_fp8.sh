@@ -10,8 +10,9 @@
 #      same codes and scales: GEMV <= 1e-2, the W8A8 GEMM path <= 6e-2, and <= 1e-2 against a host
 #      model of its activation quantization); the parity fixtures with FP8 weights on the CPU and on
 #      CUDA (test_parity DIR cpu|cuda fp8, its tolerances); the GPU's FP8 logits against the CPU's FP8
-#      reference on three models: 8 ids (the GEMV path, bf16 activations: <= 5e-2) and 16 ids (prompt
-#      products W8A8: reported beside test_parity's cuda fp8 bound for the model's layers);
+#      reference on four models (one an FP8 checkpoint read as it is): 8 ids (the GEMV path, bf16
+#      activations: <= 5e-2) and 16 ids (prompt products W8A8: beside test_parity's cuda fp8 bound
+#      for the model's layers);
 #   2. speed, LLaMA-3-8B shapes (VARIANTS, default pure Lizard, 50% hybrid, teacher), bf16 then fp8:
 #      decode at batch 1, 64, 256 at CONTEXTS (default 2048), prompts of PROMPTS (default 2048).
 #      Targets: FP8 decode at batch 1 >= 1.8x bf16, batch 256 >= 1.6x, prompt 2K >= 1.4x; the decode
@@ -91,7 +92,7 @@ if phase 1 60; then
     done
   done
   if [ $CUDA_FP8 = 1 ]; then # the GPU's FP8 against the CPU's FP8 reference, the same weights
-    for m in tests/fixtures/hybrid50/model tests/fixtures/llama3/model tests/quality/teacher; do
+    for m in tests/fixtures/hybrid50/model tests/fixtures/llama3/model tests/fixtures/fp8_fbgemm tests/quality/teacher; do
       L=$(python3 -c "import json; print(json.load(open('$m/config.json'))['num_hidden_layers'])")
       for ids in 5,17,42,99,3,250,7,1 5,17,42,99,3,250,7,1,2,3,4,5,6,7,8,9; do
         "$LZ" forward --model "$m" --ids $ids --dtype fp8 --logits-out "$W/cpu.npy" >/dev/null 2>&1
