@@ -28,6 +28,7 @@ typedef struct {
     bool owned; /* false: points into the checkpoint's mapping (zero copy) */
     int64_t block_rows; /* join_weights: rows of the joined block this weight begins, padding included
                            (0: it begins none) */
+    float *scale;       /* F8_E4M3: one fp32 scale per row in backend memory, owned (fp8_rule.h); else NULL */
 } lz_weight;
 
 /* The sequences of one step: sequence s owns activation rows
@@ -91,7 +92,9 @@ typedef struct lz_ops {
     void (*free)(lz_backend *be, void *p);
     lz_status (*zero)(lz_backend *be, void *p, size_t bytes);
     /* Makes a backend weight from a host tensor (converting dtype),
-     * viewed as [rows, cols]; rows * cols must equal the tensor's numel. */
+     * viewed as [rows, cols]; rows * cols must equal the tensor's numel.
+     * An F8_E4M3 tensor (a linear layer's, with its row scales) is kept as
+     * FP8 by a backend that computes with it, and refused by one that does not. */
     lz_status (*upload_weight)(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols, lz_weight *out);
     void (*free_weight)(lz_backend *be, lz_weight *w);
     /* Optional: lays weights of one width and type (each owning its memory) one after another in one
@@ -104,6 +107,10 @@ typedef struct lz_ops {
      * made where it lives: benchmarks start in seconds without files. */
     lz_status (*random_weight)(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,
                                lz_weight *out);
+    /* Optional (NULL: the loader quantizes on the host): w, a float weight of this backend, replaced by
+     * its FP8 E4M3 codes and row scales by the rule of fp8_rule.h, computed where it lives (random weights
+     * of a benchmark's shape in seconds, not minutes of host arithmetic). */
+    lz_status (*quantize_fp8)(lz_backend *be, lz_weight *w);
     /* Optional (NULL when not measurable): the device's memory copy rate
      * (bytes read + written per second) and its GEMM rate (FLOP/s) in the
      * activation type, measured now. */

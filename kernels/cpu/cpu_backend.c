@@ -1,6 +1,8 @@
 /* cpu_backend.c - the CPU reference backend: fp32 activations in host memory,
  * weights converted to fp32 (F32 tensors used in place from the mapping when
- * aligned), and the op table that points at the kernels of this folder. */
+ * aligned) or, for FP8 linear weights, kept as their E4M3 codes and row scales
+ * (decoded exactly as a product runs: 1 byte a weight), and the op table that
+ * points at the kernels of this folder. */
 #include <stdint.h> // uintptr_t
 #include <stdlib.h> // malloc, calloc, free
 #include <string.h> // memcpy, memset
@@ -26,6 +28,32 @@ static lz_status cpu_zero(lz_backend *be, void *p, size_t bytes) {
     return LZ_OK;
 }
 
+/* FP8 codes (in place from the mapping when it lasts) and a copy of the row scales. */
+static lz_status upload_fp8(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols, lz_weight *out) {
+    if (!src->row_scale)
+        return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': FP8 codes without their row scales", src->name);
+    for (int64_t r = 0; r < rows; r++)
+        if (!(src->row_scale[r] >= 0.0f && src->row_scale[r] <= 3.4028235e38f))
+            return lz_fail(LZ_ERR_INPUT, "tensor '%s': the scale of row %lld is %g (a finite scale >= 0 expected)",
+                           src->name, (long long)r, (double)src->row_scale[r]);
+    *out = (lz_weight){NULL, LZ_DTYPE_F8_E4M3, rows, cols, false, 0, NULL};
+    LZ_TRY(cpu_alloc(be, sizeof(float) * (size_t)rows, (void **)&out->scale));
+    memcpy(out->scale, src->row_scale, sizeof(float) * (size_t)rows);
+    if (src->lasting) {
+        out->data = (void *)src->data;
+        return LZ_OK;
+    }
+    lz_status s = cpu_alloc(be, (size_t)src->numel, &out->data);
+    if (s != LZ_OK) {
+        free(out->scale);
+        *out = (lz_weight){0};
+        return s;
+    }
+    memcpy(out->data, src->data, (size_t)src->numel);
+    out->owned = true;
+    return LZ_OK;
+}
+
 static lz_status cpu_upload_weight(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols,
                                    lz_weight *out) {
     if (rows * cols != src->numel)
@@ -35,7 +63,9 @@ static lz_status cpu_upload_weight(lz_backend *be, const lz_host_tensor *src, in
     const size_t bad = lz_first_nonfinite(src->data, src->dtype, (size_t)src->numel);
     if (bad < (size_t)src->numel)
         return lz_fail(LZ_ERR_INPUT, "tensor '%s': element %zu is a NaN or an infinity", src->name, bad);
-    *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, false, 0};
+    if (src->dtype == LZ_DTYPE_F8_E4M3)
+        return upload_fp8(be, src, rows, cols, out);
+    *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, false, 0, NULL};
     if (src->lasting && src->dtype == LZ_DTYPE_F32 && ((uintptr_t)src->data % sizeof(float)) == 0) {
         out->data = (void *)src->data; // zero copy: the mapping outlives the model
         return LZ_OK;
@@ -58,7 +88,7 @@ static float random_value(uint64_t seed, uint64_t i) {
 static lz_status cpu_random_weight(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,
                                    lz_weight *out) {
     const size_t n = (size_t)(rows * cols);
-    *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, true, 0};
+    *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, true, 0, NULL};
     LZ_TRY(cpu_alloc(be, sizeof(float) * n, &out->data));
     float *w = out->data;
     const float a = std * 1.7320508f; // uniform [-a, a] has std a / sqrt(3)
@@ -70,6 +100,7 @@ static lz_status cpu_random_weight(lz_backend *be, int64_t rows, int64_t cols, f
 static void cpu_free_weight(lz_backend *be, lz_weight *w) {
     if (w->owned)
         free(w->data);
+    free(w->scale);
     *w = (lz_weight){0};
 }
 
@@ -104,6 +135,9 @@ static lz_status op_rmsnorm(lz_backend *be, void *out, const void *x, const lz_w
     return LZ_OK;
 }
 static lz_status op_linear(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *b, int T) {
+    if (w->dtype == LZ_DTYPE_F8_E4M3)
+        return linear_fp8_forward(out, x, w->data, w->scale, b && b->data ? b->data : NULL, T, (int)w->cols,
+                                  (int)w->rows);
     linear_forward(out, x, w->data, b && b->data ? b->data : NULL, T, (int)w->cols, (int)w->rows);
     return LZ_OK;
 }

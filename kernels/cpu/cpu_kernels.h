@@ -17,6 +17,9 @@ enum { LZ_GLA_CHUNK = 64 };
 void embedding_forward(float *out, const float *table, const int32_t *ids, int T, int C);
 void rmsnorm_forward(float *out, const float *x, const float *w, int T, int C, float eps);
 void linear_forward(float *out, const float *x, const float *w, const float *bias, int T, int in, int out_features);
+/* The same with an FP8 weight: codes q [out_features, in] and one scale per row (fp8_rule.h). */
+lz_status linear_fp8_forward(float *out, const float *x, const uint8_t *q, const float *scale, const float *bias,
+                             int T, int in, int out_features);
 void add_forward(float *y, const float *x, size_t n);
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void argmax_rows_forward(int32_t *ids, const float *x, int n, int C);

@@ -10,6 +10,7 @@
 #include "backward_cuda.cuh"  // lz_cuda_backward_ops
 #include "cuda_backend.cuh"   // struct lz_backend
 #include "cuda_kernels.cuh"
+#include "fp8_linear.cuh"    // lz_fp8_upload, lz_fp8_linear_many, lz_fp8_swiglu
 #include "linear_joined.cuh" // lz_join_weights, linear_joined_run, linear_joined_forward, swiglu_joined_*
 #include "linear_stream.cuh" // linear_stream_takes, linear_stream_forward
 #include "weight_check.cuh"  // lz_first_nonfinite_device
@@ -106,6 +107,14 @@ static lz_status upload_pieces(lz_backend *be, const lz_host_tensor *src, int64_
 static lz_status cuda_upload_weight(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols,
                                     lz_weight *out) {
     *out = (lz_weight){};
+    if (src->dtype == LZ_DTYPE_F8_E4M3) { // FP8 linear layers run with bf16 activations
+        if (be->dtype != LZ_DTYPE_BF16)
+            return lz_fail(LZ_ERR_INPUT, "tensor '%s': FP8 weights run with bf16 activations on CUDA", src->name);
+        const lz_status s = lz_fp8_upload(&be->ctx, src, rows, cols, out);
+        if (s != LZ_OK)
+            lz_fp8_free_weight(out);
+        return s;
+    }
     lz_status s = upload_pieces(be, src, rows, cols, out);
     if (s == LZ_OK)
         s = check_uploaded(be, src, out);
@@ -122,7 +131,7 @@ static lz_status upload_pieces(lz_backend *be, const lz_host_tensor *src, int64_
     if (rows * cols != src->numel)
         return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,
                        (long long)src->numel, (long long)rows, (long long)cols);
-    *out = (lz_weight){NULL, be->dtype, rows, cols, true, 0};
+    *out = (lz_weight){NULL, be->dtype, rows, cols, true, 0, NULL};
     const size_t n = (size_t)src->numel, es = elem_size(be), piece = (size_t)1 << 24;
     LZ_TRY(cuda_alloc(be, n * es, &out->data));
     if (src->dtype == be->dtype) { // same type: straight from the mapping
@@ -148,10 +157,15 @@ static lz_status upload_pieces(lz_backend *be, const lz_host_tensor *src, int64_
 }
 
 static lz_status cuda_join_weights(lz_backend *be, int count, lz_weight *const *ws) {
+    for (int i = 0; i < count; i++)
+        if (lz_is_fp8(ws[i])) // FP8 layers of one input share one GEMV launch and one quantized input instead
+            return LZ_OK;
     return lz_join_weights(&be->ctx, count, ws, elem_size(be));
 }
 
 static void cuda_free_weight(lz_backend *be, lz_weight *w) {
+    if (lz_is_fp8(w))
+        return lz_fp8_free_weight(w);
     if (w->owned && w->data)
         cudaFree(w->data);
     *w = (lz_weight){};
@@ -159,12 +173,18 @@ static void cuda_free_weight(lz_backend *be, lz_weight *w) {
 
 static lz_status cuda_random_weight(lz_backend *be, int64_t rows, int64_t cols, float mean, float std, uint64_t seed,
                                     lz_weight *out) {
-    *out = (lz_weight){NULL, be->dtype, rows, cols, true, 0};
+    *out = (lz_weight){NULL, be->dtype, rows, cols, true, 0, NULL};
     const size_t n = (size_t)(rows * cols);
     LZ_TRY(cuda_alloc(be, n * elem_size(be), &out->data));
     if (be->dtype == LZ_DTYPE_BF16)
         return random_fill<__nv_bfloat16>(&be->ctx, (__nv_bfloat16 *)out->data, n, mean, std, seed);
     return random_fill<float>(&be->ctx, (float *)out->data, n, mean, std, seed);
+}
+
+static lz_status cuda_quantize_fp8(lz_backend *be, lz_weight *w) {
+    if (be->dtype != LZ_DTYPE_BF16)
+        return lz_fail(LZ_ERR_INPUT, "FP8 weights run with bf16 activations on CUDA");
+    return lz_fp8_quantize_weight(&be->ctx, w);
 }
 
 static lz_status cuda_measure_ceilings(lz_backend *be, double *copy_bps, double *gemm_flops) {
@@ -543,6 +563,35 @@ static lz_stream_segment stream_segment(void *out, const lz_weight *w, const lz_
 template <typename T>
 static lz_status linear_many_forward(lz_cuda_ctx *c, int count, void *const *outs, const T *x,
                                      const lz_weight *const *ws, const lz_weight *const *biases, int n) {
+    int n_fp8 = 0;
+    for (int i = 0; i < count; i++)
+        n_fp8 += lz_is_fp8(ws[i]);
+    if (n_fp8 > 0) { // the FP8 layers (q, k, v) together, then the others (a Lizard layer's gate)
+        if constexpr (sizeof(T) != 2) {
+            return lz_fail(LZ_ERR_INPUT, "FP8 weights run with bf16 activations on CUDA");
+        } else {
+            void *fo[LZ_FP8_MAX_SEGMENTS], *ro[LZ_FP8_MAX_SEGMENTS];
+            const lz_weight *fw[LZ_FP8_MAX_SEGMENTS], *fb[LZ_FP8_MAX_SEGMENTS], *rw[LZ_FP8_MAX_SEGMENTS],
+                *rb[LZ_FP8_MAX_SEGMENTS];
+            if (count > LZ_FP8_MAX_SEGMENTS)
+                return lz_fail(LZ_ERR_INTERNAL, "linear_many: %d layers", count);
+            bool gemv = n <= LZ_FP8_GEMV_TOKENS; // one launch for all, bf16 ones (the Lizard gate) too
+            for (int i = 0; i < count; i++)
+                gemv &= ws[i]->cols == ws[0]->cols && (lz_is_fp8(ws[i]) || ws[i]->dtype == LZ_DTYPE_BF16);
+            if (gemv)
+                return lz_fp8_linear_many(c, count, outs, x, ws, biases, LZ_FP8_STORE, n);
+            int nf = 0, nr = 0;
+            for (int i = 0; i < count; i++) {
+                const lz_weight *b = biases ? biases[i] : NULL;
+                if (lz_is_fp8(ws[i]))
+                    fo[nf] = outs[i], fw[nf] = ws[i], fb[nf++] = b;
+                else
+                    ro[nr] = outs[i], rw[nr] = ws[i], rb[nr++] = b;
+            }
+            LZ_TRY(lz_fp8_linear_many(c, nf, fo, x, fw, fb, LZ_FP8_STORE, n));
+            return nr == 0 ? LZ_OK : linear_many_forward<T>(c, nr, ro, x, rw, rb, n);
+        }
+    }
     bool together = lz_gemv_takes_step(c, n) && count <= LZ_GEMV_MAX_SEGMENTS;
     if constexpr (sizeof(T) == 2) { // decode steps of a few tokens: one launch streams all of them
         lz_stream_segment seg[LZ_STREAM_MAX_SEGMENTS];
@@ -605,6 +654,14 @@ template <typename T>
 static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const T *x, const lz_weight *norm, float eps,
                                      const lz_weight *wg, const lz_weight *bg, const lz_weight *wu,
                                      const lz_weight *bu, int n) {
+    if (lz_is_fp8(wg) || lz_is_fp8(wu)) {
+        if constexpr (sizeof(T) != 2) {
+            return lz_fail(LZ_ERR_INPUT, "FP8 weights run with bf16 activations on CUDA");
+        } else {
+            LZ_TRY(rmsnorm_forward<T>(c, xn, x, (const T *)norm->data, n, (int)norm->cols, eps));
+            return lz_fp8_swiglu(c, out, up, xn, wg, bg, wu, bu, n);
+        }
+    }
     if (!(fused_gemv_takes<T>(c, wg, n) && wg->rows == wu->rows && wg->cols == wu->cols && norm->cols == wg->cols)) {
         void *outs[2] = {out, up}; // the plain ops' composition, as the stage would compose it
         const lz_weight *w[2] = {wg, wu}, *b[2] = {bg, bu};
@@ -635,6 +692,15 @@ static lz_status norm_swiglu_forward(lz_cuda_ctx *c, T *out, T *xn, T *up, const
 template <typename T>
 static lz_status linear_residual_forward(lz_cuda_ctx *c, T *y, T *tmp, const T *x, const lz_weight *w,
                                          const lz_weight *bias, int n) {
+    if (lz_is_fp8(w)) {
+        if constexpr (sizeof(T) != 2) {
+            return lz_fail(LZ_ERR_INPUT, "FP8 weights run with bf16 activations on CUDA");
+        } else {
+            void *outs[1] = {y};
+            const lz_weight *ws[1] = {w}, *bs[1] = {bias};
+            return lz_fp8_linear_many(c, 1, outs, x, ws, bs, LZ_FP8_RESIDUAL, n);
+        }
+    }
     const T *b = bias && bias->data ? (const T *)bias->data : NULL;
     const bool gemv = gemv_takes<T>(c, w, n);
     if (!gemv && !b)
@@ -656,10 +722,17 @@ static lz_status linear_many_rope_forward(lz_cuda_ctx *c, int count, void *const
                                           const lz_weight *const *ws, const lz_weight *const *biases, int n,
                                           const float *inv_freq, const lz_cuda_batch *b, const lz_attn_dims *d) {
     const int hd = d->head_dim;
+    if constexpr (sizeof(T) == 2) { // FP8 q, k, v at one token: RoPE in the FP8 GEMV's epilogue
+        if (count == 3 && lz_is_fp8(ws[0]) && lz_is_fp8(ws[1]) && lz_is_fp8(ws[2]) && ws[1]->cols == ws[0]->cols &&
+            ws[2]->cols == ws[0]->cols && ws[0]->rows == (int64_t)d->n_heads * hd && ws[0]->rows + ws[1]->rows +
+            ws[2]->rows <= INT_MAX && lz_gemv_rope_fits(n, (int)ws[0]->rows, (int)ws[1]->rows,
+                                                        (int)(ws[0]->rows + ws[1]->rows + ws[2]->rows), hd))
+            return lz_fp8_rope(c, outs, x, ws, biases, inv_freq, b->token_pos, hd);
+    }
     bool fused = count == 3 && ws[0]->rows == (int64_t)d->n_heads * hd && ws[1]->rows == (int64_t)d->n_kv_heads * hd;
     int64_t total = 0;
     for (int i = 0; i < count && fused; i++) {
-        fused = fused_gemv_takes<T>(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
+        fused = !lz_is_fp8(ws[i]) && fused_gemv_takes<T>(c, ws[i], n) && ws[i]->cols == ws[0]->cols;
         total += ws[i]->rows;
     }
     if (!fused || total > INT_MAX ||
@@ -707,6 +780,11 @@ template <typename T> struct cuda_ops {
         return profiled(be, "rmsnorm", [&] { return rmsnorm_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data, n, (int)w->cols, eps); });
     }
     static lz_status linear(lz_backend *be, void *out, const void *x, const lz_weight *w, const lz_weight *b, int n) {
+        if (lz_is_fp8(w)) {
+            void *outs[1] = {out};
+            const lz_weight *ws[1] = {w}, *bs[1] = {b};
+            return profiled(be, "linear", [&] { return linear_many_forward<T>(&be->ctx, 1, outs, (const T *)x, ws, bs, n); });
+        }
         return profiled(be, "linear", [&] { return linear_forward<T>(&be->ctx, (T *)out, (const T *)x, (const T *)w->data,
                                  b && b->data ? (const T *)b->data : NULL, n, (int)w->cols, (int)w->rows); });
     }
@@ -797,6 +875,7 @@ template <typename T> static lz_ops make_ops(const char *name) {
     o.free_weight = cuda_free_weight;
     o.join_weights = cuda_join_weights;
     o.random_weight = cuda_random_weight;
+    o.quantize_fp8 = cuda_quantize_fp8;
     o.measure_ceilings = cuda_measure_ceilings;
     o.memory_info = cuda_memory_info;
     o.act_to_host = cuda_act_to_host;
@@ -856,6 +935,7 @@ static void cuda_destroy(lz_backend *be) {
     lz_nccl_free(be->nccl);
     lz_cuda_side_destroy(&be->ctx);
     lz_joined_destroy(&be->ctx);
+    lz_fp8_gemm_destroy(&be->ctx);
     if (be->cublas_workspace)
         cudaFree(be->cublas_workspace);
     cudaStreamSynchronize(be->ctx.stream);
@@ -941,6 +1021,7 @@ static void take_knobs(lz_cuda_ctx *c, const lz_cuda_knobs *k) {
     c->stream_split = k->stream_split;
     c->join_tokens = k->join_tokens;
     c->decode_attn = k->decode_attn;
+    c->fp8_scaled = k->fp8_scaled;
 }
 
 extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, const lz_ops **ops) {

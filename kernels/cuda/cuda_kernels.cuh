@@ -51,6 +51,8 @@ struct lz_cuda_ctx {
     cudaEvent_t fork_event, join_event[LZ_SIDE_STREAMS];
     int fork_tokens;       // LIZARD_FORK_TOKENS: linear layers side by side on steps of at most this many tokens
     bool on_side;          // launching onto a side stream now (lz_on_side)
+    void *fp8_gemm;        // FP8 weights' cuBLASLt context (fp8_gemm.cu), made by the first FP8 upload
+    bool fp8_scaled;       // LIZARD_FP8_SCALED: FP8 products apply the scales inside cuBLASLt where it can
 };
 
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).

@@ -22,6 +22,7 @@ static const lz_knob ROWS[] = {
     {"LIZARD_WINDOW_RING_BLOCKS", LZ_KNOB_INT, 0, INT_MAX, 0, F(window_ring_blocks)},
     {"LIZARD_WINDOW_SPLIT_MIN", LZ_KNOB_INT, 1, INT_MAX, 16, F(window_split_min)},
     {"LIZARD_DECODE_ATTN", LZ_KNOB_INT, 1, 64, -1, F(decode_attn)},
+    {"LIZARD_FP8_SCALED", LZ_KNOB_BOOL, 0, 1, 1, F(fp8_scaled)},
     {"LIZARD_TRACE", LZ_KNOB_PATH, 0, 0, 0, F(trace)},
     {"LIZARD_TRACE_US", LZ_KNOB_INT, 1, INT_MAX, 10000, F(trace_us)},
 };

@@ -25,6 +25,7 @@ typedef struct {
     int window_ring_blocks; /* LIZARD_WINDOW_RING_BLOCKS: that kernel's grid (0: one block an SM) */
     int window_split_min;   /* LIZARD_WINDOW_SPLIT_MIN: batch from which the window takes the split kernel */
     int decode_attn;        /* LIZARD_DECODE_ATTN: decode attention blocks an SM (-1: by the batch) */
+    bool fp8_scaled;        /* LIZARD_FP8_SCALED=0: FP8 products in fp32, then the scales in a pass of their own */
     const char *trace;      /* LIZARD_TRACE: the kernel timeline's file (cmake -DLIZARD_TRACE=ON builds) */
     int trace_us;           /* LIZARD_TRACE_US: the microseconds of timeline written */
 } lz_cuda_knobs;

@@ -209,7 +209,8 @@ lz_status lz_bench_pipeline(const lz_bench_pipeline_args *a, const int32_t *prom
     LZ_TRY(a->shape ? lz_preset_config(a->shape, "lizard bench: --shape", &cfg) : lz_config_load(a->model, &cfg));
     lz_backend *probe = NULL; // this rank's device: free memory and (rank 0) the ceilings
     const lz_ops *ops = NULL;
-    LZ_TRY(lz_open_backend(a->device, a->dtype, &probe, &ops));
+    bool fp8;
+    LZ_TRY(lz_open_inference_backend(a->device, a->dtype, &probe, &ops, &fp8));
     lz_status s = LZ_OK;
     const lz_world *w = lz_world_get();
     if (w->rank == 0) {

@@ -36,8 +36,26 @@ typedef struct {
     FILE *json;
 } bench;
 
+/* An FP8 weight's parameters and its bytes (1 a weight, 4 a row for the scales); nothing for others. */
+static void count_fp8(const lz_weight *w, size_t *params, size_t *bytes) {
+    if (w->dtype != LZ_DTYPE_F8_E4M3 || !w->data)
+        return;
+    *params += (size_t)(w->rows * w->cols);
+    *bytes += (size_t)(w->rows * w->cols) + sizeof(float) * (size_t)w->rows;
+}
+
+/* The bytes a decode step reads of the weights: every parameter in the activation type, but FP8 linear
+ * weights (--dtype fp8) as they are held. */
 static size_t weight_bytes(const bench *b) {
-    return (b->model.n_params_teacher + b->model.n_params_lizard) * b->ops->act_size;
+    size_t fp8_params = 0, fp8_bytes = 0;
+    for (int i = 0; b->model.layers && i < b->model.cfg.num_hidden_layers; i++) {
+        const lz_layer *ly = &b->model.layers[i];
+        const lz_weight *w[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t k = 0; k < sizeof w / sizeof w[0]; k++)
+            count_fp8(w[k], &fp8_params, &fp8_bytes);
+    }
+    count_fp8(&b->model.lm_head, &fp8_params, &fp8_bytes);
+    return (b->model.n_params_teacher + b->model.n_params_lizard - fp8_params) * b->ops->act_size + fp8_bytes;
 }
 
 /* Bytes of state one sequence reads per decode step at `context` positions. */
@@ -215,9 +233,10 @@ static lz_status bench_linear_shapes(bench *b) {
         for (size_t j = 0; s == LZ_OK && j < sizeof tokens / sizeof tokens[0]; j++) {
             if ((size_t)tokens[j] * w->rows > cap)
                 continue;
-            double secs;
+            double secs = 0;
             s = time_linear(b, out, x, w, tokens[j], &secs);
-            const double bytes = (double)w->rows * w->cols * b->ops->act_size;
+            const double bytes = w->dtype == LZ_DTYPE_F8_E4M3 ? (double)w->rows * (w->cols + sizeof(float))
+                                                              : (double)w->rows * w->cols * b->ops->act_size;
             if (s == LZ_OK)
                 printf("linear  %-12s [%6lld x %5lld]  tokens %5d  %9.1f us  %7.0f GB/s  %6.1f TFLOP/s\n", names[i],
                        (long long)w->rows, (long long)w->cols, tokens[j], secs * 1e6, bytes / secs / 1e9,
@@ -303,7 +322,8 @@ lz_status lz_cmd_bench(int argc, char **argv) {
                                              "llama3-8b-hybrid)", &a.shape, false, 0, 0},
         {"--model", LZ_OPT_DIR, "DIR", "or a model folder", &a.model, false, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
-        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &a.dtype, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "bf16|fp32|fp8", "CUDA weights and activations (default bf16); fp8: the linear "
+         "layers' weights in FP8 E4M3 with a scale per row", &a.dtype, false, 0, 0},
         {"--prompt", LZ_OPT_STRING, "N,...", "prompt lengths (default cuda 2048,8192,32768, cpu 128; 0 = none)",
          &a.prompts, false, 0, 0},
         {"--batch", LZ_OPT_STRING, "B,...", "decode batch sizes (default cuda 1,16,64,256, cpu 1,4)", &a.batches,
@@ -362,7 +382,7 @@ lz_status lz_cmd_bench(int argc, char **argv) {
         return s;
     }
     bench b = {0};
-    LZ_TRY(lz_open_backend(a.device, a.dtype, &b.be, &b.ops));
+    LZ_TRY(lz_open_inference_backend(a.device, a.dtype, &b.be, &b.ops, &cfg.fp8_weights));
     lz_status s = a.shape ? lz_model_init_random(&b.model, &cfg, b.ops, b.be, (uint64_t)a.seed)
                           : lz_model_load(&b.model, a.model, &cfg, b.ops, b.be);
     if (s == LZ_OK && a.json && !(b.json = fopen(a.json, "w")))

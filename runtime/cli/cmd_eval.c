@@ -265,7 +265,8 @@ lz_status lz_cmd_eval(int argc, char **argv) {
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &a.softmax_layers, false, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
-        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &a.dtype, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "bf16|fp32|fp8", "CUDA weights and activations (default bf16); fp8: the linear "
+         "layers' weights in FP8 E4M3 with a scale per row", &a.dtype, false, 0, 0},
     };
     const lz_command_spec spec = {"eval", "perplexity of a text and passkey retrieval across context lengths",
                                   options, (int)(sizeof options / sizeof options[0])};

@@ -22,7 +22,8 @@ lz_status lz_cmd_forward(int argc, char **argv) {
         {"--ids", LZ_OPT_STRING, "1,2,3", "prompt token ids", &ids_text, true, 0, 0},
         {"--logits-out", LZ_OPT_STRING, "FILE.npy", "where to write float32 logits [T, vocab]", &out_path, true, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &device, false, 0, 0},
-        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &dtype, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "bf16|fp32|fp8", "CUDA weights and activations (default bf16); fp8: the linear "
+         "layers' weights in FP8 E4M3 with a scale per row", &dtype, false, 0, 0},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &softmax, false, 0, 0},
         {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per prefill step (default 512)", &chunk, false, 1, 1 << 20},

@@ -510,7 +510,8 @@ lz_status lz_cmd_generate(int argc, char **argv) {
          "text: the text as it comes (ids without a tokenizer); json: {\"ids\": [...], \"text\": ...}", &a.format,
          false, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
-        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &a.dtype, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "bf16|fp32|fp8", "CUDA weights and activations (default bf16); fp8: the linear "
+         "layers' weights in FP8 E4M3 with a scale per row", &a.dtype, false, 0, 0},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &a.softmax, false, 0, 0},
         {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per prefill step (default 512)", &a.chunk, false, 1, 1 << 20},

@@ -35,6 +35,40 @@ static bool is_lizard_tensor(const char *name) {
     return false;
 }
 
+/* The scales an FP8 weight "P.weight" (F8_E4M3) carries beside it, "P.weight_scale" and a static
+ * "P.input_scale": quantization's numbers, not the model's parameters. */
+static bool is_fp8_scale(const lz_weights *w, const char *name) {
+    static const char *const suffixes[] = {".weight_scale", ".input_scale"};
+    const size_t len = strlen(name);
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        const size_t n = strlen(suffixes[i]);
+        char weight[512];
+        if (len > n && len - n + 8 < sizeof weight && strcmp(name + len - n, suffixes[i]) == 0) {
+            snprintf(weight, sizeof weight, "%.*s.weight", (int)(len - n), name);
+            const lz_st_tensor *t = lz_weights_find(w, weight);
+            return t && t->dtype == LZ_DTYPE_F8_E4M3;
+        }
+    }
+    return false;
+}
+
+/* "weights  F8_E4M3 in N of M linear layers (method)" for an FP8 checkpoint; nothing for others. */
+static void print_fp8(const lz_model *m) {
+    int fp8 = 0, linear = 0;
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
+        const lz_layer *ly = &m->layers[i];
+        const lz_weight *w[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (size_t k = 0; k < sizeof w / sizeof w[0]; k++)
+            fp8 += w[k]->dtype == LZ_DTYPE_F8_E4M3, linear++;
+    }
+    if (!m->cfg.tie_word_embeddings)
+        fp8 += m->lm_head.dtype == LZ_DTYPE_F8_E4M3, linear++;
+    if (fp8)
+        printf("weights        F8_E4M3 in %d of %d linear layers (%s), the rest as stored; without --dtype fp8 they "
+               "run dequantized\n",
+               fp8, linear, m->cfg.quant_method[0] ? m->cfg.quant_method : "no quantization_config");
+}
+
 static void print_model(const lz_model *m, const char *dir) {
     const lz_config *c = &m->cfg;
     printf("model          %s (%s)\n", dir, c->model_type[0] ? c->model_type : "?");
@@ -51,7 +85,10 @@ static void print_model(const lz_model *m, const char *dir) {
     // every tensor of the files, as `lizard init` counts what it writes (layers run as softmax use
     // none of their Lizard tensors)
     size_t total = 0, lizard = 0;
+    print_fp8(m);
     for (size_t i = 0; i < m->ckpt->n_tensors; i++) {
+        if (is_fp8_scale(m->ckpt, m->ckpt->index[i]->name))
+            continue;
         total += (size_t)m->ckpt->index[i]->numel;
         lizard += is_lizard_tensor(m->ckpt->index[i]->name) ? (size_t)m->ckpt->index[i]->numel : 0;
     }

@@ -1,7 +1,7 @@
 /* cmd_init.c - `lizard init`: writes a random-weight model folder in the
  * checkpoint format (docs/model-format.md) from a named preset.
  *
- *   lizard init --config PRESET --out DIR [--seed N] [--dtype f32|bf16|f16] [--force]
+ *   lizard init --config PRESET --out DIR [--seed N] [--dtype f32|bf16|f16|fp8] [--force]
  *
  * Weights are streamed to disk through a bounded buffer (the 70B presets are
  * ~141 GB), each tensor drawn from its own generator seeded by (seed, tensor
@@ -16,7 +16,7 @@
 #include <math.h>               // sqrt
 #include <stdbool.h>            // bool
 #include <stdio.h>              // fprintf, snprintf
-#include <stdlib.h>             // free
+#include <stdlib.h>             // malloc, free, abort
 #include <string.h>             // strcmp, strlen, strncmp, strerror, memcpy
 #include <strings.h>            // strcasecmp
 #include <sys/stat.h>           // stat, mkdir
@@ -29,6 +29,7 @@
 #include "bpe_builder.h"        // lz_bpe_train, lz_bpe_write_files
 #include "cli_options.h"        // lz_option, lz_parse_options, lz_print_usage
 #include "dtype.h"              // lz_f32_to_bf16, lz_f32_to_f16
+#include "fp8_rule.h"           // lz_fp8_quantize_row
 #include "model_presets.h"      // lz_model_preset, lz_preset_tensors, lz_preset_write_config
 #include "safetensors_writer.h" // lz_stw_write_model
 
@@ -61,8 +62,10 @@ static lz_status parse_dtype(const char *name, lz_dtype fallback, lz_dtype *out)
         *out = LZ_DTYPE_BF16;
     else if (strcasecmp(name, "f16") == 0)
         *out = LZ_DTYPE_F16;
+    else if (strcasecmp(name, "fp8") == 0)
+        *out = LZ_DTYPE_F8_E4M3;
     else
-        return lz_fail(LZ_ERR_INPUT, "lizard init: --dtype: '%s' is not one of f32, bf16, f16", name);
+        return lz_fail(LZ_ERR_INPUT, "lizard init: --dtype: '%s' is not one of f32, bf16, f16, fp8", name);
     return LZ_OK;
 }
 
@@ -201,6 +204,7 @@ static init_dist dist_for(const lz_model_preset *p, lz_tensor_role role, const l
     case LZ_ROLE_GATE: return (init_dist){0.0f, (float)(1.0 / sqrt(fan_in))};
     case LZ_ROLE_META: return (init_dist){0.0f, 1.0f};
     case LZ_ROLE_ALPHA: return (init_dist){1.0f, 0.0f};
+    case LZ_ROLE_FP8_SCALE: return (init_dist){0.0f, 0.0f}; /* made from its weight's rows */
     }
     return (init_dist){0.0f, 0.0f};
 }
@@ -240,6 +244,7 @@ typedef struct {
     const lz_stw_tensor *tensor;
     uint64_t stream;
     init_dist dist;
+    int64_t fp8_cols; /* an FP8 weight or its scales: the weight's row length (else 0) */
     /* progress */
     uint64_t done, total;
     double started, last_report;
@@ -254,17 +259,56 @@ static void report_progress(fill_ctx *c, bool final) {
             c->total ? 100.0 * (double)c->done / (double)c->total : 100.0, t - c->started);
 }
 
-/* A slice of a fill: elements [first, first + n) of the tensor into dst. */
+/* A slice of a fill: elements [first, first + n) of the tensor into dst. An FP8 weight's codes or its
+ * scales (fp8_cols > 0: the weight's row length) come from the weight's rows: the bf16 preset's values,
+ * quantized by fp8_rule.h, so that the folder is what --dtype fp8 makes of the bf16 one. */
 typedef struct {
     uint8_t *dst;
     size_t n;
     uint64_t stream, first;
     init_dist dist;
     lz_dtype dtype;
+    int64_t fp8_cols;
 } fill_slice;
+
+/* Row r of an FP8 weight: codes [cols] and the scale. */
+static float fp8_row(const fill_slice *f, uint64_t r, float *values, uint8_t *codes) {
+    const size_t cols = (size_t)f->fp8_cols;
+    generate(values, cols, f->stream, r * cols, f->dist);
+    for (size_t i = 0; i < cols; i++)
+        values[i] = lz_bf16_to_f32(lz_f32_to_bf16(values[i]));
+    return lz_fp8_quantize_row(values, (int64_t)cols, codes);
+}
+
+static void fill_fp8(const fill_slice *f) {
+    const uint64_t cols = (uint64_t)f->fp8_cols;
+    float *values = malloc(sizeof(float) * cols);
+    uint8_t *codes = malloc(cols);
+    if (!values || !codes) { // (the preset's rows are at most a few hundred KB)
+        fprintf(stderr, "lizard init: out of memory for an FP8 row of %llu\n", (unsigned long long)cols);
+        abort();
+    }
+    uint64_t row = UINT64_MAX;
+    float scale = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        const uint64_t e = f->first + i, r = f->dtype == LZ_DTYPE_F8_E4M3 ? e / cols : e;
+        if (r != row)
+            scale = fp8_row(f, row = r, values, codes);
+        if (f->dtype == LZ_DTYPE_F8_E4M3)
+            f->dst[i] = codes[e % cols];
+        else
+            store(f->dst + 4 * i, &scale, 1, LZ_DTYPE_F32);
+    }
+    free(values);
+    free(codes);
+}
 
 static void *fill_slice_run(void *arg) {
     const fill_slice *f = arg;
+    if (f->fp8_cols > 0) {
+        fill_fp8(f);
+        return NULL;
+    }
     const size_t elem = lz_dtype_size(f->dtype);
     float block[1024];
     for (size_t i = 0; i < f->n; i += 1024) {
@@ -285,8 +329,17 @@ static lz_status fill_random(void *ctx, const lz_stw_tensor *t, uint64_t offset,
         if (t < c->list->tensors || index >= c->list->n)
             return lz_fail(LZ_ERR_INTERNAL, "tensor %s is not in the preset's list", t->name);
         c->tensor = t;
-        c->stream = tensor_stream(c->seed, t->name);
-        c->dist = dist_for(c->preset, c->list->roles[index], t);
+        c->fp8_cols = 0;
+        const lz_stw_tensor *src = t; // the tensor whose stream this one's values come from
+        if (c->list->roles[index] == LZ_ROLE_FP8_SCALE) { // made from the FP8 weight listed before it
+            if (index == 0 || t[-1].dtype != LZ_DTYPE_F8_E4M3)
+                return lz_fail(LZ_ERR_INTERNAL, "scale tensor %s follows no FP8 weight", t->name);
+            src = t - 1, index--;
+        }
+        c->stream = tensor_stream(c->seed, src->name);
+        c->dist = dist_for(c->preset, c->list->roles[index], src);
+        if (src->dtype == LZ_DTYPE_F8_E4M3)
+            c->fp8_cols = src->shape[1];
     }
     const size_t elem = lz_dtype_size(t->dtype), n = nbytes / elem;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -294,7 +347,8 @@ static lz_status fill_random(void *ctx, const lz_stw_tensor *t, uint64_t offset,
     fill_slice slices[LZ_MAX_SLICES];
     for (int i = 0; i < k; i++) {
         const size_t a = n * (size_t)i / (size_t)k, b = n * (size_t)(i + 1) / (size_t)k;
-        slices[i] = (fill_slice){(uint8_t *)buf + a * elem, b - a, c->stream, offset / elem + a, c->dist, t->dtype};
+        slices[i] = (fill_slice){(uint8_t *)buf + a * elem, b - a, c->stream, offset / elem + a, c->dist, t->dtype,
+                                 c->fp8_cols};
     }
     lz_run_slices(fill_slice_run, slices, sizeof slices[0], k);
     c->done += nbytes;
@@ -355,7 +409,9 @@ static lz_status write_folder(const lz_model_preset *p, lz_dtype dtype, uint64_t
         st = lz_preset_write_config(p, dtype, dir);
     if (st == LZ_OK)
         printf("lizard init: wrote %s (preset %s, %" PRIu64 " parameters, %" PRIu64 " bytes %s, %zu tensors, seed %"
-               PRIu64 ")\n", dir, p->name, params, bytes, lz_dtype_name(dtype), list.n, seed);
+               PRIu64 ")\n",
+               dir, p->name, params, bytes, dtype == LZ_DTYPE_F8_E4M3 ? "F8_E4M3 + BF16" : lz_dtype_name(dtype),
+               list.n, seed);
     lz_tensor_list_free(&list);
     return st;
 }
@@ -367,7 +423,8 @@ lz_status lz_cmd_init(int argc, char **argv) {
         {"--out", LZ_OPT_STRING, "DIR", "output folder (created if missing; must be empty)", &a.out, true, 0, 0},
         {"--seed", LZ_OPT_INT, "N", "seed of the random weights (default 0)", &a.seed, false, 0,
          9007199254740991.0},
-        {"--dtype", LZ_OPT_STRING, "f32|bf16|f16", "weight dtype (default: the preset's)", &a.dtype, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "f32|bf16|f16|fp8", "weight dtype (default: the preset's); fp8: the linear layers in "
+         "FP8 E4M3 with their scales (fbgemm_fp8's layout), the rest bf16", &a.dtype, false, 0, 0},
         {"--force", LZ_OPT_FLAG, "", "write into a non-empty DIR, replacing its model files", &a.force, false, 0, 0},
     };
     const lz_command_spec spec = {"init", "write a random-weight model folder from a preset", options,

@@ -230,7 +230,8 @@ lz_status lz_cmd_serve(int argc, char **argv) {
          &a.health_step_timeout, false, 0.001, 1e6},
         {"--no-access-log", LZ_OPT_FLAG, "", "no line per request on stderr", &a.no_access_log, false, 0, 0},
         {"--device", LZ_OPT_STRING, "cpu|cuda", "backend (default cpu)", &a.device, false, 0, 0},
-        {"--dtype", LZ_OPT_STRING, "bf16|fp32", "CUDA weights and activations (default bf16)", &a.dtype, false, 0, 0},
+        {"--dtype", LZ_OPT_STRING, "bf16|fp32|fp8", "CUDA weights and activations (default bf16); fp8: the linear "
+         "layers' weights in FP8 E4M3 with a scale per row", &a.dtype, false, 0, 0},
         {"--softmax-layers", LZ_OPT_STRING, "LIST|all|none", "override which layers run as softmax attention",
          &a.softmax, false, 0, 0},
         {"--prefill-chunk", LZ_OPT_INT, "N", "prompt tokens fed per scheduler step (default 512)", &a.chunk, false, 1,

@@ -1,6 +1,7 @@
 /* config.c - read config.json: HF LLaMA/Mistral keys, both RoPE spellings, the "lizard" block. */
 #include "config.h"
 #include "json_read.h" // lz_json_loadb: integers of any size
+#include "quant_config.h" // lz_quant_config_parse
 
 #include <errno.h>   // errno, ERANGE
 #include <jansson.h> // json_t
@@ -286,6 +287,7 @@ static lz_status parse_root(const char *path, json_t *root, lz_config *out) {
     LZ_TRY(parse_sizes(path, root, out));
     LZ_TRY(parse_misc(path, root, out));
     LZ_TRY(parse_rope(path, root, &out->rope));
+    LZ_TRY(lz_quant_config_parse(path, root, out));
     return parse_lizard(path, root, out);
 }
 

@@ -57,6 +57,13 @@ typedef struct {
     /* Per layer: true = softmax attention (teacher), false = Lizard layer.
      * A teacher (no lizard block) has every layer softmax. */
     bool softmax_layer[LZ_MAX_LAYERS];
+
+    /* quantization_config's quant_method of an FP8 checkpoint that lizard reads ("fbgemm_fp8",
+     * "compressed-tensors", "fp8"; "" without one); every other method is refused when parsed. */
+    char quant_method[32];
+    /* Not from the file: the run holds the linear layers' weights as FP8 E4M3 with one scale per
+     * row (--dtype fp8, kernels/fp8_rule.h), quantized at load unless the checkpoint's are FP8. */
+    bool fp8_weights;
 } lz_config;
 
 /* Parses config.json text; `path` names it in errors. */

@@ -46,6 +46,7 @@ typedef struct {
     int64_t numel;
     const void *data;
     bool lasting; /* the data outlives the weight (a file's mapping): a backend may point into it */
+    const float *row_scale; /* F8_E4M3: one fp32 scale per row of the view (kernels/fp8_rule.h); else NULL */
 } lz_host_tensor;
 
 #endif

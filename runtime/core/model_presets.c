@@ -119,10 +119,20 @@ static lz_status add(list_builder *b, lz_tensor_role role, const char *name, int
     char *copy = strdup(name);
     if (!copy)
         return lz_fail(LZ_ERR_NOMEM, "out of memory listing tensors");
+    const bool fp8 = b->dtype == LZ_DTYPE_F8_E4M3;
+    const bool fp8_linear = fp8 && role == LZ_ROLE_LINEAR && strcmp(name, "lm_head.weight") != 0;
     lz_stw_tensor *t = &b->list->tensors[b->list->n];
-    *t = (lz_stw_tensor){.name = copy, .dtype = b->dtype, .ndim = ndim, .shape = {d0, d1, d2}};
+    *t = (lz_stw_tensor){.name = copy,
+                         .dtype = fp8_linear ? LZ_DTYPE_F8_E4M3 : fp8 ? LZ_DTYPE_BF16 : b->dtype,
+                         .ndim = ndim,
+                         .shape = {d0, d1, d2}};
     b->list->roles[b->list->n++] = role;
-    return LZ_OK;
+    if (!fp8_linear)
+        return LZ_OK;
+    char scale[200];
+    snprintf(scale, sizeof scale, "%s_scale", name);
+    list_builder plain = {b->list, b->cap, LZ_DTYPE_F32};
+    return add(&plain, LZ_ROLE_FP8_SCALE, scale, 2, d0, 1, 0);
 }
 
 /* "model.layers.N.<suffix>" */
@@ -173,8 +183,8 @@ static lz_status fill_list(list_builder *b, const lz_model_preset *p) {
 
 lz_status lz_preset_tensors(const lz_model_preset *p, lz_dtype dtype, lz_tensor_list *out) {
     *out = (lz_tensor_list){0};
-    /* 9 teacher tensors and up to 5 Lizard tensors per layer, 3 outside. */
-    size_t cap = (size_t)p->num_hidden_layers * 14 + 3;
+    /* 9 teacher tensors, 7 FP8 scales and up to 5 Lizard tensors per layer, 3 outside. */
+    size_t cap = (size_t)p->num_hidden_layers * 21 + 3;
     out->tensors = calloc(cap, sizeof *out->tensors);
     out->roles = calloc(cap, sizeof *out->roles);
     if (!out->tensors || !out->roles) {
@@ -199,7 +209,8 @@ void lz_tensor_list_free(lz_tensor_list *list) {
 uint64_t lz_tensor_list_params(const lz_tensor_list *list) {
     uint64_t total = 0;
     for (size_t i = 0; i < list->n; i++)
-        total += lz_stw_tensor_numel(&list->tensors[i]);
+        if (list->roles[i] != LZ_ROLE_FP8_SCALE) // (a weight's scales are not parameters of the model)
+            total += lz_stw_tensor_numel(&list->tensors[i]);
     return total;
 }
 
@@ -258,7 +269,9 @@ static json_t *lizard_json(const lz_model_preset *p) {
 }
 
 static const char *torch_dtype(lz_dtype dtype) {
-    return dtype == LZ_DTYPE_BF16 ? "bfloat16" : dtype == LZ_DTYPE_F16 ? "float16" : "float32";
+    return dtype == LZ_DTYPE_BF16 || dtype == LZ_DTYPE_F8_E4M3 ? "bfloat16"
+           : dtype == LZ_DTYPE_F16                            ? "float16"
+                                                              : "float32";
 }
 
 /* HF LlamaConfig keys (transformers 4 spelling of RoPE) plus the lizard block. */
@@ -275,6 +288,13 @@ lz_status lz_preset_write_config(const lz_model_preset *p, lz_dtype dtype, const
         "bos_token_id", p->bos_token_id, "eos_token_id", eos_json(p), "initializer_range", 0.02, "pretraining_tp",
         1, "use_cache", 1, "torch_dtype", torch_dtype(dtype));
     if (root && p->has_lizard && json_object_set_new(root, "lizard", lizard_json(p)) != 0) {
+        json_decref(root);
+        root = NULL;
+    }
+    if (root && dtype == LZ_DTYPE_F8_E4M3 &&
+        json_object_set_new(root, "quantization_config",
+                            json_pack("{s:s, s:f, s:[s]}", "quant_method", "fbgemm_fp8", "activation_scale_ub", 1200.0,
+                                      "modules_to_not_convert", "lm_head")) != 0) {
         json_decref(root);
         root = NULL;
     }

@@ -76,6 +76,7 @@ typedef enum {
     LZ_ROLE_GATE,    /* gate.weight [1, hidden] */
     LZ_ROLE_META,    /* meta_logits [m] */
     LZ_ROLE_ALPHA,   /* window_alpha [1] */
+    LZ_ROLE_FP8_SCALE, /* P.weight_scale [out, 1] F32 of the FP8 weight listed just before it */
 } lz_tensor_role;
 
 /* The checkpoint's tensors in the order they are written (HF names). */
@@ -85,6 +86,8 @@ typedef struct {
     lz_tensor_role *roles;
 } lz_tensor_list;
 
+/* dtype F8_E4M3: the layers' linear weights (q, k, v, o, gate, up, down) in FP8, each followed by its
+ * row scales (fbgemm_fp8's layout, docs/model-format.md), every other tensor in BF16. */
 lz_status lz_preset_tensors(const lz_model_preset *p, lz_dtype dtype, lz_tensor_list *out);
 void lz_tensor_list_free(lz_tensor_list *list);
 
@@ -94,7 +97,8 @@ uint64_t lz_tensor_list_bytes(const lz_tensor_list *list);
 
 /* DIR/config.json: HF LlamaConfig keys (transformers 4 RoPE spelling:
  * rope_theta + rope_scaling), torch_dtype from `dtype`, and the "lizard"
- * block for a Lizard preset. Written atomically. */
+ * block for a Lizard preset; F8_E4M3: bfloat16 and a quantization_config of
+ * fbgemm_fp8 (the LM head not converted). Written atomically. */
 lz_status lz_preset_write_config(const lz_model_preset *p, lz_dtype dtype, const char *dir);
 /* The parsed config of preset `name`, exactly as a model folder of that
  * preset would give it (written to a temp folder and read back through

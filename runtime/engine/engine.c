@@ -26,6 +26,14 @@ lz_status lz_open_backend(const char *device, const char *dtype, lz_backend **be
     return lz_fail(LZ_ERR_INPUT, "--device: unknown device '%s' (expected cpu or cuda)", dev);
 }
 
+lz_status lz_open_inference_backend(const char *device, const char *dtype, lz_backend **be, const lz_ops **ops,
+                                    bool *fp8) {
+    *fp8 = dtype && strcmp(dtype, "fp8") == 0;
+    if (!*fp8)
+        return lz_open_backend(device, dtype, be, ops);
+    return lz_open_backend(device, "bf16", be, ops); // CUDA: bf16 activations; the CPU's are fp32
+}
+
 /* What this rank may hold: the device's free memory, or the host's. */
 static uint64_t free_bytes(lz_engine *e) {
     size_t free_b = 0, total = 0;
@@ -104,7 +112,7 @@ lz_status lz_engine_open(lz_engine *e, const lz_engine_options *opt) {
         LZ_TRY(lz_config_set_softmax_layers(&e->cfg, opt->softmax_layers));
     if (e->opt.max_context <= 0)
         e->opt.max_context = e->cfg.max_position_embeddings;
-    LZ_TRY(lz_open_backend(e->opt.device, e->opt.dtype, &e->be, &e->ops));
+    LZ_TRY(lz_open_inference_backend(e->opt.device, e->opt.dtype, &e->be, &e->ops, &e->cfg.fp8_weights));
     lz_status s = plan_and_load(e, opt->placement, opt->plan_file); // one process: a plan of one rank
     e->load_seconds = e->pipe.stats.load_seconds = lz_now_seconds() - t0;
     if (s == LZ_OK && e->pipe.rank != 0) {

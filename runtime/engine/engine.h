@@ -21,7 +21,8 @@ typedef struct {
     const char *shape;           /* or a preset name (model_presets.h): random weights, no files (benchmarks) */
     uint64_t seed;               /* of those random weights */
     const char *device;          /* "cpu" (default) or "cuda" */
-    const char *dtype;           /* CUDA: "bf16" (default) or "fp32"; the CPU is always fp32 */
+    const char *dtype;           /* CUDA: "bf16" (default) or "fp32", the CPU's activations always fp32; "fp8":
+                                    the linear layers' weights as FP8 E4M3 with row scales (CUDA: bf16 activations) */
     const char *softmax_layers;  /* NULL, "all", "none" or "0,2,..." */
     int n_slots;                 /* concurrent sequences (default 1) */
     int max_context;             /* positions per sequence in KV caches */
@@ -47,6 +48,10 @@ typedef struct {
 
 /* "cpu" | "cuda" (NULL: cpu) and "bf16" | "fp32" (NULL: bf16; CUDA only). */
 lz_status lz_open_backend(const char *device, const char *dtype, lz_backend **be, const lz_ops **ops);
+/* The same for inference, which also takes "fp8" (*fp8 set: the caller loads the linear layers' weights
+ * as FP8, lz_config.fp8_weights), with the backend's activations (CUDA: bf16). */
+lz_status lz_open_inference_backend(const char *device, const char *dtype, lz_backend **be, const lz_ops **ops,
+                                    bool *fp8);
 
 /* The model runs as a pipeline of the job's ranks (one process: a plan of one
  * rank that holds every layer). Rank 0 returns from lz_engine_open ready to

@@ -5,6 +5,7 @@
 #include <stdlib.h> // calloc, free
 #include <string.h> // memset, strstr, strlen
 
+#include "fp8_weights.h" // lz_fp8_read_scales, lz_fp8_quantize
 #include "hash.h"        // lz_fnv1a
 #include "lora_adapter.h" // lz_lora_adapter
 #include "model_load.h"
@@ -41,11 +42,11 @@ static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_
     const lz_st_tensor *t;
     LZ_TRY(lz_weights_expect(L->m->ckpt, name, ndim, shape, &t));
     if (L->describe) {
-        *out = (lz_weight){NULL, t->dtype, rows, cols, false, 0};
+        *out = (lz_weight){NULL, t->dtype, rows, cols, false, 0, NULL};
         return LZ_OK;
     }
     if (!lz_lora_adapter_covers(L->adapter, name)) {
-        const lz_host_tensor host = {t->name, t->dtype, t->numel, t->data, true};
+        const lz_host_tensor host = {t->name, t->dtype, t->numel, t->data, true, NULL};
         const lz_status s = L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
         if (s == LZ_ERR_INPUT) // a weight the backend refused (not finite): which folder it is in
             lz_error_prefix("%s: ", L->m->ckpt->dir);
@@ -56,7 +57,7 @@ static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_
         return lz_fail(LZ_ERR_NOMEM, "--adapter: out of memory for '%s'", name);
     lz_convert_to_f32(w, t->data, t->dtype, (size_t)t->numel);
     lz_status s = lz_lora_adapter_apply(L->adapter, name, w, rows, cols);
-    const lz_host_tensor host = {t->name, LZ_DTYPE_F32, t->numel, w, false};
+    const lz_host_tensor host = {t->name, LZ_DTYPE_F32, t->numel, w, false, NULL};
     if (s == LZ_OK && (s = L->m->ops->upload_weight(L->m->be, &host, rows, cols, out)) == LZ_ERR_INPUT)
         lz_error_prefix("%s with --adapter: ", L->m->ckpt->dir);
     free(w);
@@ -66,6 +67,114 @@ static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_
 static lz_status load_matrix(loader *L, const char *name, int64_t rows, int64_t cols, lz_weight *out) {
     int64_t shape[2] = {rows, cols};
     return load_tensor(L, name, 2, shape, rows, cols, out);
+}
+
+/* Uploads an fp32 host copy of a linear layer's weight: as FP8 codes and row scales (fp8_rule.h) when the
+ * run holds FP8, else as it is. */
+static lz_status upload_linear_f32(loader *L, const char *name, float *w, int64_t rows, int64_t cols,
+                                   lz_weight *out) {
+    const size_t n = (size_t)(rows * cols), bad = lz_first_nonfinite(w, LZ_DTYPE_F32, n);
+    if (bad < n) // (checked before quantizing: the rule saturates an infinity)
+        return lz_fail(LZ_ERR_INPUT, "tensor '%s': element %zu is a NaN or an infinity", name, bad);
+    if (!L->m->cfg.fp8_weights) {
+        const lz_host_tensor host = {name, LZ_DTYPE_F32, (int64_t)n, w, false, NULL};
+        return L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
+    }
+    uint8_t *codes;
+    float *scales;
+    LZ_TRY(lz_fp8_quantize(name, w, rows, cols, &codes, &scales));
+    const lz_host_tensor host = {name, LZ_DTYPE_F8_E4M3, (int64_t)n, codes, false, scales};
+    const lz_status s = L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
+    free(codes);
+    free(scales);
+    return s;
+}
+
+/* An F8_E4M3 checkpoint tensor [rows, cols] and the scales beside it: kept as FP8 when the run holds FP8 (in
+ * place from the mapping where the backend can), else dequantized (s * q in fp32). */
+static lz_status load_fp8_tensor(loader *L, const lz_st_tensor *t, int64_t rows, int64_t cols, lz_weight *out) {
+    lz_model *m = L->m;
+    *L->param_count += (size_t)(rows * cols);
+    if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+        return lz_fail(LZ_ERR_INPUT, "%s: tensor '%s' is not of shape [%lld, %lld]", t->file, t->name,
+                       (long long)rows, (long long)cols);
+    float *scales, *w = NULL;
+    LZ_TRY(lz_fp8_read_scales(m->ckpt, t, rows, &scales));
+    lz_status s = LZ_OK;
+    if (L->describe) {
+        *out = (lz_weight){NULL, t->dtype, rows, cols, false, 0, NULL};
+    } else if (m->cfg.fp8_weights && !lz_lora_adapter_covers(L->adapter, t->name)) {
+        const lz_host_tensor host = {t->name, t->dtype, t->numel, t->data, true, scales};
+        s = m->ops->upload_weight(m->be, &host, rows, cols, out);
+    } else if (!(w = malloc(sizeof(float) * (size_t)t->numel))) {
+        s = lz_fail(LZ_ERR_NOMEM, "out of memory dequantizing '%s'", t->name);
+    } else {
+        lz_fp8_dequantize(t->data, scales, rows, cols, w);
+        s = lz_lora_adapter_apply(L->adapter, t->name, w, rows, cols); // (nothing when it does not cover it)
+        if (s == LZ_OK)
+            s = upload_linear_f32(L, t->name, w, rows, cols, out);
+    }
+    if (s == LZ_ERR_INPUT)
+        lz_error_prefix("%s: ", m->ckpt->dir);
+    free(w);
+    free(scales);
+    return s;
+}
+
+/* A linear layer's weight [rows, cols]: an FP8 checkpoint tensor with its scales, or a float one,
+ * quantized at load when the run holds FP8 (cfg.fp8_weights) and `quantize` says so (q, k, v, o, gate,
+ * up, down: yes; the LM head: no, it keeps the checkpoint's form, as the hub's FP8 checkpoints keep it). */
+static lz_status load_linear(loader *L, const char *name, int64_t rows, int64_t cols, bool quantize,
+                             lz_weight *out) {
+    lz_model *m = L->m;
+    const lz_st_tensor *t = L->random ? NULL : lz_weights_find(m->ckpt, name);
+    if (t && t->dtype == LZ_DTYPE_F8_E4M3)
+        return load_fp8_tensor(L, t, rows, cols, out);
+    if (t && t->dtype == LZ_DTYPE_F8_E5M2)
+        return lz_fail(LZ_ERR_INPUT, "%s: tensor '%s' is FP8 E5M2: lizard reads FP8 weights in E4M3 only", t->file,
+                       name);
+    if (!m->cfg.fp8_weights || !quantize || L->describe)
+        return load_matrix(L, name, rows, cols, out);
+    if (L->random && m->ops->quantize_fp8) { // made and quantized where it lives
+        *L->param_count += (size_t)(rows * cols);
+        LZ_TRY(random_tensor(L, name, rows, cols, out));
+        const lz_status s = m->ops->quantize_fp8(m->be, out);
+        if (s != LZ_OK)
+            m->ops->free_weight(m->be, out);
+        return s;
+    }
+    float *w = malloc(sizeof(float) * (size_t)(rows * cols));
+    if (!w)
+        return lz_fail(LZ_ERR_NOMEM, "out of memory quantizing '%s' to FP8", name);
+    lz_status s = LZ_OK;
+    if (L->random) { // made on the backend as every random weight is, then read back
+        *L->param_count += (size_t)(rows * cols);
+        lz_weight tmp;
+        s = random_tensor(L, name, rows, cols, &tmp);
+        if (s == LZ_OK) {
+            const size_t bytes = (size_t)(rows * cols) * lz_dtype_size(tmp.dtype);
+            void *raw = tmp.dtype == LZ_DTYPE_F32 ? (void *)w : malloc(bytes);
+            s = raw ? m->ops->copy_to_host(m->be, raw, tmp.data, bytes)
+                    : lz_fail(LZ_ERR_NOMEM, "out of memory quantizing '%s' to FP8", name);
+            if (s == LZ_OK && raw != w)
+                lz_convert_to_f32(w, raw, tmp.dtype, (size_t)(rows * cols));
+            if (raw != w)
+                free(raw);
+            m->ops->free_weight(m->be, &tmp);
+        }
+    } else {
+        int64_t shape[2] = {rows, cols};
+        s = lz_weights_expect(m->ckpt, name, 2, shape, &t);
+        if (s == LZ_OK) {
+            *L->param_count += (size_t)(rows * cols);
+            lz_convert_to_f32(w, t->data, t->dtype, (size_t)t->numel);
+            s = lz_lora_adapter_apply(L->adapter, name, w, rows, cols);
+        }
+    }
+    if (s == LZ_OK && (s = upload_linear_f32(L, name, w, rows, cols, out)) == LZ_ERR_INPUT && !L->random)
+        lz_error_prefix("%s: ", m->ckpt->dir);
+    free(w);
+    return s;
 }
 
 static lz_status load_vector(loader *L, const char *name, int64_t n, lz_weight *out) {
@@ -78,10 +187,10 @@ static lz_status load_attention(loader *L, lz_layer *ly, const char *p) {
     const int64_t H = c->hidden_size, q_out = (int64_t)c->num_attention_heads * c->head_dim;
     const int64_t kv_out = (int64_t)c->num_key_value_heads * c->head_dim;
     char name[256];
-    LZ_TRY(load_matrix(L, LZ_NAME("self_attn.q_proj.weight"), q_out, H, &ly->wq));
-    LZ_TRY(load_matrix(L, LZ_NAME("self_attn.k_proj.weight"), kv_out, H, &ly->wk));
-    LZ_TRY(load_matrix(L, LZ_NAME("self_attn.v_proj.weight"), kv_out, H, &ly->wv));
-    LZ_TRY(load_matrix(L, LZ_NAME("self_attn.o_proj.weight"), H, q_out, &ly->wo));
+    LZ_TRY(load_linear(L, LZ_NAME("self_attn.q_proj.weight"), q_out, H, true, &ly->wq));
+    LZ_TRY(load_linear(L, LZ_NAME("self_attn.k_proj.weight"), kv_out, H, true, &ly->wk));
+    LZ_TRY(load_linear(L, LZ_NAME("self_attn.v_proj.weight"), kv_out, H, true, &ly->wv));
+    LZ_TRY(load_linear(L, LZ_NAME("self_attn.o_proj.weight"), H, q_out, true, &ly->wo));
     if (c->attention_bias) {
         LZ_TRY(load_vector(L, LZ_NAME("self_attn.q_proj.bias"), q_out, &ly->bq));
         LZ_TRY(load_vector(L, LZ_NAME("self_attn.k_proj.bias"), kv_out, &ly->bk));
@@ -97,9 +206,9 @@ static lz_status load_mlp(loader *L, lz_layer *ly, const char *p) {
     char name[256];
     LZ_TRY(load_vector(L, LZ_NAME("input_layernorm.weight"), H, &ly->input_norm));
     LZ_TRY(load_vector(L, LZ_NAME("post_attention_layernorm.weight"), H, &ly->post_norm));
-    LZ_TRY(load_matrix(L, LZ_NAME("mlp.gate_proj.weight"), I, H, &ly->w_gate));
-    LZ_TRY(load_matrix(L, LZ_NAME("mlp.up_proj.weight"), I, H, &ly->w_up));
-    LZ_TRY(load_matrix(L, LZ_NAME("mlp.down_proj.weight"), H, I, &ly->w_down));
+    LZ_TRY(load_linear(L, LZ_NAME("mlp.gate_proj.weight"), I, H, true, &ly->w_gate));
+    LZ_TRY(load_linear(L, LZ_NAME("mlp.up_proj.weight"), I, H, true, &ly->w_up));
+    LZ_TRY(load_linear(L, LZ_NAME("mlp.down_proj.weight"), H, I, true, &ly->w_down));
     if (c->mlp_bias) {
         LZ_TRY(load_vector(L, LZ_NAME("mlp.gate_proj.bias"), I, &ly->b_gate));
         LZ_TRY(load_vector(L, LZ_NAME("mlp.up_proj.bias"), I, &ly->b_up));
@@ -296,8 +405,8 @@ static lz_status load_all(lz_model *m, const char *dir, const lz_config *cfg, bo
         if ((st = load_vector(&L, "model.norm.weight", H, &m->final_norm)) != LZ_OK)
             goto fail;
         if (cfg->tie_word_embeddings)
-            m->lm_head = (lz_weight){m->embed.data, m->embed.dtype, V, H, false, 0};
-        else if ((st = load_matrix(&L, "lm_head.weight", V, H, &m->lm_head)) != LZ_OK)
+            m->lm_head = (lz_weight){m->embed.data, m->embed.dtype, V, H, false, 0, NULL};
+        else if ((st = load_linear(&L, "lm_head.weight", V, H, false, &m->lm_head)) != LZ_OK)
             goto fail;
     }
     if (describe)

@@ -35,6 +35,8 @@ void lz_session_fingerprint(const lz_model *m, const char *model_dir, uint8_t ou
     }
     for (int i = 0; i < m->cfg.num_hidden_layers; i++)
         a = lz_fnv1a(a, &m->layers[i].run_softmax, sizeof(bool));
+    if (m->cfg.fp8_weights) // FP8 weights (--dtype fp8) are another model's weights too
+        a = lz_fnv1a(a, "fp8", 3);
     if (m->adapter_hash) // a merged adapter changes the weights: its state is another model's
         b = lz_fnv1a(b, &m->adapter_hash, sizeof m->adapter_hash);
     memcpy(out, &a, 8);
@@ -208,7 +210,10 @@ lz_status lz_session_unpack(const uint8_t *buf, size_t len, const char *what,
 lz_status lz_session_check_fingerprint(const Lizard__SequenceState *m, const uint8_t fingerprint[LZ_FINGERPRINT_BYTES],
                                        const char *what) {
     if (m->fingerprint.len != LZ_FINGERPRINT_BYTES || memcmp(m->fingerprint.data, fingerprint, LZ_FINGERPRINT_BYTES))
-        return lz_fail(LZ_ERR_INPUT, "%s: the session belongs to another model (or other --softmax-layers)", what);
+        return lz_fail(LZ_ERR_INPUT,
+                       "%s: the session belongs to another model (or other --softmax-layers, or --dtype fp8 on one "
+                       "side only)",
+                       what);
     return LZ_OK;
 }
 

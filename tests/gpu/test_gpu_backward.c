@@ -131,7 +131,7 @@ static float *aget(const void *d, size_t n) {
 static float round_act(float x) { return bf16 ? lz_bf16_to_f32(lz_f32_to_bf16(x)) : x; }
 /* A weight [rows, cols] in the backend's type from host values (rounded in place as the device holds them). */
 static lz_weight wput(float *host, int64_t rows, int64_t cols) {
-    lz_host_tensor t = {"test weight", LZ_DTYPE_F32, rows * cols, host, false};
+    lz_host_tensor t = {"test weight", LZ_DTYPE_F32, rows * cols, host, false, NULL};
     lz_weight w = {0};
     OK(ops->upload_weight(be, &t, rows, cols, &w));
     for (int64_t i = 0; i < rows * cols; i++)

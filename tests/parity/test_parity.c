@@ -10,7 +10,13 @@
  *   4. greedy continuation: the same ids;
  *   5. the decode path again with N_COPIES copies of the prompt in one batch, started on
  *      three successive steps (mixed positions; then steps of N_COPIES sequences, which
- *      the CUDA backend records and replays as graphs): every copy's logits <= 1e-4. */
+ *      the CUDA backend records and replays as graphs): every copy's logits <= 1e-4.
+ *
+ * `test_parity DIR cpu fp8`: the same with the linear layers' weights in FP8 (kernels/fp8_rule.h),
+ * against the same fp32 references, within fp8_tolerance() (greedy agreement reported).
+ * `test_parity DIR cuda fp8`: bf16 activations, and prompt-sized steps quantize each token's
+ * activations to E4M3 as well (W8A8: the products' error sqrt(2) times the weights' alone), so
+ * sqrt(2) * fp8_tolerance() + bf16's 3e-2. */
 #include <jansson.h> // json_load_file
 #include <math.h>    // sqrt
 #include <stdio.h>   // snprintf
@@ -26,6 +32,15 @@
 static double TOLERANCE = 1e-4;
 static const char *DEVICE = "cpu", *DTYPE = "fp32";
 static bool REQUIRE_GREEDY = true;
+
+/* FP8 weights: rounding to E4M3 (3 mantissa bits, to nearest) leaves each weight an error uniform
+ * within half its binade's step (2^-4 of the binade's start), whose mean square relative to weights
+ * spread over a binade is 2^-9 / 3: a linear layer's output is off by about delta = 2^-4.5 / sqrt(3)
+ * = 0.0255 of its norm. A model of L layers adds 2L such errors into its residual stream one after
+ * another (attention and MLP outputs; the LM head stays unquantized), which add up in quadrature:
+ * delta * sqrt(2L). The tolerance, 2 * delta * sqrt(2L + 1), is that with a factor of two and one term
+ * of headroom for their growth through the attention, the feature maps and the norms of a random model. */
+static double fp8_tolerance(int n_layers) { return 2.0 * 0.0255 * sqrt(2.0 * n_layers + 1.0); }
 
 static double rel_err(const float *a, const float *ref, size_t n) {
     double num = 0, den = 0;
@@ -183,7 +198,7 @@ static int read_ids(json_t *arr, int32_t *out, int cap) {
 
 int main(int argc, char **argv) {
     if (argc != 2 && argc != 4) {
-        fprintf(stderr, "usage: test_parity FIXTURE_DIR [cpu|cuda fp32|bf16]\n");
+        fprintf(stderr, "usage: test_parity FIXTURE_DIR [cpu|cuda fp32|bf16|fp8]\n");
         return 2;
     }
     if (argc == 4) {
@@ -191,7 +206,7 @@ int main(int argc, char **argv) {
         DTYPE = argv[3];
         const bool bf16 = strcmp(DTYPE, "bf16") == 0, cuda = strcmp(DEVICE, "cuda") == 0;
         TOLERANCE = bf16 ? 3e-2 : cuda ? 1e-3 : 1e-4;
-        REQUIRE_GREEDY = !bf16;
+        REQUIRE_GREEDY = !bf16 && strcmp(DTYPE, "fp8") != 0;
     }
     char path[4096], model_dir[4096];
     snprintf(path, sizeof path, "%s/expect.json", argv[1]);
@@ -201,6 +216,14 @@ int main(int argc, char **argv) {
     if (!root)
         return lz_test_finish(argv[1]);
     snprintf(model_dir, sizeof model_dir, "%s/%s", argv[1], json_string_value(json_object_get(root, "model")));
+    if (strcmp(DTYPE, "fp8") == 0) {
+        lz_config cfg;
+        CHECK_MSG(lz_config_load(model_dir, &cfg) == LZ_OK, "%s", lz_error_message());
+        TOLERANCE = fp8_tolerance(cfg.num_hidden_layers);
+        if (strcmp(DEVICE, "cuda") == 0)
+            TOLERANCE = sqrt(2.0) * TOLERANCE + 3e-2;
+        fprintf(stderr, "  fp8 weights: tolerance %.3f (%d layers)\n", TOLERANCE, cfg.num_hidden_layers);
+    }
     int32_t ids[4096];
     int T = read_ids(json_object_get(root, "prompt_ids"), ids, 4096);
     CHECK(T > 0);

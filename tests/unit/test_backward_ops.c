@@ -147,7 +147,7 @@ static void check_gradient(const char *what, objective L, void *ctx, float *para
 }
 
 static lz_weight weight_of(float *data, int64_t rows, int64_t cols) {
-    return (lz_weight){data, LZ_DTYPE_F32, rows, cols, true, 0};
+    return (lz_weight){data, LZ_DTYPE_F32, rows, cols, true, 0, NULL};
 }
 
 /* A batch of sequences laid one after another, each from position pos[s]. */
@@ -696,7 +696,7 @@ static void check_weight_set(unsigned seed) {
     for (size_t i = 0; i < n; i++)
         mapped[i] = (float)i;
     CHECK(mprotect(mapped, page, PROT_READ) == 0);
-    const lz_host_tensor t = {"read_only.weight", LZ_DTYPE_F32, (int64_t)n, mapped, true};
+    const lz_host_tensor t = {"read_only.weight", LZ_DTYPE_F32, (int64_t)n, mapped, true, NULL};
     lz_weight zero_copy;
     CHECK(ops->upload_weight(be, &t, rows, cols, &zero_copy) == LZ_OK);
     CHECK(zero_copy.data == mapped && !zero_copy.owned);

@@ -68,7 +68,7 @@ int main(void) {
     CHECK(c.wgmma && c.gemv_tokens == 1 && c.fuse_tokens == 1 && c.stream_tokens == 7 && c.stream_split == 0);
     CHECK(c.join_tokens == 256 && c.fork_tokens == 32 && c.gla_stream_min == 8 && c.gla_spread == 2);
     CHECK(c.gla_ring_blocks == 0 && c.window_ring == 8 && c.window_ring_blocks == 0 && c.window_split_min == 16);
-    CHECK(c.decode_attn == -1 && !c.trace && c.trace_us == 10000);
+    CHECK(c.decode_attn == -1 && !c.trace && c.trace_us == 10000 && c.fp8_scaled);
     setenv("LIZARD_WGMMA", "0", 1);
     setenv("LIZARD_STREAM_TOKENS", "64", 1);
     setenv("LIZARD_TRACE", "/tmp/t", 1);
@@ -95,6 +95,6 @@ int main(void) {
     CHECK(lz_knobs_load() == LZ_OK);
     int lines, defaults;
     printed(&lines, &defaults);
-    CHECK_MSG(lines == 7 + 16 && defaults == lines - 4, "%d lines, %d defaults", lines, defaults); // process, CUDA
+    CHECK_MSG(lines == 7 + 17 && defaults == lines - 4, "%d lines, %d defaults", lines, defaults); // process, CUDA
     return lz_test_finish("test_knobs");
 }
