@@ -38,6 +38,7 @@ typedef struct {
     const char *trace;          /* LIZARD_TRACE: the kernel timeline's file (cmake -DLIZARD_TRACE=ON builds) */
     int trace_us;               /* LIZARD_TRACE_US: the microseconds of timeline written */
     int local_rank;             /* the launcher's OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or LOCAL_RANK */
+    int local_size;             /* its OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE or LOCAL_WORLD_SIZE (1 without) */
 } lz_knobs;
 
 /* Reads the environment into the process's knobs (again, if called again: tests that setenv).
