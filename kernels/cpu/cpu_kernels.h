@@ -1,6 +1,8 @@
-/* cpu_kernels.h - the fp32 reference kernels, one plain C function per op
- * (names <op>_forward, shapes in comments). cpu_backend.c wires them into the
- * op table; the GPU kernels are checked against these. */
+/* cpu_kernels.h - the CPU backend's fp32 kernels, one C function per op
+ * (names <op>_forward, shapes in comments): products through OpenBLAS in
+ * tiles (cpu_gemm.h), the other loops over the cores (cpu_threads.h), each
+ * token's result independent of the batch it came in. cpu_backend.c wires
+ * them into the op table; the GPU kernels are checked against these. */
 #ifndef LZ_CPU_KERNELS_H
 #define LZ_CPU_KERNELS_H
 
