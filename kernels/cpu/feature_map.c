@@ -3,6 +3,7 @@
 #include <math.h> // expf
 
 #include "cpu_kernels.h"
+#include "cpu_threads.h" // LZ_PARALLEL_FOR, lz_cpu_threads_for
 
 // softmax of +u (sign = 1) or -u (sign = -1) into out[f]
 static void signed_softmax(float *out, const float *u, int f, float sign) {
@@ -24,8 +25,9 @@ static void signed_softmax(float *out, const float *u, int f, float sign) {
 void feature_map_forward(float *out, const float *x, const float *w, int n_w, int T, int Hx, int Hout, int d, int f,
                          bool exp_map) {
     const int rep = Hout / Hx;
-    float u[1024]; // f <= 1024 is checked at load
+    LZ_PARALLEL_FOR(lz_cpu_threads_for((size_t)T, (size_t)T * Hout * d * f, 1 << 15))
     for (int t = 0; t < T; t++) {
+        float u[1024]; // f <= 1024 is checked at load
         for (int o = 0; o < Hout; o++) {
             const float *xh = x + ((size_t)t * Hx + o / rep) * d;
             const float *wh = w + (size_t)(n_w == 1 ? 0 : o) * d * f;

@@ -14,6 +14,7 @@
 #include <string.h> // memset
 
 #include "cpu_kernels.h"
+#include "cpu_threads.h" // LZ_PARALLEL_FOR, lz_cpu_threads_for
 
 typedef struct {
     int Hq, Hkv, Hs, d, F; /* F = 2f features */
@@ -45,7 +46,7 @@ static void finish(float *out, const float *num, float den, int d, bool normaliz
 // One chunk [c0, c1) of rows for state head s of one sequence.
 static void gla_chunk(float *out, const float *phi_q, const float *phi_k, const float *v, const float *lg, float *S,
                       float *z, int c0, int c1, int s, const gla_geom *g, bool normalize) {
-    float G[LZ_GLA_CHUNK], num[1024];
+    float G[LZ_GLA_CHUNK], num[1024], sj[1024];
     const int d = g->d, F = g->F, vh = value_head(g, s);
     float acc = 0.0f;
     for (int i = c0; i < c1; i++)
@@ -55,12 +56,13 @@ static void gla_chunk(float *out, const float *phi_q, const float *phi_k, const 
         for (int i = c0; i < c1; i++) {
             const float *pq = phi_q + ((size_t)i * g->Hq + h) * F;
             const float decay = expf(G[i - c0]); // state carried from before the chunk
-            for (int j = 0; j < d; j++) {
-                float sj = 0.0f;
-                for (int a = 0; a < F; a++)
-                    sj += pq[a] * S[(size_t)a * d + j];
-                num[j] = decay * sj;
-            }
+            for (int j = 0; j < d; j++) // sj = pq^T S, each sum over a in order (a outer: the j vectorise)
+                sj[j] = 0.0f;
+            for (int a = 0; a < F; a++)
+                for (int j = 0; j < d; j++)
+                    sj[j] += pq[a] * S[(size_t)a * d + j];
+            for (int j = 0; j < d; j++)
+                num[j] = decay * sj[j];
             float den = decay * dot(pq, z, F);
             for (int t = c0; t <= i; t++) {
                 float w = dot(pq, phi_k + ((size_t)t * g->Hs + s) * F, F) * expf(G[i - c0] - G[t - c0]);
@@ -98,29 +100,33 @@ static float *slot_z(lz_layer_state *st, const gla_geom *g, int slot, int s) {
     return st->z + ((size_t)slot * g->Hs + s) * g->F;
 }
 
+// (each sequence's state heads on threads of their own: they share no state and write their own rows)
 void gla_chunked_forward(float *out, const float *phi_q, const float *phi_k, const float *v, const float *log_gamma,
                          lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims) {
     const gla_geom g = geometry(dims);
-    for (int q = 0; q < batch->n_seqs; q++) {
-        const int r0 = batch->start[q], r1 = r0 + batch->len[q];
-        for (int s = 0; s < g.Hs; s++)
+    LZ_PARALLEL_FOR2(lz_cpu_threads_for((size_t)batch->n_seqs * g.Hs,
+                                         (size_t)batch->n_tokens * g.Hq * g.F * (g.d + LZ_GLA_CHUNK), 1 << 16))
+    for (int q = 0; q < batch->n_seqs; q++)
+        for (int s = 0; s < g.Hs; s++) {
+            const int r0 = batch->start[q], r1 = r0 + batch->len[q];
             for (int c0 = r0; c0 < r1; c0 += LZ_GLA_CHUNK) {
                 int c1 = c0 + LZ_GLA_CHUNK < r1 ? c0 + LZ_GLA_CHUNK : r1;
                 gla_chunk(out, phi_q, phi_k, v, log_gamma, slot_S(st, &g, batch->slot[q], s),
                           slot_z(st, &g, batch->slot[q], s), c0, c1, s, &g, dims->gla_normalize);
             }
-    }
+        }
 }
 
 void gla_recurrent_forward(float *out, const float *phi_q, const float *phi_k, const float *v,
                            const float *log_gamma, lz_layer_state *st, const lz_batch *batch,
                            const lz_attn_dims *dims) {
     const gla_geom g = geometry(dims);
-    float num[1024];
-    for (int q = 0; q < batch->n_seqs; q++) {
-        const int i = batch->start[q]; // exactly one token per sequence
-        const float gamma = expf(log_gamma[i]);
+    LZ_PARALLEL_FOR2(lz_cpu_threads_for((size_t)batch->n_seqs * g.Hs, (size_t)batch->n_seqs * g.Hq * g.F * g.d, 1 << 14))
+    for (int q = 0; q < batch->n_seqs; q++)
         for (int s = 0; s < g.Hs; s++) {
+            const int i = batch->start[q]; // exactly one token per sequence
+            const float gamma = expf(log_gamma[i]);
+            float num[1024];
             float *S = slot_S(st, &g, batch->slot[q], s), *z = slot_z(st, &g, batch->slot[q], s);
             const float *pk = phi_k + ((size_t)i * g.Hs + s) * g.F;
             const float *vt = v + ((size_t)i * g.Hkv + value_head(&g, s)) * g.d;
@@ -139,5 +145,4 @@ void gla_recurrent_forward(float *out, const float *phi_q, const float *phi_k, c
                 finish(out + ((size_t)i * g.Hq + h) * g.d, num, dot(pq, z, g.F), g.d, dims->gla_normalize);
             }
         }
-    }
 }

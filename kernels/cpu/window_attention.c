@@ -4,13 +4,15 @@
  *   WIN_i = sum_t exp(s_it) v_t / (sum_j exp(t_j) + sum_t exp(s_it)).
  * Keys before this step come from the ring (position p in row p % w). */
 #include <math.h>   // expf, sqrtf, INFINITY
+#include <stdlib.h> // malloc, free, abort
 #include <string.h> // memcpy
 
 #include "cpu_kernels.h"
+#include "cpu_threads.h" // LZ_PARALLEL_FOR2, lz_cpu_threads_for
 
 typedef struct {
     const float *k, *v;           /* this step's rows */
-    const float *ring_k, *ring_v; /* this slot's ring */
+    float *ring_k, *ring_v;       /* this slot's ring */
     int pos0, start, row;         /* first position of the step, its first row, floats per token */
     int w;
 } window_src;
@@ -68,20 +70,36 @@ static void ring_store(float *ring_k, float *ring_v, const window_src *src, int 
     }
 }
 
+// (every query row and head on the threads, the rings written once all have read them)
 void window_attention_forward(float *out, const float *q, const float *k, const float *v, const float *meta_logits,
                               float alpha, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims) {
     const int d = dims->head_dim, Hq = dims->n_heads, group = dims->n_heads / dims->n_kv_heads;
-    const int row = dims->n_kv_heads * d;
+    const int row = dims->n_kv_heads * d, T = batch->n_tokens;
+    window_src *src = malloc(sizeof(window_src) * (size_t)(batch->n_seqs > 0 ? batch->n_seqs : 1));
+    int *seq_of = malloc(sizeof(int) * (size_t)(T > 0 ? T : 1));
+    if (!src || !seq_of)
+        abort(); // a few words per sequence and token of the step
+    for (int t = 0; t < T; t++)
+        seq_of[t] = -1; // rows of no sequence
     for (int s = 0; s < batch->n_seqs; s++) {
         float *rk = (float *)st->ring_k + (size_t)batch->slot[s] * dims->window * row;
         float *rv = (float *)st->ring_v + (size_t)batch->slot[s] * dims->window * row;
-        window_src src = {k, v, rk, rv, batch->pos[s], batch->start[s], row, dims->window};
-        for (int i = 0; i < batch->len[s]; i++) {
-            const int tok = batch->start[s] + i, p = batch->pos[s] + i;
-            for (int h = 0; h < Hq; h++)
-                window_one(out + ((size_t)tok * Hq + h) * d, q + ((size_t)tok * Hq + h) * d, p, h / group, &src,
-                           meta_logits, dims->n_meta, alpha, d);
-        }
-        ring_store(rk, rv, &src, batch->len[s]);
+        src[s] = (window_src){k, v, rk, rv, batch->pos[s], batch->start[s], row, dims->window};
+        for (int i = 0; i < batch->len[s]; i++)
+            seq_of[batch->start[s] + i] = s;
     }
+    LZ_PARALLEL_FOR2(lz_cpu_threads_for((size_t)T * Hq, (size_t)T * Hq * dims->window * d, 1 << 15))
+    for (int tok = 0; tok < T; tok++)
+        for (int h = 0; h < Hq; h++) {
+            const int s = seq_of[tok];
+            if (s < 0)
+                continue;
+            const int p = batch->pos[s] + tok - batch->start[s];
+            window_one(out + ((size_t)tok * Hq + h) * d, q + ((size_t)tok * Hq + h) * d, p, h / group, &src[s],
+                       meta_logits, dims->n_meta, alpha, d);
+        }
+    for (int s = 0; s < batch->n_seqs; s++)
+        ring_store(src[s].ring_k, src[s].ring_v, &src[s], batch->len[s]);
+    free(src);
+    free(seq_of);
 }
