@@ -1,13 +1,19 @@
-/* backward_ops_cpu.c - the backward op table of the CPU reference backend
- * (backward_ops.h): fp32 activations and gradients in host memory, the f32
- * build of the training kernels (train_kernels.h) run one sequence of the
- * batch at a time, each from position 0. */
+/* backward_ops_cpu.c - the backward op table of the CPU backend
+ * (backward_ops.h): fp32 activations and gradients in host memory. The
+ * products go through cpu_gemm.h; attention and the Lizard layers run the f32
+ * build of the training kernels (train_kernels.h), one sequence from position
+ * 0 per call, the sequences of a batch on the threads at once. Gradients that
+ * sum over sequences are summed per sequence, then added in the sequences'
+ * order: the same bits whatever the threads and however a batch is cut into
+ * micro-batches. */
 #include <math.h>   // sqrt, sqrtf, cosf, sinf
 #include <stdlib.h> // malloc, calloc, free
 #include <string.h> // memcpy, memset
 
 #include "backward_ops.h"
+#include "cpu_gemm.h"    // lz_gemm
 #include "cpu_kernels.h"
+#include "cpu_threads.h" // LZ_PARALLEL_FOR, lz_cpu_threads, lz_cpu_thread_index
 #include "dropout_rule.h"  // lz_dropout_drops
 #include "train_kernels.h" // the f32 reference kernels
 
@@ -53,6 +59,7 @@ static lz_status bw_rmsnorm(lz_backend *be, float *dx, const float *dy, const vo
     LZ_TRY(check_f32_weight(w, "rmsnorm"));
     const int C = (int)w->cols;
     const float *xs = x;
+    LZ_PARALLEL_FOR(lz_cpu_threads_for((size_t)N, (size_t)N * C, 1 << 14))
     for (int t = 0; t < N; t++) {
         const float *xt = xs + (size_t)t * C;
         float ss = 0.0f;
@@ -64,17 +71,24 @@ static lz_status bw_rmsnorm(lz_backend *be, float *dx, const float *dy, const vo
     return LZ_OK;
 }
 
+enum { SLICE = 1 << 14 }; /* elements of an elementwise op a thread takes at a time */
+
 static lz_status bw_swiglu(lz_backend *be, float *dg, float *du, const float *dh, const void *g, const void *u,
                            size_t n) {
-    swiglu_backward_f32(dg, du, dh, g, u, n);
+    const float *gs = g, *us = u;
+    const size_t slices = (n + SLICE - 1) / SLICE;
+    LZ_PARALLEL_FOR(lz_cpu_threads_for(slices, n, SLICE))
+    for (size_t i = 0; i < slices; i++) {
+        const size_t e = i * SLICE, len = n - e < SLICE ? n - e : SLICE;
+        swiglu_backward_f32(dg + e, du + e, dh + e, gs + e, us + e, len);
+    }
     return LZ_OK;
 }
 
 static lz_status bw_linear(lz_backend *be, float *dx, const float *dy, const lz_weight *w, int N, bool accumulate) {
     LZ_TRY(check_f32_weight(w, "linear"));
-    if (!accumulate)
-        memset(dx, 0, sizeof(float) * (size_t)N * (size_t)w->cols);
-    linear_backward_input_f32(dx, dy, w->data, N, (int)w->cols, (int)w->rows);
+    const int in = (int)w->cols, out = (int)w->rows;
+    lz_gemm(false, false, N, in, out, 1.0f, dy, out, w->data, in, accumulate ? 1.0f : 0.0f, dx, in);
     return LZ_OK;
 }
 
@@ -96,8 +110,10 @@ static lz_status bw_rope(lz_backend *be, float *dq, float *dk, const float *inv_
     const int d = dims->head_dim, half = d / 2;
     if (d > LZ_TRAIN_MAX_D)
         return lz_fail(LZ_ERR_INTERNAL, "rope backward: head_dim %d past %d", d, LZ_TRAIN_MAX_D);
-    float cs[LZ_TRAIN_MAX_D / 2], sn[LZ_TRAIN_MAX_D / 2];
+    LZ_PARALLEL_FOR(lz_cpu_threads_for((size_t)b->n_tokens, (size_t)b->n_tokens * (dims->n_heads + dims->n_kv_heads) * d,
+                                        1 << 14))
     for (int t = 0; t < b->n_tokens; t++) {
+        float cs[LZ_TRAIN_MAX_D / 2], sn[LZ_TRAIN_MAX_D / 2];
         const float p = (float)b->token_pos[t];
         for (int j = 0; j < half; j++) {
             const float angle = p * inv_freq[j];
@@ -131,28 +147,44 @@ static lz_status bw_attention(lz_backend *be, float *dq, float *dk, float *dv, c
     memset(dq, 0, sizeof(float) * (size_t)b->n_tokens * qrow);
     memset(dk, 0, sizeof(float) * (size_t)b->n_tokens * krow);
     memset(dv, 0, sizeof(float) * (size_t)b->n_tokens * krow);
-    float *out = NULL, *lse = NULL;
-    lz_status st = host_buffer(&out, (size_t)longest * qrow, "attention outputs");
+    // (multiply-adds: the forward again and the backward, about 4 T^2 Hq d a sequence)
+    const int threads =
+        lz_cpu_threads_for((size_t)b->n_seqs, (size_t)4 * b->n_seqs * longest * longest * qrow, 1 << 16);
+    float *outs = NULL, *lses = NULL; // a sequence's forward outputs and log-sum-exps, per thread
+    lz_status st = host_buffer(&outs, (size_t)threads * longest * qrow, "attention outputs");
     if (st == LZ_OK)
-        st = host_buffer(&lse, (size_t)longest * Hq, "attention log-sum-exps");
+        st = host_buffer(&lses, (size_t)threads * longest * Hq, "attention log-sum-exps");
+    if (st != LZ_OK) {
+        free(outs);
+        free(lses);
+        return st;
+    }
     const float *qs = q, *ks = k, *vs = v;
-    for (int s = 0; st == LZ_OK && s < b->n_seqs; s++) {
+    LZ_PARALLEL_FOR(threads)
+    for (int s = 0; s < b->n_seqs; s++) {
         const size_t r0 = (size_t)b->start[s];
-        const int T = b->len[s];
+        const int T = b->len[s], me = lz_cpu_thread_index();
+        float *out = outs + (size_t)me * longest * qrow, *lse = lses + (size_t)me * longest * Hq;
         attention_train_forward_f32(out, lse, qs + r0 * qrow, ks + r0 * krow, vs + r0 * krow, T, Hq, Hkv, d);
         attention_backward_f32(dq + r0 * qrow, dk + r0 * krow, dv + r0 * krow, dout + r0 * qrow, out, lse,
                                qs + r0 * qrow, ks + r0 * krow, vs + r0 * krow, T, Hq, Hkv, d);
     }
-    free(out);
-    free(lse);
-    return st;
+    free(outs);
+    free(lses);
+    return LZ_OK;
 }
 
 /* ---- the Lizard layer's attention ---------------------------------------------------------- */
 
+static void add_into(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
 typedef struct {
     lz_lizard_geom g; /* the shape its buffers were sized for */
-    lz_lizard_scratch_f32 s;
+    int n;            /* threads: a scratch each */
+    lz_lizard_scratch_f32 s[];
 } cpu_lizard_scratch;
 
 // the shapes the reference kernels' stack buffers and head mappings hold
@@ -167,16 +199,22 @@ static lz_status check_lizard_geom(const lz_lizard_geom *g) {
     return LZ_OK;
 }
 
+static void bw_lizard_scratch_free(lz_backend *be, void *scratch);
+
 static lz_status bw_lizard_scratch_create(lz_backend *be, void **out, const lz_lizard_geom *g, int max_tokens,
                                           int C) {
     *out = NULL;
     LZ_TRY(check_lizard_geom(g));
-    cpu_lizard_scratch *s = calloc(1, sizeof *s);
-    if (!s || lz_lizard_scratch_create_f32(&s->s, g, max_tokens > 0 ? max_tokens : 1, C)) {
-        free(s);
+    const int n = lz_cpu_threads();
+    cpu_lizard_scratch *s = calloc(1, sizeof *s + sizeof(s->s[0]) * (size_t)n);
+    if (!s)
         return lz_fail(LZ_ERR_NOMEM, "lizard backward: out of memory for the scratch of %d tokens", max_tokens);
-    }
     s->g = *g;
+    for (; s->n < n; s->n++)
+        if (lz_lizard_scratch_create_f32(&s->s[s->n], g, max_tokens > 0 ? max_tokens : 1, C)) {
+            bw_lizard_scratch_free(be, s);
+            return lz_fail(LZ_ERR_NOMEM, "lizard backward: out of memory for the scratch of %d tokens", max_tokens);
+        }
     *out = s;
     return LZ_OK;
 }
@@ -185,7 +223,8 @@ static void bw_lizard_scratch_free(lz_backend *be, void *scratch) {
     cpu_lizard_scratch *s = scratch;
     if (!s)
         return;
-    lz_lizard_scratch_free_f32(&s->s);
+    for (int i = 0; i < s->n; i++)
+        lz_lizard_scratch_free_f32(&s->s[i]);
     free(s);
 }
 
@@ -199,28 +238,51 @@ static lz_status bw_lizard(lz_backend *be, void *scratch, lz_lizard_params_f32 *
     LZ_TRY(check_lizard_geom(g));
     if (!s)
         return lz_fail(LZ_ERR_INTERNAL, "lizard backward: no scratch");
-    if (g->Hq != s->g.Hq || g->Hs != s->g.Hs || g->d != s->g.d || g->f != s->g.f || C != s->s.C)
+    if (g->Hq != s->g.Hq || g->Hs != s->g.Hs || g->d != s->g.d || g->f != s->g.f || C != s->s[0].C)
         return lz_fail(LZ_ERR_INTERNAL,
                        "lizard backward: a layer of Hq %d, state heads %d, head_dim %d, f %d, C %d on a scratch made "
                        "for %d, %d, %d, %d, %d",
-                       g->Hq, g->Hs, g->d, g->f, C, s->g.Hq, s->g.Hs, s->g.d, s->g.f, s->s.C);
-    if (longest > s->s.max_T)
+                       g->Hq, g->Hs, g->d, g->f, C, s->g.Hq, s->g.Hs, s->g.d, s->g.f, s->s[0].C);
+    if (longest > s->s[0].max_T)
         return lz_fail(LZ_ERR_INTERNAL, "lizard backward: a sequence of %d tokens past its scratch's %d", longest,
-                       s->s.max_T);
+                       s->s[0].max_T);
     if (!dx || !dq || !dk || !dv)
         return lz_fail(LZ_ERR_INTERNAL, "lizard backward: dx, dq, dk and dv are all required");
     const size_t qrow = (size_t)g->Hq * g->d, krow = (size_t)g->Hkv * g->d;
     const float *xs = x, *qs = q, *ks = k, *vs = v;
+    // each sequence's tensor gradients from zero (NULL grad: none), added to grad in order below
+    const size_t nq = lz_lizard_wq_numel(g), nk = lz_lizard_wk_numel(g), per_seq = nq + nk + (size_t)C + g->m + 1;
+    float *seq_grads = NULL;
+    if (grad && !(seq_grads = calloc((size_t)b->n_seqs * per_seq + 1, sizeof(float))))
+        return lz_fail(LZ_ERR_NOMEM, "lizard backward: out of memory for %d sequences' gradients", b->n_seqs);
+    // (the GLA's products of a chunk, forward and backward, dominate: about 8 T Hq 2f (d + chunk) a sequence)
+    int threads = lz_cpu_threads_for((size_t)b->n_seqs,
+                                     (size_t)8 * b->n_tokens * g->Hq * 2 * g->f * (g->d + LZ_TRAIN_CHUNK), 1 << 16);
+    threads = threads < s->n ? threads : s->n;
+    LZ_PARALLEL_FOR(threads)
     for (int i = 0; i < b->n_seqs; i++) {
         const size_t r0 = (size_t)b->start[i];
         const int T = b->len[i];
         if (T == 0)
             continue;
-        lz_lizard_layer_forward_f32(NULL, p, xs + r0 * C, qs + r0 * qrow, ks + r0 * krow, vs + r0 * krow, T, g, &s->s);
-        lz_lizard_layer_backward_f32(grad, dx + r0 * C, dq + r0 * qrow, dk + r0 * krow, dv + r0 * krow,
+        float *gi = seq_grads ? seq_grads + (size_t)i * per_seq : NULL;
+        lz_lizard_params_f32 mine = {gi, gi ? gi + nq : NULL, gi ? gi + nq + nk : NULL, gi ? gi + nq + nk + C : NULL,
+                                     gi ? gi + nq + nk + C + g->m : NULL};
+        lz_lizard_scratch_f32 *sc = &s->s[lz_cpu_thread_index()];
+        lz_lizard_layer_forward_f32(NULL, p, xs + r0 * C, qs + r0 * qrow, ks + r0 * krow, vs + r0 * krow, T, g, sc);
+        lz_lizard_layer_backward_f32(gi ? &mine : NULL, dx + r0 * C, dq + r0 * qrow, dk + r0 * krow, dv + r0 * krow,
                                      dout + r0 * qrow, p, xs + r0 * C, qs + r0 * qrow, ks + r0 * krow, vs + r0 * krow,
-                                     T, g, &s->s);
+                                     T, g, sc);
     }
+    for (int i = 0; seq_grads && i < b->n_seqs; i++) {
+        const float *gi = seq_grads + (size_t)i * per_seq;
+        add_into(grad->wq, gi, nq);
+        add_into(grad->wk, gi + nq, nk);
+        add_into(grad->wg, gi + nq + nk, (size_t)C);
+        add_into(grad->meta, gi + nq + nk + C, (size_t)g->m);
+        add_into(grad->alpha, gi + nq + nk + C + g->m, 1);
+    }
+    free(seq_grads);
     return LZ_OK;
 }
 
@@ -251,51 +313,91 @@ static lz_status check_lora(const lz_lora *l, const lz_dropout *drop, const lz_b
 
 static bool dropping(const lz_dropout *drop) { return drop && drop->p > 0; }
 
-/* mask [T, in] of one sequence: 0 where the rule drops, 1 / (1 - p) where it keeps. */
-static void dropout_mask(float *mask, uint64_t stream, double p, int T, int in) {
+/* x~ [T, in] of one sequence: x where the rule keeps, times 1 / (1 - p), 0 where it drops (the
+ * reference's x * mask); mask [T, in] (NULL: not kept) = those factors. */
+static void dropped_input(float *xm, float *mask, const float *x, uint64_t stream, double p, int T, int in) {
     const float keep = (float)(1.0 / (1.0 - p));
-    const uint64_t n = (uint64_t)T * (uint64_t)in;
-    for (uint64_t e = 0; e < n; e++)
-        mask[e] = lz_dropout_drops(stream, e, p) ? 0.0f : keep;
+    LZ_PARALLEL_FOR(lz_cpu_threads_for((size_t)T, (size_t)T * in, 1 << 14))
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < in; c++) {
+            const size_t e = (size_t)t * in + c;
+            const float factor = lz_dropout_drops(stream, e, p) ? 0.0f : keep;
+            xm[e] = x[e] * factor;
+            if (mask)
+                mask[e] = factor;
+        }
 }
 
+/* Per sequence (the reference's equations, linear_backward.inc): u = x~ A^T, y += scale u B^T. */
 static lz_status bw_lora_forward(lz_backend *be, void *y, float *u, const void *x, const lz_lora *l,
                                  const lz_dropout *drop, const lz_batch *b) {
     int longest;
     LZ_TRY(check_lora(l, drop, b, "lora forward", &longest));
-    float *mask = NULL;
+    float *xm = NULL;
     if (dropping(drop))
-        LZ_TRY(host_buffer(&mask, (size_t)longest * l->in, "the LoRA dropout mask"));
+        LZ_TRY(host_buffer(&xm, (size_t)longest * l->in, "the LoRA input after dropout"));
     float *ys = y;
     const float *xs = x;
     for (int s = 0; s < b->n_seqs; s++) {
         const size_t r0 = (size_t)b->start[s];
-        if (mask)
-            dropout_mask(mask, drop->streams[s], drop->p, b->len[s], l->in);
-        lora_train_forward_f32(ys + r0 * l->out, u + r0 * l->r, xs + r0 * l->in, l->A, l->B, mask, l->scale, b->len[s],
-                               l->in, l->out, l->r);
+        const int T = b->len[s];
+        const float *xt = xs + r0 * l->in;
+        if (xm) {
+            dropped_input(xm, NULL, xt, drop->streams[s], drop->p, T, l->in);
+            xt = xm;
+        }
+        lz_gemm(false, true, T, l->r, l->in, 1.0f, xt, l->in, l->A, l->in, 0.0f, u + r0 * l->r, l->r);
+        lz_gemm(false, true, T, l->out, l->r, l->scale, u + r0 * l->r, l->r, l->B, l->r, 1.0f, ys + r0 * l->out,
+                l->out);
     }
-    free(mask);
+    free(xm);
     return LZ_OK;
 }
 
+/* Per sequence, in order: du = scale dy B, dB += scale dy^T u, dA += du^T x~, dx += (du A) * mask. */
 static lz_status bw_lora_backward(lz_backend *be, lz_lora *l, float *dx, const float *dy, const void *x,
                                   const float *u, const lz_dropout *drop, const lz_batch *b) {
     int longest;
     LZ_TRY(check_lora(l, drop, b, "lora backward", &longest));
-    float *mask = NULL;
-    if (dropping(drop))
-        LZ_TRY(host_buffer(&mask, (size_t)longest * l->in, "the LoRA dropout mask"));
+    const bool drops = dropping(drop);
+    float *du = NULL, *xm = NULL, *mask = NULL, *dxm = NULL;
+    lz_status st = host_buffer(&du, (size_t)longest * l->r, "the LoRA gradient of u");
+    if (st == LZ_OK && drops)
+        st = host_buffer(&xm, (size_t)longest * l->in, "the LoRA input after dropout");
+    if (st == LZ_OK && drops && dx)
+        st = host_buffer(&mask, (size_t)longest * l->in, "the LoRA dropout mask");
+    if (st == LZ_OK && drops && dx)
+        st = host_buffer(&dxm, (size_t)longest * l->in, "the LoRA input gradient before dropout");
     const float *xs = x;
-    for (int s = 0; s < b->n_seqs; s++) {
+    for (int s = 0; st == LZ_OK && s < b->n_seqs; s++) {
         const size_t r0 = (size_t)b->start[s];
-        if (mask)
-            dropout_mask(mask, drop->streams[s], drop->p, b->len[s], l->in);
-        lora_backward_f32(l->dA, l->dB, dx ? dx + r0 * l->in : NULL, dy + r0 * l->out, xs + r0 * l->in, u + r0 * l->r,
-                          l->A, l->B, mask, l->scale, b->len[s], l->in, l->out, l->r);
+        const int T = b->len[s];
+        const float *xt = xs + r0 * l->in, *gt = dy + r0 * l->out, *ut = u + r0 * l->r;
+        if (drops) {
+            dropped_input(xm, mask, xt, drop->streams[s], drop->p, T, l->in);
+            xt = xm;
+        }
+        lz_gemm(false, false, T, l->r, l->out, l->scale, gt, l->out, l->B, l->r, 0.0f, du, l->r);
+        lz_gemm(true, false, l->out, l->r, T, l->scale, gt, l->out, ut, l->r, 1.0f, l->dB, l->r);
+        lz_gemm(true, false, l->r, l->in, T, 1.0f, du, l->r, xt, l->in, 1.0f, l->dA, l->in);
+        if (!dx)
+            continue;
+        float *dxt = dx + r0 * l->in;
+        if (!drops) {
+            lz_gemm(false, false, T, l->in, l->r, 1.0f, du, l->r, l->A, l->in, 1.0f, dxt, l->in);
+            continue;
+        }
+        lz_gemm(false, false, T, l->in, l->r, 1.0f, du, l->r, l->A, l->in, 0.0f, dxm, l->in);
+        const size_t n = (size_t)T * l->in;
+        LZ_PARALLEL_FOR(lz_cpu_threads_for(n, n, 1 << 15))
+        for (size_t e = 0; e < n; e++)
+            dxt[e] += dxm[e] * mask[e];
     }
+    free(du);
+    free(xm);
     free(mask);
-    return LZ_OK;
+    free(dxm);
+    return st;
 }
 
 /* ---- the head's loss ------------------------------------------------------------------------- */
@@ -308,8 +410,7 @@ static lz_status bw_cross_entropy(lz_backend *be, double *loss, float *dh, const
         if (targets[t] >= V)
             return lz_fail(LZ_ERR_INPUT, "cross_entropy: row %d's target %d past the vocabulary of %d", t,
                            (int)targets[t], V);
-    *loss = lm_head_cross_entropy_f32(dh, h, w->data, targets, N, (int)w->cols, V, grad_scale);
-    return LZ_OK;
+    return lm_head_loss(loss, dh, h, w->data, targets, N, (int)w->cols, V, grad_scale);
 }
 
 /* ---- tensors --------------------------------------------------------------------------------- */
@@ -325,6 +426,7 @@ static lz_status bw_to_f32(lz_backend *be, float *dst, const void *src, size_t n
 }
 
 static lz_status bw_add(lz_backend *be, float *y, const float *x, size_t n) {
+    LZ_PARALLEL_FOR(lz_cpu_threads_for(n, n, 1 << 15))
     for (size_t i = 0; i < n; i++)
         y[i] += x[i];
     return LZ_OK;
@@ -341,6 +443,7 @@ static lz_status bw_sum_squares(lz_backend *be, double *out, const float *x, siz
 /* The moments stored in fp32, the rest in double, as runtime/train's lz_adamw_tensor. */
 static lz_status bw_adamw(lz_backend *be, float *p, float *m, float *v, const float *g, size_t n,
                           const lz_adamw_update *u) {
+    LZ_PARALLEL_FOR(lz_cpu_threads_for(n, n, 1 << 13))
     for (size_t e = 0; e < n; e++) {
         const float gs = g[e] * u->grad_scale;
         m[e] = (float)(u->beta1 * m[e] + (1 - u->beta1) * gs);

@@ -39,6 +39,12 @@ void gla_recurrent_forward(float *out, const float *phi_q, const float *phi_k, c
 void window_attention_forward(float *out, const float *q, const float *k, const float *v, const float *meta_logits,
                               float alpha, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
 
+/* The LM head's cross-entropy over the rows with a target (targets[t] >= 0; the others add nothing and
+ * get zero gradients): *loss = the sum over those rows, dh [N, C] (overwritten; NULL: none) =
+ * grad_scale * d(sum)/dh; h [N, C], W [V, C]. */
+lz_status lm_head_loss(double *loss, float *dh, const float *h, const float *W, const int32_t *targets, int N, int C,
+                       int V, float grad_scale);
+
 /* The gradients of these ops for training (backward_ops_cpu.c): the op table's `backward`. */
 extern const lz_backward_ops lz_cpu_backward_table;
 
