@@ -13,7 +13,7 @@
 #include "backward_ops.h"
 #include "cpu_gemm.h"    // lz_gemm
 #include "cpu_kernels.h"
-#include "cpu_threads.h" // LZ_PARALLEL_FOR, lz_cpu_threads, lz_cpu_thread_index
+#include "cpu_threads.h" // lz_cpu_parallel, lz_cpu_threads
 #include "dropout_rule.h"  // lz_dropout_drops
 #include "train_kernels.h" // the f32 reference kernels
 
@@ -52,36 +52,51 @@ static lz_status check_f32_weight(const lz_weight *w, const char *op) {
 
 /* ---- RMSNorm, SwiGLU, linear, RoPE --------------------------------------------------------- */
 
+typedef struct {
+    float *dx;
+    const float *dy, *x, *w;
+    int C;
+    float eps;
+} rmsnorm_job;
+
+static void rmsnorm_rows(void *ctx, size_t begin, size_t end, int worker) {
+    const rmsnorm_job *j = ctx;
+    const int C = j->C;
+    for (size_t t = begin; t < end; t++) {
+        const float *xt = j->x + t * C;
+        float ss = 0.0f;
+        for (int c = 0; c < C; c++)
+            ss += xt[c] * xt[c];
+        const float rinv = 1.0f / sqrtf(ss / (float)C + j->eps);
+        rmsnorm_backward_f32(j->dx + t * C, j->dy + t * C, xt, j->w, &rinv, 1, C);
+    }
+}
+
 /* rinv of each row recomputed from x with the inference op's arithmetic (basic.c: the sum of
  * squares in fp32, 1 / sqrt(ss / C + eps)), then the reference backward one row at a time. */
 static lz_status bw_rmsnorm(lz_backend *be, float *dx, const float *dy, const void *x, const lz_weight *w, int N,
                             float eps) {
     LZ_TRY(check_f32_weight(w, "rmsnorm"));
     const int C = (int)w->cols;
-    const float *xs = x;
-    LZ_PARALLEL_FOR(lz_cpu_threads_for((size_t)N, (size_t)N * C, 1 << 14))
-    for (int t = 0; t < N; t++) {
-        const float *xt = xs + (size_t)t * C;
-        float ss = 0.0f;
-        for (int c = 0; c < C; c++)
-            ss += xt[c] * xt[c];
-        const float rinv = 1.0f / sqrtf(ss / (float)C + eps);
-        rmsnorm_backward_f32(dx + (size_t)t * C, dy + (size_t)t * C, xt, w->data, &rinv, 1, C);
-    }
+    rmsnorm_job j = {dx, dy, x, w->data, C, eps};
+    lz_cpu_parallel((size_t)N, lz_cpu_threads_for((size_t)N, (size_t)N * C, LZ_GRAIN_LIGHT), rmsnorm_rows, &j);
     return LZ_OK;
 }
 
-enum { SLICE = 1 << 14 }; /* elements of an elementwise op a thread takes at a time */
+typedef struct {
+    float *dg, *du;
+    const float *dh, *g, *u;
+} swiglu_job;
+
+static void swiglu_elements(void *ctx, size_t begin, size_t end, int worker) {
+    const swiglu_job *j = ctx;
+    swiglu_backward_f32(j->dg + begin, j->du + begin, j->dh + begin, j->g + begin, j->u + begin, end - begin);
+}
 
 static lz_status bw_swiglu(lz_backend *be, float *dg, float *du, const float *dh, const void *g, const void *u,
                            size_t n) {
-    const float *gs = g, *us = u;
-    const size_t slices = (n + SLICE - 1) / SLICE;
-    LZ_PARALLEL_FOR(lz_cpu_threads_for(slices, n, SLICE))
-    for (size_t i = 0; i < slices; i++) {
-        const size_t e = i * SLICE, len = n - e < SLICE ? n - e : SLICE;
-        swiglu_backward_f32(dg + e, du + e, dh + e, gs + e, us + e, len);
-    }
+    swiglu_job j = {dg, du, dh, g, u};
+    lz_cpu_parallel(n, lz_cpu_threads_for(n, n, LZ_GRAIN_EXP), swiglu_elements, &j);
     return LZ_OK;
 }
 
@@ -105,29 +120,65 @@ static void rotate_back(float *x, int H, int d, const float *cs, const float *sn
     }
 }
 
+typedef struct {
+    float *dq, *dk;
+    const float *inv_freq;
+    const lz_batch *b;
+    const lz_attn_dims *dims;
+} rope_job;
+
+static void rope_rows(void *ctx, size_t begin, size_t end, int worker) {
+    const rope_job *j = ctx;
+    const int d = j->dims->head_dim, half = d / 2;
+    float cs[LZ_TRAIN_MAX_D / 2], sn[LZ_TRAIN_MAX_D / 2];
+    for (size_t t = begin; t < end; t++) {
+        const float p = (float)j->b->token_pos[t];
+        for (int i = 0; i < half; i++) {
+            const float angle = p * j->inv_freq[i];
+            cs[i] = cosf(angle);
+            sn[i] = -sinf(angle);
+        }
+        rotate_back(j->dq + t * j->dims->n_heads * d, j->dims->n_heads, d, cs, sn);
+        if (j->dk)
+            rotate_back(j->dk + t * j->dims->n_kv_heads * d, j->dims->n_kv_heads, d, cs, sn);
+    }
+}
+
 static lz_status bw_rope(lz_backend *be, float *dq, float *dk, const float *inv_freq, const lz_batch *b,
                          const lz_attn_dims *dims) {
-    const int d = dims->head_dim, half = d / 2;
+    const int d = dims->head_dim;
     if (d > LZ_TRAIN_MAX_D)
         return lz_fail(LZ_ERR_INTERNAL, "rope backward: head_dim %d past %d", d, LZ_TRAIN_MAX_D);
-    LZ_PARALLEL_FOR(lz_cpu_threads_for((size_t)b->n_tokens, (size_t)b->n_tokens * (dims->n_heads + dims->n_kv_heads) * d,
-                                        1 << 14))
-    for (int t = 0; t < b->n_tokens; t++) {
-        float cs[LZ_TRAIN_MAX_D / 2], sn[LZ_TRAIN_MAX_D / 2];
-        const float p = (float)b->token_pos[t];
-        for (int j = 0; j < half; j++) {
-            const float angle = p * inv_freq[j];
-            cs[j] = cosf(angle);
-            sn[j] = -sinf(angle);
-        }
-        rotate_back(dq + (size_t)t * dims->n_heads * d, dims->n_heads, d, cs, sn);
-        if (dk)
-            rotate_back(dk + (size_t)t * dims->n_kv_heads * d, dims->n_kv_heads, d, cs, sn);
-    }
+    rope_job j = {dq, dk, inv_freq, b, dims};
+    const size_t T = (size_t)b->n_tokens;
+    lz_cpu_parallel(T, lz_cpu_threads_for(T, T * (dims->n_heads + dims->n_kv_heads) * d, LZ_GRAIN_LIGHT), rope_rows,
+                    &j);
     return LZ_OK;
 }
 
 /* ---- softmax attention --------------------------------------------------------------------- */
+
+typedef struct {
+    float *dq, *dk, *dv;
+    const float *dout, *q, *k, *v;
+    float *outs, *lses; /* a sequence's forward outputs and log-sum-exps, per worker */
+    const lz_batch *b;
+    int Hq, Hkv, d, longest;
+} attention_job;
+
+static void attention_sequences(void *ctx, size_t begin, size_t end, int worker) {
+    const attention_job *j = ctx;
+    const size_t qrow = (size_t)j->Hq * j->d, krow = (size_t)j->Hkv * j->d;
+    float *out = j->outs + (size_t)worker * j->longest * qrow, *lse = j->lses + (size_t)worker * j->longest * j->Hq;
+    for (size_t s = begin; s < end; s++) {
+        const size_t r0 = (size_t)j->b->start[s];
+        const int T = j->b->len[s];
+        attention_train_forward_f32(out, lse, j->q + r0 * qrow, j->k + r0 * krow, j->v + r0 * krow, T, j->Hq, j->Hkv,
+                                    j->d);
+        attention_backward_f32(j->dq + r0 * qrow, j->dk + r0 * krow, j->dv + r0 * krow, j->dout + r0 * qrow, out, lse,
+                               j->q + r0 * qrow, j->k + r0 * krow, j->v + r0 * krow, T, j->Hq, j->Hkv, j->d);
+    }
+}
 
 /* Per sequence: the forward again for out and the log-sum-exp of every row, then the backward
  * (which overwrites its rows of dq, dk, dv). Rows of no sequence get zero gradients. */
@@ -149,7 +200,7 @@ static lz_status bw_attention(lz_backend *be, float *dq, float *dk, float *dv, c
     memset(dv, 0, sizeof(float) * (size_t)b->n_tokens * krow);
     // (multiply-adds: the forward again and the backward, about 4 T^2 Hq d a sequence)
     const int threads =
-        lz_cpu_threads_for((size_t)b->n_seqs, (size_t)4 * b->n_seqs * longest * longest * qrow, 1 << 16);
+        lz_cpu_threads_for((size_t)b->n_seqs, (size_t)4 * b->n_seqs * longest * longest * qrow, LZ_GRAIN_LOOP);
     float *outs = NULL, *lses = NULL; // a sequence's forward outputs and log-sum-exps, per thread
     lz_status st = host_buffer(&outs, (size_t)threads * longest * qrow, "attention outputs");
     if (st == LZ_OK)
@@ -159,16 +210,8 @@ static lz_status bw_attention(lz_backend *be, float *dq, float *dk, float *dv, c
         free(lses);
         return st;
     }
-    const float *qs = q, *ks = k, *vs = v;
-    LZ_PARALLEL_FOR(threads)
-    for (int s = 0; s < b->n_seqs; s++) {
-        const size_t r0 = (size_t)b->start[s];
-        const int T = b->len[s], me = lz_cpu_thread_index();
-        float *out = outs + (size_t)me * longest * qrow, *lse = lses + (size_t)me * longest * Hq;
-        attention_train_forward_f32(out, lse, qs + r0 * qrow, ks + r0 * krow, vs + r0 * krow, T, Hq, Hkv, d);
-        attention_backward_f32(dq + r0 * qrow, dk + r0 * krow, dv + r0 * krow, dout + r0 * qrow, out, lse,
-                               qs + r0 * qrow, ks + r0 * krow, vs + r0 * krow, T, Hq, Hkv, d);
-    }
+    attention_job j = {dq, dk, dv, dout, q, k, v, outs, lses, b, Hq, Hkv, d, longest};
+    lz_cpu_parallel((size_t)b->n_seqs, threads, attention_sequences, &j);
     free(outs);
     free(lses);
     return LZ_OK;
@@ -228,6 +271,41 @@ static void bw_lizard_scratch_free(lz_backend *be, void *scratch) {
     free(s);
 }
 
+typedef struct {
+    cpu_lizard_scratch *s;
+    float *seq_grads; /* [n_seqs, per_seq] or NULL: frozen */
+    size_t per_seq;
+    float *dx, *dq, *dk, *dv;
+    const float *dout;
+    const lz_lizard_params_f32 *p;
+    const float *x, *q, *k, *v;
+    const lz_batch *b;
+    const lz_lizard_geom *g;
+    int C;
+} lizard_job;
+
+static void lizard_sequences(void *ctx, size_t begin, size_t end, int worker) {
+    const lizard_job *j = ctx;
+    const lz_lizard_geom *g = j->g;
+    const size_t qrow = (size_t)g->Hq * g->d, krow = (size_t)g->Hkv * g->d, C = (size_t)j->C;
+    const size_t nq = lz_lizard_wq_numel(g), nk = lz_lizard_wk_numel(g);
+    lz_lizard_scratch_f32 *sc = &j->s->s[worker];
+    for (size_t i = begin; i < end; i++) {
+        const size_t r0 = (size_t)j->b->start[i];
+        const int T = j->b->len[i];
+        if (T == 0)
+            continue;
+        float *gi = j->seq_grads ? j->seq_grads + i * j->per_seq : NULL;
+        lz_lizard_params_f32 mine = {gi, gi ? gi + nq : NULL, gi ? gi + nq + nk : NULL, gi ? gi + nq + nk + C : NULL,
+                                     gi ? gi + nq + nk + C + g->m : NULL};
+        lz_lizard_layer_forward_f32(NULL, j->p, j->x + r0 * C, j->q + r0 * qrow, j->k + r0 * krow, j->v + r0 * krow, T,
+                                    g, sc);
+        lz_lizard_layer_backward_f32(gi ? &mine : NULL, j->dx + r0 * C, j->dq + r0 * qrow, j->dk + r0 * krow,
+                                     j->dv + r0 * krow, j->dout + r0 * qrow, j->p, j->x + r0 * C, j->q + r0 * qrow,
+                                     j->k + r0 * krow, j->v + r0 * krow, T, g, sc);
+    }
+}
+
 static lz_status bw_lizard(lz_backend *be, void *scratch, lz_lizard_params_f32 *grad, float *dx, float *dq,
                            float *dk, float *dv, const float *dout, const lz_lizard_params_f32 *p, const void *x,
                            const void *q, const void *k, const void *v, const lz_batch *b, const lz_lizard_geom *g,
@@ -248,8 +326,6 @@ static lz_status bw_lizard(lz_backend *be, void *scratch, lz_lizard_params_f32 *
                        s->s[0].max_T);
     if (!dx || !dq || !dk || !dv)
         return lz_fail(LZ_ERR_INTERNAL, "lizard backward: dx, dq, dk and dv are all required");
-    const size_t qrow = (size_t)g->Hq * g->d, krow = (size_t)g->Hkv * g->d;
-    const float *xs = x, *qs = q, *ks = k, *vs = v;
     // each sequence's tensor gradients from zero (NULL grad: none), added to grad in order below
     const size_t nq = lz_lizard_wq_numel(g), nk = lz_lizard_wk_numel(g), per_seq = nq + nk + (size_t)C + g->m + 1;
     float *seq_grads = NULL;
@@ -257,23 +333,10 @@ static lz_status bw_lizard(lz_backend *be, void *scratch, lz_lizard_params_f32 *
         return lz_fail(LZ_ERR_NOMEM, "lizard backward: out of memory for %d sequences' gradients", b->n_seqs);
     // (the GLA's products of a chunk, forward and backward, dominate: about 8 T Hq 2f (d + chunk) a sequence)
     int threads = lz_cpu_threads_for((size_t)b->n_seqs,
-                                     (size_t)8 * b->n_tokens * g->Hq * 2 * g->f * (g->d + LZ_TRAIN_CHUNK), 1 << 16);
+                                     (size_t)8 * b->n_tokens * g->Hq * 2 * g->f * (g->d + LZ_TRAIN_CHUNK), LZ_GRAIN_LOOP);
     threads = threads < s->n ? threads : s->n;
-    LZ_PARALLEL_FOR(threads)
-    for (int i = 0; i < b->n_seqs; i++) {
-        const size_t r0 = (size_t)b->start[i];
-        const int T = b->len[i];
-        if (T == 0)
-            continue;
-        float *gi = seq_grads ? seq_grads + (size_t)i * per_seq : NULL;
-        lz_lizard_params_f32 mine = {gi, gi ? gi + nq : NULL, gi ? gi + nq + nk : NULL, gi ? gi + nq + nk + C : NULL,
-                                     gi ? gi + nq + nk + C + g->m : NULL};
-        lz_lizard_scratch_f32 *sc = &s->s[lz_cpu_thread_index()];
-        lz_lizard_layer_forward_f32(NULL, p, xs + r0 * C, qs + r0 * qrow, ks + r0 * krow, vs + r0 * krow, T, g, sc);
-        lz_lizard_layer_backward_f32(gi ? &mine : NULL, dx + r0 * C, dq + r0 * qrow, dk + r0 * krow, dv + r0 * krow,
-                                     dout + r0 * qrow, p, xs + r0 * C, qs + r0 * qrow, ks + r0 * krow, vs + r0 * krow,
-                                     T, g, sc);
-    }
+    lizard_job j = {s, seq_grads, per_seq, dx, dq, dk, dv, dout, p, x, q, k, v, b, g, C};
+    lz_cpu_parallel((size_t)b->n_seqs, threads, lizard_sequences, &j);
     for (int i = 0; seq_grads && i < b->n_seqs; i++) {
         const float *gi = seq_grads + (size_t)i * per_seq;
         add_into(grad->wq, gi, nq);
@@ -315,17 +378,45 @@ static bool dropping(const lz_dropout *drop) { return drop && drop->p > 0; }
 
 /* x~ [T, in] of one sequence: x where the rule keeps, times 1 / (1 - p), 0 where it drops (the
  * reference's x * mask); mask [T, in] (NULL: not kept) = those factors. */
+typedef struct {
+    float *xm, *mask;
+    const float *x;
+    uint64_t stream;
+    double p;
+} dropout_job;
+
+static void dropout_elements(void *ctx, size_t begin, size_t end, int worker) {
+    const dropout_job *j = ctx;
+    const float keep = (float)(1.0 / (1.0 - j->p));
+    for (size_t e = begin; e < end; e++) {
+        const float factor = lz_dropout_drops(j->stream, e, j->p) ? 0.0f : keep;
+        j->xm[e] = j->x[e] * factor;
+        if (j->mask)
+            j->mask[e] = factor;
+    }
+}
+
 static void dropped_input(float *xm, float *mask, const float *x, uint64_t stream, double p, int T, int in) {
-    const float keep = (float)(1.0 / (1.0 - p));
-    LZ_PARALLEL_FOR(lz_cpu_threads_for((size_t)T, (size_t)T * in, 1 << 14))
-    for (int t = 0; t < T; t++)
-        for (int c = 0; c < in; c++) {
-            const size_t e = (size_t)t * in + c;
-            const float factor = lz_dropout_drops(stream, e, p) ? 0.0f : keep;
-            xm[e] = x[e] * factor;
-            if (mask)
-                mask[e] = factor;
-        }
+    dropout_job j = {xm, mask, x, stream, p};
+    const size_t n = (size_t)T * in;
+    lz_cpu_parallel(n, lz_cpu_threads_for(n, n, LZ_GRAIN_EXP), dropout_elements, &j);
+}
+
+typedef struct {
+    float *y;
+    const float *x, *mask; /* mask NULL: y += x */
+} add_job;
+
+static void add_elements(void *ctx, size_t begin, size_t end, int worker) {
+    const add_job *j = ctx;
+    for (size_t i = begin; i < end; i++)
+        j->y[i] += j->mask ? j->x[i] * j->mask[i] : j->x[i];
+}
+
+// y [n] += x (* mask)
+static void add_masked(float *y, const float *x, const float *mask, size_t n) {
+    add_job j = {y, x, mask};
+    lz_cpu_parallel(n, lz_cpu_threads_for(n, n, LZ_GRAIN_LIGHT), add_elements, &j);
 }
 
 /* Per sequence (the reference's equations, linear_backward.inc): u = x~ A^T, y += scale u B^T. */
@@ -388,10 +479,7 @@ static lz_status bw_lora_backward(lz_backend *be, lz_lora *l, float *dx, const f
             continue;
         }
         lz_gemm(false, false, T, l->in, l->r, 1.0f, du, l->r, l->A, l->in, 0.0f, dxm, l->in);
-        const size_t n = (size_t)T * l->in;
-        LZ_PARALLEL_FOR(lz_cpu_threads_for(n, n, 1 << 15))
-        for (size_t e = 0; e < n; e++)
-            dxt[e] += dxm[e] * mask[e];
+        add_masked(dxt, dxm, mask, (size_t)T * l->in);
     }
     free(du);
     free(xm);
@@ -426,9 +514,7 @@ static lz_status bw_to_f32(lz_backend *be, float *dst, const void *src, size_t n
 }
 
 static lz_status bw_add(lz_backend *be, float *y, const float *x, size_t n) {
-    LZ_PARALLEL_FOR(lz_cpu_threads_for(n, n, 1 << 15))
-    for (size_t i = 0; i < n; i++)
-        y[i] += x[i];
+    add_masked(y, x, NULL, n);
     return LZ_OK;
 }
 
@@ -440,17 +526,30 @@ static lz_status bw_sum_squares(lz_backend *be, double *out, const float *x, siz
     return LZ_OK;
 }
 
-/* The moments stored in fp32, the rest in double, as runtime/train's lz_adamw_tensor. */
-static lz_status bw_adamw(lz_backend *be, float *p, float *m, float *v, const float *g, size_t n,
-                          const lz_adamw_update *u) {
-    LZ_PARALLEL_FOR(lz_cpu_threads_for(n, n, 1 << 13))
-    for (size_t e = 0; e < n; e++) {
-        const float gs = g[e] * u->grad_scale;
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    const lz_adamw_update *u;
+} adamw_job;
+
+static void adamw_elements(void *ctx, size_t begin, size_t end, int worker) {
+    const adamw_job *j = ctx;
+    const lz_adamw_update *u = j->u;
+    float *p = j->p, *m = j->m, *v = j->v;
+    for (size_t e = begin; e < end; e++) {
+        const float gs = j->g[e] * u->grad_scale;
         m[e] = (float)(u->beta1 * m[e] + (1 - u->beta1) * gs);
         v[e] = (float)(u->beta2 * v[e] + (1 - u->beta2) * (double)gs * gs);
         const double update = (m[e] / u->bias1) / (sqrt(v[e] / u->bias2) + u->eps);
         p[e] = (float)(p[e] - u->lr * (update + u->weight_decay * p[e]));
     }
+}
+
+/* The moments stored in fp32, the rest in double, as runtime/train's lz_adamw_tensor. */
+static lz_status bw_adamw(lz_backend *be, float *p, float *m, float *v, const float *g, size_t n,
+                          const lz_adamw_update *u) {
+    adamw_job j = {p, m, v, g, u};
+    lz_cpu_parallel(n, lz_cpu_threads_for(n, n, LZ_GRAIN_EXP), adamw_elements, &j);
     return LZ_OK;
 }
 

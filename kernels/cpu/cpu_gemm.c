@@ -5,7 +5,7 @@
 #include <cblas.h> // cblas_sgemm
 
 #include "cpu_gemm.h"
-#include "cpu_threads.h" // LZ_PARALLEL_FOR2, lz_cpu_threads_for
+#include "cpu_threads.h" // lz_cpu_parallel, lz_cpu_threads_for
 
 enum { R = LZ_GEMM_ROWS, W = LZ_GEMM_COLS };
 
@@ -31,6 +31,38 @@ static void tile(bool trans_a, bool trans_b, int cols, int k, float alpha, const
                 alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+typedef struct {
+    bool trans_a, trans_b;
+    int m, n, k, lda, ldb, ldc, full, tail, row_tiles;
+    float alpha, beta;
+    const float *A, *B, *pad;
+    float *C;
+} gemm_job;
+
+// tiles [begin, end): tile i is row tile i % row_tiles of column tile i / row_tiles
+static void tiles(void *ctx, size_t begin, size_t end, int worker) {
+    const gemm_job *j = ctx;
+    for (size_t i = begin; i < end; i++) {
+        const int ct = (int)(i / (size_t)j->row_tiles), rt = (int)(i % (size_t)j->row_tiles);
+        const int c0 = ct * W, cols = j->n - c0 < W ? j->n - c0 : W, r0 = rt * R;
+        const float *Bt = j->trans_b ? j->B + (size_t)c0 * j->ldb : j->B + c0;
+        float *Ct = j->C + (size_t)r0 * j->ldc + c0;
+        if (rt < j->full) {
+            tile(j->trans_a, j->trans_b, cols, j->k, j->alpha, j->trans_a ? j->A + r0 : j->A + (size_t)r0 * j->lda,
+                 j->lda, Bt, j->ldb, j->beta, Ct, j->ldc);
+            continue;
+        }
+        float part[R * W]; // the tail's rows of C, then zero rows
+        memset(part, 0, sizeof part);
+        for (int r = 0; j->beta != 0.0f && r < j->tail; r++)
+            memcpy(part + (size_t)r * cols, Ct + (size_t)r * j->ldc, sizeof(float) * cols);
+        tile(j->trans_a, j->trans_b, cols, j->k, j->alpha, j->pad, j->trans_a ? R : j->k, Bt, j->ldb, j->beta, part,
+             cols);
+        for (int r = 0; r < j->tail; r++)
+            memcpy(Ct + (size_t)r * j->ldc, part + (size_t)r * cols, sizeof(float) * cols);
+    }
+}
+
 void lz_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
              int ldb, float beta, float *C, int ldc) {
     if (m <= 0 || n <= 0)
@@ -43,25 +75,8 @@ void lz_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const
     }
     const int full = m / R, tail = m % R, row_tiles = full + (tail > 0), col_tiles = (n + W - 1) / W;
     float *pad = tail ? padded_rows(trans_a, A, lda, full * R, tail, k) : NULL;
-    // (a thread for 64K multiply-adds at least)
-    LZ_PARALLEL_FOR2(lz_cpu_threads_for((size_t)row_tiles * col_tiles, (size_t)m * n * k, 1 << 16))
-    for (int ct = 0; ct < col_tiles; ct++)
-        for (int rt = 0; rt < row_tiles; rt++) {
-            const int c0 = ct * W, cols = n - c0 < W ? n - c0 : W, r0 = rt * R;
-            const float *Bt = trans_b ? B + (size_t)c0 * ldb : B + c0;
-            float *Ct = C + (size_t)r0 * ldc + c0;
-            if (rt < full) {
-                tile(trans_a, trans_b, cols, k, alpha, trans_a ? A + r0 : A + (size_t)r0 * lda, lda, Bt, ldb, beta, Ct,
-                     ldc);
-                continue;
-            }
-            float part[R * W]; // the tail's rows of C, then zero rows
-            memset(part, 0, sizeof part);
-            for (int r = 0; beta != 0.0f && r < tail; r++)
-                memcpy(part + (size_t)r * cols, Ct + (size_t)r * ldc, sizeof(float) * cols);
-            tile(trans_a, trans_b, cols, k, alpha, pad, trans_a ? R : k, Bt, ldb, beta, part, cols);
-            for (int r = 0; r < tail; r++)
-                memcpy(Ct + (size_t)r * ldc, part + (size_t)r * cols, sizeof(float) * cols);
-        }
+    gemm_job j = {trans_a, trans_b, m, n, k, lda, ldb, ldc, full, tail, row_tiles, alpha, beta, A, B, pad, C};
+    const size_t n_tiles = (size_t)row_tiles * col_tiles;
+    lz_cpu_parallel(n_tiles, lz_cpu_threads_for(n_tiles, (size_t)row_tiles * R * n * k, LZ_GRAIN_GEMM), tiles, &j);
     free(pad);
 }

@@ -11,7 +11,7 @@
 
 #include "cpu_gemm.h"    // lz_gemm, LZ_GEMM_ROWS
 #include "cpu_kernels.h"
-#include "cpu_threads.h" // LZ_PARALLEL_FOR, lz_cpu_threads_for
+#include "cpu_threads.h" // lz_cpu_parallel, lz_cpu_threads_for
 
 enum { BLOCK_FLOATS = 1 << 21 }; /* the logits held at once: 8 MB */
 
@@ -28,6 +28,26 @@ static double row_loss(float *z, int V, int y, float grad_scale, bool grad) {
     return (double)(lse - zy);
 }
 
+typedef struct {
+    float *z;
+    double *row_losses;
+    const int32_t *targets;
+    int V;
+    float grad_scale;
+    bool grad;
+} loss_job;
+
+static void loss_rows(void *ctx, size_t begin, size_t end, int worker) {
+    const loss_job *j = ctx;
+    for (size_t r = begin; r < end; r++) {
+        float *zr = j->z + r * j->V;
+        const int y = j->targets[r];
+        j->row_losses[r] = y >= 0 ? row_loss(zr, j->V, y, j->grad_scale, j->grad) : 0.0;
+        if (y < 0)
+            memset(zr, 0, sizeof(float) * (size_t)j->V); // no target: no gradient
+    }
+}
+
 lz_status lm_head_loss(double *loss, float *dh, const float *h, const float *W, const int32_t *targets, int N, int C,
                        int V, float grad_scale) {
     int rows = BLOCK_FLOATS / (V > 0 ? V : 1) / LZ_GEMM_ROWS * LZ_GEMM_ROWS;
@@ -42,14 +62,8 @@ lz_status lm_head_loss(double *loss, float *dh, const float *h, const float *W, 
     for (int r0 = 0; r0 < N; r0 += rows) {
         const int n = N - r0 < rows ? N - r0 : rows;
         lz_gemm(false, true, n, V, C, 1.0f, h + (size_t)r0 * C, C, W, C, 0.0f, z, V);
-        LZ_PARALLEL_FOR(lz_cpu_threads_for((size_t)n, (size_t)n * V, 1 << 14))
-        for (int r = 0; r < n; r++) {
-            float *zr = z + (size_t)r * V;
-            const int y = targets[r0 + r];
-            row_losses[r0 + r] = y >= 0 ? row_loss(zr, V, y, grad_scale, dh != NULL) : 0.0;
-            if (y < 0)
-                memset(zr, 0, sizeof(float) * (size_t)V); // no target: no gradient
-        }
+        loss_job j = {z, row_losses + r0, targets + r0, V, grad_scale, dh != NULL};
+        lz_cpu_parallel((size_t)n, lz_cpu_threads_for((size_t)n, (size_t)n * V, LZ_GRAIN_EXP), loss_rows, &j);
         if (dh)
             lz_gemm(false, false, n, C, V, 1.0f, z, V, W, C, 0.0f, dh + (size_t)r0 * C, C);
     }

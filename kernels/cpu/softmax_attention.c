@@ -15,7 +15,7 @@
 
 #include "cpu_gemm.h"    // LZ_GEMM_ROWS
 #include "cpu_kernels.h"
-#include "cpu_threads.h" // LZ_PARALLEL_FOR, lz_cpu_threads_for
+#include "cpu_threads.h" // lz_cpu_parallel, lz_cpu_threads_for
 
 enum { ROWS = LZ_GEMM_ROWS, KEYS = 64 }; /* query rows of an item, keys of a block */
 
@@ -107,12 +107,38 @@ static void attend_item(const item *it) {
     free(buf);
 }
 
+typedef struct {
+    float *out;
+    const float *q;
+    const lz_layer_state *st;
+    const lz_batch *batch;
+    const lz_attn_dims *dims;
+    const row_block *blocks;
+    float scale;
+} attention_job;
+
+// items [begin, end): item i is head i % Hq of row block i / Hq
+static void attend_items(void *ctx, size_t begin, size_t end, int worker) {
+    const attention_job *j = ctx;
+    const lz_attn_dims *dims = j->dims;
+    const int d = dims->head_dim, Hq = dims->n_heads, group = dims->n_heads / dims->n_kv_heads;
+    const size_t kv_row = (size_t)dims->n_kv_heads * d, q_row = (size_t)Hq * d;
+    for (size_t i = begin; i < end; i++) {
+        const row_block *rb = &j->blocks[i / (size_t)Hq];
+        const int h = (int)(i % (size_t)Hq), s = rb->seq, tok = j->batch->start[s] + rb->i0;
+        const size_t cache = (size_t)j->batch->slot[s] * dims->kv_capacity * kv_row + (size_t)(h / group) * d;
+        const item it = {j->q + (size_t)tok * q_row + (size_t)h * d, (const float *)j->st->k_cache + cache,
+                         (const float *)j->st->v_cache + cache, j->out + (size_t)tok * q_row + (size_t)h * d,
+                         q_row, kv_row, j->batch->pos[s] + rb->i0, rb->rows, d, dims->sliding_window, j->scale};
+        attend_item(&it);
+    }
+}
+
 // out [T, Hq, d]; q [T, Hq, d]; k, v [T, Hkv, d] (RoPE already applied)
 void softmax_attention_forward(float *out, const float *q, const float *k, const float *v, lz_layer_state *st,
                                const lz_batch *batch, const lz_attn_dims *dims) {
     append_kv(k, v, st, batch, dims);
-    const int d = dims->head_dim, Hq = dims->n_heads, group = dims->n_heads / dims->n_kv_heads;
-    const size_t kv_row = (size_t)dims->n_kv_heads * d, q_row = (size_t)Hq * d;
+    const int d = dims->head_dim, Hq = dims->n_heads;
     int n_blocks = 0;
     for (int s = 0; s < batch->n_seqs; s++)
         n_blocks += (batch->len[s] + ROWS - 1) / ROWS;
@@ -126,17 +152,8 @@ void softmax_attention_forward(float *out, const float *q, const float *k, const
             blocks[n_blocks++] = (row_block){s, i0, batch->len[s] - i0 < ROWS ? batch->len[s] - i0 : ROWS};
             work += (size_t)2 * ROWS * Hq * d * (size_t)(batch->pos[s] + i0 + ROWS);
         }
-    const float scale = 1.0f / sqrtf((float)d);
-    LZ_PARALLEL_FOR2(lz_cpu_threads_for((size_t)n_blocks * Hq, work, 1 << 16))
-    for (int bi = 0; bi < n_blocks; bi++)
-        for (int h = 0; h < Hq; h++) {
-            const row_block *rb = &blocks[bi];
-            const int s = rb->seq, tok = batch->start[s] + rb->i0;
-            const size_t cache = (size_t)batch->slot[s] * dims->kv_capacity * kv_row + (size_t)(h / group) * d;
-            const item it = {q + (size_t)tok * q_row + (size_t)h * d, (const float *)st->k_cache + cache,
-                             (const float *)st->v_cache + cache, out + (size_t)tok * q_row + (size_t)h * d,
-                             q_row, kv_row, batch->pos[s] + rb->i0, rb->rows, d, dims->sliding_window, scale};
-            attend_item(&it);
-        }
+    attention_job j = {out, q, st, batch, dims, blocks, 1.0f / sqrtf((float)d)};
+    const size_t items = (size_t)n_blocks * Hq;
+    lz_cpu_parallel(items, lz_cpu_threads_for(items, work, LZ_GRAIN_GEMM), attend_items, &j);
     free(blocks);
 }

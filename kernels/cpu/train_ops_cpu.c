@@ -4,7 +4,7 @@
 #include <stdlib.h> // malloc, free
 #include <string.h> // memcpy, memset
 
-#include "cpu_threads.h"   // LZ_PARALLEL_FOR, lz_cpu_threads, lz_cpu_thread_index
+#include "cpu_threads.h"   // lz_cpu_parallel, lz_cpu_threads
 #include "dtype.h"         // lz_bf16_to_f32
 #include "train_kernels.h" // lz_lizard_layer_sse_f32
 #include "train_ops.h"
@@ -89,6 +89,31 @@ static void add_into(float *y, const float *x, size_t n) {
         y[i] += x[i];
 }
 
+typedef struct {
+    cpu_lizard_scratch *s;
+    const lz_lizard_params_f32 *p;
+    bool grad;
+    float grad_scale;
+    const float *x, *q, *k, *v, *target;
+    int T;
+    const lz_lizard_geom *g;
+} sse_job;
+
+static void sse_sequences(void *ctx, size_t begin, size_t end, int worker) {
+    const sse_job *j = ctx;
+    cpu_lizard_scratch *s = j->s;
+    const lz_lizard_geom *g = j->g;
+    const size_t qrow = (size_t)j->T * g->Hq * g->d, krow = (size_t)j->T * g->Hkv * g->d;
+    const size_t nq = lz_lizard_wq_numel(g), nk = lz_lizard_wk_numel(g), C = (size_t)s->C, m = (size_t)g->m;
+    for (size_t b = begin; b < end; b++) {
+        float *gb = s->seq_grads + b * s->per_seq;
+        lz_lizard_params_f32 mine = {gb, gb + nq, gb + nq + nk, gb + nq + nk + C, gb + nq + nk + C + m};
+        s->seq_sse[b] = lz_lizard_layer_sse_f32(j->p, j->grad ? &mine : NULL, j->grad_scale, j->x + b * j->T * C,
+                                                j->q + b * qrow, j->k + b * krow, j->v + b * krow,
+                                                j->target + b * qrow, j->T, g, &s->s[worker]);
+    }
+}
+
 /* The sequences on the threads, each its sse and its gradients from zero; then, in the sequences'
  * order, the sums in double and the gradients added to grad: the same bits on any number of threads. */
 static lz_status cpu_lizard_layer_sse(double *sse, double *energy, const lz_lizard_params_f32 *p,
@@ -99,19 +124,13 @@ static lz_status cpu_lizard_layer_sse(double *sse, double *energy, const lz_liza
     if (n_seq > s->n_seq || T > s->T)
         return lz_fail(LZ_ERR_INTERNAL, "Lizard layer: %d x %d tokens past its scratch's %d x %d", n_seq, T, s->n_seq,
                        s->T);
-    const size_t qrow = (size_t)T * g->Hq * g->d, krow = (size_t)T * g->Hkv * g->d;
+    const size_t qrow = (size_t)T * g->Hq * g->d;
     const size_t nq = lz_lizard_wq_numel(g), nk = lz_lizard_wk_numel(g), C = (size_t)s->C, m = (size_t)g->m;
     if (grad)
         memset(s->seq_grads, 0, sizeof(float) * (size_t)n_seq * s->per_seq);
-    const int threads = lz_cpu_threads_for((size_t)n_seq, (size_t)8 * n_seq * qrow * 2 * g->f, 1 << 16);
-    LZ_PARALLEL_FOR(threads < s->n ? threads : s->n)
-    for (int b = 0; b < n_seq; b++) {
-        float *gb = s->seq_grads + (size_t)b * s->per_seq;
-        lz_lizard_params_f32 mine = {gb, gb + nq, gb + nq + nk, gb + nq + nk + C, gb + nq + nk + C + m};
-        s->seq_sse[b] = lz_lizard_layer_sse_f32(p, grad ? &mine : NULL, grad_scale, x + (size_t)b * T * s->C,
-                                                q + b * qrow, k + b * krow, v + b * krow, target + b * qrow, T, g,
-                                                &s->s[lz_cpu_thread_index()]);
-    }
+    const int threads = lz_cpu_threads_for((size_t)n_seq, (size_t)8 * n_seq * qrow * 2 * g->f, LZ_GRAIN_LOOP);
+    sse_job j = {s, p, grad != NULL, grad_scale, x, q, k, v, target, T, g};
+    lz_cpu_parallel((size_t)n_seq, threads < s->n ? threads : s->n, sse_sequences, &j);
     double sum = 0, e2 = 0;
     for (int b = 0; b < n_seq; b++) {
         const float *tg = target + b * qrow, *gb = s->seq_grads + (size_t)b * s->per_seq;

@@ -8,7 +8,7 @@
 #include <string.h> // memcpy
 
 #include "cpu_kernels.h"
-#include "cpu_threads.h" // LZ_PARALLEL_FOR2, lz_cpu_threads_for
+#include "cpu_threads.h" // lz_cpu_parallel, lz_cpu_threads_for
 
 typedef struct {
     const float *k, *v;           /* this step's rows */
@@ -70,17 +70,41 @@ static void ring_store(float *ring_k, float *ring_v, const window_src *src, int 
     }
 }
 
+typedef struct {
+    float *out;
+    const float *q, *meta_logits;
+    float alpha;
+    const lz_batch *batch;
+    const lz_attn_dims *dims;
+    const window_src *src;
+    const int *seq_of;
+} window_job;
+
+// items [begin, end): item i is head i % Hq of row i / Hq
+static void window_items(void *ctx, size_t begin, size_t end, int worker) {
+    const window_job *j = ctx;
+    const int d = j->dims->head_dim, Hq = j->dims->n_heads, group = j->dims->n_heads / j->dims->n_kv_heads;
+    for (size_t i = begin; i < end; i++) {
+        const int tok = (int)(i / (size_t)Hq), h = (int)(i % (size_t)Hq), s = j->seq_of[tok];
+        if (s < 0)
+            continue; // a row of no sequence
+        const int p = j->batch->pos[s] + tok - j->batch->start[s];
+        window_one(j->out + ((size_t)tok * Hq + h) * d, j->q + ((size_t)tok * Hq + h) * d, p, h / group, &j->src[s],
+                   j->meta_logits, j->dims->n_meta, j->alpha, d);
+    }
+}
+
 // (every query row and head on the threads, the rings written once all have read them)
 void window_attention_forward(float *out, const float *q, const float *k, const float *v, const float *meta_logits,
                               float alpha, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims) {
-    const int d = dims->head_dim, Hq = dims->n_heads, group = dims->n_heads / dims->n_kv_heads;
+    const int d = dims->head_dim, Hq = dims->n_heads;
     const int row = dims->n_kv_heads * d, T = batch->n_tokens;
     window_src *src = malloc(sizeof(window_src) * (size_t)(batch->n_seqs > 0 ? batch->n_seqs : 1));
     int *seq_of = malloc(sizeof(int) * (size_t)(T > 0 ? T : 1));
     if (!src || !seq_of)
         abort(); // a few words per sequence and token of the step
     for (int t = 0; t < T; t++)
-        seq_of[t] = -1; // rows of no sequence
+        seq_of[t] = -1;
     for (int s = 0; s < batch->n_seqs; s++) {
         float *rk = (float *)st->ring_k + (size_t)batch->slot[s] * dims->window * row;
         float *rv = (float *)st->ring_v + (size_t)batch->slot[s] * dims->window * row;
@@ -88,16 +112,9 @@ void window_attention_forward(float *out, const float *q, const float *k, const 
         for (int i = 0; i < batch->len[s]; i++)
             seq_of[batch->start[s] + i] = s;
     }
-    LZ_PARALLEL_FOR2(lz_cpu_threads_for((size_t)T * Hq, (size_t)T * Hq * dims->window * d, 1 << 15))
-    for (int tok = 0; tok < T; tok++)
-        for (int h = 0; h < Hq; h++) {
-            const int s = seq_of[tok];
-            if (s < 0)
-                continue;
-            const int p = batch->pos[s] + tok - batch->start[s];
-            window_one(out + ((size_t)tok * Hq + h) * d, q + ((size_t)tok * Hq + h) * d, p, h / group, &src[s],
-                       meta_logits, dims->n_meta, alpha, d);
-        }
+    window_job j = {out, q, meta_logits, alpha, batch, dims, src, seq_of};
+    const size_t items = (size_t)T * Hq;
+    lz_cpu_parallel(items, lz_cpu_threads_for(items, items * dims->window * d, LZ_GRAIN_LOOP), window_items, &j);
     for (int s = 0; s < batch->n_seqs; s++)
         ring_store(src[s].ring_k, src[s].ring_v, &src[s], batch->len[s]);
     free(src);
