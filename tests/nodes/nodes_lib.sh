@@ -82,10 +82,9 @@ nodes_start() {
 
 # nodes_mpirun N PROGRAM ARGS...: launch/mpirun-hosts.sh over the hosts' hostfile (or NODES_HOSTFILE_USED),
 # with netns_agent.sh for ssh, TCP only on their subnet; bounded by NODES_TIMEOUT seconds (default 120)
-# (the emulated hosts share this machine's cores: each rank's CPU kernels get one thread)
 nodes_mpirun() {
     LAUNCH_AGENT="$NODES_DIR/netns_agent.sh" LAUNCH_NET="$NODES_NET.0/24" \
-        MPIRUN_ARGS="--allow-run-as-root --mca plm_rsh_no_tree_spawn 1 --mca pml ob1 --mca btl tcp,self -x OMP_NUM_THREADS=1" \
+        MPIRUN_ARGS="--allow-run-as-root --mca plm_rsh_no_tree_spawn 1 --mca pml ob1 --mca btl tcp,self" \
         timeout "${NODES_TIMEOUT:-120}" "$NODES_DIR/../../launch/mpirun-hosts.sh" "${NODES_HOSTFILE_USED:-$NODES_HOSTFILE}" "$@"
 }
 
