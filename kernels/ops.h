@@ -14,6 +14,7 @@
 
 #include "dtype.h" // lz_dtype, lz_host_tensor
 #include "error.h" // lz_status
+#include "knobs.h" // lz_knob_table
 
 typedef struct lz_backend lz_backend; /* a backend's private context */
 struct lz_backward_ops;                /* backward_ops.h: the gradients of these ops, for training */
@@ -242,5 +243,8 @@ lz_status lz_cpu_backend_create(lz_backend **be, const lz_ops **ops);
  * linear_residual (a prompt's GEMM accumulating in place; decode: the residual add in the GEMV's
  * epilogue) and linear_many_rope (RoPE in the q/k/v GEMV's epilogue). */
 lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **be, const lz_ops **ops);
+/* The CUDA backend's knobs (kernels/cuda/cuda_knobs.c, docs/knobs.md), which it reads when created.
+ * In every build, with or without the backend, so that main checks them at start (lz_knobs_check). */
+extern const lz_knob_table lz_cuda_knob_table;
 
 #endif

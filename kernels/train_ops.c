@@ -17,9 +17,3 @@ lz_status lz_train_ops_get(const char *device, const lz_train_ops **out) {
         return lz_fail(LZ_ERR_INPUT, "--device %s: unknown device (cpu or cuda)", device);
     return LZ_OK;
 }
-
-lz_status lz_train_need(const lz_train_ops *ops, const void *op, const char *what) {
-    if (op)
-        return LZ_OK;
-    return lz_fail(LZ_ERR_INPUT, "%s: not built for %s yet (use --device cpu)", what, ops->name);
-}

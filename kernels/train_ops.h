@@ -1,11 +1,11 @@
-/* train_ops.h - the training op table: the math of `lizard distill` and
- * `lizard finetune`, once per backend, so that runtime/train never calls a
- * backend (CUDA runtime, kernels) itself.
+/* train_ops.h - the training op table of stage 1: the math of `lizard distill`,
+ * once per backend, so that runtime/train never calls a backend (CUDA runtime,
+ * kernels) itself. Stage 2 trains through the inference backend and its
+ * backward op table (backward_ops.h).
  *
  * Tensors are fp32 in the backend's memory (host on "cpu", device on
  * "cuda"); alloc/upload/download move them. Every op returns LZ_OK or a
- * status with the error set. An op a backend does not have yet is NULL:
- * callers check with lz_train_need(). */
+ * status with the error set. */
 #ifndef LZ_TRAIN_OPS_H
 #define LZ_TRAIN_OPS_H
 
@@ -15,41 +15,6 @@
 
 #include "error.h"       // lz_status
 #include "train_types.h" // lz_lizard_geom, lz_lizard_params_f32
-
-/* Stage 2 (fine-tuning): one sequence of T tokens from position 0 per call,
- * fp32 in the backend's memory; the equations and what each overwrites or
- * adds to are in kernels/cpu/train_kernels.h and kernels/cpu/backward/. */
-typedef struct {
-    void (*rmsnorm_forward)(float *y, float *rinv, const float *x, const float *w, int T, int C, float eps);
-    void (*rmsnorm_backward)(float *dx, const float *dy, const float *x, const float *w, const float *rinv, int T,
-                             int C);
-    void (*swiglu_forward)(float *h, const float *g, const float *u, size_t n);
-    void (*swiglu_backward)(float *dg, float *du, const float *dh, const float *g, const float *u, size_t n);
-    void (*embedding_forward)(float *x, const float *E, const int32_t *ids, int T, int C);
-    void (*rope)(float *x, int T, int H, int d, const float *inv_freq, float sign);
-    void (*attention_forward)(float *out, float *lse, const float *q, const float *k, const float *v, int T, int Hq,
-                              int Hkv, int d);
-    void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                               const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
-                               int Hkv, int d);
-    void (*linear_forward)(float *y, const float *x, const float *W, int T, int in, int out);
-    void (*linear_backward_input)(float *dx, const float *dy, const float *W, int T, int in, int out);
-    void (*lora_forward)(float *y, float *u, const float *x, const float *A, const float *B, const float *mask,
-                         float scale, int T, int in, int out, int r);
-    void (*lora_backward)(float *dA, float *dB, float *dx, const float *dy, const float *x, const float *u,
-                          const float *A, const float *B, const float *mask, float scale, int T, int in, int out,
-                          int r);
-    double (*lm_head_cross_entropy)(float *dh, const float *h, const float *W, const int32_t *targets, int T, int C,
-                                    int V, float grad_scale);
-    /* The Lizard layer: scratch for T tokens and hidden size C; the forward keeps in it what the backward reads. */
-    void *(*lizard_scratch_create)(const lz_lizard_geom *g, int T, int C); /* NULL: out of memory */
-    void (*lizard_scratch_free)(void *scratch);
-    void (*lizard_forward)(void *scratch, float *y, const lz_lizard_params_f32 *p, const float *x, const float *q,
-                           const float *k, const float *v, int T, const lz_lizard_geom *g);
-    void (*lizard_backward)(void *scratch, lz_lizard_params_f32 *grad, float *dx, float *dq, float *dk, float *dv,
-                            const float *dy, const lz_lizard_params_f32 *p, const float *x, const float *q,
-                            const float *k, const float *v, int T, const lz_lizard_geom *g);
-} lz_finetune_ops;
 
 typedef struct lz_train_ops {
     const char *name;
@@ -80,16 +45,11 @@ typedef struct lz_train_ops {
                                   const float *k, const float *v, const float *target, int n_seq, int T,
                                   const lz_lizard_geom *g, void *scratch);
 
-    /* Stage 2; NULL: not built for this backend yet. */
-    const lz_finetune_ops *finetune;
 } lz_train_ops;
 
 /* The table of `device` ("cpu" or "cuda"); "cuda" in a build without it
  * fails naming LIZARD_CUDA. */
 lz_status lz_train_ops_get(const char *device, const lz_train_ops **out);
-
-/* LZ_OK if `op` is built for this backend, else an error naming it and the backend. */
-lz_status lz_train_need(const lz_train_ops *ops, const void *op, const char *what);
 
 /* The backends' tables (kernels/cpu/train_ops_cpu.c, kernels/cuda/train_ops_cuda.cu). */
 const lz_train_ops *lz_train_ops_cpu(void);

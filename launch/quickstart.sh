@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # quickstart.sh - on a Debian/Ubuntu machine: the packages (only those missing; installing needs
 # root), a build of what the machine can run (the CUDA backend only where nvidia-smi sees a GPU and
-# nvcc is there), and a generation from the embedded default model with the per-sequence state report
+# nvcc is there: launch/cuda_default.sh, the rule tests/run_all.sh and CMakeLists.txt follow too), and a generation from the embedded default model with the per-sequence state report
 # after its text. The default is the trained 50% hybrid kept in launch/default-model (README.md, "The
 # default model"); where that folder holds no model, a random-weight tiny-hybrid (4 layers, 2 softmax
 # + 2 Lizard) written by `lizard init`, whose text is noise. MODEL (first argument): where that
@@ -21,10 +21,7 @@ if [ -n "$missing" ]; then
   elif command -v sudo >/dev/null; then sudo bash tests/install_deps.sh
   else echo "quickstart: run as root: bash tests/install_deps.sh" >&2; exit 2; fi
 fi
-cuda=OFF
-if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU' && command -v nvcc >/dev/null; then
-  cuda=ON
-fi
+cuda=$(bash launch/cuda_default.sh)
 echo "quickstart: building with -DLIZARD_CUDA=$cuda"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLIZARD_CUDA=$cuda >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" --target lizard

@@ -45,6 +45,8 @@ def parse_args(argv):
     ap.add_argument("--seq-len", type=int, default=1024, help="training sequence length, both stages (1024)")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step, both stages (8)")
     ap.add_argument("--stage2-lr", type=float, default=5e-4, help="stage 2's peak learning rate (5e-4)")
+    ap.add_argument("--configs", default="", help="only these configurations, comma-separated (default all: "
+                    "lizard-0,hybrid-25,hybrid-50-alt,hybrid-50-err)")
     ap.add_argument("--parallel", type=int, default=4, help="configurations trained at once on the device (4): a "
                     "small teacher leaves most of a GPU idle, so they share it")
     ap.add_argument("--stage1-args", default="", help="more `lizard distill` flags, e.g. '--feature-dim 32 --lr 3e-2'")
@@ -190,6 +192,13 @@ class Study:
         self.evaluate("teacher", os.path.abspath(a.teacher),
                       dict(base, config="teacher", target=1.0, selection="all", stage="teacher", tokens=0), 0)
         configs = self.configurations()
+        if a.configs:
+            wanted = a.configs.split(",")
+            unknown = [w for w in wanted if w not in [c[0] for c in configs]]
+            if unknown:
+                sys.stderr.write(f"launch/study.sh: error: --configs: unknown configuration {unknown[0]}\n")
+                return 2
+            configs = [c for c in configs if c[0] in wanted]
         for first in range(0, len(configs), a.parallel):
             threads = [threading.Thread(target=self.configuration, args=(c, train, by_error, stage2, base))
                        for c in configs[first:first + a.parallel]]

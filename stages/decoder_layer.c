@@ -41,125 +41,100 @@ static lz_status lizard_attention(lz_model *m, lz_layer *ly, lz_layer_state *ls,
     return ops->window_attention(m->be, ws->att, ws->q, ws->k, ws->v, &ly->meta, ly->alpha, ls, b, dims);
 }
 
-/* outs[i] = rmsnorm(x) . w[i]^T, through ws->xn. */
-static lz_status norm_linear_many(lz_model *m, lz_workspace *ws, int count, void *const *outs, const lz_weight *norm,
-                                  const lz_weight *const *w, const lz_weight *const *bias, int T) {
-    const lz_ops *ops = m->ops;
-    LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, norm, T, (float)m->cfg.rms_norm_eps));
-    return ops->linear_many(m->be, count, outs, ws->xn, w, bias, T);
-}
-
-/* ws->x += x . W^T (+ bias) */
-static lz_status linear_residual(lz_model *m, lz_workspace *ws, const void *x, const lz_weight *w,
-                                 const lz_weight *bias, int T) {
-    const lz_ops *ops = m->ops;
-    if (ops->linear_residual)
-        return ops->linear_residual(m->be, ws->x, ws->proj, x, w, bias, T);
-    LZ_TRY(ops->linear(m->be, ws->proj, x, w, bias, T));
-    return ops->add(m->be, ws->x, ws->proj, (size_t)T * (size_t)w->rows);
-}
-
-lz_status lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws,
-                                   const lz_batch *b, int kv_capacity) {
-    const lz_ops *ops = m->ops;
-    const int T = b->n_tokens;
-    const size_t I = (size_t)m->cfg.intermediate_size;
-    const float eps = (float)m->cfg.rms_norm_eps;
-    lz_attn_dims dims = ly->dims;
-    dims.kv_capacity = kv_capacity;
-
-    /* q, k, v (and a Lizard layer's gate) read the same input: one launch where the backend can; a
-     * softmax layer's RoPE folded into it where the backend can */
-    const bool roped = ly->run_softmax && ops->linear_many_rope;
-    {
-        void *outs[4] = {ws->q, ws->k, ws->v, ws->gate_logit};
-        const lz_weight *w[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->gate};
-        const lz_weight *bias[4] = {&ly->bq, &ly->bk, &ly->bv, NULL};
-        if (roped) {
-            LZ_TRY(ops->rmsnorm(m->be, ws->xn, ws->x, &ly->input_norm, T, eps));
-            LZ_TRY(ops->linear_many_rope(m->be, 3, outs, ws->xn, w, bias, T, m->inv_freq, b, &dims));
-        } else {
-            LZ_TRY(norm_linear_many(m, ws, ly->run_softmax ? 3 : 4, outs, &ly->input_norm, w, bias, T));
-        }
-    }
-    if (ly->run_softmax)
-        LZ_TRY(softmax_attention(m, ls, ws, b, &dims, roped));
-    else
-        LZ_TRY(lizard_attention(m, ly, ls, ws, b, &dims));
-    LZ_TRY(linear_residual(m, ws, ws->att, &ly->wo, &ly->bo, T));
-
-    if (ops->norm_swiglu) {
-        LZ_TRY(ops->norm_swiglu(m->be, ws->mlp_gate, ws->xn, ws->mlp_up, ws->x, &ly->post_norm, eps, &ly->w_gate,
-                                &ly->b_gate, &ly->w_up, &ly->b_up, T));
-    } else {
-        void *outs[2] = {ws->mlp_gate, ws->mlp_up};
-        const lz_weight *w[2] = {&ly->w_gate, &ly->w_up}, *bias[2] = {&ly->b_gate, &ly->b_up};
-        LZ_TRY(norm_linear_many(m, ws, 2, outs, &ly->post_norm, w, bias, T));
-        LZ_TRY(ops->swiglu(m->be, ws->mlp_gate, ws->mlp_gate, ws->mlp_up, (size_t)T * I));
-    }
-    return linear_residual(m, ws, ws->mlp_gate, &ly->w_down, &ly->b_down, T);
-}
-
 /* y += LoRA of projection j on x, when the layer trains one there. */
 static lz_status lora_add(lz_model *m, const lz_layer_train *tr, lz_layer_tape *tape, int j, void *y, const void *x,
                           const lz_batch *b) {
-    if (!tr->lora[j])
+    if (!tape || !tr->lora[j])
         return LZ_OK;
     return m->ops->backward->lora_forward(m->be, y, tape->lora_u[j], x, tr->lora[j], &tr->drop[j], b);
 }
 
-/* ws->x += o_proj or down_proj of x, with its LoRA. */
-static lz_status residual_train(lz_model *m, const lz_layer_train *tr, lz_layer_tape *tape, lz_workspace *ws, int j,
-                                const void *x, const lz_weight *w, const lz_batch *b) {
+/* ws->x += x . W^T (+ bias), projection j (o or down): in one op where the backend fuses it, else
+ * (and when training) the product, its LoRA, the add. */
+static lz_status residual(lz_model *m, const lz_layer_train *tr, lz_layer_tape *tape, lz_workspace *ws, int j,
+                          const void *x, const lz_weight *w, const lz_weight *bias, const lz_batch *b) {
     const lz_ops *ops = m->ops;
     const int T = b->n_tokens;
-    LZ_TRY(ops->linear(m->be, ws->proj, x, w, NULL, T));
+    if (!tape && ops->linear_residual)
+        return ops->linear_residual(m->be, ws->x, ws->proj, x, w, bias, T);
+    LZ_TRY(ops->linear(m->be, ws->proj, x, w, bias, T));
     LZ_TRY(lora_add(m, tr, tape, j, ws->proj, x, b));
     return ops->add(m->be, ws->x, ws->proj, (size_t)T * (size_t)w->rows);
 }
 
-lz_status lz_decoder_layer_train_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws,
-                                         const lz_batch *b, int kv_capacity, const lz_layer_train *tr,
-                                         lz_layer_tape *tape) {
+/* The layer on ws->x. Without a tape (inference) the backend's fused ops run where it has them; with a
+ * tape (training) the same ops run unfused, LoRA (tr) is added after the projections that have it and
+ * the tape keeps what the backward reads (train_layer.h). */
+static lz_status layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws, const lz_batch *b,
+                               int kv_capacity, const lz_layer_train *tr, lz_layer_tape *tape) {
     const lz_ops *ops = m->ops;
     const int T = b->n_tokens;
     const size_t I = (size_t)m->cfg.intermediate_size, C = (size_t)m->cfg.hidden_size;
     const float eps = (float)m->cfg.rms_norm_eps;
-    if (!ops->backward)
-        return lz_fail(LZ_ERR_INPUT, "the %s backend has no backward ops: it cannot train", ops->name);
-    if (T > tape->max_tokens)
-        return lz_fail(LZ_ERR_INTERNAL, "a training step of %d rows past its tape's %d", T, tape->max_tokens);
     lz_attn_dims dims = ly->dims;
     dims.kv_capacity = kv_capacity;
-    lz_workspace w = *ws; // the tape's buffers in place of the workspace's, so that they outlive the layer
-    w.xn = tape->xn1, w.q = tape->q, w.k = tape->k, w.v = tape->v, w.gate_logit = tape->gate_logit, w.att = tape->att;
+    lz_workspace w = *ws; // training: the tape's buffers in place of the workspace's, so that they outlive the layer
+    if (tape)
+        w.xn = tape->xn1, w.q = tape->q, w.k = tape->k, w.v = tape->v, w.gate_logit = tape->gate_logit,
+        w.att = tape->att;
+
+    /* q, k, v (and a Lizard layer's gate) read the same input: one launch where the backend can; a
+     * softmax layer's RoPE folded into it where the backend can (not when LoRA adds to q and k first) */
+    const bool roped = !tape && ly->run_softmax && ops->linear_many_rope;
     {
-        void *outs[4] = {tape->q, tape->k, tape->v, tape->gate_logit};
+        void *outs[4] = {w.q, w.k, w.v, w.gate_logit};
         const lz_weight *wt[4] = {&ly->wq, &ly->wk, &ly->wv, &ly->gate};
-        LZ_TRY(ops->rmsnorm(m->be, tape->xn1, ws->x, &ly->input_norm, T, eps));
-        LZ_TRY(ops->linear_many(m->be, ly->run_softmax ? 3 : 4, outs, tape->xn1, wt, NULL, T));
+        const lz_weight *bias[4] = {&ly->bq, &ly->bk, &ly->bv, NULL};
+        LZ_TRY(ops->rmsnorm(m->be, w.xn, ws->x, &ly->input_norm, T, eps));
+        if (roped)
+            LZ_TRY(ops->linear_many_rope(m->be, 3, outs, w.xn, wt, bias, T, m->inv_freq, b, &dims));
+        else
+            LZ_TRY(ops->linear_many(m->be, ly->run_softmax ? 3 : 4, outs, w.xn, wt, bias, T));
         for (int j = LZ_LIN_Q; j <= LZ_LIN_V; j++)
-            LZ_TRY(lora_add(m, tr, tape, j, outs[j], tape->xn1, b));
+            LZ_TRY(lora_add(m, tr, tape, j, outs[j], w.xn, b));
     }
-    if (ly->run_softmax && tape->q_raw) { // kept before RoPE rotates them in place
+    if (tape && ly->run_softmax && tape->q_raw) { // kept before RoPE rotates them in place
         const size_t q_bytes = (size_t)T * dims.n_heads * dims.head_dim * ops->act_size;
         LZ_TRY(ops->backward->copy(m->be, tape->q_raw, tape->q, q_bytes));
         LZ_TRY(ops->backward->copy(m->be, tape->k_raw, tape->k, q_bytes / dims.n_heads * dims.n_kv_heads));
     }
     if (ly->run_softmax)
-        LZ_TRY(softmax_attention(m, ls, &w, b, &dims, false)); // q and k rotated in place
+        LZ_TRY(softmax_attention(m, ls, &w, b, &dims, roped));
     else
         LZ_TRY(lizard_attention(m, ly, ls, &w, b, &dims));
-    LZ_TRY(residual_train(m, tr, tape, ws, LZ_LIN_O, tape->att, &ly->wo, b));
-    LZ_TRY(ops->backward->copy(m->be, tape->xmid, ws->x, (size_t)T * C * ops->act_size));
-    {
-        void *outs[2] = {tape->g, tape->u};
-        const lz_weight *wt[2] = {&ly->w_gate, &ly->w_up};
-        LZ_TRY(ops->rmsnorm(m->be, tape->xn2, ws->x, &ly->post_norm, T, eps));
-        LZ_TRY(ops->linear_many(m->be, 2, outs, tape->xn2, wt, NULL, T));
-        LZ_TRY(lora_add(m, tr, tape, LZ_LIN_GATE, tape->g, tape->xn2, b));
-        LZ_TRY(lora_add(m, tr, tape, LZ_LIN_UP, tape->u, tape->xn2, b));
+    LZ_TRY(residual(m, tr, tape, ws, LZ_LIN_O, w.att, &ly->wo, &ly->bo, b));
+    if (tape)
+        LZ_TRY(ops->backward->copy(m->be, tape->xmid, ws->x, (size_t)T * C * ops->act_size));
+
+    if (!tape && ops->norm_swiglu) {
+        LZ_TRY(ops->norm_swiglu(m->be, ws->mlp_gate, ws->xn, ws->mlp_up, ws->x, &ly->post_norm, eps, &ly->w_gate,
+                                &ly->b_gate, &ly->w_up, &ly->b_up, T));
+        return residual(m, tr, tape, ws, LZ_LIN_DOWN, ws->mlp_gate, &ly->w_down, &ly->b_down, b);
     }
-    LZ_TRY(ops->swiglu(m->be, tape->h, tape->g, tape->u, (size_t)T * I));
-    return residual_train(m, tr, tape, ws, LZ_LIN_DOWN, tape->h, &ly->w_down, b);
+    void *xn = tape ? tape->xn2 : ws->xn, *g = tape ? tape->g : ws->mlp_gate, *u = tape ? tape->u : ws->mlp_up;
+    void *h = tape ? tape->h : ws->mlp_gate; // inference: silu(g) * u in place of g
+    void *outs[2] = {g, u};
+    const lz_weight *wt[2] = {&ly->w_gate, &ly->w_up}, *bias[2] = {&ly->b_gate, &ly->b_up};
+    LZ_TRY(ops->rmsnorm(m->be, xn, ws->x, &ly->post_norm, T, eps));
+    LZ_TRY(ops->linear_many(m->be, 2, outs, xn, wt, bias, T));
+    LZ_TRY(lora_add(m, tr, tape, LZ_LIN_GATE, g, xn, b));
+    LZ_TRY(lora_add(m, tr, tape, LZ_LIN_UP, u, xn, b));
+    LZ_TRY(ops->swiglu(m->be, h, g, u, (size_t)T * I));
+    return residual(m, tr, tape, ws, LZ_LIN_DOWN, h, &ly->w_down, &ly->b_down, b);
+}
+
+lz_status lz_decoder_layer_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws,
+                                   const lz_batch *b, int kv_capacity) {
+    return layer_forward(m, ly, ls, ws, b, kv_capacity, NULL, NULL);
+}
+
+lz_status lz_decoder_layer_train_forward(lz_model *m, lz_layer *ly, lz_layer_state *ls, lz_workspace *ws,
+                                         const lz_batch *b, int kv_capacity, const lz_layer_train *tr,
+                                         lz_layer_tape *tape) {
+    if (!m->ops->backward)
+        return lz_fail(LZ_ERR_INPUT, "the %s backend has no backward ops: it cannot train", m->ops->name);
+    if (b->n_tokens > tape->max_tokens)
+        return lz_fail(LZ_ERR_INTERNAL, "a training step of %d rows past its tape's %d", b->n_tokens,
+                       tape->max_tokens);
+    return layer_forward(m, ly, ls, ws, b, kv_capacity, tr, tape);
 }

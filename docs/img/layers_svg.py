@@ -6,9 +6,9 @@ import sys
 
 # (row, column span start, span width, library, folders, what it holds); rows from the top, 6 columns
 BOXES = [
-    (0, 0, 6, "lizard_lib", "runtime/cli", "the commands: init, info, forward, generate, bench, plan, distill, eval, serve"),
+    (0, 0, 6, "lizard_lib", "runtime/cli", "the commands: init, info, tokenize, forward, generate, bench, plan, distill, finetune, eval, serve"),
     (1, 0, 3, "lizard_serve", "runtime/serve", "OpenAI-compatible HTTP, scheduler, sessions"),
-    (1, 3, 3, "lizard_train", "runtime/train", "stage-1 distillation"),
+    (1, 3, 3, "lizard_train", "runtime/train", "distill (stage 1), finetune (stage 2)"),
     (2, 0, 4, "lizard_engine", "runtime/engine, pipeline, session", "one model's steps; MPI/NCCL pipeline; state messages"),
     (2, 4, 2, "lizard_tokenizer", "runtime/tokenizer", "text <-> ids"),
     (3, 0, 4, "lizard_stages", "stages", "the model as layers: decoder layer, step"),

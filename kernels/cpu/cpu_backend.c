@@ -31,6 +31,10 @@ static lz_status cpu_upload_weight(lz_backend *be, const lz_host_tensor *src, in
     if (rows * cols != src->numel)
         return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,
                        (long long)src->numel, (long long)rows, (long long)cols);
+    // every weight is checked: one pass at memory speed (docs/running.md, "Non-finite values")
+    const size_t bad = lz_first_nonfinite(src->data, src->dtype, (size_t)src->numel);
+    if (bad < (size_t)src->numel)
+        return lz_fail(LZ_ERR_INPUT, "tensor '%s': element %zu is a NaN or an infinity", src->name, bad);
     *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, false, 0};
     if (src->lasting && src->dtype == LZ_DTYPE_F32 && ((uintptr_t)src->data % sizeof(float)) == 0) {
         out->data = (void *)src->data; // zero copy: the mapping outlives the model

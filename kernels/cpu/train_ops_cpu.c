@@ -151,53 +151,6 @@ static lz_status cpu_lizard_layer_sse(double *sse, double *energy, const lz_liza
     return LZ_OK;
 }
 
-static void *cpu_ft_scratch_create(const lz_lizard_geom *g, int T, int C) {
-    lz_lizard_scratch_f32 *s = malloc(sizeof *s);
-    if (s && lz_lizard_scratch_create_f32(s, g, T, C)) {
-        free(s);
-        return NULL;
-    }
-    return s;
-}
-
-static void cpu_ft_scratch_free(void *scratch) {
-    if (!scratch)
-        return;
-    lz_lizard_scratch_free_f32(scratch);
-    free(scratch);
-}
-
-static void cpu_lizard_forward(void *scratch, float *y, const lz_lizard_params_f32 *p, const float *x, const float *q,
-                               const float *k, const float *v, int T, const lz_lizard_geom *g) {
-    lz_lizard_layer_forward_f32(y, p, x, q, k, v, T, g, scratch);
-}
-
-static void cpu_lizard_backward(void *scratch, lz_lizard_params_f32 *grad, float *dx, float *dq, float *dk, float *dv,
-                                const float *dy, const lz_lizard_params_f32 *p, const float *x, const float *q,
-                                const float *k, const float *v, int T, const lz_lizard_geom *g) {
-    lz_lizard_layer_backward_f32(grad, dx, dq, dk, dv, dy, p, x, q, k, v, T, g, scratch);
-}
-
-static const lz_finetune_ops cpu_finetune_ops = {
-    .rmsnorm_forward = rmsnorm_train_forward_f32,
-    .rmsnorm_backward = rmsnorm_backward_f32,
-    .swiglu_forward = swiglu_train_forward_f32,
-    .swiglu_backward = swiglu_backward_f32,
-    .embedding_forward = embedding_train_forward_f32,
-    .rope = rope_train_f32,
-    .attention_forward = attention_train_forward_f32,
-    .attention_backward = attention_backward_f32,
-    .linear_forward = linear_train_forward_f32,
-    .linear_backward_input = linear_backward_input_f32,
-    .lora_forward = lora_train_forward_f32,
-    .lora_backward = lora_backward_f32,
-    .lm_head_cross_entropy = lm_head_cross_entropy_f32,
-    .lizard_scratch_create = cpu_ft_scratch_create,
-    .lizard_scratch_free = cpu_ft_scratch_free,
-    .lizard_forward = cpu_lizard_forward,
-    .lizard_backward = cpu_lizard_backward,
-};
-
 static const lz_train_ops cpu_train_ops = {
     .name = "cpu",
     .host_memory = true,
@@ -212,7 +165,6 @@ static const lz_train_ops cpu_train_ops = {
     .lizard_scratch_create = cpu_lizard_scratch_create,
     .lizard_scratch_free = cpu_lizard_scratch_free,
     .lizard_layer_sse = cpu_lizard_layer_sse,
-    .finetune = &cpu_finetune_ops,
 };
 
 const lz_train_ops *lz_train_ops_cpu(void) { return &cpu_train_ops; }

@@ -150,9 +150,7 @@ static lz_status attn_bw_sequence(lz_cuda_ctx *c, const attn_block_bufs<T> &bb, 
     const int rep = Hq / Hkv, ldkv = Hkv * d;
     const float scale = 1.0f / sqrtf((float)d);
     const T *K = k + start * ldkv, *V = v + start * ldkv; // kv head h's rows: K + h d, ldkv apart
-    float *dK = dk + start * ldkv, *dV = dv + start * ldkv;
-    LZ_CUDA_TRY(cudaMemsetAsync(dK, 0, sizeof(float) * (size_t)len * ldkv, c->stream));
-    LZ_CUDA_TRY(cudaMemsetAsync(dV, 0, sizeof(float) * (size_t)len * ldkv, c->stream));
+    float *dK = dk + start * ldkv, *dV = dv + start * ldkv; // zeroed by attn_bw: the blocks add to them
     const cublasOperation_t N = CUBLAS_OP_N, Tr = CUBLAS_OP_T;
     for (int i0 = 0; i0 < len; i0 += ATTN_BQ) {
         const int nb = len - i0 < ATTN_BQ ? len - i0 : ATTN_BQ, L = i0 + nb, M = rep * nb;
@@ -182,6 +180,12 @@ template <typename T>
 static lz_status attn_bw(lz_backend *be, float *dq, float *dk, float *dv, const float *dout, const T *q, const T *k,
                          const T *v, const lz_batch *b, int Hq, int Hkv, int d) {
     lz_cuda_ctx *c = &be->ctx;
+    // every row of dq, dk, dv is overwritten: zero first, as the CPU's, so that rows outside the
+    // sequences come out 0 and dK, dV start the sum over the query blocks from 0
+    const size_t rows = (size_t)b->n_tokens;
+    LZ_CUDA_TRY(cudaMemsetAsync(dq, 0, sizeof(float) * rows * Hq * d, c->stream));
+    LZ_CUDA_TRY(cudaMemsetAsync(dk, 0, sizeof(float) * rows * Hkv * d, c->stream));
+    LZ_CUDA_TRY(cudaMemsetAsync(dv, 0, sizeof(float) * rows * Hkv * d, c->stream));
     int max_len = 0;
     for (int s = 0; s < b->n_seqs; s++)
         max_len = b->len[s] > max_len ? b->len[s] : max_len;
@@ -206,10 +210,17 @@ lz_status lz_cuda_bw_attention(lz_backend *be, float *dq, float *dk, float *dv, 
     if (Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0 || d <= 0)
         return lz_fail(LZ_ERR_INPUT, "attention backward (CUDA): %d query heads, %d kv heads, head_dim %d", Hq, Hkv,
                        d);
+    if (b->n_tokens < 0)
+        return lz_fail(LZ_ERR_INPUT, "attention backward (CUDA): a batch of %d rows", b->n_tokens);
     for (int s = 0; s < b->n_seqs; s++) {
         if (b->len[s] < 0 || b->start[s] < 0 || b->start[s] + b->len[s] > b->n_tokens)
             return lz_fail(LZ_ERR_INPUT, "attention backward (CUDA): sequence %d (rows %d + %d) outside the %d rows",
                            s, b->start[s], b->len[s], b->n_tokens);
+        if (b->pos[s] != 0) // a query's keys are its sequence's rows from the first: no cached prefix
+            return lz_fail(LZ_ERR_INPUT,
+                           "attention backward (CUDA): sequence %d starts at position %d; training sequences start "
+                           "at 0",
+                           s, b->pos[s]);
         if (dims->sliding_window > 0 && b->len[s] > dims->sliding_window) // the mask would differ from causal
             return lz_fail(LZ_ERR_INPUT,
                            "attention backward (CUDA): sequence %d of %d tokens is longer than the sliding window %d "

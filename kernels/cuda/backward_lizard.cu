@@ -108,6 +108,21 @@ static lz_status scratch_grow(float **p, size_t *cap, size_t need, cudaStream_t 
     return LZ_OK;
 }
 
+// The shapes the distillation kernels take, as the CPU entry checks them: the head mappings of
+// train_gla.cuh and the feature maps (other ones would read the wrong heads), the feature map's
+// and the window's limits (shared memory, registers).
+static lz_status lizard_geom_check(const lz_lizard_geom *g) {
+    if (g->f < 1 || g->f > LZ_TRAIN_MAX_F || g->d < 1 || g->d > LZ_TRAIN_MAX_D || g->w < 1)
+        return lz_fail(LZ_ERR_INPUT,
+                       "Lizard layer backward (CUDA): feature_dim %d, head_dim %d, window %d (limits %d, %d)", g->f,
+                       g->d, g->w, LZ_TRAIN_MAX_F, LZ_TRAIN_MAX_D);
+    if (g->Hq < 1 || g->Hkv < 1 || g->Hq % g->Hkv != 0 || (g->Hs != g->Hkv && g->Hs != g->Hq) ||
+        (g->n_wq != 1 && g->n_wq != g->Hq) || (g->n_wk != 1 && g->n_wk != g->Hs))
+        return lz_fail(LZ_ERR_INPUT, "Lizard layer backward (CUDA): heads Hq %d, Hkv %d, state %d, phi_q %d, phi_k %d",
+                       g->Hq, g->Hkv, g->Hs, g->n_wq, g->n_wk);
+    return LZ_OK;
+}
+
 void lz_cuda_bw_lizard_scratch_free(lz_backend *be, void *scratch) {
     lizard_bw_scratch *s = (lizard_bw_scratch *)scratch;
     if (!s)
@@ -128,6 +143,7 @@ lz_status lz_cuda_bw_lizard_scratch_create(lz_backend *be, void **out, const lz_
     *out = NULL;
     if (max_tokens <= 0 || C <= 0)
         return lz_fail(LZ_ERR_INPUT, "Lizard layer backward scratch (CUDA): %d rows of width %d", max_tokens, C);
+    LZ_TRY(lizard_geom_check(g));
     lizard_bw_scratch *s = (lizard_bw_scratch *)calloc(1, sizeof *s);
     if (!s)
         return lz_fail(LZ_ERR_NOMEM, "Lizard layer backward scratch (CUDA): out of memory");
@@ -203,10 +219,12 @@ static lz_status lizard_batch_shape(const lz_batch *b, int *n_seq, int *T) {
     return LZ_OK;
 }
 
-// While alive, the distillation kernels launch on `stream`; then on the legacy default stream again.
+// While alive, the distillation kernels launch on `stream`; then on the stream they had before
+// (distillation's legacy default stream, or a caller's own).
 struct train_stream_scope {
-    explicit train_stream_scope(cudaStream_t stream) { lz_cuda_train_set_stream(stream); }
-    ~train_stream_scope() { lz_cuda_train_set_stream(NULL); }
+    cudaStream_t before;
+    explicit train_stream_scope(cudaStream_t stream) : before(lz_train_stream()) { lz_cuda_train_set_stream(stream); }
+    ~train_stream_scope() { lz_cuda_train_set_stream(before); }
     train_stream_scope(const train_stream_scope &) = delete;
     train_stream_scope &operator=(const train_stream_scope &) = delete;
 };
@@ -216,6 +234,10 @@ lz_status lz_cuda_bw_lizard(lz_backend *be, void *scratch, lz_lizard_params_f32 
                             const void *q, const void *k, const void *v, const lz_batch *b, const lz_lizard_geom *g,
                             int C) {
     lizard_bw_scratch *s = (lizard_bw_scratch *)scratch;
+    if (!s || !dx || !dq || !dk || !dv || !dout)
+        return lz_fail(LZ_ERR_INPUT, "Lizard layer backward (CUDA): the scratch, dx, dq, dk, dv and dout are all "
+                                     "required");
+    LZ_TRY(lizard_geom_check(g));
     int n_seq, T;
     LZ_TRY(lizard_batch_shape(b, &n_seq, &T));
     const int N = n_seq * T, d = g->d, f = g->f;

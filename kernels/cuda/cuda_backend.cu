@@ -12,10 +12,12 @@
 #include "cuda_kernels.cuh"
 #include "linear_joined.cuh" // lz_join_weights, linear_joined_run, linear_joined_forward, swiglu_joined_*
 #include "linear_stream.cuh" // linear_stream_takes, linear_stream_forward
+#include "weight_check.cuh"  // lz_first_nonfinite_device
 #include "wgmma.cuh" // lz_wgmma_built
 
 extern "C" {
-#include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16
+#include "cuda_knobs.h"  // lz_cuda_knobs_read
+#include "dtype.h"       // lz_convert_to_f32, lz_f32_to_bf16, lz_first_nonfinite
 #include "knobs.h"       // lz_knobs_get
 #include "sample_rule.h" // LZ_SAMPLE_MAX_VOCAB
 }
@@ -40,13 +42,12 @@ static size_t elem_size(const lz_backend *be) { return be->dtype == LZ_DTYPE_BF1
 // Memory ----------------------------------------------------------------------
 
 static lz_status cuda_alloc(lz_backend *be, size_t bytes, void **out) {
-    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
-    if (e != cudaSuccess) {
+    const char *why = lz_gpu_error_cleared(cudaMalloc(out, bytes ? bytes : 1));
+    if (why) {
         size_t free_b = 0, total = 0;
-        cudaMemGetInfo(&free_b, &total);
-        cudaGetLastError(); // clear the sticky-free error state of the failed allocation
+        (void)lz_gpu_error_cleared(cudaMemGetInfo(&free_b, &total)); // (the figures only: 0 of 0 if it fails too)
         return lz_fail(LZ_ERR_NOMEM, "cuda device %d: cannot allocate %zu bytes (%zu of %zu free): %s", be->device,
-                       bytes, free_b, total, cudaGetErrorString(e));
+                       bytes, free_b, total, why);
     }
     return LZ_OK;
 }
@@ -80,9 +81,44 @@ static lz_status h2d(lz_backend *be, void *dst, const void *src, size_t bytes) {
     return LZ_OK;
 }
 
-// Converts on the host in pieces of at most 16M elements, then copies.
+// A weight that is not finite where it lies on the device is refused by name (from the mapping as it
+// is, or converted: an F32 value beyond bf16's range becomes an infinity there).
+static lz_status check_uploaded(lz_backend *be, const lz_host_tensor *src, const lz_weight *w) {
+    const size_t n = (size_t)src->numel;
+    size_t first = n;
+    LZ_TRY(lz_first_nonfinite_device(&be->ctx, w->data, n, be->dtype, &first));
+    if (first == n)
+        return LZ_OK;
+    const size_t src_es = lz_dtype_size(src->dtype);
+    if (lz_first_nonfinite((const char *)src->data + first * src_es, src->dtype, 1) == 1) {
+        float v = 0;
+        lz_convert_to_f32(&v, (const char *)src->data + first * src_es, src->dtype, 1);
+        return lz_fail(LZ_ERR_INPUT, "tensor '%s': element %zu (%g) is beyond the range of %s (--dtype)", src->name,
+                       first, v, lz_dtype_name(be->dtype));
+    }
+    return lz_fail(LZ_ERR_INPUT, "tensor '%s': element %zu is a NaN or an infinity", src->name, first);
+}
+
+static lz_status upload_pieces(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols,
+                               lz_weight *out);
+
+// Copies (converted on the host in pieces when the types differ), then checks on the device.
 static lz_status cuda_upload_weight(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols,
                                     lz_weight *out) {
+    *out = (lz_weight){};
+    lz_status s = upload_pieces(be, src, rows, cols, out);
+    if (s == LZ_OK)
+        s = check_uploaded(be, src, out);
+    if (s != LZ_OK && out->data) {
+        cuda_free(be, out->data); // (the error that matters is the one above)
+        *out = (lz_weight){};
+    }
+    return s;
+}
+
+// Converts on the host in pieces of at most 16M elements, then copies.
+static lz_status upload_pieces(lz_backend *be, const lz_host_tensor *src, int64_t rows, int64_t cols,
+                               lz_weight *out) {
     if (rows * cols != src->numel)
         return lz_fail(LZ_ERR_INTERNAL, "tensor '%s': %lld elements viewed as [%lld, %lld]", src->name,
                        (long long)src->numel, (long long)rows, (long long)cols);
@@ -248,20 +284,20 @@ static lz_status cuda_copy_from_host_async(lz_backend *be, void *dst, const void
 // goes through the driver's staging buffers at a fraction of it).
 static lz_status cuda_host_alloc(lz_backend *be, size_t bytes, void **out) {
     *out = NULL;
-    cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault);
-    if (e != cudaSuccess) {
+    const char *why = lz_gpu_error_cleared(cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault));
+    if (why) {
         *out = NULL;
-        cudaGetLastError(); // an allocation failure is not sticky; clear it
         return lz_fail(LZ_ERR_NOMEM, "cuda device %d: cannot allocate %zu bytes of pinned host memory: %s",
-                       be->device, bytes, cudaGetErrorString(e));
+                       be->device, bytes, why);
     }
     return LZ_OK;
 }
 
 static void cuda_host_free(lz_backend *be, void *p) {
-    const cudaError_t e = p ? cudaFreeHost(p) : cudaSuccess;
-    if (e != cudaSuccess) // no status to return from a free; say so rather than drop it
-        fprintf(stderr, "lizard: cuda device %d: cudaFreeHost failed: %s\n", be->device, cudaGetErrorString(e));
+    // no status to return from a free (nor a message to leave for a caller): said, rather than dropped
+    const char *why = p ? lz_gpu_error(cudaFreeHost(p)) : NULL;
+    if (why)
+        fprintf(stderr, "lizard: cuda device %d: cudaFreeHost failed: %s\n", be->device, why);
 }
 
 static lz_status cuda_sync(lz_backend *be) {
@@ -437,24 +473,31 @@ static lz_status cuda_graph_begin(lz_backend *be, uint64_t sig, bool *run_ops) {
     return LZ_OK;
 }
 
+static lz_status end_capture(lz_backend *be, cudaGraph_t *graph) {
+    LZ_CUDA_TRY(cudaStreamEndCapture(be->ctx.stream, graph));
+    return LZ_OK;
+}
+static lz_status instantiate(cudaGraphExec_t *exec, cudaGraph_t graph) {
+    LZ_CUDA_TRY(cudaGraphInstantiate(exec, graph, 0));
+    return LZ_OK;
+}
+
 static lz_status cuda_graph_end(lz_backend *be, bool ok) {
     lz_graph_cache *g = &be->graphs;
     const int mode = g->mode, i = g->current;
     g->mode = 0;
     if (mode == 1) {
         cudaGraph_t graph = NULL;
-        cudaError_t e = cudaStreamEndCapture(be->ctx.stream, &graph);
-        if (!ok || e != cudaSuccess) {
+        const lz_status ended = end_capture(be, &graph); // ended whatever happened, or the stream stays captured
+        if (!ok || ended != LZ_OK) {
             if (graph)
                 cudaGraphDestroy(graph);
             g->seen[i] = false;
-            if (!ok)
-                return LZ_OK; // the caller reports the op's own error
-            LZ_CUDA_TRY(e);
+            return ok ? ended : LZ_OK; // (!ok: the caller reports the op's own error)
         }
-        e = cudaGraphInstantiate(&g->exec[i], graph, 0);
+        const lz_status made = instantiate(&g->exec[i], graph);
         cudaGraphDestroy(graph);
-        LZ_CUDA_TRY(e);
+        LZ_TRY(made);
     }
     if (mode != 0 && ok)
         LZ_CUDA_TRY(cudaGraphLaunch(g->exec[i], be->ctx.stream));
@@ -837,12 +880,11 @@ static void cuda_destroy(lz_backend *be) {
     free(be);
 }
 
-static lz_status init_device(lz_backend *be) {
+static lz_status init_device(lz_backend *be, const lz_cuda_knobs *k) {
     int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0)
-        return lz_fail(LZ_ERR_INPUT, "--device cuda: no CUDA device available (%s)",
-                       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    const char *why = lz_gpu_error_cleared(cudaGetDeviceCount(&count)); // a machine without a GPU: bad input
+    if (why || count == 0)
+        return lz_fail(LZ_ERR_INPUT, "--device cuda: no CUDA device available (%s)", why ? why : "0 devices");
     be->device = lz_knobs_get()->local_rank % count;
     LZ_CUDA_TRY(cudaSetDevice(be->device));
     cudaDeviceProp prop;
@@ -863,7 +905,7 @@ static lz_status init_device(lz_backend *be) {
     const cublasMath_t math = be->dtype == LZ_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
     LZ_CUDA_TRY(cublasSetMathMode(be->ctx.cublas, math));
     LZ_TRY(lz_cuda_side_create(&be->ctx, ws_bytes, math));
-    LZ_TRY(lz_trace_open());
+    LZ_TRY(lz_trace_open(k->trace, k->trace_us));
     if (be->dtype == LZ_DTYPE_BF16) {
         LZ_TRY(gla_init<__nv_bfloat16>(&be->ctx));
         LZ_TRY(gla_decode_init<__nv_bfloat16>(&be->ctx));
@@ -883,8 +925,8 @@ static lz_status init_device(lz_backend *be) {
     return LZ_OK;
 }
 
-// The context's kernel knobs (runtime/core/knobs.h, docs/knobs.md), read once at start.
-static void take_knobs(lz_cuda_ctx *c, const lz_knobs *k) {
+// The context's kernel knobs (cuda_knobs.h, docs/knobs.md), read once when the backend is created.
+static void take_knobs(lz_cuda_ctx *c, const lz_cuda_knobs *k) {
     c->wgmma = lz_wgmma_built() && k->wgmma; // and a 9.0 device (init_device)
     c->gemv_tokens = k->gemv_tokens;
     c->fuse_tokens = k->fuse_tokens;
@@ -908,16 +950,19 @@ extern "C" lz_status lz_cuda_backend_create(lz_dtype dtype, lz_backend **out, co
     if (!be)
         return lz_fail(LZ_ERR_NOMEM, "cuda backend: out of memory");
     be->dtype = dtype;
-    const lz_status ks = lz_knobs_status();
+    lz_cuda_knobs ck = {};
+    lz_status ks = lz_knobs_status();
+    if (ks == LZ_OK)
+        ks = lz_cuda_knobs_read(&ck);
     if (ks != LZ_OK) {
         free(be);
         return ks;
     }
     const lz_knobs *k = lz_knobs_get();
     be->prof.on = k->profile;
-    take_knobs(&be->ctx, k);
+    take_knobs(&be->ctx, &ck);
     be->graphs.off = k->profile || k->no_graphs;
-    lz_status s = init_device(be);
+    lz_status s = init_device(be, &ck);
     if (s != LZ_OK) {
         cuda_destroy(be);
         return s;

@@ -1,5 +1,5 @@
-// cuda_common.cuh - what every CUDA kernel file shares: the checked-call
-// macro (every CUDA / cuBLAS / NCCL call names itself, the device, the rank and
+// cuda_common.cuh - what every CUDA kernel file shares: the one check of a
+// call (every CUDA / cuBLAS / NCCL call names itself, the device, the rank and
 // file:line in the error), element conversions for the two activation types (bf16, fp32),
 // and warp/block reductions.
 #ifndef LZ_CUDA_COMMON_CUH
@@ -21,28 +21,38 @@ static inline const char *lz_gpu_error(cudaError_t e) { return e == cudaSuccess 
 static inline const char *lz_gpu_error(cublasStatus_t s) {
     return s == CUBLAS_STATUS_SUCCESS ? NULL : cublasGetStatusString(s);
 }
-// The error of a failed call: "[rank R (host): ]cuda device D: WHAT failed: WHY (file:line)".
-static inline lz_status lz_gpu_fail(const char *what, const char *why, const char *file, int line) {
+// The error of a failed call: "[rank R (host): ]cuda device D: [launch of ]WHAT failed: WHY (file:line)".
+static inline lz_status lz_gpu_fail(bool launch, const char *what, const char *why, const char *file, int line) {
     int dev = -1;
     cudaGetDevice(&dev);
-    return lz_fail_at(LZ_ERR_INTERNAL, file, line, "cuda device %d: %s failed: %s", dev, what, why);
+    return lz_fail_at(LZ_ERR_INTERNAL, file, line, "cuda device %d: %s%s failed: %s", dev, launch ? "launch of " : "",
+                      what, why);
 }
 
-// The one check of the CUDA backend: a CUDA, cuBLAS or NCCL call that fails returns its error.
-#define LZ_CUDA_TRY(call)                                                                                   \
+#define LZ_GPU_CHECK_(status, launch, what)                                                                 \
     do {                                                                                                    \
-        const char *lz_why_ = lz_gpu_error(call);                                                           \
+        const char *lz_why_ = lz_gpu_error(status);                                                         \
         if (lz_why_)                                                                                        \
-            return lz_gpu_fail(#call, lz_why_, __FILE__, __LINE__);                                         \
+            return lz_gpu_fail(launch, what, lz_why_, __FILE__, __LINE__);                                  \
     } while (0)
 
-// After every launch (what: the kernel's name): a bad configuration shows up here, a fault at the next sync.
-#define LZ_LAUNCH_CHECK(what)                                                                               \
-    do {                                                                                                    \
-        const char *lz_why_ = lz_gpu_error(cudaGetLastError());                                             \
-        if (lz_why_)                                                                                        \
-            return lz_gpu_fail("launch of " what, lz_why_, __FILE__, __LINE__);                             \
-    } while (0)
+// The one check of the CUDA backend: a CUDA, cuBLAS or NCCL call that fails returns its error.
+#define LZ_CUDA_TRY(call) LZ_GPU_CHECK_(call, false, #call)
+// The same check of a launch's own status (cudaLaunchKernelEx), named by its kernel (a string).
+#define LZ_LAUNCH_TRY(launch, kernel) LZ_GPU_CHECK_(launch, true, kernel)
+// After every launch (kernel: its name): a bad configuration shows up here, a fault at the next sync.
+#define LZ_LAUNCH_CHECK(kernel) LZ_GPU_CHECK_(cudaGetLastError(), true, kernel)
+
+// The check of a call whose failure the caller answers itself, with its own status or by doing
+// without (an allocation that finds the device full, a machine without a GPU): what went wrong, or
+// NULL, and the error cleared: a failed allocation is not sticky, but it stays the last error, which
+// the next LZ_LAUNCH_CHECK would report as its own.
+static inline const char *lz_gpu_error_cleared(cudaError_t e) {
+    if (e == cudaSuccess)
+        return NULL;
+    (void)cudaGetLastError();
+    return cudaGetErrorString(e);
+}
 
 __device__ __forceinline__ float lz_to_float(float x) { return x; }
 __device__ __forceinline__ float lz_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

@@ -56,8 +56,9 @@ struct lz_cuda_ctx {
 // Grows ctx->scratch to at least `bytes` (synchronising the stream first).
 lz_status lz_cuda_scratch(lz_cuda_ctx *ctx, size_t bytes);
 
-// The kernels' own timeline (trace.cu; cmake -DLIZARD_TRACE=ON and LIZARD_TRACE=file, else nothing).
-lz_status lz_trace_open(void);
+// The kernels' own timeline (trace.cu; cmake -DLIZARD_TRACE=ON and LIZARD_TRACE=file, else nothing):
+// the last `us` microseconds of it written to `path` when closed (path NULL: no timeline).
+lz_status lz_trace_open(const char *path, int us);
 lz_status lz_trace_close(void);
 
 // Side streams (side_streams.cu). create: the streams, handles (math mode as the main one's) and

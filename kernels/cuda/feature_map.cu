@@ -400,25 +400,25 @@ lz_status lz_feature_map_tc_init(lz_cuda_ctx *c) {
 }
 
 // The streaming path when (d, f) is one of FMS_SHAPES, its shared memory fits and
-// every row starts 16-byte aligned; false: the caller takes the WMMA kernel.
-static bool feature_map_stream(lz_cuda_ctx *c, bf16 *out, const bf16 *x, const bf16 *w, int n_w, int n, int Hx,
-                               int Hout, int d, int f, bool exp_map, lz_status *st) {
+// every row starts 16-byte aligned (*taken); else the caller takes the WMMA kernel.
+static lz_status feature_map_stream(lz_cuda_ctx *c, bf16 *out, const bf16 *x, const bf16 *w, int n_w, int n, int Hx,
+                                    int Hout, int d, int f, bool exp_map, bool *taken) {
+    *taken = false;
     if ((((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) & 15) != 0)
-        return false;
+        return LZ_OK;
     const long steps = (long)((n + FMS_GROUP - 1) / FMS_GROUP) * Hout;
     const unsigned grid = (unsigned)(steps < c->n_sms ? steps : c->n_sms); // one block a SM: its shared memory
 #define FMS_CASE(D, F)                                                                                             \
     if (d == D && f == F && fms_layout<D, F>::BYTES <= c->max_smem) {                                              \
         feature_map_stream_kernel<D, F><<<grid, 32 * FMS_WARPS, fms_layout<D, F>::BYTES, c->stream>>>(              \
             out, x, w, n_w, n, Hx, Hout, exp_map);                                                                  \
-        cudaError_t e = cudaGetLastError();                                                                         \
-        *st = e == cudaSuccess ? LZ_OK                                                                              \
-                               : lz_fail(LZ_ERR_INTERNAL, "cuda: feature_map (stream): %s", cudaGetErrorString(e)); \
-        return true;                                                                                                \
+        *taken = true;                                                                                              \
+        LZ_LAUNCH_CHECK("feature_map (stream)");                                                                    \
+        return LZ_OK;                                                                                               \
     }
     FMS_SHAPES(FMS_CASE)
 #undef FMS_CASE
-    return false;
+    return LZ_OK;
 }
 
 static bool feature_map_tc_fits(const lz_cuda_ctx *c, int n, int d, int f) {
@@ -428,9 +428,10 @@ static bool feature_map_tc_fits(const lz_cuda_ctx *c, int n, int d, int f) {
 
 static lz_status feature_map_tc(lz_cuda_ctx *c, bf16 *out, const bf16 *x, const bf16 *w, int n_w, int n, int Hx,
                                 int Hout, int d, int f, bool exp_map) {
-    lz_status st;
-    if (feature_map_stream(c, out, x, w, n_w, n, Hx, Hout, d, f, exp_map, &st))
-        return st;
+    bool taken;
+    LZ_TRY(feature_map_stream(c, out, x, w, n_w, n, Hx, Hout, d, f, exp_map, &taken));
+    if (taken)
+        return LZ_OK;
     const fm_layout L = fm_layout_of(d, f);
     // 16-byte loads where every source row starts 16-byte aligned
     const bool vec_x = d % 8 == 0 && ((uintptr_t)x & 15) == 0, vec_w = f % 8 == 0 && ((uintptr_t)w & 15) == 0;

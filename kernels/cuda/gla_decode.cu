@@ -353,7 +353,7 @@ static lz_status launch(lz_cuda_ctx *c, const gd_params<T> &p, int n_seqs) {
     const cudaLaunchConfig_t cfg = lz_cluster_config(c, dim3((unsigned)C, (unsigned)p.Hs, (unsigned)n_seqs),
                                                      dim3(GD_THREADS, 1, 1), smem, (unsigned)C, attr);
     void *args[] = {(void *)&p};
-    LZ_CUDA_TRY(cudaLaunchKernelExC(&cfg, pick<T, FUSED>(L.group, p.d, p.f), args));
+    LZ_LAUNCH_TRY(cudaLaunchKernelExC(&cfg, pick<T, FUSED>(L.group, p.d, p.f), args), "gla decode (split)");
     LZ_LAUNCH_CHECK("gla decode (split)");
     return LZ_OK;
 }

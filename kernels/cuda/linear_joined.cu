@@ -122,6 +122,18 @@ lz_status swiglu_joined_forward(lz_cuda_ctx *c, T *out, const T *x, const lz_wei
     return swiglu_rows_forward<T>(c, out, joined, joined + I, n, I, 2 * I);
 }
 
+// The layers' weights one after the other into block, then `pad` zero bytes.
+static lz_status copy_joined(lz_cuda_ctx *c, char *block, int count, lz_weight *const *ws, const size_t *bytes,
+                             size_t total, size_t pad) {
+    size_t off = 0;
+    for (int i = 0; i < count; off += bytes[i++])
+        LZ_CUDA_TRY(cudaMemcpyAsync(block + off, ws[i]->data, bytes[i], cudaMemcpyDeviceToDevice, c->stream));
+    if (pad)
+        LZ_CUDA_TRY(cudaMemsetAsync(block + total, 0, pad, c->stream));
+    LZ_CUDA_TRY(cudaStreamSynchronize(c->stream));
+    return LZ_OK;
+}
+
 lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_t es) {
     if (c->join_tokens < 1 || count < 2 || count > LZ_JOIN_MAX_LAYERS)
         return LZ_OK;
@@ -145,10 +157,8 @@ lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_
     const size_t out_bytes = (size_t)c->join_tokens * block_rows * es;
     if (out_bytes > c->joined_bytes) {
         void *p = NULL;
-        if (cudaMalloc(&p, out_bytes) != cudaSuccess) {
-            cudaGetLastError(); // (not sticky: clears it) too little memory, so the layers stay apart
-            return LZ_OK;
-        }
+        if (lz_gpu_error_cleared(cudaMalloc(&p, out_bytes)))
+            return LZ_OK; // too little memory: the layers stay apart
         if (c->joined_out) {
             LZ_CUDA_TRY(cudaStreamSynchronize(c->stream));
             LZ_CUDA_TRY(cudaFree(c->joined_out));
@@ -156,23 +166,15 @@ lz_status lz_join_weights(lz_cuda_ctx *c, int count, lz_weight *const *ws, size_
         c->joined_out = p, c->joined_bytes = out_bytes, c->buffers_moved = true;
     }
     char *block = NULL;
-    if (cudaMalloc((void **)&block, total + pad) != cudaSuccess) {
-        cudaGetLastError();
+    if (lz_gpu_error_cleared(cudaMalloc((void **)&block, total + pad)))
         return LZ_OK;
+    const lz_status s = copy_joined(c, block, count, ws, bytes, total, pad);
+    if (s != LZ_OK) {
+        cudaFree(block);
+        lz_error_prefix("joining %d weights of %zu bytes: ", count, total);
+        return s;
     }
     size_t off = 0;
-    cudaError_t e = cudaSuccess;
-    for (int i = 0; i < count && e == cudaSuccess; off += bytes[i++])
-        e = cudaMemcpyAsync(block + off, ws[i]->data, bytes[i], cudaMemcpyDeviceToDevice, c->stream);
-    if (e == cudaSuccess && pad)
-        e = cudaMemsetAsync(block + total, 0, pad, c->stream);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(c->stream);
-    if (e != cudaSuccess) {
-        cudaFree(block);
-        return lz_fail(LZ_ERR_INTERNAL, "cuda: joining %d weights of %zu bytes: %s", count, total, cudaGetErrorString(e));
-    }
-    off = 0;
     for (int i = 0; i < count; off += bytes[i++]) {
         LZ_CUDA_TRY(cudaFree(ws[i]->data));
         ws[i]->data = block + off;

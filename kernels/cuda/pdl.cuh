@@ -39,9 +39,7 @@ static inline lz_status lz_launch(const lz_cuda_ctx *c, const char *what, void (
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-    if (e != cudaSuccess)
-        return lz_fail(LZ_ERR_INTERNAL, "cuda: launch of %s failed: %s", what, cudaGetErrorString(e));
+    LZ_LAUNCH_TRY(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
     return LZ_OK;
 }
 

@@ -59,10 +59,13 @@ template <typename T> lz_status measure_ceilings(lz_cuda_ctx *c, double *copy_bp
     T *A = NULL, *B = NULL, *C = NULL;
     lz_status s = LZ_OK;
     float ms = 0;
-    if (cudaMalloc(&src, bytes) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess ||
-        cudaMalloc(&A, n * n * sizeof(T)) != cudaSuccess || cudaMalloc(&B, n * n * sizeof(T)) != cudaSuccess ||
-        cudaMalloc(&C, n * n * sizeof(T)) != cudaSuccess)
-        s = lz_fail(LZ_ERR_NOMEM, "ceilings: cannot allocate the test buffers");
+    const char *why = lz_gpu_error_cleared(cudaMalloc(&src, bytes));
+    why = why ? why : lz_gpu_error_cleared(cudaMalloc(&dst, bytes));
+    why = why ? why : lz_gpu_error_cleared(cudaMalloc(&A, n * n * sizeof(T)));
+    why = why ? why : lz_gpu_error_cleared(cudaMalloc(&B, n * n * sizeof(T)));
+    why = why ? why : lz_gpu_error_cleared(cudaMalloc(&C, n * n * sizeof(T)));
+    if (why)
+        s = lz_fail(LZ_ERR_NOMEM, "ceilings: cannot allocate the test buffers: %s", why);
     if (s == LZ_OK)
         s = random_fill<char>(c, src, bytes, 0, 0, 1) == LZ_OK ? LZ_OK : LZ_ERR_INTERNAL;
     if (s == LZ_OK)

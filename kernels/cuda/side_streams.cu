@@ -49,17 +49,21 @@ lz_status lz_cuda_fork(lz_cuda_ctx *c, int n) {
     return LZ_OK;
 }
 
-// Every side is joined even when one fails (a recording with a side left out cannot end).
+static lz_status join_side(lz_cuda_ctx *c, int i) {
+    LZ_CUDA_TRY(cudaEventRecord(c->join_event[i], c->side[i]));
+    LZ_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->join_event[i], 0));
+    return LZ_OK;
+}
+
+// Every side is joined even when one fails (a recording with a side left out cannot end); the first
+// failure is the one reported.
 lz_status lz_cuda_join(lz_cuda_ctx *c, int n) {
     if (n < 0 || n > LZ_SIDE_STREAMS)
         return lz_fail(LZ_ERR_INTERNAL, "cuda: join of %d side streams (at most %d)", n, LZ_SIDE_STREAMS);
-    cudaError_t first = cudaSuccess;
+    lz_status first = LZ_OK;
     for (int i = 0; i < n; i++) {
-        cudaError_t e = cudaEventRecord(c->join_event[i], c->side[i]);
-        if (e == cudaSuccess)
-            e = cudaStreamWaitEvent(c->stream, c->join_event[i], 0);
-        first = first != cudaSuccess ? first : e;
+        const lz_status s = join_side(c, i);
+        first = first != LZ_OK ? first : s;
     }
-    LZ_CUDA_TRY(first);
-    return LZ_OK;
+    return first;
 }

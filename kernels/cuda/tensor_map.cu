@@ -8,11 +8,11 @@ static PFN_cuTensorMapEncodeTiled_v12000 driver_encoder(void) {
     if (!looked) {
         void *fn = NULL;
         cudaDriverEntryPointQueryResult found;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) ==
-                cudaSuccess &&
+        // a driver without it leaves no error behind: the kernels that need it are not taken
+        if (!lz_gpu_error_cleared(
+                cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found)) &&
             found == cudaDriverEntryPointSuccess)
             encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-        (void)cudaGetLastError(); // (a missing entry point leaves no error behind)
         looked = true;
     }
     return encode;

@@ -5,9 +5,6 @@
 #include <stdlib.h>
 
 #include "cuda_kernels.cuh"
-extern "C" {
-#include "knobs.h" // lz_knobs_get
-}
 #include "trace.cuh"
 
 #ifdef LIZARD_TRACE
@@ -19,6 +16,8 @@ static const char *tu_files[LZ_TRACE_MAX_TUS];
 static int tu_count;
 static lz_trace_rec *d_recs;
 static unsigned long long *d_count;
+static const char *trace_path; // LIZARD_TRACE
+static int trace_us;           // LIZARD_TRACE_US
 
 int lz_trace_register(lz_trace_setter set, const char *file) {
     if (tu_count == LZ_TRACE_MAX_TUS)
@@ -27,9 +26,10 @@ int lz_trace_register(lz_trace_setter set, const char *file) {
     return tu_count++;
 }
 
-lz_status lz_trace_open(void) {
-    if (!lz_knobs_get()->trace || d_recs)
+lz_status lz_trace_open(const char *path, int us) {
+    if (!path || d_recs)
         return LZ_OK;
+    trace_path = path, trace_us = us;
     LZ_CUDA_TRY(cudaMalloc(&d_recs, sizeof(lz_trace_rec) * LZ_TRACE_SMS * LZ_TRACE_SM_CAP));
     LZ_CUDA_TRY(cudaMalloc(&d_count, sizeof(unsigned long long) * LZ_TRACE_SMS));
     LZ_CUDA_TRY(cudaMemset(d_count, 0, sizeof(unsigned long long) * LZ_TRACE_SMS));
@@ -46,8 +46,8 @@ lz_status lz_trace_open(void) {
 lz_status lz_trace_close(void) {
     if (!d_recs)
         return LZ_OK;
-    const char *path = lz_knobs_get()->trace;
-    const unsigned long long span = (unsigned long long)lz_knobs_get()->trace_us * 1000ull;
+    const char *path = trace_path;
+    const unsigned long long span = (unsigned long long)trace_us * 1000ull;
     LZ_CUDA_TRY(cudaDeviceSynchronize());
     std::vector<lz_trace_rec> recs((size_t)LZ_TRACE_SMS * LZ_TRACE_SM_CAP);
     std::vector<unsigned long long> count(LZ_TRACE_SMS);
@@ -77,6 +77,6 @@ lz_status lz_trace_close(void) {
     return LZ_OK;
 }
 #else
-lz_status lz_trace_open(void) { return LZ_OK; }
+lz_status lz_trace_open(const char *path, int us) { return LZ_OK; }
 lz_status lz_trace_close(void) { return LZ_OK; }
 #endif

@@ -1,7 +1,6 @@
 // train_ops_cuda.cu - the training op table on the GPU (train_ops.h): device
 // memory and copies on the training stream (train_cuda.h: the legacy default
 // stream unless a caller set another), the fp32 training kernels of train_cuda.h.
-// The stage-2 ops (finetune) have no GPU kernels yet: that entry is NULL.
 #include <cuda_runtime_api.h>
 #include <stdlib.h> // calloc, free
 
@@ -95,7 +94,6 @@ static lz_train_ops make_table(void) {
     t.lizard_scratch_create = cuda_lizard_scratch_create;
     t.lizard_scratch_free = cuda_lizard_scratch_free;
     t.lizard_layer_sse = cuda_lizard_layer_sse;
-    t.finetune = NULL; // stage 2's kernels are not built for the GPU yet
     return t;
 }
 

@@ -439,11 +439,9 @@ static lz_status window_decode(lz_cuda_ctx *c, T *out, const T *q, const T *k, c
     if constexpr (GM == LZ_FIXED_GROUP)
         if (group == LZ_FIXED_GROUP && d == LZ_FIXED_HEAD_DIM)
             kernel = window_decode_kernel<T, LZ_FIXED_GROUP, LZ_FIXED_HEAD_DIM>;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, out, q, k, v, (T *)st->ring_k,
-                                             (T *)st->ring_v, meta, dims->n_meta, alpha, b->token_seq, b->slot,
-                                             b->token_pos, Hq, Hkv, d, w, chunk);
-    if (e != cudaSuccess)
-        return lz_fail(LZ_ERR_INTERNAL, "cuda: launch of window (decode) failed: %s", cudaGetErrorString(e));
+    LZ_LAUNCH_TRY(cudaLaunchKernelEx(&cfg, kernel, out, q, k, v, (T *)st->ring_k, (T *)st->ring_v, meta, dims->n_meta,
+                                     alpha, b->token_seq, b->slot, b->token_pos, Hq, Hkv, d, w, chunk),
+                  "window (decode)");
     LZ_LAUNCH_CHECK("window (decode)");
     // at one sequence this kernel and the GLA one before it wait on a chain of small steps with HBM
     // nearly idle: o_proj, next, may pull its weights into L2 meanwhile (gemv_kernel.cuh)

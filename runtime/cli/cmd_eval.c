@@ -7,7 +7,8 @@
  * Perplexity at window length W: the text (with BOS) is tokenized once and cut
  * into consecutive windows of W tokens (the last one shorter when the text does
  * not divide), each run as a fresh sequence; the result is exp of the mean
- * negative log-likelihood of every token after the first of its window.
+ * negative log-likelihood of every token after the first of its window. A long
+ * run says how far it is on stderr every few seconds (--progress).
  * Passkey: eval_passkey.h. Forward passes go through the engine (engine.h). */
 #include <jansson.h> // json_pack, json_dumpf
 #include <math.h>    // exp, isfinite
@@ -15,6 +16,7 @@
 #include <stdlib.h>  // malloc, free
 
 #include "cli_options.h"   // lz_parse_command
+#include "clock.h"         // lz_now_seconds
 #include "commands.h"      // lz_cmd_eval
 #include "context_limit.h" // lz_check_context
 #include "engine.h"        // lz_engine
@@ -28,6 +30,7 @@
 typedef struct {
     const char *model, *adapter, *text, *ppl_contexts, *contexts, *device, *dtype, *softmax_layers;
     long trials, seed, chunk;
+    double progress; /* seconds between progress lines (0: after every window) */
     bool passkey, json, allow_long;
 } eval_args;
 
@@ -44,12 +47,32 @@ typedef struct {
     double nll;     /* their summed negative log-likelihood */
 } ppl_result;
 
+/* How far a perplexity run is: a line on stderr (never stdout, which --json keeps to one object) when
+ * `every` seconds have passed since the last, with the time left at the pace so far; none after the
+ * last window, whose result line follows. */
+typedef struct {
+    double every, start, last;
+    int seg, windows;
+} ppl_progress;
+
+static void progress_after(ppl_progress *p, int done) {
+    const double now = lz_now_seconds();
+    if (done >= p->windows || now - p->last < p->every)
+        return;
+    p->last = now;
+    const double spent = now - p->start;
+    fprintf(stderr, "lizard eval: perplexity at %d tokens: window %d of %d, %.0f s so far, about %.0f s left\n",
+            p->seg, done, p->windows, spent, spent / done * (p->windows - done));
+}
+
 /* ids[n] in windows of `seg` tokens, fed `piece` tokens a step; logits [piece, V] and nll [piece]
  * are scratch. The rows' NLLs are added in order, so the sum does not depend on the threads. */
 static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, int piece, float *logits,
-                             double *nll, ppl_result *r) {
+                             double *nll, double progress_every, ppl_result *r) {
     const int V = lz_engine_config(e)->vocab_size;
     *r = (ppl_result){0};
+    const double t0 = lz_now_seconds();
+    ppl_progress p = {progress_every, t0, t0, seg, (n - 1 + seg - 1) / seg};
     for (int s0 = 0; s0 + 1 < n; s0 += seg, r->windows++) {
         const int s1 = s0 + seg < n ? s0 + seg : n;
         LZ_TRY(lz_state_reset_slot(&e->state, &e->model, 0));
@@ -61,23 +84,27 @@ static lz_status windows_nll(lz_engine *e, const int32_t *ids, int n, int seg, i
             for (int i = 0; i < scored; i++, r->predicted++)
                 r->nll += nll[i];
         }
+        progress_after(&p, r->windows + 1);
     }
     return LZ_OK;
 }
 
-/* results[i] for window length lens->len[i]; *n_tokens = the text's tokens. */
-static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a, const length_list *lens,
-                            ppl_result *results, int *n_tokens) {
+/* The text's ids, checked against the model's vocabulary once the engine is open. */
+static lz_status read_text_ids(lz_tokenizer *tok, const eval_args *a, int32_t **ids, int *n_tokens) {
     char *text = NULL;
     size_t len = 0;
     LZ_TRY(lz_read_text_file("--text", a->text, &text, &len));
-    int32_t *ids = NULL;
-    lz_status s = lz_tokenizer_encode(tok, text, len, true, &ids, n_tokens);
+    lz_status s = lz_tokenizer_encode(tok, text, len, true, ids, n_tokens);
     free(text);
-    if (s == LZ_OK)
-        s = lz_tokenizer_check_ids(tok, ids, *n_tokens, lz_engine_config(e)->vocab_size, "lizard eval: --text");
     if (s == LZ_OK && *n_tokens < 2)
         s = lz_fail(LZ_ERR_INPUT, "--text %s: %d tokens; perplexity needs at least 2", a->text, *n_tokens);
+    return s;
+}
+
+/* results[i] for window length lens->len[i] over ids[n_tokens]. */
+static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a, const length_list *lens,
+                            const int32_t *ids, int n_tokens, ppl_result *results) {
+    lz_status s = lz_tokenizer_check_ids(tok, ids, n_tokens, lz_engine_config(e)->vocab_size, "lizard eval: --text");
     const int V = lz_engine_config(e)->vocab_size, piece = (int)a->chunk;
     float *logits = s == LZ_OK ? malloc(sizeof(float) * (size_t)piece * V) : NULL;
     double *nll = s == LZ_OK ? malloc(sizeof(double) * (size_t)piece) : NULL;
@@ -85,16 +112,15 @@ static lz_status perplexity(lz_engine *e, lz_tokenizer *tok, const eval_args *a,
         s = lz_fail(LZ_ERR_NOMEM, "logits: out of memory");
     for (int i = 0; s == LZ_OK && i < lens->n; i++) {
         ppl_result *r = &results[i];
-        s = windows_nll(e, ids, *n_tokens, lens->len[i], piece, logits, nll, r);
+        s = windows_nll(e, ids, n_tokens, lens->len[i], piece, logits, nll, a->progress, r);
         if (s == LZ_OK && !a->json) {
             printf("perplexity %.4f  (mean nll %.4f over %ld predicted tokens of %d, segments of %d)\n",
-                   exp(r->nll / (double)r->predicted), r->nll / (double)r->predicted, r->predicted, *n_tokens,
+                   exp(r->nll / (double)r->predicted), r->nll / (double)r->predicted, r->predicted, n_tokens,
                    lens->len[i]);
             fflush(stdout);
         }
     }
     free(logits), free(nll);
-    free(ids);
     return s;
 }
 
@@ -157,36 +183,44 @@ static lz_status print_json(const lz_engine *e, const eval_args *a, const length
 /* ---- the command ------------------------------------------------------------------------------ */
 
 static lz_status run_eval(const eval_args *a, const length_list *lens, const length_list *ctx) {
-    int longest = 1;
-    for (int i = 0; i < lens->n; i++)
-        longest = lens->len[i] > longest ? lens->len[i] : longest;
-    for (int i = 0; i < ctx->n; i++)
-        longest = ctx->len[i] > longest ? ctx->len[i] : longest;
     lz_tokenizer *tok;
     LZ_TRY(lz_tokenizer_load(a->model, &tok));
+    int32_t *ids = NULL;
+    int n_tokens = 0;
+    lz_status s = a->text ? read_text_ids(tok, a, &ids, &n_tokens) : LZ_OK;
+    // the engine is sized by what runs: a window longer than the text holds the text
+    int longest = 1;
+    for (int i = 0; i < lens->n; i++) {
+        const int window = lens->len[i] < n_tokens ? lens->len[i] : n_tokens;
+        longest = window > longest ? window : longest;
+    }
+    for (int i = 0; i < ctx->n; i++)
+        longest = ctx->len[i] > longest ? ctx->len[i] : longest;
     lz_engine e;
     lz_engine_options eo = {.model_dir = a->model, .adapter_dir = a->adapter, .device = a->device, .dtype = a->dtype,
                             .softmax_layers = a->softmax_layers, .n_slots = 1, .max_context = longest,
                             .prefill_chunk = (int)a->chunk};
-    lz_status s = lz_check_context(a->model, a->softmax_layers, longest, a->allow_long);
+    if (s == LZ_OK)
+        s = lz_check_context(a->model, a->softmax_layers, longest, a->allow_long);
     if (s == LZ_OK)
         s = lz_engine_open(&e, &eo);
     if (s != LZ_OK) {
+        free(ids);
         lz_tokenizer_free(tok);
         return s;
     }
     ppl_result *ppl = calloc((size_t)lens->n + 1, sizeof *ppl);
-    int *correct = calloc((size_t)ctx->n + 1, sizeof *correct), n_tokens = 0;
+    int *correct = calloc((size_t)ctx->n + 1, sizeof *correct);
     s = ppl && correct ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK)
         lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
     if (s == LZ_OK && a->text)
-        s = perplexity(&e, tok, a, lens, ppl, &n_tokens);
+        s = perplexity(&e, tok, a, lens, ids, n_tokens, ppl);
     if (s == LZ_OK && a->passkey)
         s = passkey(&e, tok, a, ctx, correct);
     if (s == LZ_OK && a->json)
         s = print_json(&e, a, lens, ppl, n_tokens, ctx, correct);
-    free(ppl), free(correct);
+    free(ppl), free(correct), free(ids);
     lz_engine_close(&e);
     lz_tokenizer_free(tok);
     return s;
@@ -207,7 +241,7 @@ static lz_status parse_lengths(const char *flag, const char *text, int min, cons
 
 lz_status lz_cmd_eval(int argc, char **argv) {
     eval_args a = {.ppl_contexts = "1024", .contexts = "1024,2048,4096", .device = "cpu", .dtype = "bf16",
-                   .trials = 5, .chunk = 256};
+                   .trials = 5, .chunk = 256, .progress = 5};
     const lz_option options[] = {
         {"--model", LZ_OPT_DIR, "DIR", "model folder (teacher or Lizard) with tokenizer.json", &a.model, true, 0,
          0},
@@ -223,6 +257,8 @@ lz_status lz_cmd_eval(int argc, char **argv) {
         {"--seed", LZ_OPT_INT, "N", "passkey numbers and depths (default 0)", &a.seed, false, 0, 9007199254740991.0},
         {"--json", LZ_OPT_FLAG, "", "print one JSON object (model, perplexity and passkey tables) instead", &a.json,
          false, 0, 0},
+        {"--progress", LZ_OPT_FLOAT, "S", "seconds between the progress lines of a long perplexity run on stderr "
+         "(default 5; 0: after every window)", &a.progress, false, 0, 1e6},
         {"--allow-long-context", LZ_OPT_FLAG, "", "run softmax layers past max_position_embeddings", &a.allow_long,
          false, 0, 0},
         {"--prefill-chunk", LZ_OPT_INT, "N", "tokens per forward step (default 256)", &a.chunk, false, 1, 1 << 20},

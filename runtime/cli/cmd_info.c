@@ -61,12 +61,25 @@ static void print_model(const lz_model *m, const char *dir) {
     printf("\n");
     // KV caches and the window ring hold activations (fp32 on the CPU, bf16 on the GPU by default);
     // the GLA state is fp32 everywhere.
-    const int ctx[] = {1024, 32768, 131072};
+    const int ctx[] = {1024, 32768, 131072}, limit = c->max_position_embeddings;
+    int past = 0;
     for (int i = 0; i < 3; i++) {
         lz_state_bytes b = lz_state_bytes_at(m, ctx[i]); // fp32 activations
-        printf("state @ %6d  softmax KV %zu + lizard %zu = %zu bytes/sequence fp32 (%zu bf16)\n", ctx[i],
+        printf("state @ %6d  softmax KV %zu + lizard %zu = %zu bytes/sequence fp32 (%zu bf16)%s\n", ctx[i],
                b.softmax_kv, b.lizard_gla + b.lizard_window, b.softmax_kv + b.lizard_gla + b.lizard_window,
-               b.softmax_kv / 2 + b.lizard_gla + b.lizard_window / 2);
+               b.softmax_kv / 2 + b.lizard_gla + b.lizard_window / 2, ctx[i] > limit ? "  *" : "");
+        past += ctx[i] > limit;
+    }
+    if (past) {
+        int softmax = 0;
+        for (int i = 0; i < c->num_hidden_layers; i++)
+            softmax += m->layers[i].run_softmax;
+        printf("  * past max_position_embeddings (%d): what such a context would hold, though the model was not\n"
+               "    trained on it%s",
+               limit, softmax ? "; generate, forward and eval refuse it without --allow-long-context" : "");
+        if (softmax)
+            printf(" (%d softmax layer%s)", softmax, softmax > 1 ? "s" : "");
+        printf("\n");
     }
 }
 

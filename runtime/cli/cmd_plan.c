@@ -2,7 +2,8 @@
  * or a named shape: no weights are read) over N ranks, in the text form that
  * `--plan FILE` reads, then what each rank holds: layers and their kinds,
  * weight bytes, state bytes per sequence at the target context, the total
- * for the batch, and whether it fits the rank's memory. */
+ * for the batch, and whether it fits the rank's memory; then what the bytes are
+ * counted in and whose memory they are held against. */
 #include <stdio.h>  // printf, snprintf
 #include <stdlib.h> // strtod
 #include <string.h> // strcmp, strchr
@@ -14,7 +15,8 @@
 #include "plan.h"          // lz_plan, planners
 #include "plan_hosts.h"    // lz_hostmap_load, lz_plan_place_on_hosts
 
-#define DEFAULT_GPU_GB (141.0 * 0.9) /* an H200, less a tenth for activations, workspace and the CUDA context */
+#define GPU_GB 141.0                   /* an H200's memory */
+#define DEFAULT_GPU_GB (GPU_GB * 0.9) /* less a tenth for activations, workspace and the CUDA context */
 
 /* "GB" for every rank, or "GB,GB,..." one per rank. */
 static lz_status parse_memory(const char *spec, int n_ranks, uint64_t *free_bytes) {
@@ -101,6 +103,18 @@ static void print_table(const lz_plan *p, const lz_plan_costs *c) {
                p->state_bytes[r] / 1e9, total / 1e9, p->free_bytes[r] / 1e9, 100.0 * p->compute_share[r],
                total <= p->free_bytes[r] ? "yes" : "NO", kinds);
     }
+}
+
+/* What the table's bytes are: their element types, and the memory they are held against. */
+static void print_units(const char *memory) {
+    printf("\nbytes: weights, KV caches and window rings in bf16, the CUDA backend's default (fp32 runs, --dtype\n"
+           "       fp32 or the CPU, hold twice as much); the GLA state in fp32\n");
+    if (memory)
+        printf("free GB: as --gpu-memory %s says", memory);
+    else
+        printf("free GB: %.1f a rank: an H200's %.0f GB less a tenth for activations, workspace and the CUDA\n"
+               "         context (--gpu-memory GB sets it)", DEFAULT_GPU_GB, GPU_GB);
+    printf("; under mpirun the ranks plan with their own devices' free memory\n");
 }
 
 /* Which ranks each host holds, and the bytes per token that cross each host link. */
@@ -216,6 +230,7 @@ lz_status lz_cmd_plan(int argc, char **argv) {
 
     LZ_TRY(lz_plan_write_text(&plan, stdout));
     print_table(&plan, &costs);
+    print_units(memory);
     if (hosts_file)
         print_host_links(&plan, &hosts, hosts_file, act_bytes, before);
     if (out) {

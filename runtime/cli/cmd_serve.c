@@ -4,21 +4,26 @@
  * inside lz_engine_open until rank 0 closes the engine. SIGTERM or SIGINT
  * drains: no new requests, the accepted ones go on for --drain-timeout
  * seconds (a second signal: none), then end as they are; sessions are written
- * to --session-dir, exit 0. */
+ * to --session-dir, exit 0. Under mpirun, when the job ends for a failed
+ * rank (rank 0's watchdog, or the launcher's SIGTERM before its SIGKILL),
+ * every answer in progress ends with an error event naming why. */
 #include <signal.h> // sigaction, SIGTERM
+#include <stdatomic.h> // atomic_store
 #include <stdio.h>  // fprintf, snprintf
 #include <stdlib.h> // free
 #include <string.h> // strrchr, strlen
-#include <unistd.h> // access, getpid
+#include <unistd.h> // access, getpid, getppid
 
 #include "cli_options.h"       // lz_parse_command
 #include "commands.h"          // lz_cmd_serve
 #include "engine.h"            // lz_engine
 #include "generation_config.h" // lz_generation_config
+#include "mpi_world.h"         // lz_world_get
 #include "serve_chat.h"        // serve_chat_detect
 #include "serve_http.h"        // serve_server
 #include "serve_scheduler.h"   // serve_scheduler
 #include "tokenizer.h"         // lz_tokenizer
+#include "watchdog.h"          // lz_watchdog_on_end
 
 typedef struct {
     const char *model, *adapter, *host, *api_key, *chat_template, *device, *dtype, *softmax, *placement, *plan, *session_dir;
@@ -30,15 +35,36 @@ typedef struct {
 
 static volatile sig_atomic_t stop_requested; /* stop signals received (1: drain, 2: end now) */
 
-static void on_stop_signal(int sig) {
-    (void)sig;
+/* Why this process ends within a second, for the clients whose answers it cuts (serve_http.h), or NULL. */
+static _Atomic(const char *) ending;
+/* Under mpirun: the launcher that started this rank. It ends a job whose rank failed (or that was
+ * stopped) with SIGTERM and, a second later, SIGKILL: a drain cannot finish then. */
+static pid_t launcher;
+
+static void on_stop_signal(int sig, siginfo_t *info, void *unused) {
+    (void)sig, (void)unused;
+    if (launcher > 0 && info && info->si_pid == launcher)
+        atomic_store(&ending, "the pipeline's launcher (mpirun) is ending the job: a rank failed or the job was "
+                              "stopped; this answer ends here");
     if (stop_requested < 2)
         stop_requested = stop_requested + 1;
 }
 
+/* lz_watchdog_on_end: rank 0's watchdog ends the job (a rank silent or stalled); its line for the clients. */
+static void pipeline_failed(const char *line) {
+    static char said[700];
+    snprintf(said, sizeof said, "the pipeline failed (%s); the server is ending", line);
+    atomic_store(&ending, said);
+}
+
 static lz_status install_signals(void) {
+    if (lz_world_get()->size > 1) {
+        launcher = getppid();
+        lz_watchdog_on_end(pipeline_failed);
+    }
     struct sigaction sa = {0};
-    sa.sa_handler = on_stop_signal;
+    sa.sa_sigaction = on_stop_signal;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     struct sigaction ignore = {0};
     ignore.sa_handler = SIG_IGN;
@@ -62,16 +88,31 @@ static const char *model_name(const char *dir) {
     return name;
 }
 
+/* Once at start, when the model names no chat format lizard knows: chat requests get LLaMA-3's markers,
+ * which a tokenizer without them (a base model's) reads as plain text. */
+static void warn_assumed_chat(const lz_tokenizer *tok, const char *model, const char *why) {
+    static const char marker[] = "<|start_header_id|>";
+    const int32_t id = lz_tokenizer_token_to_id(tok, marker, sizeof marker - 1);
+    const bool special = id >= 0 && lz_tokenizer_is_special(tok, id);
+    fprintf(stderr, "lizard serve: warning: %s names no chat format (%s): /v1/chat/completions wraps messages in "
+                    "LLaMA-3 markers%s; --chat-template llama3|mistral says which the model was trained on, and "
+                    "/v1/completions takes text as it is\n",
+            model, why, special ? "" : ", which its tokenizer does not have: the model reads them as plain text");
+}
+
 /* Rank 0 after the engine is open: tokenizer, scheduler, HTTP, the loop. */
 static lz_status serve(const serve_args *a, lz_engine *e) {
     lz_generation_config gen;
     LZ_TRY(lz_generation_config_load(a->model, lz_engine_config(e), &gen));
     serve_chat_format chat;
     const char *why;
-    LZ_TRY(serve_chat_detect(a->model, a->chat_template, &chat, &why));
+    bool assumed;
+    LZ_TRY(serve_chat_detect(a->model, a->chat_template, &chat, &why, &assumed));
     lz_tokenizer *tok = NULL;
     LZ_TRY(lz_tokenizer_load(a->model, &tok));
     lz_tokenizer_warn_vocab(tok, lz_engine_config(e)->vocab_size, a->model);
+    if (assumed)
+        warn_assumed_chat(tok, a->model, why);
     serve_metrics metrics;
     if (serve_metrics_init(&metrics) != 0) {
         lz_tokenizer_free(tok);
@@ -99,7 +140,7 @@ static lz_status serve(const serve_args *a, lz_engine *e) {
                         .session_per_key = a->session_per_key,
                         .max_prompt_tokens = a->max_prompt_tokens, .max_tokens = a->max_tokens,
                         .max_body_bytes = a->max_body, .vocab = lz_engine_config(e)->vocab_size,
-                        .stop = &stop_requested, .health_step_timeout = a->health_step_timeout,
+                        .stop = &stop_requested, .ending = &ending, .health_step_timeout = a->health_step_timeout,
                         .access_log = !a->no_access_log};
     atomic_init(&srv.next_id, 1);
     atomic_init(&srv.in_flight, 0);
@@ -120,6 +161,23 @@ static lz_status serve(const serve_args *a, lz_engine *e) {
     serve_metrics_free(&metrics);
     lz_tokenizer_free(tok);
     return s;
+}
+
+/* A key that no request could present is refused before anything loads: an empty one (which an
+ * empty bearer token would otherwise match) and one with spaces at its ends or control bytes,
+ * which an Authorization header does not carry as they are. */
+static lz_status check_api_key(const char *key) {
+    if (!key)
+        return LZ_OK;
+    const size_t n = strlen(key);
+    if (n == 0)
+        return lz_fail(LZ_ERR_INPUT, "--api-key: empty; give a key, or leave the flag out to serve without one");
+    if (key[0] == ' ' || key[0] == '\t' || key[n - 1] == ' ' || key[n - 1] == '\t')
+        return lz_fail(LZ_ERR_INPUT, "--api-key: begins or ends with a space, which no Authorization header carries");
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)key[i] < 0x20 || key[i] == 0x7f)
+            return lz_fail(LZ_ERR_INPUT, "--api-key: a control character at byte %zu", i);
+    return LZ_OK;
 }
 
 lz_status lz_cmd_serve(int argc, char **argv) {
@@ -187,6 +245,7 @@ lz_status lz_cmd_serve(int argc, char **argv) {
     LZ_TRY(lz_parse_command(&spec, argc, argv, &help));
     if (help)
         return LZ_OK;
+    LZ_TRY(check_api_key(a.api_key));
     char tok_path[4096];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", a.model);
     if (access(tok_path, F_OK) != 0)

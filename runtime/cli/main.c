@@ -6,8 +6,9 @@
 
 #include "commands.h" // lz_cmd_*
 #include "error.h"    // lz_error_message
-#include "knobs.h"    // lz_knobs_load, lz_knobs_print
+#include "knobs.h"    // lz_knobs_check, lz_knobs_print
 #include "mpi_world.h" // lz_world_init, lz_world_finish
+#include "ops.h"       // lz_cuda_knob_table
 #include "watchdog.h"  // lz_watchdog_set_timeout, lz_watchdog_start
 
 typedef struct {
@@ -80,12 +81,14 @@ int main(int argc, char **argv) {
         return 1;
     }
     const lz_world *w = lz_world_get();
-    if (lz_knobs_load() != LZ_OK) { // every LIZARD_* variable checked before anything runs
+    // every LIZARD_* variable checked before anything runs: the process's and the CUDA backend's
+    const lz_knob_table *const backend_knobs[] = {&lz_cuda_knob_table};
+    if (lz_knobs_check(backend_knobs, 1) != LZ_OK) {
         fprintf(stderr, "lizard: error: %s\n", lz_error_message());
         return finish(2);
     }
     if (lz_knobs_get()->profile && w->rank == 0)
-        lz_knobs_print(stderr);
+        lz_knobs_print(stderr, backend_knobs, 1);
     if (take_rank_timeout(&argc, &argv) != LZ_OK) {
         fprintf(stderr, "lizard: error: %s\n", lz_error_message());
         return finish(2);

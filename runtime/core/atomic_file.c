@@ -7,6 +7,7 @@
 #include <stdio.h>  // fopen, fclose, rename, snprintf
 #include <stdlib.h> // strtol
 #include <string.h> // strerror, strlen, strrchr
+#include <sys/stat.h> // lstat, S_ISREG
 #include <unistd.h> // fsync, unlink, getpid
 
 #include "atomic_file.h"
@@ -103,6 +104,9 @@ lz_status lz_atomic_remove_stale(const char *dir, const char *name, const char *
             continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+            continue; // a folder or link that only looks like a temp file is not one of ours: left alone
         if (unlink(path) != 0 && errno != ENOENT)
             s = lz_fail(LZ_ERR_IO, "%s: cannot remove a stale temp file: %s", path, strerror(errno));
         else if (removed)

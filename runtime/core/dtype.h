@@ -31,6 +31,13 @@ uint16_t lz_f32_to_f16(float f);  /* round to nearest even */
 /* n elements of `src` (F32/F16/BF16, little-endian, any alignment) -> fp32. */
 void lz_convert_to_f32(float *dst, const void *src, lz_dtype dtype, size_t n);
 
+/* The index of the first NaN or infinity among n elements of `src` (F32, F16,
+ * BF16, F64, F8_E5M2; little-endian, any alignment), or n when every one is
+ * finite (and for the other dtypes, which hold no such values; F8_E4M3 has no
+ * infinity and its NaN is S.1111.111). Scans blocks branch-free, so it runs at
+ * memory speed. */
+size_t lz_first_nonfinite(const void *src, lz_dtype dtype, size_t n);
+
 /* A tensor's elements in host memory, whatever holds them (a checkpoint's
  * mapping, a buffer): what a backend uploads, with no file format in sight. */
 typedef struct {

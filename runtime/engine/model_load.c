@@ -1,5 +1,6 @@
 /* model_load.c - checks every tensor a stage needs against the config (name,
  * float dtype, exact shape) and uploads it to the backend. */
+#include <math.h>   // isfinite
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free
 #include <string.h> // memset, strstr, strlen
@@ -45,7 +46,10 @@ static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_
     }
     if (!lz_lora_adapter_covers(L->adapter, name)) {
         const lz_host_tensor host = {t->name, t->dtype, t->numel, t->data, true};
-        return L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
+        const lz_status s = L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
+        if (s == LZ_ERR_INPUT) // a weight the backend refused (not finite): which folder it is in
+            lz_error_prefix("%s: ", L->m->ckpt->dir);
+        return s;
     }
     float *w = malloc(sizeof(float) * (size_t)t->numel); // W + (alpha / r) B A, uploaded from a copy
     if (!w)
@@ -53,8 +57,8 @@ static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_
     lz_convert_to_f32(w, t->data, t->dtype, (size_t)t->numel);
     lz_status s = lz_lora_adapter_apply(L->adapter, name, w, rows, cols);
     const lz_host_tensor host = {t->name, LZ_DTYPE_F32, t->numel, w, false};
-    if (s == LZ_OK)
-        s = L->m->ops->upload_weight(L->m->be, &host, rows, cols, out);
+    if (s == LZ_OK && (s = L->m->ops->upload_weight(L->m->be, &host, rows, cols, out)) == LZ_ERR_INPUT)
+        lz_error_prefix("%s with --adapter: ", L->m->ckpt->dir);
     free(w);
     return s;
 }
@@ -137,6 +141,8 @@ static lz_status load_lizard(loader *L, lz_layer *ly, const char *p) {
     } else {
         LZ_TRY(lz_weights_expect(L->m->ckpt, LZ_NAME("self_attn.window_alpha"), 1, one, &alpha));
         lz_convert_to_f32(&ly->alpha, alpha->data, alpha->dtype, 1); // a host scalar, read from the mapping
+        if (!isfinite(ly->alpha))
+            return lz_fail(LZ_ERR_INPUT, "%s: tensor '%s' is a NaN or an infinity", L->m->ckpt->dir, name);
     }
     // State is per query head only when phi_k is (keys repeated to every query head).
     ly->dims.n_state_heads = ly->fmap_k.rows == c->num_attention_heads && c->num_attention_heads != c->num_key_value_heads

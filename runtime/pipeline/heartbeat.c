@@ -90,6 +90,13 @@ int lz_heartbeat_newly_silent(double now, double after, double *silent_for) {
     return r;
 }
 
+int lz_heartbeat_lower_alive(double now, double within) {
+    for (int r = 0; comm != MPI_COMM_NULL && r < me; r++)
+        if (!gone[r] && now - last_heard[r] <= within)
+            return r;
+    return -1;
+}
+
 void lz_heartbeat_forgive(double now) {
     for (int r = 0; comm != MPI_COMM_NULL && r < size; r++)
         last_heard[r] = now;

@@ -19,6 +19,9 @@ int lz_heartbeat_silent(double now, double timeout, double *silent_for);
 /* The same, once per silence: a rank already returned is not returned again
  * until it has been heard from. */
 int lz_heartbeat_newly_silent(double now, double after, double *silent_for);
+/* The lowest rank below this one heard from within `within` seconds that did not say goodbye, or -1:
+ * where several ranks notice the same silence, the lowest of them that lives reports it. */
+int lz_heartbeat_lower_alive(double now, double within);
 /* Counts every watched rank as heard from at `now` (after this process itself was paused). */
 void lz_heartbeat_forgive(double now);
 /* Tells the watched ranks that this rank's silence from now on is an orderly end. */

@@ -19,7 +19,7 @@
 #include "mpi_world.h" // lz_world_get
 #include "watchdog.h"
 
-enum { EXIT_STALLED = 3 };
+enum { EXIT_STALLED = 3, DEFER_SECONDS = 5 };
 
 static atomic_llong armed_at_ms; /* 0: disarmed */
 static atomic_ullong armed_step;
@@ -30,6 +30,7 @@ static double timeout_s = 30.0;
 static const char *timeout_from = "--rank-timeout", *timeout_sep = " "; /* or "LIZARD_STEP_TIMEOUT", "=" */
 static bool timeout_set;
 static pthread_t thread;
+static double deferred_at; /* when this rank first left a silence for a lower rank to report (0: not) */
 
 static long long now_ms(void) { return (long long)(lz_now_seconds() * 1000.0) + 1; /* never 0 */ }
 
@@ -76,6 +77,10 @@ static void *exit_later(void *unused) {
     return NULL;
 }
 
+static void (*_Atomic last_words)(const char *line);
+
+void lz_watchdog_on_end(void (*fn)(const char *line)) { atomic_store(&last_words, fn); }
+
 static void end_job(const char *line) {
     const lz_world *w = lz_world_get();
     fprintf(stderr, "lizard: error: rank %d of %d (%s): %s; ending the job (%s%s%g)\n", w->rank, w->size, w->host,
@@ -84,6 +89,14 @@ static void end_job(const char *line) {
     pthread_t t;
     if (pthread_create(&t, NULL, exit_later, NULL) != 0)
         _exit(EXIT_STALLED);
+    void (*fn)(const char *) = atomic_load(&last_words);
+    if (fn) {
+        char said[600];
+        snprintf(said, sizeof said, "rank %d of %d (%s): %s", w->rank, w->size, w->host, line);
+        fn(said);
+        const struct timespec flush = {0, 500 * 1000 * 1000};
+        nanosleep(&flush, NULL);
+    }
     MPI_Abort(MPI_COMM_WORLD, EXIT_STALLED);
     _exit(EXIT_STALLED);
 }
@@ -101,7 +114,7 @@ static void forgive_pause(void) {
 static void warn_quiet(const lz_world *w, double now) {
     double silent_for = 0.0;
     const int quiet = lz_heartbeat_newly_silent(now, timeout_s / 4.0, &silent_for);
-    if (quiet < 0)
+    if (quiet < 0 || lz_heartbeat_lower_alive(now, timeout_s / 4.0) >= 0) // a lower rank says it
         return;
     char who[96];
     name_rank(who, sizeof who, quiet);
@@ -119,8 +132,18 @@ static void check_deadlines(const lz_world *w, double now, double tick) {
     // armed before that rank's last heartbeat expires before its silence does)
     const double quiet = 1.0 + 10.0 * tick < timeout_s / 4.0 ? 1.0 + 10.0 * tick : timeout_s / 4.0;
     const int silent = lz_heartbeat_silent(now, overdue ? quiet : timeout_s, &silent_for);
-    if (silent < 0 && !overdue)
+    if (silent < 0 && !overdue) {
+        deferred_at = 0;
         return;
+    }
+    // a silent rank is seen by every other: the lowest that lives names it, the rest wait a little for
+    // that rank to end the job (one line), then end it themselves should it not
+    if (silent >= 0 && lz_heartbeat_lower_alive(now, quiet) >= 0) {
+        if (deferred_at == 0)
+            deferred_at = now;
+        if (now - deferred_at < DEFER_SECONDS)
+            return;
+    }
     char wait[256], line[512], who[96];
     describe_wait(wait, sizeof wait, w);
     if (silent >= 0) {

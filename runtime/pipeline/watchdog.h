@@ -34,6 +34,10 @@ lz_status lz_watchdog_start(void);
  * orderly end) and joins the thread; before MPI_Finalize. */
 void lz_watchdog_stop(void);
 
+/* Called by the watchdog's thread with its line just before it ends the job, then given half a second
+ * (`lizard serve` tells the clients it is answering why their answers end). NULL: none. */
+void lz_watchdog_on_end(void (*last_words)(const char *line));
+
 /* Marks the start of a wait that must end: `what` (static; with a peer, a
  * phrase that the peer's name ends: "for the result from"), the step, and
  * the rank it waits for (-1: its own work). */

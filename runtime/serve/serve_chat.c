@@ -10,7 +10,9 @@
 
 const char *serve_chat_format_name(serve_chat_format f) { return f == SERVE_CHAT_MISTRAL ? "mistral" : "llama3"; }
 
-lz_status serve_chat_detect(const char *model_dir, const char *flag, serve_chat_format *out, const char **why) {
+lz_status serve_chat_detect(const char *model_dir, const char *flag, serve_chat_format *out, const char **why,
+                            bool *assumed) {
+    *assumed = false;
     if (flag) {
         *why = "--chat-template";
         if (strcmp(flag, "llama3") == 0)
@@ -20,7 +22,8 @@ lz_status serve_chat_detect(const char *model_dir, const char *flag, serve_chat_
         return lz_fail(LZ_ERR_INPUT, "lizard serve: --chat-template: expected llama3 or mistral, got '%s'", flag);
     }
     *out = SERVE_CHAT_LLAMA3;
-    *why = "default (no chat_template in tokenizer_config.json)";
+    *assumed = true;
+    *why = "the default: the model has no tokenizer_config.json";
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", model_dir);
     if (access(path, F_OK) != 0)
@@ -30,13 +33,14 @@ lz_status serve_chat_detect(const char *model_dir, const char *flag, serve_chat_
     if (!root)
         return lz_fail(LZ_ERR_INPUT, "%s: line %d: %s", path, jerr.line, jerr.text);
     const char *tmpl = json_string_value(json_object_get(root, "chat_template"));
+    *why = "the default: tokenizer_config.json has no chat_template";
     if (tmpl && strstr(tmpl, "<|start_header_id|>")) {
-        *why = "tokenizer_config.json chat_template (<|start_header_id|>)";
+        *why = "tokenizer_config.json's chat_template has <|start_header_id|>", *assumed = false;
     } else if (tmpl && strstr(tmpl, "[INST]")) {
         *out = SERVE_CHAT_MISTRAL;
-        *why = "tokenizer_config.json chat_template ([INST])";
+        *why = "tokenizer_config.json's chat_template has [INST]", *assumed = false;
     } else if (tmpl) {
-        *why = "default (tokenizer_config.json chat_template has no known markers)";
+        *why = "the default: tokenizer_config.json's chat_template has no marker lizard knows";
     }
     json_decref(root);
     return LZ_OK;

@@ -5,7 +5,8 @@
 #ifndef LZ_SERVE_CHAT_H
 #define LZ_SERVE_CHAT_H
 
-#include <stddef.h> // size_t
+#include <stdbool.h> // bool
+#include <stddef.h>  // size_t
 
 #include "error.h"     // lz_status
 #include "serve_api.h" // serve_message
@@ -14,8 +15,10 @@
 typedef enum { SERVE_CHAT_LLAMA3, SERVE_CHAT_MISTRAL } serve_chat_format;
 
 /* --chat-template NAME when given, else the markers in DIR/tokenizer_config.json's
- * chat_template, else LLaMA-3. *why says which (for the startup line). */
-lz_status serve_chat_detect(const char *model_dir, const char *flag, serve_chat_format *out, const char **why);
+ * chat_template, else LLaMA-3, assumed (*assumed: the model named no format lizard knows).
+ * *why says which, without parentheses (for the startup line). */
+lz_status serve_chat_detect(const char *model_dir, const char *flag, serve_chat_format *out, const char **why,
+                            bool *assumed);
 const char *serve_chat_format_name(serve_chat_format f);
 
 /* The messages followed by the opening of the assistant's turn; eos_text is

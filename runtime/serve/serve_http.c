@@ -295,7 +295,7 @@ static bool authorized(const serve_server *srv, struct MHD_Connection *c) {
         return true;
     const char *key;
     size_t n;
-    return bearer_token(c, &key, &n) && same_key(key, n, srv->api_key);
+    return bearer_token(c, &key, &n) && n > 0 && same_key(key, n, srv->api_key); // an empty token is no key
 }
 
 typedef struct {

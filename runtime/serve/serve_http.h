@@ -31,6 +31,8 @@ typedef struct {
     long max_prompt_tokens, max_tokens, max_body_bytes;
     int vocab;
     volatile sig_atomic_t *stop;  /* stop signals received: from the first on, /health and new requests get 503 */
+    _Atomic(const char *) *ending; /* set when the process ends within a second (a pipeline rank failed): every
+                                      answer in progress ends with this error (NULL: never) */
     double health_step_timeout;   /* /health answers 503 while an engine step has run longer */
     bool access_log;              /* one line per request on stderr */
     atomic_long next_id;

@@ -78,13 +78,22 @@ static void wait_a_little(serve_job *j) {
     pthread_cond_timedwait(&j->cond, &j->mu, &until);
 }
 
+/* When the process is about to end (a pipeline rank failed: serve_http.h's `ending`), the job fails with
+ * the reason, so that its client hears why its answer ends instead of a cut connection. */
+static void fail_if_ending(const serve_server *srv, serve_job *j) {
+    const char *why = srv->ending ? atomic_load(srv->ending) : NULL;
+    if (why)
+        serve_job_fail(j, 503, "server_error", "pipeline_failed", "%s", why);
+}
+
 /* Until the job is admitted (or, with until_done, finished); false when the client left. */
-static bool wait_job(serve_job *j, struct MHD_Connection *c, bool until_done) {
+static bool wait_job(const serve_server *srv, serve_job *j, struct MHD_Connection *c, bool until_done) {
     pthread_mutex_lock(&j->mu);
     while (!(until_done ? j->done : j->admitted || j->done)) {
         pthread_mutex_unlock(&j->mu);
         if (client_gone(c))
             return false;
+        fail_if_ending(srv, j);
         pthread_mutex_lock(&j->mu);
         if (!(until_done ? j->done : j->admitted || j->done))
             wait_a_little(j);
@@ -102,13 +111,15 @@ static enum MHD_Result send_job_error(serve_server *srv, struct MHD_Connection *
     return serve_reply_error(srv, c, &e);
 }
 
-static bool follow(serve_job *j, struct MHD_Connection *c, serve_text *t, int *consumed, bool *done, bool *failed,
-                   bool *at_eos) {
+static bool follow(const serve_server *srv, serve_job *j, struct MHD_Connection *c, serve_text *t, int *consumed,
+                   bool *done, bool *failed, bool *at_eos) {
+    fail_if_ending(srv, j);
     pthread_mutex_lock(&j->mu);
     while (*consumed == j->n_tokens && !j->done) {
         pthread_mutex_unlock(&j->mu);
         if (client_gone(c))
             return false;
+        fail_if_ending(srv, j);
         pthread_mutex_lock(&j->mu);
         if (*consumed == j->n_tokens && !j->done)
             wait_a_little(j);
@@ -150,10 +161,10 @@ enum MHD_Result serve_reply_whole(serve_server *srv, struct MHD_Connection *c, c
     int consumed = 0;
     bool done = false, failed = false, at_eos = false, ok = true;
     while (ok && !done && !t.stopped)
-        ok = follow(j, c, &t, &consumed, &done, &failed, &at_eos);
+        ok = follow(srv, j, c, &t, &consumed, &done, &failed, &at_eos);
     if (ok && t.stopped) { // the engine stops within a step; then the ids no longer change
         serve_job_cancel(j);
-        ok = wait_job(j, c, true);
+        ok = wait_job(srv, j, c, true);
     }
     if (!ok) {
         serve_text_free(&t);
@@ -264,7 +275,7 @@ static bool queue_end(stream *st, bool failed, bool at_eos) {
 static bool advance(stream *st) {
     serve_job *j = st->job;
     bool done, failed, at_eos;
-    if (!follow(j, st->c, &st->text, &st->consumed, &done, &failed, &at_eos))
+    if (!follow(st->srv, j, st->c, &st->text, &st->consumed, &done, &failed, &at_eos))
         return false;
     if (st->text.stopped) {
         serve_job_cancel(j); // the answer is complete: the engine frees the slot
@@ -306,7 +317,7 @@ static void stream_free(void *cls) {
 
 enum MHD_Result serve_reply_stream(serve_server *srv, struct MHD_Connection *c, const serve_request *r,
                                      serve_job *j) {
-    if (!wait_job(j, c, false))
+    if (!wait_job(srv, j, c, false))
         return MHD_NO;
     pthread_mutex_lock(&j->mu);
     const bool failed = j->failed && !j->admitted;

@@ -1,5 +1,6 @@
 /* session.c - SequenceState messages and files. */
 #include <errno.h>    // errno
+#include <math.h>     // isfinite
 #include <stddef.h>   // offsetof
 #include <stdint.h>   // INT32_MAX
 #include <stdio.h>    // FILE, snprintf
@@ -64,13 +65,25 @@ typedef struct {
 
 enum { XOSHIRO_RECORD_BYTES = 64 };
 
+/* A saved sampler's values in the ranges lz_sampler_init takes, named as the session holds them
+ * (its errors name the flags, which a continued session need not have been given). */
+static lz_status check_saved_sampler(const lz_sampler_params *p, const char *what) {
+    if (!(p->temperature >= 0) || !isfinite(p->temperature))
+        return lz_fail(LZ_ERR_INPUT, "%s: the saved sampler's temperature is %g (expected >= 0)", what, p->temperature);
+    if (p->top_k < 0)
+        return lz_fail(LZ_ERR_INPUT, "%s: the saved sampler's top_k is %d (expected >= 0)", what, p->top_k);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return lz_fail(LZ_ERR_INPUT, "%s: the saved sampler's top_p is %g (expected in (0, 1])", what, p->top_p);
+    return LZ_OK;
+}
+
 lz_status lz_session_sampler_load(const Lizard__SequenceState *m, const char *what, lz_sampler_params *p,
                                   uint64_t *draws) {
     if (m->sampling) {
         const Lizard__SamplerState *k = m->sampling;
         *p = (lz_sampler_params){k->temperature, k->top_k, k->top_p, k->seed};
         *draws = k->draws;
-        return LZ_OK;
+        return check_saved_sampler(p, what);
     }
     sampler_record r;
     const size_t len = m->sampler.len;
@@ -86,7 +99,7 @@ lz_status lz_session_sampler_load(const Lizard__SequenceState *m, const char *wh
         return lz_fail(LZ_ERR_INPUT, "%s: the saved sampler's top_k is %lld", what, (long long)r.top_k);
     *p = (lz_sampler_params){r.temperature, (int)r.top_k, r.top_p, r.seed};
     *draws = r.n;
-    return LZ_OK;
+    return check_saved_sampler(p, what);
 }
 
 uint64_t lz_session_checksum_head(const Lizard__SequenceState *m) {

@@ -1,15 +1,11 @@
-/* distill_checkpoint.c - saving and restoring a distillation run. */
+/* distill_checkpoint.c - saving and restoring a distillation run through a checkpoint unit. */
 #include "distill_checkpoint.h"
 
 #include <stdio.h>  // snprintf
 #include <stdlib.h> // calloc, free
-#include <string.h> // strcmp, memcpy, strchr
+#include <string.h> // strcmp, memcpy
 
-#include <jansson.h> // json_pack
-#include "json_read.h" // lz_json_load_file
-
-#include "safetensors.h"        // lz_st_open, lz_st_find
-#include "safetensors_writer.h" // lz_stw_create, lz_write_file_atomic
+#include <jansson.h> // json_array, json_object
 
 enum { NAME_LEN = 96, PARTS = 3 }; /* a tensor, its first and second moments */
 
@@ -19,132 +15,165 @@ static float *part_of(const lz_distill_layer *l, int tensor, int part) {
     return part == 0 ? l->param[tensor] : part == 1 ? l->m1[tensor] : l->m2[tensor];
 }
 
-static void tensor_name(char *name, int layer, int tensor, int part) {
-    snprintf(name, NAME_LEN, "layers.%d.%s%s", layer, lz_distill_tensor_names[tensor], part_suffix[part]);
-}
+/* The unit's tensors: every trained layer's five tensors and their moments, F32 [numel]. */
+typedef struct {
+    lz_ckpt_tensor *t;
+    char *names;
+    size_t n;
+} tensor_list;
 
-lz_status lz_distill_checkpoint_save(const char *dir, const char *signature, const lz_distill_progress *p,
-                                     const lz_distill_layer *layers, const bool *trained, int n_layers) {
+static lz_status list_tensors(const lz_distill_layer *layers, const bool *trained, int n_layers, tensor_list *out) {
     size_t n = 0;
     for (int i = 0; i < n_layers; i++)
         n += trained[i] ? LZ_DT_COUNT * PARTS : 0;
-    lz_stw_tensor *tensors = calloc(n ? n : 1, sizeof *tensors);
-    char *names = calloc(n ? n : 1, NAME_LEN);
-    const float **data = calloc(n ? n : 1, sizeof *data);
-    if (!tensors || !names || !data) {
-        free(tensors), free(names), free(data);
+    *out = (tensor_list){calloc(n ? n : 1, sizeof *out->t), calloc(n ? n : 1, NAME_LEN), n};
+    if (!out->t || !out->names) {
+        free(out->t), free(out->names);
         return lz_fail(LZ_ERR_NOMEM, "distill_state: out of memory");
     }
     size_t k = 0;
     for (int i = 0; i < n_layers; i++)
         for (int j = 0; trained[i] && j < LZ_DT_COUNT; j++)
             for (int part = 0; part < PARTS; part++, k++) {
-                tensor_name(names + k * NAME_LEN, i, j, part);
-                tensors[k] = (lz_stw_tensor){names + k * NAME_LEN, LZ_DTYPE_F32, 1, {(int64_t)layers[i].numel[j]}};
-                data[k] = part_of(&layers[i], j, part);
+                char *name = out->names + k * NAME_LEN;
+                snprintf(name, NAME_LEN, "layers.%d.%s%s", i, lz_distill_tensor_names[j], part_suffix[part]);
+                out->t[k] = (lz_ckpt_tensor){{name, LZ_DTYPE_F32, 1, {(int64_t)layers[i].numel[j]}},
+                                             part_of(&layers[i], j, part)};
             }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/distill_state.safetensors", dir);
-    lz_st_writer *w = NULL;
-    lz_status s = lz_stw_create(path, tensors, n, &w);
-    for (size_t i = 0; s == LZ_OK && i < n; i++)
-        s = lz_stw_write(w, data[i], sizeof(float) * (size_t)tensors[i].shape[0]);
-    if (s == LZ_OK)
-        s = lz_stw_finish(w);
-    if (s == LZ_OK)
-        s = lz_stw_commit(w); // frees w
-    else
-        lz_stw_abort(w);
-    free(tensors), free(names), free(data);
-    if (s != LZ_OK)
-        return s;
+    return LZ_OK;
+}
+
+static void list_free(tensor_list *l) { free(l->t), free(l->names); }
+
+lz_status lz_distill_checkpoint_save(const char *dir, const char *signature, const lz_distill_progress *p,
+                                     const lz_distill_layer *layers, const bool *trained, int n_layers) {
     json_t *softmax = json_null();
     if (p->chosen) {
         softmax = json_array();
-        for (int i = 0; i < n_layers; i++)
+        for (int i = 0; softmax && i < n_layers; i++)
             if (p->softmax[i])
                 json_array_append_new(softmax, json_integer(i));
     }
-    json_t *root = json_pack("{s:I, s:s, s:o}", "step", (json_int_t)p->step, "signature", signature,
-                             "softmax_layers", softmax);
-    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(root);
-    if (!text)
-        return lz_fail(LZ_ERR_NOMEM, "distill_state.json: out of memory");
-    snprintf(path, sizeof path, "%s/distill_state.json", dir);
-    s = lz_write_file_atomic(path, text, strlen(text));
-    free(text);
-    return s;
-}
-
-void lz_signature_first_difference(const char *saved, const char *now, char *out, size_t cap) {
-    snprintf(out, cap, "settings");
-    for (const char *p = saved; *p;) {
-        const char *end = strchr(p, ';');
-        const size_t len = end ? (size_t)(end - p) + 1 : strlen(p);
-        char item[512];
-        snprintf(item, sizeof item, "%.*s", (int)len, p);
-        if (!strstr(now, item)) {
-            const char *eq = strchr(item, '=');
-            snprintf(out, cap, "%.*s", (int)(eq ? (size_t)(eq - item) : strlen(item)), item);
-            return;
-        }
-        p += len;
-    }
-}
-
-static lz_status load_json(const char *dir, const char *signature, lz_distill_progress *p, int n_layers) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/distill_state.json", dir);
-    json_error_t err;
-    json_t *root = lz_json_load_file(path, 0, &err);
-    if (!root)
-        return lz_fail(LZ_ERR_INPUT, "--resume: %s: %s", path, err.text);
-    json_t *step = json_object_get(root, "step"), *sig = json_object_get(root, "signature");
-    json_t *softmax = json_object_get(root, "softmax_layers");
-    lz_status s = LZ_OK;
-    if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_string(sig))
-        s = lz_fail(LZ_ERR_INPUT, "--resume: %s: needs an integer \"step\" and a string \"signature\"", path);
-    else if (strcmp(json_string_value(sig), signature) != 0) {
-        char what[256];
-        lz_signature_first_difference(json_string_value(sig), signature, what, sizeof what);
-        s = lz_fail(LZ_ERR_INPUT, "--resume: %s was made with different %s", path, what);
-    }
-    memset(p, 0, sizeof *p);
+    json_t *fields = softmax ? json_pack("{s:o}", "softmax_layers", softmax) : NULL;
+    tensor_list list = {0};
+    lz_status s = fields ? list_tensors(layers, trained, n_layers, &list)
+                         : lz_fail(LZ_ERR_NOMEM, "distill_state: out of memory");
     if (s == LZ_OK) {
-        p->step = (long)json_integer_value(step);
-        p->chosen = json_is_array(softmax);
+        const lz_ckpt_state state = {p->step, signature, fields};
+        s = lz_ckpt_write(dir, LZ_DISTILL_STATE, &state, list.t, list.n);
+        list_free(&list);
     }
-    for (size_t i = 0; s == LZ_OK && p->chosen && i < json_array_size(softmax); i++) {
-        json_t *v = json_array_get(softmax, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= n_layers)
-            s = lz_fail(LZ_ERR_INPUT, "--resume: %s: softmax_layers[%zu] is not a layer", path, i);
-        else
-            p->softmax[json_integer_value(v)] = true;
-    }
-    json_decref(root);
+    json_decref(fields);
     return s;
 }
 
-lz_status lz_distill_checkpoint_load(const char *dir, const char *signature, lz_distill_progress *p,
-                                     lz_distill_layer *layers, const bool *trained, int n_layers) {
-    LZ_TRY(load_json(dir, signature, p, n_layers));
-    char path[4096], name[NAME_LEN];
-    snprintf(path, sizeof path, "%s/distill_state.safetensors", dir);
-    lz_st_file f;
-    LZ_TRY(lz_st_open(path, &f));
-    lz_status s = LZ_OK;
-    for (int i = 0; i < n_layers; i++)
-        for (int j = 0; trained[i] && j < LZ_DT_COUNT; j++)
-            for (int part = 0; s == LZ_OK && part < PARTS; part++) {
-                tensor_name(name, i, j, part);
-                const lz_st_tensor *t = lz_st_find(&f, name);
-                if (!t || t->dtype != LZ_DTYPE_F32 || (size_t)t->numel != layers[i].numel[j])
-                    s = lz_fail(LZ_ERR_INPUT, "--resume: %s: tensor %s missing or not F32 [%zu]", path, name,
-                                layers[i].numel[j]);
-                else
-                    memcpy(part_of(&layers[i], j, part), t->data, t->nbytes);
-            }
-    lz_st_close(&f);
+/* ---- the field "softmax_layers" ------------------------------------------------------------- */
+
+typedef struct {
+    const lz_distill_resume_rules *rules;
+    lz_distill_progress read; /* what the state says, taken only when the whole unit passed */
+} fields_ctx;
+
+/* "0,2" of a layer set, or "none". */
+static const char *set_text(const bool *set, int n, char *buf, size_t cap) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && k < cap; i++)
+        if (set[i])
+            k += (size_t)snprintf(buf + k, cap - k, "%s%d", k ? "," : "", i);
+    return k ? buf : "none";
+}
+
+// lz_ckpt_fields_fn
+static lz_status check_fields(void *ctx, const json_t *fields, long step, const char *where) {
+    fields_ctx *c = ctx;
+    const lz_distill_resume_rules *r = c->rules;
+    const json_t *list = json_object_get(fields, "softmax_layers");
+    if (!list)
+        return lz_fail(LZ_ERR_INPUT, "%s: \"softmax_layers\" is missing", where);
+    if (json_object_size(fields) != 1) {
+        const char *key;
+        const json_t *v;
+        json_object_foreach((json_t *)fields, key, v)
+            if (strcmp(key, "softmax_layers") != 0)
+                return lz_fail(LZ_ERR_INPUT, "%s: \"%.64s\" is not a field of a distillation state", where, key);
+    }
+    if (!json_is_null(list) && !json_is_array(list))
+        return lz_fail(LZ_ERR_INPUT, "%s: \"softmax_layers\" must be null or a list of layers", where);
+    lz_distill_progress *p = &c->read;
+    *p = (lz_distill_progress){.step = step, .chosen = json_is_array(list)};
+    int count = 0;
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *v = json_array_get(list, i);
+        const json_int_t layer = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (layer < 0 || layer >= r->n_layers || p->softmax[layer])
+            return lz_fail(LZ_ERR_INPUT, "%s: softmax_layers[%zu] is not a layer of the teacher's %d (or repeats one)",
+                           where, i, r->n_layers);
+        p->softmax[layer] = true;
+        count++;
+    }
+    char a[512], b[512];
+    if (r->given_softmax) { // --softmax-layers: the state holds exactly them
+        bool same = p->chosen;
+        for (int i = 0; same && i < r->n_layers; i++)
+            same = p->softmax[i] == r->given_softmax[i];
+        if (!same)
+            return lz_fail(LZ_ERR_INPUT, "%s: softmax_layers %s is not this run's --softmax-layers %s", where,
+                           p->chosen ? set_text(p->softmax, r->n_layers, a, sizeof a) : "null",
+                           set_text(r->given_softmax, r->n_layers, b, sizeof b));
+        return LZ_OK;
+    }
+    // --retain-fraction: chosen once the calibration step has run (or at the end of a run shorter than it)
+    const bool chosen = step > r->calibration_steps || step == r->total_steps;
+    if (chosen != p->chosen)
+        return lz_fail(LZ_ERR_INPUT, "%s: softmax_layers is %s at step %ld, but this run chooses them before step %ld",
+                       where, p->chosen ? "chosen" : "null", step, r->calibration_steps + 1);
+    if (chosen && count != r->retain_count)
+        return lz_fail(LZ_ERR_INPUT, "%s: softmax_layers %s keeps %d layers; this run's --retain-fraction keeps %d",
+                       where, set_text(p->softmax, r->n_layers, a, sizeof a), count, r->retain_count);
+    for (int i = 0; i < r->n_layers; i++)
+        if (p->softmax[i] && !r->trained[i])
+            return lz_fail(LZ_ERR_INPUT, "%s: softmax layer %d was never a candidate of this run", where, i);
+    return LZ_OK;
+}
+
+/* ---- loading -------------------------------------------------------------------------------- */
+
+/* The reader's expectations over the run's layers; list freed by the caller. */
+static lz_status expect_of(const lz_distill_resume_rules *rules, lz_distill_layer *layers, fields_ctx *c,
+                           tensor_list *list, lz_ckpt_expect *e) {
+    *c = (fields_ctx){rules, {0}};
+    LZ_TRY(list_tensors(layers, rules->trained, rules->n_layers, list));
+    *e = (lz_ckpt_expect){rules->signature, rules->total_steps, list->t, list->n, check_fields, c};
+    return LZ_OK;
+}
+
+lz_status lz_distill_checkpoint_load(const char *dir, const lz_distill_resume_rules *rules, lz_distill_progress *p,
+                                     lz_distill_layer *layers) {
+    fields_ctx c;
+    tensor_list list = {0};
+    lz_ckpt_expect e;
+    LZ_TRY(expect_of(rules, layers, &c, &list, &e));
+    long step = 0;
+    lz_status s = lz_ckpt_read(dir, LZ_DISTILL_STATE, &e, &step);
+    list_free(&list);
+    if (s == LZ_OK)
+        *p = c.read;
+    return s;
+}
+
+lz_status lz_distill_checkpoint_check(const char *where, const char *state_text, size_t state_len,
+                                      const uint8_t *tensors_file, size_t tensors_len,
+                                      const lz_distill_resume_rules *rules, lz_distill_progress *p,
+                                      lz_distill_layer *layers) {
+    fields_ctx c;
+    tensor_list list = {0};
+    lz_ckpt_expect e;
+    LZ_TRY(expect_of(rules, layers, &c, &list, &e));
+    long step = 0;
+    lz_status s = lz_ckpt_check(where, state_text, state_len, tensors_file, tensors_len, &e, &step);
+    list_free(&list);
+    if (s == LZ_OK)
+        *p = c.read;
     return s;
 }

@@ -44,6 +44,7 @@ typedef struct {
     bool planned;
     int rank;
     lz_distill_progress progress;
+    long saved_step;             /* of the last checkpoint written or resumed from (0: none) */
     lz_distill_device *dev;      /* where the layer steps run (--device) */
     int32_t *ids;                /* [batch, seq_len] */
     double mse[LZ_MAX_LAYERS], rel[LZ_MAX_LAYERS]; /* of the last pass */

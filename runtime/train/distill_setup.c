@@ -1,10 +1,12 @@
 /* distill_setup.c - everything a distillation run needs before its first
  * step: checked settings, the placement plan under mpirun, the teacher, the
  * data, every candidate layer's tensors (restored with --resume), the log. */
+#include <math.h>     // round
 #include <stdint.h>   // UINT64_MAX
 #include <stdio.h>    // snprintf, fopen
 #include <stdlib.h>   // calloc, free
 #include <string.h>   // strcmp, memcpy
+#include <unistd.h>   // access
 
 #include "distill_output.h" // lz_check_out_folder
 #include "distill_run.h"
@@ -33,7 +35,15 @@ static lz_status check_args(const lz_distill_args *a) {
         return lz_fail(LZ_ERR_INPUT, "--teacher-device cuda needs --device cuda (the CPU trainer reads host memory)");
     if (strcmp(a->map_heads, "per-head") != 0 && strcmp(a->map_heads, "shared") != 0)
         return lz_fail(LZ_ERR_INPUT, "--map-heads: '%s' is not per-head or shared", a->map_heads);
-    return lz_check_out_folder(a->out, "distill_state.json", a->resume);
+    if (!a->resume)
+        return lz_check_out_folder(a->out, LZ_DISTILL_STATE, false);
+    if (lz_ckpt_exists(a->out, LZ_DISTILL_STATE))
+        return LZ_OK;
+    char old[4096];
+    snprintf(old, sizeof old, "%s/distill_state.json", a->out);
+    return lz_fail(LZ_ERR_INPUT, "--resume: %s has no %s to continue from%s", a->out, LZ_DISTILL_STATE,
+                   access(old, F_OK) == 0 ? " (its distill_state.json is an earlier version's, which is not continued)"
+                                          : "");
 }
 
 static void make_signature(lz_distill_run *r) {
@@ -116,8 +126,14 @@ lz_status lz_distill_setup(lz_distill_run *r) {
     LZ_TRY(lz_distill_device_open(&r->dev, a->device, &g, (int)a->batch, (int)a->seq_len, cfg.hidden_size,
                                   strcmp(a->gla_precision, "bf16") == 0));
     make_signature(r);
-    if (a->resume)
-        LZ_TRY(lz_distill_checkpoint_load(a->out, r->signature, &r->progress, r->layers, r->trained, r->n_layers));
+    if (a->resume) {
+        const lz_distill_resume_rules rules = {
+            .signature = r->signature, .total_steps = r->opt.total_steps, .n_layers = r->n_layers,
+            .trained = r->trained, .given_softmax = a->retain_fraction < 0 ? r->progress.softmax : NULL,
+            .retain_count = (int)round(a->retain_fraction * r->n_layers), .calibration_steps = a->calibration_steps};
+        LZ_TRY(lz_distill_checkpoint_load(a->out, &rules, &r->progress, r->layers));
+        r->saved_step = r->progress.step;
+    }
     if (a->log_path && r->rank == 0 && !(r->log = fopen(a->log_path, a->resume ? "a" : "w")))
         return lz_fail(LZ_ERR_IO, "--log %s: cannot open for writing", a->log_path);
     return LZ_OK;

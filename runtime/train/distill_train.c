@@ -2,7 +2,7 @@
  * teacher with every active layer trained as it passes, progress and log
  * lines, held-out evaluations, the choice of softmax layers by error,
  * checkpoints (gathered on rank 0 under mpirun) and the final folder. */
-#include <math.h>   // round
+#include <math.h>   // round, isfinite
 #include <stdio.h>  // fprintf
 #include <string.h> // memset, memcpy
 
@@ -20,6 +20,33 @@ typedef struct {
     long step;
 } pass_ctx;
 
+/* Training stops at the first NaN or infinity in a layer's loss or gradient, before the
+ * update that would spread it: the tensors and the last checkpoint stay as they were. */
+static lz_status check_finite(const lz_distill_run *r, const lz_distill_layer *l, const pass_ctx *c, double sse) {
+    const char *what = NULL;
+    char where[160];
+    if (!isfinite(sse))
+        what = "loss";
+    for (int j = 0; !what && c->learn && j < LZ_DT_COUNT; j++)
+        if (lz_first_nonfinite(l->grad[j], LZ_DTYPE_F32, l->numel[j]) < l->numel[j]) {
+            snprintf(where, sizeof where, "gradient of %s", lz_distill_tensor_names[j]);
+            what = where;
+        }
+    if (!what)
+        return LZ_OK;
+    char kept[4200];
+    if (r->saved_step > 0)
+        snprintf(kept, sizeof kept, "the checkpoint of step %ld in %s is kept", r->saved_step, r->a.out);
+    else
+        snprintf(kept, sizeof kept, "no checkpoint was written");
+    if (c->learn)
+        return lz_fail(LZ_ERR_INPUT, "step %ld: layer %d: the %s is not finite%s; training stopped before the "
+                       "update (a smaller --lr may help); %s", c->step + 1, l->layer, what,
+                       isfinite(sse) ? "" : isnan(sse) ? " (nan)" : " (inf)", kept);
+    return lz_fail(LZ_ERR_INPUT, "a held-out batch after step %ld: layer %d: the loss is not finite; %s",
+                   r->progress.step, l->layer, kept);
+}
+
 static bool is_active(const lz_distill_run *r, int i) {
     return r->trained[i] && !(r->progress.chosen && r->progress.softmax[i]);
 }
@@ -36,6 +63,7 @@ static lz_status layer_pass(void *ctx, const lz_teacher_acts *acts) {
     const double n_out = (double)r->teacher.batch * r->teacher.seq_len * g->Hq * g->d;
     double sse = 0, energy = 0;
     LZ_TRY(lz_distill_device_layer(r->dev, l, acts, c->learn, (float)(1.0 / n_out), &sse, &energy));
+    LZ_TRY(check_finite(r, l, c, sse));
     r->mse[i] = sse / n_out;
     r->rel[i] = energy > 0 ? sse / energy : 0;
     if (c->learn)
@@ -180,13 +208,17 @@ static lz_status gather_layers(lz_distill_run *r) {
 static lz_status save(lz_distill_run *r) {
     if (r->planned)
         LZ_TRY(gather_layers(r));
-    if (r->rank != 0)
-        return LZ_OK; // rank 0 writes
+    if (r->rank != 0) {
+        r->saved_step = r->progress.step; // rank 0 writes
+        return LZ_OK;
+    }
     LZ_TRY(lz_make_dirs(r->a.out, "--out"));
     if (r->progress.chosen)
         LZ_TRY(lz_distill_write_model(r->a.out, r->a.teacher, r->teacher.model.ckpt, r->layers,
                                       r->progress.softmax, r->n_layers, &r->lizard));
-    return lz_distill_checkpoint_save(r->a.out, r->signature, &r->progress, r->layers, r->trained, r->n_layers);
+    LZ_TRY(lz_distill_checkpoint_save(r->a.out, r->signature, &r->progress, r->layers, r->trained, r->n_layers));
+    r->saved_step = r->progress.step;
+    return LZ_OK;
 }
 
 lz_status lz_distill_train(lz_distill_run *r) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>  // calloc, malloc, free
 #include <string.h>  // memcpy, strcmp, strlen
 
-#include "distill_checkpoint.h" // lz_signature_first_difference
+#include "checkpoint_unit.h"   // lz_ckpt_write, lz_ckpt_read
 #include "distill_output.h"     // lz_make_dirs, lz_copy_optional
 #include "dtype.h"              // lz_f32_to_bf16, lz_f32_to_f16, lz_dtype_size
 #include "finetune_run.h"
@@ -74,58 +74,48 @@ static lz_status list_write(f32_list *l, const char *path) {
     return s;
 }
 
-lz_status lz_finetune_checkpoint_save(const lz_finetune_run *r) {
+/* The unit's tensors: each trained tensor's values and moments, in the params' order (F32, 1-D). */
+static lz_status unit_tensors(const lz_finetune_run *r, lz_ckpt_tensor **out, char (**names)[224], size_t *n) {
     const lz_ft_params *m = &r->m.params;
-    f32_list list;
-    LZ_TRY(list_open(&list, (size_t)m->n_params * PARTS));
-    char name[224], path[4096];
+    *n = 0;
+    *out = calloc((size_t)m->n_params * PARTS + 1, sizeof **out);
+    *names = calloc((size_t)m->n_params * PARTS + 1, sizeof **names);
+    if (!*out || !*names)
+        return lz_fail(LZ_ERR_NOMEM, "checkpoint: out of memory");
     for (int i = 0; i < m->n_params; i++)
         for (int part = 0; part < PARTS && !m->params[i].frozen; part++) {
             const lz_ft_param *p = &m->params[i];
-            snprintf(name, sizeof name, "%s%s", p->name, part_suffix[part]);
-            list_add(&list, name, p->host[part], 0, (int64_t)p->n);
+            snprintf((*names)[*n], sizeof **names, "%s%s", p->name, part_suffix[part]);
+            (*out)[*n] = (lz_ckpt_tensor){{(*names)[*n], LZ_DTYPE_F32, 1, {(int64_t)p->n}}, p->host[part]};
+            (*n)++;
         }
-    snprintf(path, sizeof path, "%s/finetune_state.safetensors", r->a.out);
-    LZ_TRY(list_write(&list, path));
-    return write_json(r->a.out, "finetune_state.json",
-                      json_pack("{s:I, s:s}", "step", (json_int_t)r->step, "signature", r->signature));
+    return LZ_OK;
+}
+
+lz_status lz_finetune_checkpoint_save(const lz_finetune_run *r) {
+    lz_ckpt_tensor *tensors = NULL;
+    char(*names)[224] = NULL;
+    size_t n;
+    lz_status s = unit_tensors(r, &tensors, &names, &n);
+    const lz_ckpt_state state = {.step = r->step, .signature = r->signature, .fields = NULL};
+    if (s == LZ_OK)
+        s = lz_ckpt_write(r->a.out, LZ_FINETUNE_STATE, &state, tensors, n);
+    free(tensors), free(names);
+    return s;
 }
 
 lz_status lz_finetune_checkpoint_load(lz_finetune_run *r) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/finetune_state.json", r->a.out);
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root)
-        return lz_fail(LZ_ERR_INPUT, "--resume: %s: %s", path, err.text);
-    json_t *step = json_object_get(root, "step"), *sig = json_object_get(root, "signature");
-    lz_status s = LZ_OK;
-    if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_string(sig))
-        s = lz_fail(LZ_ERR_INPUT, "--resume: %s: needs an integer \"step\" and a string \"signature\"", path);
-    else if (strcmp(json_string_value(sig), r->signature) != 0) {
-        char what[256];
-        lz_signature_first_difference(json_string_value(sig), r->signature, what, sizeof what);
-        s = lz_fail(LZ_ERR_INPUT, "--resume: %s was made with different %s", path, what);
-    } else
-        r->step = (long)json_integer_value(step);
-    json_decref(root);
+    lz_ckpt_tensor *tensors = NULL;
+    char(*names)[224] = NULL;
+    size_t n;
+    lz_status s = unit_tensors(r, &tensors, &names, &n);
+    const lz_ckpt_expect expect = {.signature = r->signature, .max_step = r->opt.total_steps, .tensors = tensors,
+                                   .n_tensors = n};
+    if (s == LZ_OK)
+        s = lz_ckpt_read(r->a.out, LZ_FINETUNE_STATE, &expect, &r->step);
+    free(tensors), free(names);
     if (s != LZ_OK)
-        return s;
-    snprintf(path, sizeof path, "%s/finetune_state.safetensors", r->a.out);
-    lz_st_file f;
-    LZ_TRY(lz_st_open(path, &f));
-    char name[224];
-    for (int i = 0; s == LZ_OK && i < r->m.params.n_params; i++)
-        for (int part = 0; s == LZ_OK && part < PARTS && !r->m.params.params[i].frozen; part++) {
-            const lz_ft_param *p = &r->m.params.params[i];
-            snprintf(name, sizeof name, "%s%s", p->name, part_suffix[part]);
-            const lz_st_tensor *t = lz_st_find(&f, name);
-            if (!t || t->dtype != LZ_DTYPE_F32 || (size_t)t->numel != p->n)
-                s = lz_fail(LZ_ERR_INPUT, "--resume: %s: tensor %s missing or not F32 [%zu]", path, name, p->n);
-            else
-                memcpy(p->host[part], t->data, t->nbytes);
-        }
-    lz_st_close(&f);
+        lz_error_prefix("--resume: ");
     return s;
 }
 

@@ -72,8 +72,11 @@ lz_status lz_finetune_setup_random(lz_finetune_run *r, const lz_config *cfg);
 lz_status lz_finetune_step(lz_finetune_run *r, const int32_t *ids, double *loss, double *norm);
 void lz_finetune_teardown(lz_finetune_run *r);
 
-/* The checkpoint beside the output (finetune_state.safetensors: every trained tensor and its AdamW
- * moments; finetune_state.json: {"step", "signature"}), from and into the host copies. */
+/* The checkpoint beside the output, one unit (checkpoint_unit.h) called LZ_FINETUNE_STATE: every
+ * trained tensor and its AdamW moments, the step and the run's signature, from and into the host
+ * copies; a unit that does not match the run (settings, tensors, step, checksum, non-finite values)
+ * is refused in one line. */
+#define LZ_FINETUNE_STATE "finetune_state"
 lz_status lz_finetune_checkpoint_save(const lz_finetune_run *r);
 lz_status lz_finetune_checkpoint_load(lz_finetune_run *r);
 

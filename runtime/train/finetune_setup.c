@@ -7,7 +7,8 @@
 #include <string.h>   // strcmp, strchr, memset, strncmp
 #include <sys/stat.h> // stat
 
-#include "distill_output.h" // lz_check_out_folder
+#include "checkpoint_unit.h" // lz_ckpt_exists
+#include "distill_output.h"  // lz_check_out_folder
 #include "engine.h"         // lz_open_backend
 #include "finetune_run.h"
 #include "model_load.h"     // lz_model_load_stage
@@ -87,7 +88,10 @@ static lz_status check_args(lz_finetune_run *r, const lz_config *cfg, lz_lora_co
         return lz_fail(LZ_ERR_INPUT, "--gla-precision %s: expected fp32 or bf16", a->gla_precision);
     LZ_TRY(check_folder_flag("--out", a->out, false));
     LZ_TRY(check_folder_flag("--adapter-out", a->adapter_out, true));
-    LZ_TRY(lz_check_out_folder(a->out, "finetune_state.json", a->resume));
+    if (!a->resume)
+        LZ_TRY(lz_check_out_folder(a->out, LZ_FINETUNE_STATE, false));
+    else if (!lz_ckpt_exists(a->out, LZ_FINETUNE_STATE))
+        return lz_fail(LZ_ERR_INPUT, "--resume: %s has no %s to continue from", a->out, LZ_FINETUNE_STATE);
     if (a->adapter_out && strcmp(a->adapter_out, a->out) == 0)
         return lz_fail(LZ_ERR_INPUT, "--adapter-out must differ from --out");
     lora->rank = (int)a->lora_rank, lora->alpha = a->lora_alpha, lora->dropout = a->lora_dropout;

@@ -153,11 +153,49 @@ check_broken missing-tensor "model.layers.1.mlp.up_proj.weight"
 check_broken bad-json "config.json"
 check_broken unknown-rope "yarn"
 check_broken missing-key "intermediate_size"
+# weights that are not finite: refused at load with the tensor and the element (the CPU backend checks
+# every weight it uses; docs/running.md "Non-finite values")
+check_broken nan-weight "tensor 'model.layers.1.mlp.up_proj.weight': element 7 is a NaN or an infinity"
+check_broken inf-norm "tensor 'model.norm.weight': element 3 is a NaN"
+check_broken nan-alpha "tensor 'model.layers.1.self_attn.window_alpha' is a NaN"
+check_broken nan-embed-last "tensor 'model.embed_tokens.weight': element $((vocab * 128 - 1)) is a NaN"
+expect_error "model.layers.1.mlp.up_proj.weight" "$LIZARD" generate --model "$TMP/nan-weight" --ids 1 --max-tokens 1
+python3 - "$M" "$TMP/bf16" <<'PY' # the tiny model in BF16 (the CPU backend converts it, checking as it goes)
+import json, shutil, struct, sys
+src, dst = sys.argv[1:3]
+shutil.copytree(src, dst)
+raw = open(src + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+out, blobs, off = {}, [], 0
+for k, v in head.items():
+    if k == "__metadata__":
+        out[k] = v
+        continue
+    b, e = v["data_offsets"]
+    words = struct.unpack("<%dI" % ((e - b) // 4), raw[8 + n + b:8 + n + e])
+    blob = struct.pack("<%dH" % len(words), *(w >> 16 for w in words))
+    out[k] = {"dtype": "BF16", "shape": v["shape"], "data_offsets": [off, off + len(blob)]}
+    blobs.append(blob)
+    off += len(blob)
+h = json.dumps(out).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+PY
+"$LIZARD" forward --model "$TMP/bf16" --ids 1,2 --logits-out "$TMP/bf16.npy" >/dev/null 2>&1 && ok || bad "the BF16 copy"
+python3 "$HERE/corrupt_model.py" "$TMP/bf16" "$TMP/bf16-nan" nan-weight &&
+    expect_error "tensor 'model.layers.1.mlp.up_proj.weight': element 7 is a NaN" "$LIZARD" forward --model "$TMP/bf16-nan" \
+        --ids 1,2 --logits-out "$TMP/x.npy"
 
 # placement plans: a 70B shape on 8 ranks without files; a bad plan file named by line
 if "$LIZARD" --help 2>/dev/null | grep -q '^  plan '; then
     "$LIZARD" plan --shape llama3-70b-hybrid --ranks 8 >"$TMP/plan8" 2>&1 && ok || bad "plan 70b on 8 ranks: $(cat "$TMP/plan8")"
     [ "$(grep -c '^rank [0-7]:' "$TMP/plan8")" -eq 8 ] && ok || bad "plan did not print 8 ranks: $(cat "$TMP/plan8")"
+    # what the bytes are counted in, and whose free memory they are held against
+    grep -q "^bytes: weights, KV caches and window rings in bf16" "$TMP/plan8" &&
+      grep -q "^free GB: 126.9 a rank: an H200's 141 GB" "$TMP/plan8" && ok || bad "plan: units not said: $(tail -4 "$TMP/plan8")"
+    "$LIZARD" plan --shape llama3-70b-hybrid --ranks 2 --gpu-memory 80,90 2>&1 | grep -q "^free GB: as --gpu-memory 80,90 says" &&
+      ok || bad "plan --gpu-memory: not said"
     "$LIZARD" plan --shape llama3-70b-hybrid --ranks 4 --out "$TMP/plan4.txt" >/dev/null 2>&1 && ok || bad "plan --out"
     "$LIZARD" plan --shape llama3-70b-hybrid --plan "$TMP/plan4.txt" >/dev/null 2>&1 && ok || bad "plan --plan of its own output"
     printf 'rank 0: embed 0-39\nrank 1: 40-79, 85 head\n' >"$TMP/badplan.txt"

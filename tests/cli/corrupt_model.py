@@ -3,7 +3,8 @@
 
 usage: corrupt_model.py SRC DST KIND
 KIND: truncated | header-past-eof | overlap | out-of-range | wrong-shape | wrong-dtype |
-      missing-tensor | bad-json | unknown-rope | missing-key
+      missing-tensor | bad-json | unknown-rope | missing-key | nan-weight | inf-norm | nan-alpha |
+      nan-embed-last (a NaN or infinity in the tensor's own dtype: F32, F16 or BF16)
 """
 import json
 import shutil
@@ -67,6 +68,19 @@ def main():
         cfg.pop("rope_parameters", None)
         cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
         json.dump(cfg, open(cfg_path, "w"))
+    elif kind in ("nan-weight", "inf-norm", "nan-alpha", "nan-embed-last"):
+        name, at, value = {"nan-weight": ("model.layers.1.mlp.up_proj.weight", 7, float("nan")),
+                           "inf-norm": ("model.norm.weight", 3, float("-inf")),
+                           "nan-alpha": ("model.layers.1.self_attn.window_alpha", 0, float("nan")),
+                           "nan-embed-last": ("model.embed_tokens.weight", -1, float("inf"))}[kind]
+        t = header[name]
+        size = {"F32": 4, "F16": 2, "BF16": 2}[t["dtype"]]
+        bits = {"F32": struct.pack("<f", value), "F16": struct.pack("<e", value),
+                "BF16": struct.pack("<f", value)[2:]}[t["dtype"]]
+        begin, end = t["data_offsets"]
+        pos = begin + at * size if at >= 0 else end - size
+        body = body[:pos] + bits + body[pos + size:]
+        write_st(st, header, body)
     elif kind == "missing-key":
         cfg = json.load(open(cfg_path))
         del cfg["intermediate_size"]

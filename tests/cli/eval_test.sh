@@ -2,7 +2,8 @@
 # eval_test.sh LIZARD MODE - `lizard eval` on tiny models that `lizard init` writes.
 #   MODE ppl:    perplexity at several window lengths in one run, its text lines and its --json
 #                object, against tests/cli/ppl_reference.py (each window through `lizard forward`,
-#                log-softmax in python); the default output's one line as before.
+#                log-softmax in python); the default output's one line as before; --progress 0: a
+#                line on stderr after every window but the last, none on stdout.
 #   MODE json:   --json with --passkey: the same table as the text output, well-formed.
 #   MODE length: contexts past max_position_embeddings: refused for a model running softmax
 #                layers unless --allow-long-context; a model of Lizard layers alone runs.
@@ -49,6 +50,19 @@ for w, line, p in zip(W, lines, js["perplexity"]):
 assert ref[str(W[0])]["tokens"] < ref[str(W[1])]["tokens"] < ref[str(W[2])]["tokens"] == n - 1, ref
 assert abs(ref[str(W[0])]["ppl"] - ref[str(W[2])]["ppl"]) > 1e-6, ref
 PY
+    # progress on stderr after every window but each length's last (its result follows), stdout as without
+    "$LIZARD" eval --model "$T" --text "$TMP/text.txt" --ppl-context "$W" --json --progress 0 >"$TMP/progress.json" \
+        2>"$TMP/progress.err" && cmp -s "$TMP/ppl.json" "$TMP/progress.json" && ok ||
+        bad "--progress 0: stdout differs: $(head -c 300 "$TMP/progress.json") $(head -3 "$TMP/progress.err")"
+    python3 - "$TMP/progress.err" "$TMP/ref.json" "$W" <<'PY' && ok || bad "--progress 0: $(head -5 "$TMP/progress.err")"
+import json, re, sys
+lines, ref, W = open(sys.argv[1]).read().splitlines(), json.load(open(sys.argv[2])), sys.argv[3].split(",")
+want = [(int(w), k, ref[w]["windows"]) for w in W for k in range(1, ref[w]["windows"])]
+got = [re.fullmatch(r"lizard eval: perplexity at (\d+) tokens: window (\d+) of (\d+), \d+ s so far, about \d+ s left", l)
+       for l in lines]
+assert all(got), lines
+assert [(int(m[1]), int(m[2]), int(m[3])) for m in got] == want, (lines, want)
+PY
     # the default: one line, windows of 1024 (the text is shorter: one window)
     "$LIZARD" eval --model "$T" --text "$TMP/text.txt" >"$TMP/default.txt" 2>&1
     grep -Eq "^perplexity [0-9.]+  \(mean nll [0-9.]+ over $((n - 1)) predicted tokens of $n, segments of 1024\)$" \
@@ -73,7 +87,8 @@ ppl = float(text.split()[1])
 assert len(js["perplexity"]) == 1 and math.isfinite(js["perplexity"][0]["ppl"]), js
 assert abs(js["perplexity"][0]["ppl"] - ppl) <= 1e-4 * ppl, (js, ppl)
 PY
-    # a model whose logits are NaN: the figures are null, the object still parses
+    # a model whose logits are NaN (finite weights that overflow; a NaN weight is refused at load): the figures
+    # are null, the object still parses
     cp -r "$T" "$TMP/nan"
     python3 - "$TMP/nan/model.safetensors" <<'PY'
 import json, struct, sys
@@ -82,7 +97,7 @@ n = struct.unpack("<Q", raw[:8])[0]
 t = json.loads(raw[8:8 + n])["model.norm.weight"]
 assert t["dtype"] == "F32", t
 a, b = t["data_offsets"]
-raw[8 + n + a:8 + n + b] = struct.pack("<f", float("nan")) * ((b - a) // 4)
+raw[8 + n + a:8 + n + b] = struct.pack("<f", 3e38) * ((b - a) // 4)
 open(sys.argv[1], "wb").write(raw)
 PY
     "$LIZARD" eval --model "$TMP/nan" --text "$TMP/text.txt" --ppl-context 64 --json >"$TMP/nan.json" 2>"$TMP/err" \
@@ -100,7 +115,22 @@ if [ "$MODE" = length ]; then
     long=$((max + 64))
     expect_error "max_position_embeddings $max" "$LIZARD" eval --model "$T" --passkey --contexts "$long" --trials 1
     expect_error "--allow-long-context" "$LIZARD" eval --model "$H" --passkey --contexts 256,"$long" --trials 1
-    expect_error "max_position_embeddings" "$LIZARD" eval --model "$H" --text "$TMP/text.txt" --ppl-context "$long"
+    # perplexity windows are sized by the text: a window past max_position_embeddings is refused only where the
+    # text reaches past it; with --allow-long-context a window of 2e9 on a 5.9K-token text runs as one of the
+    # text's length (it allocated state for 2e9 positions and failed)
+    python3 "$HERE/word_text.py" 7 2500 "$TMP/long.txt"
+    n_long=$("$LIZARD" tokenize --model "$H" --file "$TMP/long.txt" 2>/dev/null | tr ',' '\n' | wc -l)
+    [ "$n_long" -gt "$max" ] && ok || bad "the long text is $n_long tokens, not past $max"
+    expect_error "context $n_long exceeds max_position_embeddings $max" "$LIZARD" eval --model "$H" --text "$TMP/long.txt" \
+        --ppl-context 2000000000
+    "$LIZARD" eval --model "$H" --text "$TMP/text.txt" --ppl-context "$long" >"$TMP/short_window" 2>"$TMP/err" &&
+        ok || bad "a window past max_position_embeddings on a shorter text: $(cat "$TMP/err")"
+    "$LIZARD" eval --model "$H" --text "$TMP/long.txt" --ppl-context 2000000000 --allow-long-context >"$TMP/huge" \
+        2>"$TMP/err" && ok || bad "--ppl-context 2000000000 --allow-long-context: $(cat "$TMP/err")"
+    "$LIZARD" eval --model "$H" --text "$TMP/long.txt" --ppl-context "$n_long" --allow-long-context >"$TMP/whole" \
+        2>"$TMP/err" && ok || bad "--ppl-context $n_long --allow-long-context: $(cat "$TMP/err")"
+    [ "$(cut -d' ' -f1-11 "$TMP/huge")" = "$(cut -d' ' -f1-11 "$TMP/whole")" ] && [ -s "$TMP/huge" ] && ok ||
+        bad "a window of 2e9 is not the text's one window: $(cat "$TMP/huge" "$TMP/whole")"
     expect_error "max_position_embeddings" "$LIZARD" eval --model "$H" --softmax-layers 1 --passkey --contexts "$long"
     row() { grep -Eq "^ +$long +1 +[01] +[01]\.00$" "$TMP/out"; }
     "$LIZARD" eval --model "$T" --passkey --contexts "$long" --trials 1 --allow-long-context >"$TMP/out" 2>"$TMP/err" \

@@ -92,6 +92,46 @@ PY
     cmp "$TMP/one/model.safetensors" "$TMP/two/model.safetensors" && ok || bad "resumed weights differ"
     expect_error "different lr" "$LIZARD" finetune "${SMALL[@]}" "${R[@]}" --out "$TMP/two" --resume --lr 1e-3 \
         --stop-at-step 1
+    # the checkpoint is one unit: an edited step, an edited tensor byte, a non-finite value are refused
+    U=$TMP/two/finetune_state
+    cp -r "$U" "$TMP/saved_unit"
+    for step in 0 100 -3; do
+        python3 - "$U/state.json" "$step" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); s["step"] = int(sys.argv[2]); json.dump(s, open(sys.argv[1], "w"))
+PY
+        expect_error "finetune_state" "$LIZARD" finetune "${SMALL[@]}" "${R[@]}" --out "$TMP/two" --resume
+        rm -rf "$U" && cp -r "$TMP/saved_unit" "$U"
+    done
+    python3 - "$U/tensors.safetensors" <<'PY'
+import struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read()); n = struct.unpack("<Q", raw[:8])[0]
+raw[8 + n + 4] ^= 1  # one bit of the first tensor's second value
+open(sys.argv[1], "wb").write(raw)
+PY
+    expect_error "checksum" "$LIZARD" finetune "${SMALL[@]}" "${R[@]}" --out "$TMP/two" --resume
+    rm -rf "$U" && cp -r "$TMP/saved_unit" "$U"
+    # a writer killed at each of its writes, syncs and renames resumes to the bytes of one run
+    K=(--tokens 1280 --eval-batches 0 --checkpoint-every 4)
+    "$LIZARD" finetune "${SMALL[@]}" "${K[@]}" --out "$TMP/KU" 2>/dev/null && ok || bad "the uninterrupted run"
+    kills=0 resumed=0
+    for n in $(seq 1 200); do
+        rm -rf "$TMP/KK"
+        (LIZARD_CHECKPOINT_KILL=$n "$LIZARD" finetune "${SMALL[@]}" "${K[@]}" --out "$TMP/KK") 2>/dev/null
+        rc=$?
+        [ $rc -eq 0 ] && break
+        [ $rc -eq 137 ] || { bad "kill at $n: exit $rc"; break; }
+        kills=$((kills + 1))
+        if "$LIZARD" finetune "${SMALL[@]}" "${K[@]}" --out "$TMP/KK" --resume 2>"$TMP/kk.err"; then
+            resumed=$((resumed + 1))
+            cmp -s "$TMP/KU/model.safetensors" "$TMP/KK/model.safetensors" && ok ||
+                bad "killed at point $n, resumed: the model differs from one run"
+        else
+            grep -q "has no finetune_state" "$TMP/kk.err" && ok || bad "killed at point $n: $(tail -1 "$TMP/kk.err")"
+        fi
+    done
+    echo "finetune_test resume: $kills kill points, $resumed resumed to the bytes of one run"
+    [ "$resumed" -gt 0 ] && ok || bad "no kill point left a checkpoint to resume from"
 fi
 
 if [ "$MODE" = errors ]; then

@@ -2,7 +2,7 @@
 # papercuts_test.sh - what a new user runs into first: lizard bench on the CPU by default (quick, each
 # line as it comes, "-" where the CPU has no ceiling or memory figure), a missing model folder named as
 # such, the position limit of softmax layers (refused unless allowed; none for pure Lizard), init and
-# info counting parameters alike, --prompts-file
+# info counting parameters alike and marking the state figures past max_position_embeddings, --prompts-file
 # results numbered by their lines, error messages that say "lizard" once, and distill refusing a run
 # that keeps every layer softmax (--stats under mpirun: tests/mpi/stats_test.sh). Usage: papercuts_test.sh LIZARD
 set -uo pipefail
@@ -51,6 +51,18 @@ expect_error "context 17 exceeds max_position_embeddings 16" "$LIZARD" forward -
   bad "a pure Lizard run was refused for its length"
 "$LIZARD" forward --model "$S" --ids "$ids" --logits-out "$TMP/l.npy" --softmax-layers none 2>/dev/null && ok ||
   bad "forward: a pure Lizard run was refused for its length"
+
+# info: the state at contexts past max_position_embeddings marked, with a note that says what refuses them
+"$LIZARD" info --model "$S" >"$TMP/info_short" 2>&1
+[ "$(grep -c '^state @ .*  \*$' "$TMP/info_short")" = 3 ] &&
+  grep -q "^  \* past max_position_embeddings (16): " "$TMP/info_short" &&
+  grep -q "refuse it without --allow-long-context (2 softmax layers)$" "$TMP/info_short" && ok ||
+  bad "info past max_position_embeddings 16: $(cat "$TMP/info_short")"
+"$LIZARD" info --model "$S" --softmax-layers none 2>&1 | grep -q "^    trained on it$" && ok ||
+  bad "info, pure Lizard: a refusal said where none is: $("$LIZARD" info --model "$S" --softmax-layers none 2>&1 | tail -2)"
+"$LIZARD" info --model "$M" >"$TMP/info_long" 2>&1 # (4,096 positions: 1K within, 32K and 128K past)
+[ "$(grep -c '^state @ .*  \*$' "$TMP/info_long")" = 2 ] && ! grep -q '^state @   1024 .*\*$' "$TMP/info_long" && ok ||
+  bad "info past max_position_embeddings 4096: $(cat "$TMP/info_long")"
 
 # init and info count the same parameters
 n_init=$(grep -o '[0-9]* parameters' "$TMP/init" | cut -d' ' -f1)

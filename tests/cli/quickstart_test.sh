@@ -3,7 +3,8 @@
 # and nvcc that record their calls: it installs packages only when one is missing, builds CUDA only
 # where nvidia-smi lists a GPU (and nvcc is there), and runs the model on that device: the trained
 # default model when its folder holds one (sampling as its generation_config.json says), else a
-# random tiny-hybrid that `lizard init` writes, saying so in one line. With LIZARD, the stand-in
+# random tiny-hybrid that `lizard init` writes, saying so in one line. tests/run_all.sh builds by the
+# same rule, passed explicitly, so that the build does not depend on which of the two ran first. With LIZARD, the stand-in
 # build's lizard runs it, and the quickstart's output is checked as a newcomer sees it: the text,
 # then the state report on lines of its own, nothing raw.
 # Usage: quickstart_test.sh REPO [LIZARD]
@@ -44,6 +45,30 @@ rm -f "$TMP/bin/nvcc"
 rm -f "$LOG"; ALL_INSTALLED=1 quickstart "$TMP/gpu:$base_path"
 grep -q -- "-DLIZARD_CUDA=ON" "$LOG" && grep -q "lizard generate .*--device cuda" "$LOG" && ok ||
   bad "GPU: not a CUDA build run on it: $(cat "$LOG")"
+# tests/run_all.sh in a stand-in checkout (its cmake, ctest and fuzz runs record their calls): the
+# release build's -DLIZARD_CUDA is the quickstart's on the same machine, given explicitly whatever
+# build/ held before: no nvcc, nvcc without a GPU (CI), a GPU and nvcc
+R=$TMP/repo
+mkdir -p "$R/tests/fuzz" "$R/launch" "$TMP/nvcc"
+cp "$REPO/tests/run_all.sh" "$R/tests/" && cp "$REPO/launch/cuda_default.sh" "$R/launch/"
+stub run_fuzz.sh 'echo "run_fuzz $*" >>'"$LOG" "$R/tests/fuzz"
+stub ctest 'echo "ctest $*" >>'"$LOG" "$TMP/bin"
+stub nvcc 'exit 0' "$TMP/nvcc"
+for machine in "none:OFF:$base_path" "nvcc:OFF:$TMP/nvcc:$base_path" "gpu:ON:$TMP/gpu:$base_path"; do
+  name=${machine%%:*} rest=${machine#*:}
+  want=${rest%%:*} path=${rest#*:}
+  rm -f "$LOG"; ALL_INSTALLED=1 quickstart "$path"
+  quick=$(sed -n "s|^cmake -S \. -B $TMP/build .*-DLIZARD_CUDA=\([A-Z]*\).*|\1|p" "$LOG")
+  rm -f "$LOG"; PATH=$path bash "$R/tests/run_all.sh" >"$TMP/run_all.out" 2>&1 || bad "$name: run_all.sh failed: $(tail -3 "$TMP/run_all.out")"
+  release=$(sed -n 's|^cmake -S \. -B build .*-DLIZARD_CUDA=\([A-Z]*\).*|\1|p' "$LOG")
+  [ "$quick" = "$want" ] && [ "$release" = "$want" ] && ok ||
+    bad "$name: -DLIZARD_CUDA quickstart '$quick', run_all.sh '$release', expected $want: $(grep cmake "$LOG")"
+done
+# LZ_CUDA=ON: run_all.sh compiles the CUDA backend on a machine without a GPU too
+rm -f "$LOG"; LZ_CUDA=ON PATH=$TMP/nvcc:$base_path bash "$R/tests/run_all.sh" >"$TMP/run_all.out" 2>&1
+grep -q "^cmake -S \. -B build .*-DLIZARD_CUDA=ON" "$LOG" && ok || bad "LZ_CUDA=ON: $(grep cmake "$LOG")"
+rm -f "$TMP/bin/ctest"
+
 # packages missing: installed (as root directly, else through sudo)
 rm -f "$LOG"; quickstart "$base_path"
 grep -q "apt-get install" "$LOG" && grep -q "installing the missing packages: build-essential" "$TMP/out" && ok ||

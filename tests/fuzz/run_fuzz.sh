@@ -15,7 +15,7 @@ seconds=$2
 here=$(cd "$(dirname "$0")" && pwd)
 
 failed=0
-for name in safetensors config tokenizer_load tokenizer_encode plan session serve_request; do
+for name in safetensors config tokenizer_load tokenizer_encode plan session serve_request adapter train_state; do
   bin="$build_dir/tests/fuzz/fuzz_$name"
   if [[ ! -x "$bin" ]]; then
     echo "run_fuzz: $bin not built (cmake --build $build_dir --target fuzz_$name)" >&2

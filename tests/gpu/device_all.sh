@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # device_all.sh - on the GPU machine, in one call of at most ten minutes: stage 2's GPU tests
 # (tests/gpu/device_stage2.sh, phase 1), then the study in the time left (tests/quality/device_study.sh).
+# TEST_SECONDS, TOTAL_SECONDS, TEST_TIMEOUT (each test's) and STUDY_ARGS share the ten minutes.
 # Carried: .devpack (tests/gpu/pack_devout.sh with test_gpu_train, test_gpu_backward,
 # test_gpu_backward_attn and test_finetune) and .corpus (tests/quality/stage_corpus.sh).
 set -uo pipefail

@@ -38,7 +38,7 @@ if phase 1; then
   say "== 1. GPU tests"
   for t in test_gpu_backward test_gpu_backward_attn test_gpu_train; do
     if [ -x ".devout/$t" ]; then
-      timeout -k 5 45 ".devout/$t" >"$W/logs/$t.log" 2>&1
+      timeout -k 5 "${TEST_TIMEOUT:-45}" ".devout/$t" >"$W/logs/$t.log" 2>&1
       rc=$?
       say "$t: exit $rc; $(grep -E 'checks|worst|largest' "$W/logs/$t.log" | tail -3 | tr '\n' ' ')"
       [ $rc -eq 0 ] || { status=1; grep -E 'FAIL|failed' "$W/logs/$t.log" | head -20 | tee -a "$OUT/summary.txt"; }
@@ -46,7 +46,7 @@ if phase 1; then
       say "$t: not in the pack"
     fi
   done
-  LZ_FIXTURES=$PWD/tests/fixtures timeout -k 5 60 .devout/test_finetune cuda >"$W/logs/test_finetune.log" 2>&1
+  LZ_FIXTURES=$PWD/tests/fixtures timeout -k 5 "$((${TEST_TIMEOUT:-45} + 15))" .devout/test_finetune cuda >"$W/logs/test_finetune.log" 2>&1
   rc=$?
   say "test_finetune cuda: exit $rc"
   grep -E 'test_finetune' "$W/logs/test_finetune.log" | tail -8 | tee -a "$OUT/summary.txt"
@@ -62,10 +62,10 @@ eval_ppl() { # model -> perplexity at 1,024 on the first VALID_BYTES of valid.tx
   "$LZ" eval --model "$1" --text "$W/valid.txt" --ppl-context 1024 --json --device cuda --allow-long-context \
     2>>"$W/logs/eval.err" | python3 -c "import json,sys; print(json.load(sys.stdin)['perplexity'][0]['ppl'])"
 }
-if phase 2 120; then
+if phase 2 "${PHASE2_MIN:-120}"; then
   say "== 2. stage 1 + stage 2 on the GPU ($S1_TOKENS + $S2_TOKENS tokens)"
   say "teacher ppl@1024: $(eval_ppl $T)"
-  for cfg in "hybrid-50:0,2,4,6" "lizard-0:none"; do
+  for cfg in ${PHASE2_CONFIGS:-hybrid-50:0,2,4,6 lizard-0:none}; do
     name=${cfg%%:*} layers=${cfg#*:}
     timeout -k 5 150 "$LZ" distill --teacher $T --data "$TRAIN" --out "$W/$name-s1" --tokens "$S1_TOKENS" \
       --seq-len 1024 --batch 8 --device cuda --softmax-layers "$layers" --log "$W/logs/$name-s1.jsonl" \

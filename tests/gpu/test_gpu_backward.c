@@ -21,8 +21,9 @@
  *     the loss) see the same bf16 values on both sides (the reference takes the device's rounded
  *     inputs) and compute in fp32: the fp32 bounds hold. The products that round an fp32 operand to
  *     bf16 (linear: dy; the head's dh: the logits' gradient; LoRA: x', A, du, and y itself, stored
- *     in bf16) carry one or two roundings of unit roundoff 2^-9 = 2e-3 (rms ~1.1e-3 each, averaging
- *     over the sums): 2e-3 to 4e-3 expected, bound 1e-2.
+ *     in bf16) carry one or two roundings of unit roundoff 2^-8 = 3.9e-3 (8 significant bits; rms
+ *     ~1.7e-3 relative each, averaging over the sums): 2e-3 to 4e-3 expected (LoRA's y at rank 16,
+ *     whose increment is half y's size, nearest), bound 1e-2.
  *   Tensors: copy, to_f32 (bf16 -> fp32 is exact), add (one fp32 rounding on both sides) and
  *     weight_set (round to nearest even on both sides) must match bit for bit; sum_squares (double)
  *     1e-10 against a double loop (a missing element of 10^6 moves it by ~1e-6), and the same bits on

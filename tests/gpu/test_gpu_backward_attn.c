@@ -6,7 +6,8 @@
  *     GLA in fp32 and in bf16;
  *   - the CUDA backward op table's softmax attention entry (backward_attention.cu) against
  *     attention_train_forward + attention_backward per sequence: sequences of different lengths
- *     (one of 1 token, others past one and two 128-query blocks), GQA and MHA, head_dim 64 and 128;
+ *     (one of 1 token, others past one and two 128-query blocks), rows after the last sequence (their
+ *     gradients 0), GQA and MHA, head_dim 64 and 128;
  *   - its Lizard layer entry (backward_lizard.cu) against lz_lizard_layer_forward + _backward per
  *     sequence: grad and dx, dq, dk, dv; GQA (Hq 4, Hkv 2), phi_k per kv head and per query head,
  *     shared and per-head maps, softmax and exp maps, normaliser on and off, window below and above T,
@@ -278,13 +279,17 @@ typedef struct {
     int32_t *token_pos, *ids;
 } batch_buf;
 
-/* Sequences of the given lengths one after the other, each from position 0, set on the backend. */
-static void set_batch(const backend *bk, batch_buf *bb, int n_seq, const int *len) {
+/* Sequences of the given lengths one after the other, each from position 0, then `pad` rows of no
+ * sequence, set on the backend. */
+static void set_batch(const backend *bk, batch_buf *bb, int n_seq, const int *len, int pad) {
     int n = 0;
     for (int s = 0; s < n_seq; s++)
         bb->slot[s] = s, bb->start[s] = n, bb->len[s] = len[s], bb->pos[s] = 0, n += len[s];
-    bb->token_pos = xmalloc(sizeof(int32_t) * n);
-    bb->ids = xmalloc(sizeof(int32_t) * n);
+    n += pad;
+    bb->token_pos = calloc((size_t)n + 1, sizeof(int32_t)); // (the pad rows at position 0)
+    bb->ids = calloc((size_t)n + 1, sizeof(int32_t));
+    if (!bb->token_pos || !bb->ids)
+        abort();
     for (int s = 0; s < n_seq; s++)
         for (int t = 0; t < len[s]; t++)
             bb->token_pos[bb->start[s] + t] = t, bb->ids[bb->start[s] + t] = 0;
@@ -297,17 +302,20 @@ static void batch_free(batch_buf *bb) { free(bb->token_pos), free(bb->ids); }
 typedef struct {
     const char *name;
     int Hq, Hkv, d, n_seq, len[MAX_SEQS];
+    int pad; /* rows after the last sequence, in none: their gradients are 0 (overwritten) */
 } attn_case;
 
 static void test_attention(const backend *bk, const attn_case *c, double limit) {
     batch_buf bb;
-    set_batch(bk, &bb, c->n_seq, c->len);
+    set_batch(bk, &bb, c->n_seq, c->len, c->pad);
     const int N = bb.b.n_tokens, Hq = c->Hq, Hkv = c->Hkv, d = c->d;
     const size_t nq = (size_t)N * Hq * d, nk = (size_t)N * Hkv * d;
     float *q = rand_host(nq, -2, 2), *k = rand_host(nk, -2, 2), *v = rand_host(nk, -1, 1), *dout = rand_host(nq, -1, 1);
     round_like(bk, q, nq), round_like(bk, k, nk), round_like(bk, v, nk);
     float *out = xmalloc(sizeof(float) * nq), *lse = xmalloc(sizeof(float) * N * Hq);
-    float *dq = xmalloc(sizeof(float) * nq), *dk = xmalloc(sizeof(float) * nk), *dv = xmalloc(sizeof(float) * nk);
+    float *dq = calloc(nq, sizeof(float)), *dk = calloc(nk, sizeof(float)), *dv = calloc(nk, sizeof(float));
+    if (!dq || !dk || !dv)
+        abort();
     for (int s = 0; s < c->n_seq; s++) {
         const size_t r = (size_t)bb.start[s], rq = r * Hq * d, rk = r * Hkv * d;
         attention_train_forward_f32(out + rq, lse + r * Hq, q + rq, k + rk, v + rk, c->len[s], Hq, Hkv, d);
@@ -330,6 +338,11 @@ static void test_attention(const backend *bk, const attn_case *c, double limit) 
     same_bits("attention dq", d_dq, h_dq, nq);
     same_bits("attention dk", d_dk, h_dk, nk);
     same_bits("attention dv", d_dv, h_dv, nk);
+    // a sequence past position 0 (a cached prefix) is refused
+    bb.pos[c->n_seq - 1] = 5;
+    CHECK_FAILS_WITH(lz_test_bw_attention(bk->be, d_dq, d_dk, d_dv, d_dout, aq, ak, av, &bb.b, &dims), LZ_ERR_INPUT,
+                     "position 5");
+    bb.pos[c->n_seq - 1] = 0;
     bk->ops->free(bk->be, aq), bk->ops->free(bk->be, ak), bk->ops->free(bk->be, av);
     cudaFree(d_dout), cudaFree(d_dq), cudaFree(d_dk), cudaFree(d_dv);
     free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv), free(h_dq), free(h_dk),
@@ -381,7 +394,7 @@ static void test_lizard(const backend *bk, const lizard_case *c, double limit) {
     int lens[MAX_SEQS];
     for (int s = 0; s < B; s++)
         lens[s] = T;
-    set_batch(bk, &bb, B, lens);
+    set_batch(bk, &bb, B, lens, 0);
     void *ax = act(bk, x, nx), *aq = act(bk, q, nq), *ak = act(bk, k, nk), *av = act(bk, v, nk);
     float *d_dout = dev(dout, nq), *d_dx = dev(sdx, nx), *d_dq = dev(sdq, nq), *d_dk = dev(sdk, nk),
           *d_dv = dev(sdv, nk);
@@ -423,7 +436,7 @@ static void test_lizard(const backend *bk, const lizard_case *c, double limit) {
     if (B > 1) {
         batch_buf odd;
         lens[1] = T - 1;
-        set_batch(bk, &odd, 2, lens);
+        set_batch(bk, &odd, 2, lens, 0);
         CHECK_FAILS_WITH(lz_test_bw_lizard(bk->be, scr, NULL, d_dx, d_dq, d_dk, d_dv, d_dout, &pd, ax, aq, ak, av,
                                            &odd.b, g, C),
                          LZ_ERR_INPUT, "sequence 1");
@@ -458,10 +471,10 @@ int main(void) {
         {"mha-short-exp", {2, 2, 2, 2, 2, 16, 8, 4, 1, true, true}, 2, 5, 8, -3, 3, true, 0},
     };
     const attn_case attn[] = {
-        {"gqa-d64", 4, 2, 64, 2, {100, 157}},
-        {"mha-d128", 2, 2, 128, 2, {300, 70}},
-        {"gqa4-d128", 8, 2, 128, 3, {129, 1, 256}},
-        {"mqa-d64", 4, 1, 64, 2, {65, 200}},
+        {"gqa-d64", 4, 2, 64, 2, {100, 157}, 0},
+        {"mha-d128", 2, 2, 128, 2, {300, 70}, 0},
+        {"gqa4-d128", 8, 2, 128, 3, {129, 1, 256}, 0},
+        {"mqa-d64-pad", 4, 1, 64, 2, {65, 200}, 3},
     };
     const size_t n_lizard = sizeof lizard / sizeof lizard[0], n_attn = sizeof attn / sizeof attn[0];
 

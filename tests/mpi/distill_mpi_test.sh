@@ -23,7 +23,8 @@ S=(--teacher "$TMP/teacher" --data "$TMP/ids.npy" --seq-len 32 --batch 2 --token
 for n in 1 2 3; do
     run $n "$LIZARD" distill "${S[@]}" --out "$TMP/np$n" >/dev/null 2>"$TMP/err" || { bad "np $n: $(tail -2 "$TMP/err")"; continue; }
     cmp -s "$TMP/one/model.safetensors" "$TMP/np$n/model.safetensors" && ok || bad "np $n: weights differ"
-    cmp -s "$TMP/one/distill_state.safetensors" "$TMP/np$n/distill_state.safetensors" && ok || bad "np $n: state differs"
+    cmp -s "$TMP/one/distill_state/tensors.safetensors" "$TMP/np$n/distill_state/tensors.safetensors" &&
+        cmp -s "$TMP/one/distill_state/state.json" "$TMP/np$n/distill_state/state.json" && ok || bad "np $n: state differs"
 done
 printf '# interleaved\nrank 0: embed 0, 2\nrank 1: 1, 3 head\n' >"$TMP/plan.txt"
 run 2 "$LIZARD" distill "${S[@]}" --out "$TMP/inter" --plan "$TMP/plan.txt" >/dev/null 2>"$TMP/err" \

@@ -54,10 +54,13 @@ GEN=(generate --ids 1,2,3 --max-tokens 16000000 --ignore-eos --temperature 0.9 -
 fault stop0 2 0 STOP 30 "${GEN[@]}"
 grep -Eq "rank 1 of 2 \(.*\): rank 0 \(.*\) sent nothing for 3[0-9] s.*while this rank was .*\(--rank-timeout 30\)" \
     "$TMP/stop0.line" && ok || bad "stop0: $(cat "$TMP/stop0.line")"
-# a middle rank stopped: a neighbour names it and what it was waiting for
+# a middle rank stopped: the lowest rank that lives names it and what it was waiting for, in one line (ranks 0
+# and 2 both see the silence; each printed its line)
 fault stop1 3 1 STOP 30 "${GEN[@]}"
-grep -Eq "rank [02] of 3 \(.*\): rank 1 \(.*\) sent nothing for [0-9]* s.*while this rank was " \
+grep -Eq "rank 0 of 3 \(.*\): rank 1 \(.*\) sent nothing for [0-9]* s.*while this rank was " \
     "$TMP/stop1.line" && ok || bad "stop1: $(cat "$TMP/stop1.line")"
+[ "$(grep -c "lizard: error: rank" "$TMP/stop1.err")" = 1 ] && [ "$(grep -c "lizard: warning: rank" "$TMP/stop1.err")" = 1 ] &&
+    ok || bad "stop1: not one line each: $(grep "lizard:" "$TMP/stop1.err")"
 # a middle rank killed: mpirun sees it go
 fault kill1 3 1 KILL 0 "${GEN[@]}"
 grep -q "process rank 1 .* on node .* exited on signal 9" "$TMP/kill1.err" && ok || bad "kill1: $(tail -3 "$TMP/kill1.err")"

@@ -33,7 +33,8 @@ KEY=sekret
 AUTH=(-H "Authorization: Bearer $KEY")
 start_server "$TMP/s.log" --model "$M" --api-key "$KEY" --max-batch 4 --max-tokens 16 ||
     { echo "FAIL: server did not start" >&2; exit 1; }
-grep -q "chat format llama3 (tokenizer_config.json chat_template" "$TMP/s.log" && ok || bad "chat format: $(cat "$TMP/s.log")"
+grep -q "chat format llama3 (tokenizer_config.json's chat_template has <|start_header_id|>)$" "$TMP/s.log" &&
+    ! grep -q "names no chat format" "$TMP/s.log" && ok || bad "chat format: $(cat "$TMP/s.log")"
 [ "$(grep -c "warning: .*tokenizer.json has 321 token ids, the model 320" "$TMP/s.log")" = 1 ] && ok ||
     bad "vocab warning at load: $(cat "$TMP/s.log")"
 
@@ -88,10 +89,18 @@ for scheme in Bearer bearer BEARER bEaReR; do
     [ "$(req GET /v1/models "" -H "Authorization: $scheme $KEY")" = 200 ] && ok || bad "scheme '$scheme' refused"
 done
 [ "$(req GET /v1/models "" -H "Authorization: Bearer   $KEY")" = 200 ] && ok || bad "several spaces after the scheme refused"
-for wrong in "Bearer ${KEY}x" "Bearer $KEY junk" "Bearer ${KEY:0:5}" "Bearer" "Basic $KEY" "Bearer x$KEY" "$KEY"; do
+for wrong in "Bearer ${KEY}x" "Bearer $KEY junk" "Bearer ${KEY:0:5}" "Bearer" "Bearer    " "Basic $KEY" "Bearer x$KEY" "$KEY"; do
     [ "$(req GET /v1/models "" -H "Authorization: $wrong")" = 401 ] && ok || bad "'$wrong' accepted"
 done
 [ "$(req GET /v1/models)" = 401 ] && ok || bad "no Authorization header accepted"
 stop_server && ok || bad "server did not drain to exit 0"
+# a key no request could present is refused at start, in one line, before the model loads (an empty
+# key was accepted, and then an empty bearer token matched it)
+for k in "" " $KEY" "$KEY " $'se\tkret' $'se\x01kret'; do
+    timeout 30 "$LIZARD" serve --model "$M" --api-key "$k" --port 0 >/dev/null 2>"$TMP/key.err"
+    rc=$?
+    [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/key.err")" = 1 ] && grep -q -- "--api-key: " "$TMP/key.err" && ok ||
+        bad "--api-key '$k': exit $rc: $(head -c 300 "$TMP/key.err")"
+done
 echo "serve_input_test: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -29,11 +29,13 @@ D=$TMP/disk
 mkdir "$D"
 dead=$(dead_pid)
 touch "$D/s1.lzs.tmp.$dead" "$D/s1.lzs.tmp.$$" "$D/notes.tmp.$dead"
+mkdir "$D/x.lzs.tmp.$dead" # a folder named like a dead writer's temp file: not one, left alone
 start_server "$TMP/a.log" --model "$M" --session-memory 1 --session-dir "$D" --max-tokens 1000000 ||
-    { bad "server A did not start"; exit 1; }
-[ ! -e "$D/s1.lzs.tmp.$dead" ] && [ -e "$D/s1.lzs.tmp.$$" ] && [ -e "$D/notes.tmp.$dead" ] && ok ||
-    bad "serve start: stale temp files: $(ls "$D")"
+    { bad "server A did not start: $(tail -2 "$TMP/a.log")"; exit 1; }
+[ ! -e "$D/s1.lzs.tmp.$dead" ] && [ -e "$D/s1.lzs.tmp.$$" ] && [ -e "$D/notes.tmp.$dead" ] && [ -d "$D/x.lzs.tmp.$dead" ] &&
+    ok || bad "serve start: stale temp files: $(ls "$D")"
 rm -f "$D/s1.lzs.tmp.$$" "$D/notes.tmp.$dead"
+rmdir "$D/x.lzs.tmp.$dead"
 
 # 2. SIGKILL while a session is continued: its previous version stays and loads
 A1=$(session_ids "$P1" 6 s1)
@@ -54,6 +56,10 @@ got=$("$LIZARD" generate --model "$M" --session "$D/s1.lzs" --ids "$P2" --max-to
 
 # 3. lizard generate --session: a killed run leaves the file as it was; a dead writer's temp goes
 cp "$TMP/s1-before.lzs" "$TMP/cli.lzs"
+mkdir "$TMP/cli2.lzs.tmp.$dead" # a folder of a temp file's name does not stop generate
+"$LIZARD" generate --model "$M" --session "$TMP/cli2.lzs" --ids "$P2" --max-tokens 2 >/dev/null 2>"$TMP/gen2.err" &&
+    [ -f "$TMP/cli2.lzs" ] && [ -d "$TMP/cli2.lzs.tmp.$dead" ] && ok ||
+    bad "generate --session beside a folder named like a temp file: $(cat "$TMP/gen2.err")"
 touch "$TMP/cli.lzs.tmp.$dead" "$TMP/other.lzs.tmp.$dead"
 "$LIZARD" generate --model "$M" --session "$TMP/cli.lzs" --ids "$P2" --max-tokens 1000000 --ignore-eos >/dev/null 2>&1 &
 GEN_JOB=$!

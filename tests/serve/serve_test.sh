@@ -45,6 +45,12 @@ serve_ids() {
 start_server "$TMP/a.log" --model "$M" --api-key "$KEY" --max-batch 4 --max-prompt-tokens 512 --max-tokens 32 \
     --max-body-bytes 8192 --prefix-min-tokens 8 --prefill-chunk 8 || { echo "FAIL: server did not start" >&2; exit 1; }
 
+# a model without a chat template: one warning at start that chat requests get LLaMA-3 markers as plain
+# text, and the startup line's reason in one pair of parentheses
+[ "$(grep -c "^lizard serve: warning: $M names no chat format (the default: tokenizer_config.json has no chat_template): .* LLaMA-3 markers, .* plain text" "$TMP/a.log")" = 1 ] &&
+    grep -q "chat format llama3 (the default: tokenizer_config.json has no chat_template)$" "$TMP/a.log" &&
+    ! grep -q "((\|))" "$TMP/a.log" && ok || bad "no chat template: $(cat "$TMP/a.log")"
+
 # ---- endpoints ----------------------------------------------------------------
 [ "$(req GET /health)" = 200 ] && ok || bad "/health"
 [ "$(req GET /v1/models "" "${AUTH[@]}")" = 200 ] && [ "$(jget "$TMP/body" "d['data'][0]['id']")" = tiny ] && ok ||
@@ -251,7 +257,8 @@ if [ -z "$NP" ]; then
     [ "$code" = 200 ] && [ "$(jget "$TMP/body" "d['usage']['prompt_tokens']")" = 3 ] && ok ||
         bad "session after restart: $code $(cat "$TMP/body")"
     # the Mistral format by flag: [INST] ... [/INST]; a session's second turn is only its new message
-    grep -q "chat format mistral (--chat-template)" "$TMP/c.log" && ok || bad "chat format line: $(cat "$TMP/c.log")"
+    grep -q "chat format mistral (--chat-template)" "$TMP/c.log" && ! grep -q "names no chat format" "$TMP/c.log" &&
+        ok || bad "chat format line: $(cat "$TMP/c.log")"
     req POST /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "session": "m1"}' >/dev/null
     first=$(jget "$TMP/body" "d['usage']['prompt_tokens']")
     req POST /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "session": "m1"}' >/dev/null

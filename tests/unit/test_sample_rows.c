@@ -298,6 +298,25 @@ static void test_session_record(void) {
     old_msg.sampler.len = 17;
     CHECK_FAILS_WITH(lz_session_sampler_load(&old_msg, "old.lzs", &p, &draws), LZ_ERR_INPUT,
                      "old.lzs: sampler state of 17 bytes");
+    // values out of range are the session's fault, named as it holds them (lz_sampler_init names flags,
+    // which a continued session need not have been given)
+    keep.top_p = 2;
+    CHECK_FAILS_WITH(lz_session_sampler_load(&msg, "s.lzs", &p, &draws), LZ_ERR_INPUT,
+                     "s.lzs: the saved sampler's top_p is 2 (expected in (0, 1])");
+    keep.top_p = 0.9, keep.temperature = NAN;
+    CHECK_FAILS_WITH(lz_session_sampler_load(&msg, "s.lzs", &p, &draws), LZ_ERR_INPUT,
+                     "s.lzs: the saved sampler's temperature is nan");
+    keep.temperature = 0.8, keep.top_k = -3;
+    CHECK_FAILS_WITH(lz_session_sampler_load(&msg, "s.lzs", &p, &draws), LZ_ERR_INPUT,
+                     "s.lzs: the saved sampler's top_k is -3");
+    const struct {
+        double temperature, top_p;
+        int64_t top_k;
+        uint64_t seed, n;
+    } zero_p = {0.6, 0.0, 3, 99, 17};
+    old_msg.sampler = (ProtobufCBinaryData){sizeof zero_p, (uint8_t *)&zero_p};
+    CHECK_FAILS_WITH(lz_session_sampler_load(&old_msg, "old.lzs", &p, &draws), LZ_ERR_INPUT,
+                     "old.lzs: the saved sampler's top_p is 0");
 }
 
 int main(void) {

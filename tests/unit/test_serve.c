@@ -97,19 +97,27 @@ static void chat_formats(void) {
     CHECK(strcmp(serve_chat_turn_end(SERVE_CHAT_LLAMA3, "</s>"), "<|eot_id|>") == 0);
     serve_chat_format f;
     const char *why;
-    CHECK_FAILS_WITH(serve_chat_detect("/nonexistent", "chatml", &f, &why), LZ_ERR_INPUT, "--chat-template");
-    CHECK(serve_chat_detect("/nonexistent", NULL, &f, &why) == LZ_OK && f == SERVE_CHAT_LLAMA3);
+    bool assumed;
+    CHECK_FAILS_WITH(serve_chat_detect("/nonexistent", "chatml", &f, &why, &assumed), LZ_ERR_INPUT, "--chat-template");
+    // no template: LLaMA-3 assumed (serve warns at start), said without parentheses of its own (the startup
+    // line puts it in parentheses)
+    CHECK(serve_chat_detect("/nonexistent", NULL, &f, &why, &assumed) == LZ_OK && f == SERVE_CHAT_LLAMA3 && assumed);
+    CHECK_MSG(!strpbrk(why, "()"), "%s", why);
     // the format from tokenizer_config.json's chat_template markers
     char dir[] = "/tmp/lz_test_chat_XXXXXX", path[200];
     CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     const char *templates[] = {"{\"chat_template\": \"{{ bos_token }}[INST] {{ m }} [/INST]\"}",
-                               "{\"chat_template\": \"<|start_header_id|>{{ role }}\"}"};
-    for (int i = 0; i < 2; i++) {
+                               "{\"chat_template\": \"<|start_header_id|>{{ role }}\"}",
+                               "{\"chat_template\": \"<|im_start|>{{ role }}\"}", "{\"bos_token\": \"<s>\"}"};
+    for (int i = 0; i < 4; i++) {
         FILE *out = fopen(path, "w");
         CHECK(out && fputs(templates[i], out) >= 0 && fclose(out) == 0);
-        CHECK(serve_chat_detect(dir, NULL, &f, &why) == LZ_OK && f == (i == 0 ? SERVE_CHAT_MISTRAL : SERVE_CHAT_LLAMA3));
-        CHECK(serve_chat_detect(dir, "mistral", &f, &why) == LZ_OK && f == SERVE_CHAT_MISTRAL); // the flag wins
+        CHECK(serve_chat_detect(dir, NULL, &f, &why, &assumed) == LZ_OK &&
+              f == (i == 0 ? SERVE_CHAT_MISTRAL : SERVE_CHAT_LLAMA3));
+        CHECK_MSG(assumed == (i >= 2) && !strpbrk(why, "()"), "template %d: assumed %d, '%s'", i, assumed, why);
+        CHECK(serve_chat_detect(dir, "mistral", &f, &why, &assumed) == LZ_OK && f == SERVE_CHAT_MISTRAL &&
+              !assumed); // the flag wins
     }
     unlink(path);
     rmdir(dir);
