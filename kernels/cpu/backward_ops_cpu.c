@@ -1,8 +1,9 @@
 /* backward_ops_cpu.c - the backward op table of the CPU backend
  * (backward_ops.h): fp32 activations and gradients in host memory. The
- * products go through cpu_gemm.h; attention and the Lizard layers run the f32
- * build of the training kernels (train_kernels.h), one sequence from position
- * 0 per call, the sequences of a batch on the threads at once. Gradients that
+ * products go through cpu_gemm.h, softmax attention's too (attention_grad.c);
+ * the Lizard layers run the f32 build of the training kernels
+ * (train_kernels.h), one sequence from position 0 per call, the sequences of a
+ * batch on the threads at once. Gradients that
  * sum over sequences are summed per sequence, then added in the sequences'
  * order: the same bits whatever the threads and however a batch is cut into
  * micro-batches. */
@@ -161,27 +162,26 @@ static lz_status bw_rope(lz_backend *be, float *dq, float *dk, const float *inv_
 typedef struct {
     float *dq, *dk, *dv;
     const float *dout, *q, *k, *v;
-    float *outs, *lses; /* a sequence's forward outputs and log-sum-exps, per worker */
+    float *scratch; /* LZ_ATTN_GRAD_SCRATCH(longest, d) floats per worker */
     const lz_batch *b;
     int Hq, Hkv, d, longest;
 } attention_job;
 
-static void attention_sequences(void *ctx, size_t begin, size_t end, int worker) {
+// items: (sequence, kv head) pairs, sequence-major; each writes rows and heads of its own only
+static void attention_groups(void *ctx, size_t begin, size_t end, int worker) {
     const attention_job *j = ctx;
     const size_t qrow = (size_t)j->Hq * j->d, krow = (size_t)j->Hkv * j->d;
-    float *out = j->outs + (size_t)worker * j->longest * qrow, *lse = j->lses + (size_t)worker * j->longest * j->Hq;
-    for (size_t s = begin; s < end; s++) {
-        const size_t r0 = (size_t)j->b->start[s];
-        const int T = j->b->len[s];
-        attention_train_forward_f32(out, lse, j->q + r0 * qrow, j->k + r0 * krow, j->v + r0 * krow, T, j->Hq, j->Hkv,
-                                    j->d);
-        attention_backward_f32(j->dq + r0 * qrow, j->dk + r0 * krow, j->dv + r0 * krow, j->dout + r0 * qrow, out, lse,
-                               j->q + r0 * qrow, j->k + r0 * krow, j->v + r0 * krow, T, j->Hq, j->Hkv, j->d);
+    float *scratch = j->scratch + (size_t)worker * LZ_ATTN_GRAD_SCRATCH(j->longest, j->d);
+    for (size_t i = begin; i < end; i++) {
+        const size_t s = i / (size_t)j->Hkv, r0 = (size_t)j->b->start[s];
+        attention_grad_group(j->dq + r0 * qrow, j->dk + r0 * krow, j->dv + r0 * krow, j->dout + r0 * qrow,
+                             j->q + r0 * qrow, j->k + r0 * krow, j->v + r0 * krow, j->b->len[s], j->Hq, j->Hkv, j->d,
+                             (int)(i % (size_t)j->Hkv), scratch);
     }
 }
 
-/* Per sequence: the forward again for out and the log-sum-exp of every row, then the backward
- * (which overwrites its rows of dq, dk, dv). Rows of no sequence get zero gradients. */
+/* Per sequence and kv head, the probabilities again from q and k, then the gradients (attention_grad.c).
+ * Rows of no sequence get zero gradients. */
 static lz_status bw_attention(lz_backend *be, float *dq, float *dk, float *dv, const float *dout, const void *q,
                               const void *k, const void *v, const lz_batch *b, const lz_attn_dims *dims) {
     const int Hq = dims->n_heads, Hkv = dims->n_kv_heads, d = dims->head_dim;
@@ -198,22 +198,14 @@ static lz_status bw_attention(lz_backend *be, float *dq, float *dk, float *dv, c
     memset(dq, 0, sizeof(float) * (size_t)b->n_tokens * qrow);
     memset(dk, 0, sizeof(float) * (size_t)b->n_tokens * krow);
     memset(dv, 0, sizeof(float) * (size_t)b->n_tokens * krow);
-    // (multiply-adds: the forward again and the backward, about 4 T^2 Hq d a sequence)
-    const int threads =
-        lz_cpu_threads_for((size_t)b->n_seqs, (size_t)4 * b->n_seqs * longest * longest * qrow, LZ_GRAIN_LOOP);
-    float *outs = NULL, *lses = NULL; // a sequence's forward outputs and log-sum-exps, per thread
-    lz_status st = host_buffer(&outs, (size_t)threads * longest * qrow, "attention outputs");
-    if (st == LZ_OK)
-        st = host_buffer(&lses, (size_t)threads * longest * Hq, "attention log-sum-exps");
-    if (st != LZ_OK) {
-        free(outs);
-        free(lses);
-        return st;
-    }
-    attention_job j = {dq, dk, dv, dout, q, k, v, outs, lses, b, Hq, Hkv, d, longest};
-    lz_cpu_parallel((size_t)b->n_seqs, threads, attention_sequences, &j);
-    free(outs);
-    free(lses);
+    // (multiply-adds: six products of about T^2 d / 2 per query head)
+    const size_t groups = (size_t)b->n_seqs * Hkv;
+    const int threads = lz_cpu_threads_for(groups, (size_t)3 * b->n_seqs * longest * longest * qrow, LZ_GRAIN_GEMM);
+    float *scratch = NULL;
+    LZ_TRY(host_buffer(&scratch, (size_t)threads * LZ_ATTN_GRAD_SCRATCH(longest, d), "attention gradients"));
+    attention_job j = {dq, dk, dv, dout, q, k, v, scratch, b, Hq, Hkv, d, longest};
+    lz_cpu_parallel(groups, threads, attention_groups, &j);
+    free(scratch);
     return LZ_OK;
 }
 

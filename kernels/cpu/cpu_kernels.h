@@ -45,6 +45,14 @@ void window_attention_forward(float *out, const float *q, const float *k, const 
 lz_status lm_head_loss(double *loss, float *dh, const float *h, const float *W, const int32_t *targets, int N, int C,
                        int V, float grad_scale);
 
+/* Causal GQA softmax attention's gradients (attention_grad.c) of one sequence from position 0, for the
+ * query heads of kv head kvh: dq's rows of those heads overwritten, dk and dv of kvh added to. q, dout
+ * [T, Hq, d]; k, v, dk, dv [T, Hkv, d]; scratch: LZ_ATTN_GRAD_SCRATCH(T, d) floats. */
+enum { LZ_ATTN_GRAD_ROWS = 64 }; /* query rows a block */
+#define LZ_ATTN_GRAD_SCRATCH(T, d) ((size_t)LZ_ATTN_GRAD_ROWS * (2 * (size_t)(T) + (size_t)(d) + 1))
+void attention_grad_group(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                          const float *v, int T, int Hq, int Hkv, int d, int kvh, float *scratch);
+
 /* The gradients of these ops for training (backward_ops_cpu.c): the op table's `backward`. */
 extern const lz_backward_ops lz_cpu_backward_table;
 
