@@ -37,6 +37,25 @@ static float dot(const float *a, const float *b, int n) {
     return acc;
 }
 
+// qk[t] = pq . (row t of phi_k, rows `ld` apart) for t < n, each summed as dot sums it: four rows at a
+// time, so that four independent sums overlap
+static void dots(float *qk, const float *phi_k, size_t ld, const float *pq, int n, int F) {
+    int t = 0;
+    for (; t + 4 <= n; t += 4) {
+        const float *k0 = phi_k + (size_t)t * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int a = 0; a < F; a++) {
+            s0 += pq[a] * k0[a];
+            s1 += pq[a] * k1[a];
+            s2 += pq[a] * k2[a];
+            s3 += pq[a] * k3[a];
+        }
+        qk[t] = s0, qk[t + 1] = s1, qk[t + 2] = s2, qk[t + 3] = s3;
+    }
+    for (; t < n; t++)
+        qk[t] = dot(pq, phi_k + (size_t)t * ld, F);
+}
+
 // out[d] = num / den (or num when not normalising)
 static void finish(float *out, const float *num, float den, int d, bool normalize) {
     for (int j = 0; j < d; j++)
@@ -46,7 +65,7 @@ static void finish(float *out, const float *num, float den, int d, bool normaliz
 // One chunk [c0, c1) of rows for state head s of one sequence.
 static void gla_chunk(float *out, const float *phi_q, const float *phi_k, const float *v, const float *lg, float *S,
                       float *z, int c0, int c1, int s, const gla_geom *g, bool normalize) {
-    float G[LZ_GLA_CHUNK], num[1024], sj[1024];
+    float G[LZ_GLA_CHUNK], qk[LZ_GLA_CHUNK], num[1024], sj[1024];
     const int d = g->d, F = g->F, vh = value_head(g, s);
     float acc = 0.0f;
     for (int i = c0; i < c1; i++)
@@ -64,8 +83,9 @@ static void gla_chunk(float *out, const float *phi_q, const float *phi_k, const 
             for (int j = 0; j < d; j++)
                 num[j] = decay * sj[j];
             float den = decay * dot(pq, z, F);
+            dots(qk, phi_k + ((size_t)c0 * g->Hs + s) * F, (size_t)g->Hs * F, pq, i - c0 + 1, F);
             for (int t = c0; t <= i; t++) {
-                float w = dot(pq, phi_k + ((size_t)t * g->Hs + s) * F, F) * expf(G[i - c0] - G[t - c0]);
+                float w = qk[t - c0] * expf(G[i - c0] - G[t - c0]);
                 const float *vt = v + ((size_t)t * g->Hkv + vh) * d;
                 for (int j = 0; j < d; j++)
                     num[j] += w * vt[j];

@@ -34,22 +34,37 @@ static void window_one(float *out, const float *q, int p, int g, const window_sr
     const float scale = 1.0f / sqrtf((float)d);
     const int first = p - src->w + 1 > 0 ? p - src->w + 1 : 0;
     float scores[4096], m = -INFINITY; // w <= 4096 is checked at load
-    for (int t = first; t <= p; t++) {
+    int t = first;
+    for (; t + 4 <= p + 1; t += 4) { // four keys at a time: their sums overlap, each in the order below
+        const float *k0 = key_at(src, t, g, d), *k1 = key_at(src, t + 1, g, d), *k2 = key_at(src, t + 2, g, d),
+                    *k3 = key_at(src, t + 3, g, d);
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int j = 0; j < d; j++) {
+            s0 += q[j] * k0[j];
+            s1 += q[j] * k1[j];
+            s2 += q[j] * k2[j];
+            s3 += q[j] * k3[j];
+        }
+        scores[t - first] = s0 * scale, scores[t + 1 - first] = s1 * scale;
+        scores[t + 2 - first] = s2 * scale, scores[t + 3 - first] = s3 * scale;
+    }
+    for (; t <= p; t++) {
         const float *kt = key_at(src, t, g, d);
         float s = 0.0f;
         for (int j = 0; j < d; j++)
             s += q[j] * kt[j];
         scores[t - first] = s * scale;
+    }
+    for (t = first; t <= p; t++)
         if (scores[t - first] > m)
             m = scores[t - first];
-    }
     for (int j = 0; j < n_meta; j++)
         if (meta[j] > m)
             m = meta[j];
     float den = 0.0f, num[1024] = {0};
     for (int j = 0; j < n_meta; j++)
         den += expf(meta[j] - m);
-    for (int t = first; t <= p; t++) {
+    for (t = first; t <= p; t++) {
         const float e = expf(scores[t - first] - m);
         const float *vt = value_at(src, t, g, d);
         den += e;
