@@ -5,6 +5,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(build-essential cmake pkg-config ca-certificates iproute2 util-linux
           libjansson-dev libpcre2-dev protobuf-c-compiler libprotobuf-c-dev libmicrohttpd-dev nettle-dev
+          libopenblas-dev
           curl clang libclang-rt-14-dev libopenmpi-dev openmpi-bin python3)
 # Node + npm for the OpenAI client test: Debian's, unless a Node that brings its own npm is there
 # (NodeSource's nodejs conflicts with Debian's npm package)

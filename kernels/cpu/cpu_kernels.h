@@ -1,6 +1,8 @@
-/* cpu_kernels.h - the fp32 reference kernels, one plain C function per op
- * (names <op>_forward, shapes in comments). cpu_backend.c wires them into the
- * op table; the GPU kernels are checked against these. */
+/* cpu_kernels.h - the CPU backend's fp32 kernels, one C function per op
+ * (names <op>_forward, shapes in comments): products through OpenBLAS in
+ * tiles (cpu_gemm.h), the other loops over the cores (cpu_threads.h), each
+ * token's result independent of the batch it came in. cpu_backend.c wires
+ * them into the op table; the GPU kernels are checked against these. */
 #ifndef LZ_CPU_KERNELS_H
 #define LZ_CPU_KERNELS_H
 
@@ -39,6 +41,20 @@ void gla_recurrent_forward(float *out, const float *phi_q, const float *phi_k, c
                            const lz_attn_dims *dims);
 void window_attention_forward(float *out, const float *q, const float *k, const float *v, const float *meta_logits,
                               float alpha, lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims);
+
+/* The LM head's cross-entropy over the rows with a target (targets[t] >= 0; the others add nothing and
+ * get zero gradients): *loss = the sum over those rows, dh [N, C] (overwritten; NULL: none) =
+ * grad_scale * d(sum)/dh; h [N, C], W [V, C]. */
+lz_status lm_head_loss(double *loss, float *dh, const float *h, const float *W, const int32_t *targets, int N, int C,
+                       int V, float grad_scale);
+
+/* Causal GQA softmax attention's gradients (attention_grad.c) of one sequence from position 0, for the
+ * query heads of kv head kvh: dq's rows of those heads overwritten, dk and dv of kvh added to. q, dout
+ * [T, Hq, d]; k, v, dk, dv [T, Hkv, d]; scratch: LZ_ATTN_GRAD_SCRATCH(T, d) floats. */
+enum { LZ_ATTN_GRAD_ROWS = 64 }; /* query rows a block */
+#define LZ_ATTN_GRAD_SCRATCH(T, d) ((size_t)LZ_ATTN_GRAD_ROWS * (2 * (size_t)(T) + (size_t)(d) + 1))
+void attention_grad_group(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                          const float *v, int T, int Hq, int Hkv, int d, int kvh, float *scratch);
 
 /* The gradients of these ops for training (backward_ops_cpu.c): the op table's `backward`. */
 extern const lz_backward_ops lz_cpu_backward_table;

@@ -14,6 +14,7 @@
 #include <string.h> // memset
 
 #include "cpu_kernels.h"
+#include "cpu_threads.h" // lz_cpu_parallel, lz_cpu_threads_for
 
 typedef struct {
     int Hq, Hkv, Hs, d, F; /* F = 2f features */
@@ -36,6 +37,25 @@ static float dot(const float *a, const float *b, int n) {
     return acc;
 }
 
+// qk[t] = pq . (row t of phi_k, rows `ld` apart) for t < n, each summed as dot sums it: four rows at a
+// time, so that four independent sums overlap
+static void dots(float *qk, const float *phi_k, size_t ld, const float *pq, int n, int F) {
+    int t = 0;
+    for (; t + 4 <= n; t += 4) {
+        const float *k0 = phi_k + (size_t)t * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int a = 0; a < F; a++) {
+            s0 += pq[a] * k0[a];
+            s1 += pq[a] * k1[a];
+            s2 += pq[a] * k2[a];
+            s3 += pq[a] * k3[a];
+        }
+        qk[t] = s0, qk[t + 1] = s1, qk[t + 2] = s2, qk[t + 3] = s3;
+    }
+    for (; t < n; t++)
+        qk[t] = dot(pq, phi_k + (size_t)t * ld, F);
+}
+
 // out[d] = num / den (or num when not normalising)
 static void finish(float *out, const float *num, float den, int d, bool normalize) {
     for (int j = 0; j < d; j++)
@@ -45,7 +65,7 @@ static void finish(float *out, const float *num, float den, int d, bool normaliz
 // One chunk [c0, c1) of rows for state head s of one sequence.
 static void gla_chunk(float *out, const float *phi_q, const float *phi_k, const float *v, const float *lg, float *S,
                       float *z, int c0, int c1, int s, const gla_geom *g, bool normalize) {
-    float G[LZ_GLA_CHUNK], num[1024];
+    float G[LZ_GLA_CHUNK], qk[LZ_GLA_CHUNK], num[1024], sj[1024];
     const int d = g->d, F = g->F, vh = value_head(g, s);
     float acc = 0.0f;
     for (int i = c0; i < c1; i++)
@@ -55,15 +75,17 @@ static void gla_chunk(float *out, const float *phi_q, const float *phi_k, const 
         for (int i = c0; i < c1; i++) {
             const float *pq = phi_q + ((size_t)i * g->Hq + h) * F;
             const float decay = expf(G[i - c0]); // state carried from before the chunk
-            for (int j = 0; j < d; j++) {
-                float sj = 0.0f;
-                for (int a = 0; a < F; a++)
-                    sj += pq[a] * S[(size_t)a * d + j];
-                num[j] = decay * sj;
-            }
+            for (int j = 0; j < d; j++) // sj = pq^T S, each sum over a in order (a outer: the j vectorise)
+                sj[j] = 0.0f;
+            for (int a = 0; a < F; a++)
+                for (int j = 0; j < d; j++)
+                    sj[j] += pq[a] * S[(size_t)a * d + j];
+            for (int j = 0; j < d; j++)
+                num[j] = decay * sj[j];
             float den = decay * dot(pq, z, F);
+            dots(qk, phi_k + ((size_t)c0 * g->Hs + s) * F, (size_t)g->Hs * F, pq, i - c0 + 1, F);
             for (int t = c0; t <= i; t++) {
-                float w = dot(pq, phi_k + ((size_t)t * g->Hs + s) * F, F) * expf(G[i - c0] - G[t - c0]);
+                float w = qk[t - c0] * expf(G[i - c0] - G[t - c0]);
                 const float *vt = v + ((size_t)t * g->Hkv + vh) * d;
                 for (int j = 0; j < d; j++)
                     num[j] += w * vt[j];
@@ -98,46 +120,72 @@ static float *slot_z(lz_layer_state *st, const gla_geom *g, int slot, int s) {
     return st->z + ((size_t)slot * g->Hs + s) * g->F;
 }
 
+typedef struct {
+    float *out;
+    const float *phi_q, *phi_k, *v, *log_gamma;
+    lz_layer_state *st;
+    const lz_batch *batch;
+    const lz_attn_dims *dims;
+    gla_geom g;
+} gla_job;
+
+// items [begin, end): item i is state head i % Hs of sequence i / Hs (they share no state and write
+// rows of their own)
+static void chunked_items(void *ctx, size_t begin, size_t end, int worker) {
+    const gla_job *j = ctx;
+    const gla_geom *g = &j->g;
+    for (size_t i = begin; i < end; i++) {
+        const int q = (int)(i / (size_t)g->Hs), s = (int)(i % (size_t)g->Hs);
+        const int r0 = j->batch->start[q], r1 = r0 + j->batch->len[q];
+        for (int c0 = r0; c0 < r1; c0 += LZ_GLA_CHUNK) {
+            int c1 = c0 + LZ_GLA_CHUNK < r1 ? c0 + LZ_GLA_CHUNK : r1;
+            gla_chunk(j->out, j->phi_q, j->phi_k, j->v, j->log_gamma, slot_S(j->st, g, j->batch->slot[q], s),
+                      slot_z(j->st, g, j->batch->slot[q], s), c0, c1, s, g, j->dims->gla_normalize);
+        }
+    }
+}
+
 void gla_chunked_forward(float *out, const float *phi_q, const float *phi_k, const float *v, const float *log_gamma,
                          lz_layer_state *st, const lz_batch *batch, const lz_attn_dims *dims) {
-    const gla_geom g = geometry(dims);
-    for (int q = 0; q < batch->n_seqs; q++) {
-        const int r0 = batch->start[q], r1 = r0 + batch->len[q];
-        for (int s = 0; s < g.Hs; s++)
-            for (int c0 = r0; c0 < r1; c0 += LZ_GLA_CHUNK) {
-                int c1 = c0 + LZ_GLA_CHUNK < r1 ? c0 + LZ_GLA_CHUNK : r1;
-                gla_chunk(out, phi_q, phi_k, v, log_gamma, slot_S(st, &g, batch->slot[q], s),
-                          slot_z(st, &g, batch->slot[q], s), c0, c1, s, &g, dims->gla_normalize);
-            }
+    gla_job j = {out, phi_q, phi_k, v, log_gamma, st, batch, dims, geometry(dims)};
+    const size_t items = (size_t)batch->n_seqs * j.g.Hs;
+    const size_t work = (size_t)batch->n_tokens * j.g.Hq * j.g.F * (j.g.d + LZ_GLA_CHUNK);
+    lz_cpu_parallel(items, lz_cpu_threads_for(items, work, LZ_GRAIN_LOOP), chunked_items, &j);
+}
+
+static void recurrent_items(void *ctx, size_t begin, size_t end, int worker) {
+    const gla_job *j = ctx;
+    const gla_geom *g = &j->g;
+    float num[1024];
+    for (size_t it = begin; it < end; it++) {
+        const int q = (int)(it / (size_t)g->Hs), s = (int)(it % (size_t)g->Hs);
+        const int i = j->batch->start[q]; // exactly one token per sequence
+        const float gamma = expf(j->log_gamma[i]);
+        float *S = slot_S(j->st, g, j->batch->slot[q], s), *z = slot_z(j->st, g, j->batch->slot[q], s);
+        const float *pk = j->phi_k + ((size_t)i * g->Hs + s) * g->F;
+        const float *vt = j->v + ((size_t)i * g->Hkv + value_head(g, s)) * g->d;
+        for (int a = 0; a < g->F; a++) {
+            z[a] = gamma * z[a] + pk[a];
+            for (int jj = 0; jj < g->d; jj++)
+                S[(size_t)a * g->d + jj] = gamma * S[(size_t)a * g->d + jj] + pk[a] * vt[jj];
+        }
+        for (int hq = 0; hq < g->q_per_state; hq++) {
+            const int h = s * g->q_per_state + hq;
+            const float *pq = j->phi_q + ((size_t)i * g->Hq + h) * g->F;
+            memset(num, 0, sizeof(float) * g->d);
+            for (int a = 0; a < g->F; a++)
+                for (int jj = 0; jj < g->d; jj++)
+                    num[jj] += pq[a] * S[(size_t)a * g->d + jj];
+            finish(j->out + ((size_t)i * g->Hq + h) * g->d, num, dot(pq, z, g->F), g->d, j->dims->gla_normalize);
+        }
     }
 }
 
 void gla_recurrent_forward(float *out, const float *phi_q, const float *phi_k, const float *v,
                            const float *log_gamma, lz_layer_state *st, const lz_batch *batch,
                            const lz_attn_dims *dims) {
-    const gla_geom g = geometry(dims);
-    float num[1024];
-    for (int q = 0; q < batch->n_seqs; q++) {
-        const int i = batch->start[q]; // exactly one token per sequence
-        const float gamma = expf(log_gamma[i]);
-        for (int s = 0; s < g.Hs; s++) {
-            float *S = slot_S(st, &g, batch->slot[q], s), *z = slot_z(st, &g, batch->slot[q], s);
-            const float *pk = phi_k + ((size_t)i * g.Hs + s) * g.F;
-            const float *vt = v + ((size_t)i * g.Hkv + value_head(&g, s)) * g.d;
-            for (int a = 0; a < g.F; a++) {
-                z[a] = gamma * z[a] + pk[a];
-                for (int j = 0; j < g.d; j++)
-                    S[(size_t)a * g.d + j] = gamma * S[(size_t)a * g.d + j] + pk[a] * vt[j];
-            }
-            for (int hq = 0; hq < g.q_per_state; hq++) {
-                const int h = s * g.q_per_state + hq;
-                const float *pq = phi_q + ((size_t)i * g.Hq + h) * g.F;
-                memset(num, 0, sizeof(float) * g.d);
-                for (int a = 0; a < g.F; a++)
-                    for (int j = 0; j < g.d; j++)
-                        num[j] += pq[a] * S[(size_t)a * g.d + j];
-                finish(out + ((size_t)i * g.Hq + h) * g.d, num, dot(pq, z, g.F), g.d, dims->gla_normalize);
-            }
-        }
-    }
+    gla_job j = {out, phi_q, phi_k, v, log_gamma, st, batch, dims, geometry(dims)};
+    const size_t items = (size_t)batch->n_seqs * j.g.Hs;
+    lz_cpu_parallel(items, lz_cpu_threads_for(items, items * j.g.q_per_state * j.g.F * j.g.d, LZ_GRAIN_LOOP),
+                    recurrent_items, &j);
 }

@@ -3,6 +3,7 @@
 #include <math.h> // cosf, sinf
 
 #include "cpu_kernels.h"
+#include "cpu_threads.h" // lz_cpu_parallel, lz_cpu_threads_for
 
 static void rotate_head(float *x, const float *cosv, const float *sinv, int half) {
     for (int j = 0; j < half; j++) {
@@ -12,20 +13,35 @@ static void rotate_head(float *x, const float *cosv, const float *sinv, int half
     }
 }
 
+typedef struct {
+    float *q, *k;
+    const float *inv_freq;
+    const lz_batch *batch;
+    const lz_attn_dims *dims;
+} rope_job;
+
+static void rope_rows(void *ctx, size_t begin, size_t end, int worker) {
+    const rope_job *j = ctx;
+    const int d = j->dims->head_dim, half = d / 2;
+    float cosv[512], sinv[512]; // head_dim <= 1024 is checked at load
+    for (size_t t = begin; t < end; t++) {
+        float p = (float)j->batch->token_pos[t];
+        for (int i = 0; i < half; i++) {
+            float angle = p * j->inv_freq[i];
+            cosv[i] = cosf(angle);
+            sinv[i] = sinf(angle);
+        }
+        for (int h = 0; h < j->dims->n_heads; h++)
+            rotate_head(j->q + (t * j->dims->n_heads + h) * d, cosv, sinv, half);
+        for (int h = 0; h < j->dims->n_kv_heads; h++)
+            rotate_head(j->k + (t * j->dims->n_kv_heads + h) * d, cosv, sinv, half);
+    }
+}
+
 // q [T, Hq, d], k [T, Hkv, d] rotated in place at batch->token_pos
 void rope_forward(float *q, float *k, const float *inv_freq, const lz_batch *batch, const lz_attn_dims *dims) {
-    const int d = dims->head_dim, half = d / 2;
-    float cosv[512], sinv[512]; // head_dim <= 1024 is checked at load
-    for (int t = 0; t < batch->n_tokens; t++) {
-        float p = (float)batch->token_pos[t];
-        for (int j = 0; j < half; j++) {
-            float angle = p * inv_freq[j];
-            cosv[j] = cosf(angle);
-            sinv[j] = sinf(angle);
-        }
-        for (int h = 0; h < dims->n_heads; h++)
-            rotate_head(q + ((size_t)t * dims->n_heads + h) * d, cosv, sinv, half);
-        for (int h = 0; h < dims->n_kv_heads; h++)
-            rotate_head(k + ((size_t)t * dims->n_kv_heads + h) * d, cosv, sinv, half);
-    }
+    rope_job j = {q, k, inv_freq, batch, dims};
+    const size_t T = (size_t)batch->n_tokens;
+    lz_cpu_parallel(T, lz_cpu_threads_for(T, T * (dims->n_heads + dims->n_kv_heads) * dims->head_dim, LZ_GRAIN_LIGHT),
+                    rope_rows, &j);
 }

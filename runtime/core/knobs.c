@@ -155,6 +155,13 @@ lz_status lz_knobs_load(void) {
         if (v && *v)
             k.local_rank = atoi(v) > 0 ? atoi(v) : 0;
     }
+    k.local_size = 1; // (the processes of this host: the CPU backend shares the cores among them)
+    static const char *const sizes[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"};
+    for (int i = 2; i >= 0; i--) {
+        const char *v = getenv(sizes[i]);
+        if (v && *v)
+            k.local_size = atoi(v) > 1 ? atoi(v) : 1;
+    }
     knobs = k, loaded = true;
     return LZ_OK;
 }

@@ -50,6 +50,7 @@ typedef struct {
     bool train_gla_bf16;        /* LIZARD_TRAIN_GLA=bf16: the training GLA's chunk products in bf16 (docs/knobs.md) */
     int checkpoint_kill;        /* LIZARD_CHECKPOINT_KILL: SIGKILL at a checkpoint writer's Nth write (0: never) */
     int local_rank;             /* the launcher's OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or LOCAL_RANK */
+    int local_size;             /* its OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE or LOCAL_WORLD_SIZE (1 without) */
 } lz_knobs;
 
 /* Reads the environment into the process's knobs (again, if called again: tests that setenv).

@@ -30,4 +30,23 @@ static inline real LZ_R(dotr)(const real *a, const real *b, int n) {
     return acc;
 }
 
+/* out[r] = M_r . x for rows M_r = M + r ld (r < rows), each summed as dotr sums it: four rows at a
+ * time, so that four independent sums overlap instead of one waiting on its last add. */
+static inline void LZ_R(dots)(real *out, const real *M, size_t ld, const real *x, int rows, int n) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const real *m0 = M + (size_t)r * ld, *m1 = m0 + ld, *m2 = m1 + ld, *m3 = m2 + ld;
+        real s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int i = 0; i < n; i++) {
+            s0 += m0[i] * x[i];
+            s1 += m1[i] * x[i];
+            s2 += m2[i] * x[i];
+            s3 += m3[i] * x[i];
+        }
+        out[r] = s0, out[r + 1] = s1, out[r + 2] = s2, out[r + 3] = s3;
+    }
+    for (; r < rows; r++)
+        out[r] = LZ_R(dotr)(M + (size_t)r * ld, x, n);
+}
+
 #endif
