@@ -10,9 +10,9 @@
 #     generator's fp8_fbgemm folder run with --dtype fp8 (the C rule = the generator's);
 #   - layouts lizard does not read, refused by name in one line (block-wise scales, other methods,
 #     formats and strategies, E5M2, missing, misshapen, negative or integer scales, a NaN code);
-#   - a PEFT adapter merged before quantizing; a pipeline of two ranks (mpirun) as one process;
+#   - a PEFT adapter merged before quantizing; (a pipeline of two ranks: tests/mpi/fp8_mpi_test.sh);
 #   - generate, eval and info with --dtype fp8; `lizard init --dtype fp8` (fbgemm_fp8's layout) holds what
-#     --dtype fp8 makes of the same preset in bf16; --device cuda refused; a session saved
+#     --dtype fp8 makes of the same preset in bf16; --device cuda refused where no GPU is; a session saved
 #     with FP8 weights is refused by a run without them (another model's state).
 set -u
 LIZARD=$1
@@ -155,14 +155,7 @@ for flags in "" "--dtype fp8"; do # an FP8 checkpoint with an adapter: dequantiz
     python3 -c "import sys; sys.exit(0 if $err < 0.15 else 1)" && ok || bad "FP8 folder --adapter $flags: rel err $err"
 done
 
-# 6. through a pipeline of two ranks (where mpirun is): the same logits as one process, bit for bit
-if command -v mpirun >/dev/null; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-    export OMPI_MCA_orte_tmpdir_base="$TMP"
-    timeout 120 mpirun -np 2 "$LIZARD" forward --model "$FIX/hybrid50/model" --ids $IDS --logits-out "$TMP/mpi.npy" \
-        --dtype fp8 >/dev/null 2>"$TMP/mpi.err" && cmp -s "$TMP/mpi.npy" "$TMP/q_load.npy" && ok ||
-        bad "mpirun -np 2 forward --dtype fp8: not one process's logits: $(tail -3 "$TMP/mpi.err")"
-fi
+# 6. through a pipeline of two ranks: tests/mpi/fp8_mpi_test.sh (mpi.fp8)
 
 # 7. lizard init --dtype fp8: fbgemm_fp8's layout, what --dtype fp8 makes of the same preset in bf16
 for dt in bf16 fp8; do
