@@ -90,8 +90,8 @@ grep -q "$NO_DEFAULT $TMP/partial" "$TMP/out" && grep -q "^lizard init " "$LOG" 
 # the sampling of its generation_config.json, the state report
 D=$TMP/default
 mkdir -p "$D"
-for f in config.json model.safetensors tokenizer.json tokenizer_config.json generation_config.json; do
-  ln -s "$REPO/tests/quality/teacher/$f" "$D/$f"
+for f in "$REPO"/tests/quality/teacher/*.json "$REPO"/tests/quality/teacher/*.safetensors; do
+  ln -s "$f" "$D/$(basename "$f")"
 done
 for where in "$base_path" "$TMP/gpu:$base_path"; do
   rm -f "$LOG"; DEFAULT=$D ALL_INSTALLED=1 quickstart "$where" || bad "default: quickstart failed: $(tail -3 "$TMP/out")"
