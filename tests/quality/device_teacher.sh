@@ -3,7 +3,7 @@
 # (teacher-recipe/train_teacher.py), check lizard against HF transformers and HF tokenizers on it
 # (check_teacher.py), then run the study (launch/study.py) on it, within DEADLINE seconds of the start.
 # Carried: .devpack (tests/gpu/pack_devout.sh: lizard built with CUDA and its libraries) and .corpus
-# (a copy of ../shared/corpus). Every phase runs under a timeout; a failed phase is reported and the
+# (FOR_TEACHER=1 tests/quality/stage_corpus.sh: the corpus with its index). Every phase runs under a timeout; a failed phase is reported and the
 # next still runs where it can. Back under $OUT (8 files at most, 16 MiB each):
 #   teacher.tar   the teacher folder (config, bf16 safetensors, tokenizer, TRAINING.json, TRAINING.log)
 #   summary.txt   versions, the training's key lines, every check, the study's progress
