@@ -5,6 +5,7 @@
 
 #include <math.h>   // fabs
 #include <stdio.h>  // fprintf
+#include <stdlib.h> // malloc
 #include <string.h> // strstr
 
 static int lz_test_failures;
@@ -44,6 +45,25 @@ static int lz_test_checks;
                   lz_error_message(), (needle));                                                  \
         lz_error_clear();                                                                         \
     } while (0)
+
+/* n floats uniform on [lo, hi) from a 16-bit LCG draw: lo + (hi - lo) * u / 65536, exact in float
+ * where the range is a power of two */
+static inline float *lz_test_uniform_array(size_t n, double lo, double hi, unsigned *seed) {
+    float *a = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; a && i < n; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        a[i] = (float)(lo + (hi - lo) * (double)((*seed >> 8) & 0xffff) / 65536.0);
+    }
+    return a;
+}
+
+/* n NaNs: an output buffer that a kernel must write whole */
+static inline float *lz_test_nan_array(size_t n) {
+    float *a = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; a && i < n; i++)
+        a[i] = NAN;
+    return a;
+}
 
 static inline int lz_test_finish(const char *name) {
     if (lz_test_checks == 0) {

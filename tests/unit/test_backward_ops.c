@@ -59,13 +59,6 @@ static float *rand_array(size_t n, double lo, double hi, unsigned *seed) {
     return a;
 }
 
-static float *nan_array(size_t n) {
-    float *a = malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++)
-        a[i] = NAN;
-    return a;
-}
-
 static float *copy_of(const float *x, size_t n) {
     float *a = malloc(sizeof(float) * (n ? n : 1));
     memcpy(a, x, sizeof(float) * n);
@@ -202,7 +195,7 @@ static double linear_L(void *ctx) {
 static void check_rmsnorm(unsigned seed) {
     small_case c = {.N = 5, .C = 48, .eps = 1e-5f};
     const size_t n = (size_t)c.N * c.C;
-    c.x = rand_array(n, -2, 2, &seed), c.R = rand_array(n, -1, 1, &seed), c.y = nan_array(n);
+    c.x = rand_array(n, -2, 2, &seed), c.R = rand_array(n, -1, 1, &seed), c.y = lz_test_nan_array(n);
     float *scale = malloc(sizeof(float) * n);
     for (size_t i = 0; i < n; i++)
         scale[i] = i < (size_t)c.C ? 0x1p-9f : 1.0f;
@@ -219,8 +212,8 @@ static void check_rmsnorm(unsigned seed) {
 static void check_swiglu(unsigned seed) {
     small_case c = {.n = 3 * 37};
     c.g = rand_array(c.n, -4, 4, &seed), c.u = rand_array(c.n, -2, 2, &seed);
-    c.R = rand_array(c.n, -1, 1, &seed), c.y = nan_array(c.n);
-    float *dg = nan_array(c.n), *du = nan_array(c.n);
+    c.R = rand_array(c.n, -1, 1, &seed), c.y = lz_test_nan_array(c.n);
+    float *dg = lz_test_nan_array(c.n), *du = lz_test_nan_array(c.n);
     CHECK(bw->swiglu(be, dg, du, c.R, c.g, c.u, c.n) == LZ_OK);
     double *gg = widened(dg, c.n), *gu = widened(du, c.n);
     check_gradient("swiglu dgate", swiglu_L, &c, c.g, c.n, gg, NULL, &seed);
@@ -232,9 +225,9 @@ static void check_linear(bool accumulate, unsigned seed) {
     small_case c = {.N = 4, .C = 40};
     const int rows = 24;
     const size_t nx = (size_t)c.N * c.C, ny = (size_t)c.N * rows;
-    c.x = rand_array(nx, -1, 1, &seed), c.R = rand_array(ny, -1, 1, &seed), c.y = nan_array(ny);
+    c.x = rand_array(nx, -1, 1, &seed), c.R = rand_array(ny, -1, 1, &seed), c.y = lz_test_nan_array(ny);
     c.w = weight_of(rand_array((size_t)rows * c.C, -1, 1, &seed), rows, c.C);
-    float *dx = accumulate ? rand_array(nx, -1, 1, &seed) : nan_array(nx), *before = copy_of(dx, nx);
+    float *dx = accumulate ? rand_array(nx, -1, 1, &seed) : lz_test_nan_array(nx), *before = copy_of(dx, nx);
     CHECK(bw->linear(be, dx, c.R, &c.w, c.N, accumulate) == LZ_OK);
     double *g = accumulate ? gained(dx, before, nx) : widened(dx, nx);
     check_gradient(accumulate ? "linear dx (accumulate)" : "linear dx (overwrite)", linear_L, &c, c.x, nx, g, NULL,
@@ -315,10 +308,10 @@ static void check_attention(unsigned seed) {
     const size_t nq = (size_t)N * c.dims.n_heads * c.dims.head_dim;
     const size_t nk = (size_t)N * c.dims.n_kv_heads * c.dims.head_dim;
     const size_t cache = (size_t)2 * c.dims.kv_capacity * c.dims.n_kv_heads * c.dims.head_dim;
-    c.st.k_cache = nan_array(cache), c.st.v_cache = nan_array(cache);
+    c.st.k_cache = lz_test_nan_array(cache), c.st.v_cache = lz_test_nan_array(cache);
     c.q = rand_array(nq, -1.5, 1.5, &seed), c.k = rand_array(nk, -1.5, 1.5, &seed), c.v = rand_array(nk, -1, 1, &seed);
-    c.R = rand_array(nq, -1, 1, &seed), c.out = nan_array(nq);
-    float *dq = nan_array(nq), *dk = nan_array(nk), *dv = nan_array(nk);
+    c.R = rand_array(nq, -1, 1, &seed), c.out = lz_test_nan_array(nq);
+    float *dq = lz_test_nan_array(nq), *dk = lz_test_nan_array(nk), *dv = lz_test_nan_array(nk);
     CHECK(bw->attention(be, dq, dk, dv, c.R, c.q, c.k, c.v, &c.tb.b, &c.dims) == LZ_OK);
     double *gq = widened(dq, nq), *gk = widened(dk, nk), *gv = widened(dv, nk);
     check_gradient("attention dq", attention_L, &c, c.q, nq, gq, NULL, &seed);
@@ -395,13 +388,13 @@ static void check_lizard(const lizard_shape *sh, unsigned seed) {
     const size_t nx = (size_t)N * c.C, nq = (size_t)N * c.g.Hq * d, nk = (size_t)N * c.g.Hkv * d;
     const size_t n_wq = lz_lizard_wq_numel(&c.g), n_wk = lz_lizard_wk_numel(&c.g);
     c.n_S = (size_t)2 * c.g.Hs * F * d, c.n_z = (size_t)2 * c.g.Hs * F, c.n_ring = (size_t)2 * c.g.w * c.g.Hkv * d;
-    c.st.S = nan_array(c.n_S), c.st.z = nan_array(c.n_z), c.st.ring_k = nan_array(c.n_ring);
-    c.st.ring_v = nan_array(c.n_ring);
+    c.st.S = lz_test_nan_array(c.n_S), c.st.z = lz_test_nan_array(c.n_z), c.st.ring_k = lz_test_nan_array(c.n_ring);
+    c.st.ring_v = lz_test_nan_array(c.n_ring);
     c.x = rand_array(nx, -1, 1, &seed), c.q = rand_array(nq, -1, 1, &seed), c.k = rand_array(nk, -1, 1, &seed);
     c.v = rand_array(nk, -1, 1, &seed), c.R = rand_array(nq, -1, 1, &seed);
-    c.out = nan_array(nq), c.win = nan_array(nq);
-    c.gate_logit = nan_array((size_t)N), c.log_gamma = nan_array((size_t)N);
-    c.phi_q = nan_array((size_t)N * c.g.Hq * F), c.phi_k = nan_array((size_t)N * c.g.Hs * F);
+    c.out = lz_test_nan_array(nq), c.win = lz_test_nan_array(nq);
+    c.gate_logit = lz_test_nan_array((size_t)N), c.log_gamma = lz_test_nan_array((size_t)N);
+    c.phi_q = lz_test_nan_array((size_t)N * c.g.Hq * F), c.phi_k = lz_test_nan_array((size_t)N * c.g.Hs * F);
     const double wr = sh->exp_map ? 0.3 : 0.8;
     c.p.wq = rand_array(n_wq, -wr, wr, &seed), c.p.wk = rand_array(n_wk, -wr, wr, &seed);
     c.p.wg = rand_array((size_t)c.C, -0.5, 0.5, &seed), c.p.meta = rand_array((size_t)c.g.m, -1, 1, &seed);
@@ -495,7 +488,7 @@ static void check_lora_forward(lora_case *c, unsigned *seed, size_t *dropped) {
     const lz_lora *l = &c->l;
     const int N = c->tb.b.n_tokens;
     const size_t ny = (size_t)N * l->out, nu = (size_t)N * l->r;
-    float *y = rand_array(ny, -1, 1, seed), *y0 = copy_of(y, ny), *u = nan_array(nu);
+    float *y = rand_array(ny, -1, 1, seed), *y0 = copy_of(y, ny), *u = lz_test_nan_array(nu);
     CHECK(bw->lora_forward(be, y, u, c->x, l, &c->drop, &c->tb.b) == LZ_OK);
     double worst_y = 0, worst_u = 0;
     double *xt = malloc(sizeof(double) * l->in);
@@ -544,7 +537,7 @@ static void check_lora(double p, unsigned seed) {
     c.l.A = rand_array(nA, -1, 1, &seed), c.l.B = rand_array(nB, -1, 1, &seed);
     c.l.dA = rand_array(nA, -1, 1, &seed), c.l.dB = rand_array(nB, -1, 1, &seed);
     c.x = rand_array(nx, -1, 1, &seed), c.R = rand_array(ny, -1, 1, &seed);
-    c.y = nan_array(ny), c.u = nan_array((size_t)N * c.l.r);
+    c.y = lz_test_nan_array(ny), c.u = lz_test_nan_array((size_t)N * c.l.r);
     CHECK(bw->lora_sync(be, &c.l) == LZ_OK && c.l.shadow == NULL);
 
     size_t dropped = 0;
@@ -554,7 +547,7 @@ static void check_lora(double p, unsigned seed) {
         CHECK_MSG(dropped > nx / 8 && dropped < nx * 3 / 8, "dropout dropped %zu of %zu", dropped, nx);
     } else {
         lz_dropout none = {0, NULL}; // p = 0 and NULL: the same
-        float *y1 = rand_array(ny, -1, 1, &seed), *y2 = copy_of(y1, ny), *u1 = nan_array((size_t)N * c.l.r);
+        float *y1 = rand_array(ny, -1, 1, &seed), *y2 = copy_of(y1, ny), *u1 = lz_test_nan_array((size_t)N * c.l.r);
         CHECK(bw->lora_forward(be, y1, u1, c.x, &c.l, &none, &c.tb.b) == LZ_OK);
         CHECK(bw->lora_forward(be, y2, u1, c.x, &c.l, NULL, &c.tb.b) == LZ_OK);
         CHECK(memcmp(y1, y2, sizeof(float) * ny) == 0);
@@ -623,9 +616,9 @@ static void check_cross_entropy(unsigned seed) {
     const int32_t targets[6] = {5, LZ_CE_CHUNK - 1, -1, LZ_CE_CHUNK, V - 1, 700};
     ce_case c = {.N = 6, .targets = targets, .grad_scale = 0.5};
     const size_t nh = (size_t)c.N * C;
-    c.h = rand_array(nh, -1, 1, &seed), c.logits = nan_array((size_t)c.N * V);
+    c.h = rand_array(nh, -1, 1, &seed), c.logits = lz_test_nan_array((size_t)c.N * V);
     c.w = weight_of(rand_array((size_t)V * C, -1, 1, &seed), V, C);
-    float *dh = nan_array(nh);
+    float *dh = lz_test_nan_array(nh);
     double loss = NAN, loss_only = NAN;
     CHECK(bw->cross_entropy(be, &loss, dh, c.h, &c.w, targets, c.N, (float)c.grad_scale) == LZ_OK);
     CHECK(bw->cross_entropy(be, &loss_only, NULL, c.h, &c.w, targets, c.N, (float)c.grad_scale) == LZ_OK);
@@ -714,7 +707,7 @@ static void check_weight_set(unsigned seed) {
 static void check_tensor_ops(unsigned seed) {
     const size_t n = 1001;
     float *x = rand_array(n, -3, 3, &seed), *y = rand_array(n, -1, 1, &seed), *y0 = copy_of(y, n);
-    float *dst = nan_array(n);
+    float *dst = lz_test_nan_array(n);
     CHECK(bw->copy(be, dst, x, sizeof(float) * n) == LZ_OK && memcmp(dst, x, sizeof(float) * n) == 0);
     for (size_t i = 0; i < n; i++)
         dst[i] = NAN;

@@ -15,22 +15,6 @@
 
 enum { HQ = 4, HKV = 2, D = 32, L = 150, LB = 40, CAP = 160, SLOTS = 4 };
 
-static float *rand_array(size_t n, unsigned *seed) {
-    float *a = malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) {
-        *seed = *seed * 1103515245u + 12345u;
-        a[i] = (float)((*seed >> 8) & 0xffff) / 16384.0f - 2.0f;
-    }
-    return a;
-}
-
-static float *nan_array(size_t n) {
-    float *a = malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++)
-        a[i] = NAN;
-    return a;
-}
-
 typedef struct {
     const float *q, *k, *v; /* the sequence's rows */
     int slot, done;         /* tokens already in its cache */
@@ -44,8 +28,10 @@ static void step(lz_layer_state *st, const lz_attn_dims *dims, seq **seqs, const
     int T = 0;
     for (int s = 0; s < n_seq; s++)
         slot[s] = seqs[s]->slot, start[s] = T, len[s] = take[s], pos[s] = seqs[s]->done, T += take[s];
-    float *q = nan_array((size_t)T * HQ * D), *k = nan_array((size_t)T * HKV * D), *v = nan_array((size_t)T * HKV * D);
-    float *out = nan_array((size_t)T * HQ * D);
+    float *q = lz_test_nan_array((size_t)T * HQ * D);
+    float *k = lz_test_nan_array((size_t)T * HKV * D);
+    float *v = lz_test_nan_array((size_t)T * HKV * D);
+    float *out = lz_test_nan_array((size_t)T * HQ * D);
     for (int s = 0; s < n_seq; s++) {
         memcpy(q + (size_t)start[s] * HQ * D, seqs[s]->q + (size_t)pos[s] * HQ * D, sizeof(float) * take[s] * HQ * D);
         memcpy(k + (size_t)start[s] * HKV * D, seqs[s]->k + (size_t)pos[s] * HKV * D, sizeof(float) * take[s] * HKV * D);
@@ -95,12 +81,15 @@ static void check_attention(int window, int threads, unsigned seed) {
     const lz_attn_dims dims = {.n_heads = HQ, .n_kv_heads = HKV, .head_dim = D, .kv_capacity = CAP,
                                .sliding_window = window};
     const size_t cache = (size_t)SLOTS * CAP * HKV * D;
-    lz_layer_state st = {.k_cache = nan_array(cache), .v_cache = nan_array(cache)};
-    float *qa = rand_array((size_t)L * HQ * D, &seed), *ka = rand_array((size_t)L * HKV * D, &seed);
-    float *va = rand_array((size_t)L * HKV * D, &seed), *qb = rand_array((size_t)LB * HQ * D, &seed);
-    float *kb = rand_array((size_t)LB * HKV * D, &seed), *vb = rand_array((size_t)LB * HKV * D, &seed);
-    float *whole = nan_array((size_t)L * HQ * D), *chunked = nan_array((size_t)L * HQ * D);
-    float *decoded = nan_array((size_t)L * HQ * D), *other = nan_array((size_t)LB * HQ * D);
+    lz_layer_state st = {.k_cache = lz_test_nan_array(cache), .v_cache = lz_test_nan_array(cache)};
+    float *qa = lz_test_uniform_array((size_t)L * HQ * D, -2, 2, &seed);
+    float *ka = lz_test_uniform_array((size_t)L * HKV * D, -2, 2, &seed);
+    float *va = lz_test_uniform_array((size_t)L * HKV * D, -2, 2, &seed);
+    float *qb = lz_test_uniform_array((size_t)LB * HQ * D, -2, 2, &seed);
+    float *kb = lz_test_uniform_array((size_t)LB * HKV * D, -2, 2, &seed);
+    float *vb = lz_test_uniform_array((size_t)LB * HKV * D, -2, 2, &seed);
+    float *whole = lz_test_nan_array((size_t)L * HQ * D), *chunked = lz_test_nan_array((size_t)L * HQ * D);
+    float *decoded = lz_test_nan_array((size_t)L * HQ * D), *other = lz_test_nan_array((size_t)LB * HQ * D);
     // at once
     seq a0 = {qa, ka, va, 0, 0};
     seq *one[1] = {&a0};
@@ -133,11 +122,12 @@ static void check_attention(int window, int threads, unsigned seed) {
 static void check_loss(int threads, unsigned seed) {
     lz_cpu_set_threads(threads);
     enum { N = 40, C = 48, V = 300 };
-    float *h = rand_array((size_t)N * C, &seed), *W = rand_array((size_t)V * C, &seed);
+    float *h = lz_test_uniform_array((size_t)N * C, -2, 2, &seed);
+    float *W = lz_test_uniform_array((size_t)V * C, -2, 2, &seed);
     int32_t targets[N];
     for (int t = 0; t < N; t++)
         targets[t] = t % 7 == 3 ? -1 : (int32_t)((t * 37 + 11) % V);
-    float *dh = nan_array((size_t)N * C), *row = nan_array(C);
+    float *dh = lz_test_nan_array((size_t)N * C), *row = lz_test_nan_array(C);
     double loss = 0, sum = 0;
     CHECK(lm_head_loss(&loss, dh, h, W, targets, N, C, V, 0.5f) == LZ_OK);
     bool same = true;

@@ -11,22 +11,6 @@
 #include "cpu_threads.h" // lz_cpu_set_threads
 #include "test_util.h"   // CHECK, CHECK_MSG
 
-static float *rand_array(size_t n, unsigned *seed) {
-    float *a = malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) {
-        *seed = *seed * 1103515245u + 12345u;
-        a[i] = (float)((*seed >> 8) & 0xffff) / 32768.0f - 1.0f;
-    }
-    return a;
-}
-
-static float *nan_array(size_t n) {
-    float *a = malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++)
-        a[i] = NAN;
-    return a;
-}
-
 // element (r, c) of op(A) op(B) in double
 static double exact(bool ta, bool tb, const float *A, int lda, const float *B, int ldb, int r, int c, int k) {
     double acc = 0;
@@ -40,10 +24,12 @@ static double exact(bool ta, bool tb, const float *A, int lda, const float *B, i
 static void check_product(bool ta, bool tb, int m, int n, int k, float alpha, float beta, unsigned seed) {
     const int lda = ta ? m + 3 : k + 2, ldb = tb ? k + 1 : n + 5, ldc = n + 4; // strides wider than the rows
     const size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
-    float *A = rand_array(na, &seed), *B = rand_array(nb, &seed), *C0 = rand_array(nc, &seed);
+    float *A = lz_test_uniform_array(na, -1, 1, &seed);
+    float *B = lz_test_uniform_array(nb, -1, 1, &seed);
+    float *C0 = lz_test_uniform_array(nc, -1, 1, &seed);
     float *C[3];
     for (int t = 0; t < 3; t++) {
-        C[t] = beta == 0.0f ? nan_array(nc) : malloc(sizeof(float) * nc);
+        C[t] = beta == 0.0f ? lz_test_nan_array(nc) : malloc(sizeof(float) * nc);
         if (beta != 0.0f)
             memcpy(C[t], C0, sizeof(float) * nc);
         lz_cpu_set_threads(t + 1);
@@ -72,8 +58,9 @@ static void check_product(bool ta, bool tb, int m, int n, int k, float alpha, fl
  * the whole product, bit for bit. */
 static void check_rows_alone(bool tb, int m, int n, int k, unsigned seed) {
     const int ldb = tb ? k : n;
-    float *A = rand_array((size_t)m * k, &seed), *B = rand_array((size_t)(tb ? n : k) * ldb, &seed);
-    float *whole = nan_array((size_t)m * n), *part = nan_array((size_t)m * n);
+    float *A = lz_test_uniform_array((size_t)m * k, -1, 1, &seed);
+    float *B = lz_test_uniform_array((size_t)(tb ? n : k) * ldb, -1, 1, &seed);
+    float *whole = lz_test_nan_array((size_t)m * n), *part = lz_test_nan_array((size_t)m * n);
     lz_cpu_set_threads(2);
     lz_gemm(false, tb, m, n, k, 1.0f, A, k, B, ldb, 0.0f, whole, n);
     const int lens[] = {1, 2, 5, 15, 16, 17, 33};
