@@ -65,10 +65,7 @@ static void rmsnorm_rows(void *ctx, size_t begin, size_t end, int worker) {
     const int C = j->C;
     for (size_t t = begin; t < end; t++) {
         const float *xt = j->x + t * C;
-        float ss = 0.0f;
-        for (int c = 0; c < C; c++)
-            ss += xt[c] * xt[c];
-        const float rinv = 1.0f / sqrtf(ss / (float)C + j->eps);
+        const float rinv = rmsnorm_inv_rms(xt, C, j->eps);
         rmsnorm_backward_f32(j->dx + t * C, j->dy + t * C, xt, j->w, &rinv, 1, C);
     }
 }

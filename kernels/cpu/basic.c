@@ -27,10 +27,7 @@ static void rmsnorm_rows(void *ctx, size_t begin, size_t end, int worker) {
     for (size_t t = begin; t < end; t++) {
         const float *xt = j->x + t * C;
         float *ot = j->out + t * C;
-        float ss = 0.0f;
-        for (int c = 0; c < C; c++)
-            ss += xt[c] * xt[c];
-        float inv = 1.0f / sqrtf(ss / (float)C + j->eps);
+        const float inv = rmsnorm_inv_rms(xt, C, j->eps);
         for (int c = 0; c < C; c++)
             ot[c] = j->w[c] * (xt[c] * inv);
     }

@@ -8,6 +8,7 @@
 
 #include <stdbool.h> // bool
 #include <stddef.h>  // size_t
+#include <math.h>    // sqrtf
 #include <stdint.h>  // int32_t
 
 #include "backward_ops.h" // lz_backward_ops
@@ -17,6 +18,13 @@
 enum { LZ_GLA_CHUNK = 64 };
 
 void embedding_forward(float *out, const float *table, const int32_t *ids, int T, int C);
+// 1 / sqrt(mean(x^2) + eps) of one row, summed in fp32 in order: the forward and the backward share it
+static inline float rmsnorm_inv_rms(const float *x, int C, float eps) {
+    float ss = 0.0f;
+    for (int c = 0; c < C; c++)
+        ss += x[c] * x[c];
+    return 1.0f / sqrtf(ss / (float)C + eps);
+}
 void rmsnorm_forward(float *out, const float *x, const float *w, int T, int C, float eps);
 void linear_forward(float *out, const float *x, const float *w, const float *bias, int T, int in, int out_features);
 /* The same with an FP8 weight: codes q [out_features, in] and one scale per row (fp8_rule.h). */
