@@ -51,6 +51,8 @@ def parse_args(argv):
                     "small teacher leaves most of a GPU idle, so they share it")
     ap.add_argument("--stage1-args", default="", help="more `lizard distill` flags, e.g. '--feature-dim 32 --lr 3e-2'")
     ap.add_argument("--stage2-args", default="", help="more `lizard finetune` flags")
+    ap.add_argument("--stage1-from", default="", help="reuse the stage-1 models NAME-s1 of an earlier study's "
+                    "models folder (a longer or different stage 2 on the same stage 1)")
     ap.add_argument("--stage2-device", choices=["cpu", "cuda"], help="where stage 2 runs (default: --device)")
     ap.add_argument("--ppl-contexts", default="256,1024,4096", help="perplexity window lengths (256,1024,4096)")
     ap.add_argument("--passkey-contexts", default="256,512,1024,2048,4096,8192", help="passkey contexts")
@@ -221,13 +223,17 @@ class Study:
             for stage in ("stage1", "stage2"):
                 self.emit(dict(row, stage=stage, status="not available", why="lizard distill has no --retain-by"))
             return
-        s1 = os.path.join(self.res, "models", name + "-s1")
-        shutil.rmtree(s1, ignore_errors=True)
-        ok, secs, _, why = self.run(name + "-stage1", [
-            self.lizard, "distill", "--teacher", a.teacher, "--data", train, "--out", s1, "--tokens",
-            str(a.stage1_tokens), "--seq-len", str(a.seq_len), "--batch", str(a.batch), "--seed", str(a.seed),
-            "--device", a.device, "--log", os.path.join(self.res, "logs", name + "-stage1.jsonl")] + flags +
-            a.stage1_args.split())
+        if a.stage1_from:
+            s1 = os.path.join(os.path.abspath(a.stage1_from), name + "-s1")
+            ok, secs, why = os.path.isfile(os.path.join(s1, "config.json")), 0, "no stage-1 model in " + s1
+        else:
+            s1 = os.path.join(self.res, "models", name + "-s1")
+            shutil.rmtree(s1, ignore_errors=True)
+            ok, secs, _, why = self.run(name + "-stage1", [
+                self.lizard, "distill", "--teacher", a.teacher, "--data", train, "--out", s1, "--tokens",
+                str(a.stage1_tokens), "--seq-len", str(a.seq_len), "--batch", str(a.batch), "--seed", str(a.seed),
+                "--device", a.device, "--log", os.path.join(self.res, "logs", name + "-stage1.jsonl")] + flags +
+                a.stage1_args.split())
         row1 = dict(row, stage="stage1", tokens=a.stage1_tokens)
         if ok:
             self.evaluate(name + "-stage1", s1, row1, secs)
@@ -260,6 +266,7 @@ class Study:
                 f"{a.batch} sequences of {a.seq_len} a step; {a.parallel} configurations at once; "
                 f"passkey {a.trials} trials per context" +
                 (f"; stage 1 flags `{a.stage1_args}`" if a.stage1_args else "") +
+                (f"; stage-1 models of `{a.stage1_from}`" if a.stage1_from else "") +
                 (f"; stage 2 flags `{a.stage2_args}`" if a.stage2_args else ""))
 
 

@@ -3,10 +3,13 @@
 # defaults: 10M + 10M tokens per configuration, 0/25/50% retained and 50% by error, passkey to 8,192)
 # on tests/quality/teacher, within DEADLINE seconds of the start. Carried: .devpack
 # (PACK_TESTS= tests/gpu/pack_devout.sh: lizard alone) and .corpus (tests/quality/stage_corpus.sh).
-# Back under $OUT: summary.txt, study.md, study.jsonl, study-logs.tgz (logs, plots, the stage-2 models'
-# configs and logs), default-model.tar (the stage-2 model of DEFAULT_CONFIG, the quickstart's default).
+# Back under $OUT: summary.txt, study-results.tgz (study.md, study.jsonl, plots, logs, and the same for
+# each BEYOND run), default-model.tgz (the stage-2 model of DEFAULT_CONFIG, the quickstart's default).
 # Settings (environment): DEADLINE (570), VALID_BYTES (262144; 0: all of valid.txt), TRIALS (5),
 # STUDY_ARGS (more launch/study.py flags), DEFAULT_CONFIG (hybrid-50-alt).
+# BEYOND: longer or different stage-2 runs on the study's own stage-1 models, all at once in the time
+# left, each "NAME:STAGE2_TOKENS:CONFIGS:STAGE2 FLAGS" (';' between runs); each lands in
+# beyond-NAME/ inside study-results.tgz and, for DEFAULT_CONFIG, in beyond-NAME-model.tgz.
 set -uo pipefail
 source tests/gpu/device_env.sh
 START=$SECONDS
@@ -31,11 +34,33 @@ PYTHONUNBUFFERED=1 timeout -k 10 $(($(left) - 25)) python3 launch/study.py --tea
   --valid-bytes "$VALID_BYTES" --trials "$TRIALS" --label "one $GPU, $(git log -1 --format=%h 2>/dev/null)" \
   $STUDY_ARGS 2>&1 | tee "$W/study.log" | tee -a "$OUT/summary.txt"
 status=${PIPESTATUS[0]}
-for f in study.md study.jsonl; do [ -f "$W/$f" ] && cp "$W/$f" "$OUT/"; done
-if [ -f "$W/models/$DEFAULT_CONFIG-s2/config.json" ]; then
-  tar -C "$W/models" -cf "$OUT/default-model.tar" "$DEFAULT_CONFIG-s2"
-  say "default-model.tar: $(du -b "$OUT/default-model.tar" | cut -f1) bytes"
+keep_model() { # FOLDER NAME: the stage-2 model of DEFAULT_CONFIG in FOLDER/models as $OUT/NAME.tgz
+  [ -f "$1/models/$DEFAULT_CONFIG-s2/config.json" ] || return 0
+  tar -C "$1/models" -czf "$OUT/$2.tgz" "$DEFAULT_CONFIG-s2" && say "$2.tgz: $(du -b "$OUT/$2.tgz" | cut -f1) bytes"
+}
+keep_model "$W" default-model
+if [ -n "${BEYOND:-}" ] && [ "$(left)" -ge 90 ]; then
+  say "== beyond the reference budget ($(left) s left): $BEYOND"
+  IFS=';' read -r -a runs <<<"$BEYOND"
+  for r in "${runs[@]}"; do
+    name=${r%%:*} rest=${r#*:}
+    tokens=${rest%%:*} rest=${rest#*:}
+    configs=${rest%%:*} flags=${rest#*:}
+    PYTHONUNBUFFERED=1 timeout -k 10 $(($(left) - 20)) python3 launch/study.py --teacher tests/quality/teacher \
+      --train .corpus/distill.txt.xz --valid .corpus/valid.txt --results "$W/beyond-$name" --lizard "$LZ" \
+      --device cuda --valid-bytes "$VALID_BYTES" --trials "$TRIALS" --stage1-from "$W/models" \
+      --configs "$configs" --stage2-tokens "$tokens" --stage2-args="$flags" \
+      --label "beyond $name: one $GPU, $(git log -1 --format=%h 2>/dev/null)" >"$W/beyond-$name.log" 2>&1 &
+  done
+  wait
+  for r in "${runs[@]}"; do
+    name=${r%%:*}
+    cat "$W/beyond-$name.log" >>"$OUT/summary.txt"
+    keep_model "$W/beyond-$name" "beyond-$name-model"
+  done
 fi
-tar -C "$W" -czf "$OUT/study-logs.tgz" --exclude=models --exclude=data logs study.log $(cd "$W" && ls *.svg 2>/dev/null)
+# one archive for the tables, rows, plots and logs (a call brings back at most 8 files)
+tar -C "$W" -czf "$OUT/study-results.tgz" --exclude=models --exclude=data --exclude='*.safetensors' \
+  $(cd "$W" && ls -d study.md study.jsonl study.log logs *.svg beyond-* 2>/dev/null)
 say "device_study: status $status after $((SECONDS - START)) s"
 exit "$status"
