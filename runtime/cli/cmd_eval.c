@@ -23,7 +23,6 @@
 #include "eval_nll.h"      // lz_rows_nll
 #include "eval_passkey.h"  // lz_passkey_run
 #include "id_list.h"       // lz_parse_id_list
-#include "mpi_world.h"     // lz_world_get
 #include "text_file.h"     // lz_read_text_file
 #include "tokenizer.h"     // lz_tokenizer
 
@@ -203,17 +202,19 @@ static lz_status run_eval(const eval_args *a, const length_list *lens, const len
     if (s == LZ_OK)
         s = lz_check_context(a->model, a->softmax_layers, longest, a->allow_long);
     if (s == LZ_OK)
-        s = lz_engine_open(&e, &eo);
-    if (s != LZ_OK) {
+        s = lz_engine_open(&e, &eo); // under mpirun every rank reads the same text to size the same engine
+    if (s != LZ_OK || e.worker) { // a worker rank returns when rank 0 closes the engine
         free(ids);
         lz_tokenizer_free(tok);
+        if (s == LZ_OK)
+            lz_engine_close(&e);
         return s;
     }
     ppl_result *ppl = calloc((size_t)lens->n + 1, sizeof *ppl);
     int *correct = calloc((size_t)ctx->n + 1, sizeof *correct);
     s = ppl && correct ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "out of memory");
     if (s == LZ_OK)
-        lz_tokenizer_warn_vocab(tok, e.model.cfg.vocab_size, a->model);
+        lz_tokenizer_warn_vocab(tok, lz_engine_config(&e)->vocab_size, a->model);
     if (s == LZ_OK && a->text)
         s = perplexity(&e, tok, a, lens, ids, n_tokens, ppl);
     if (s == LZ_OK && a->passkey)
@@ -276,9 +277,6 @@ lz_status lz_cmd_eval(int argc, char **argv) {
         return LZ_OK;
     if (!a.text && !a.passkey)
         return lz_fail(LZ_ERR_INPUT, "lizard eval: give --text FILE and/or --passkey");
-    if (lz_world_get()->size > 1) // rank 0's command alone (main.c): the other ranks would not serve its engine
-        return lz_fail(LZ_ERR_INPUT, "lizard eval: runs in one process, not under mpirun -np %d",
-                       lz_world_get()->size);
     length_list lens = {0}, ctx = {0};
     lz_status s = LZ_OK;
     if (a.text)

@@ -27,7 +27,7 @@ static const command commands[] = {
      false},
     {"distill", lz_cmd_distill, "stage-1 attention distillation: a teacher folder -> a Lizard model folder", true},
     {"finetune", lz_cmd_finetune, "stage 2: LoRA fine-tuning of a Lizard model folder on next-token prediction", true},
-    {"eval", lz_cmd_eval, "perplexity of a text; passkey retrieval across context lengths", false},
+    {"eval", lz_cmd_eval, "perplexity of a text; passkey retrieval across context lengths", true},
     {"info", lz_cmd_info, "describe a model folder: layer kinds, parameters, state bytes", false},
     {"tokenize", lz_cmd_tokenize, "text -> token ids and back with the model's tokenizer.json", false},
     {"init", lz_cmd_init, "write a random-weight model of a named shape (tiny-hybrid, llama3-8b-*, ...)", false},
