@@ -15,7 +15,7 @@
 set -uo pipefail
 source tests/gpu/device_env.sh
 S1_TOKENS=${S1_TOKENS:-2000000} S2_TOKENS=${S2_TOKENS:-2000000} VALID_BYTES=${VALID_BYTES:-262144}
-PHASES=${PHASES:-1234} DEADLINE=${DEADLINE:-570}
+PHASES=${PHASES:-1234} DEADLINE=${DEADLINE:-570} # P4_TIMEOUT: each run of phase 4 (240 s)
 START=$SECONDS
 W=/tmp/stage2
 rm -rf "$W" && mkdir -p "$W/logs"
@@ -91,13 +91,13 @@ fi
 
 if phase 4 120; then
   say "== 4. the 8B hybrid shape at 2K tokens: lizard bench --train beside a PyTorch LoRA loop"
-  timeout -k 5 240 "$LZ" bench --shape llama3-8b-hybrid --train --train-seq 2048 --train-batch 1 --steps 6 \
+  timeout -k 5 "${P4_TIMEOUT:-240}" "$LZ" bench --shape llama3-8b-hybrid --train --train-seq 2048 --train-batch 1 --steps 6 \
     --device cuda --json "$W/bench-train-8b.jsonl" >"$W/logs/bench-train.out" 2>&1 || status=1
   tail -3 "$W/logs/bench-train.out" | tee -a "$OUT/summary.txt"
-  PYTHONUNBUFFERED=1 timeout -k 5 240 python3 tests/bench/torch_lora_train.py --shape llama3-8b --seq 2048 --batch 1 \
+  PYTHONUNBUFFERED=1 timeout -k 5 "${P4_TIMEOUT:-240}" python3 tests/bench/torch_lora_train.py --shape llama3-8b --seq 2048 --batch 1 \
     --steps 6 >"$W/torch-lora-8b.jsonl" 2>"$W/logs/torch-lora.err" || { status=1; say "torch: $(tail -2 "$W/logs/torch-lora.err")"; }
   tee -a "$OUT/summary.txt" <"$W/torch-lora-8b.jsonl"
-  timeout -k 5 120 "$LZ" bench --shape llama3-8b-lizard --train --train-seq 2048 --train-batch 1 --steps 6 \
+  timeout -k 5 "${P4_TIMEOUT:-120}" "$LZ" bench --shape llama3-8b-lizard --train --train-seq 2048 --train-batch 1 --steps 6 \
     --device cuda --json "$W/bench-train-8b-lizard.jsonl" >"$W/logs/bench-train-lizard.out" 2>&1 || status=1
   tail -1 "$W/logs/bench-train-lizard.out" | tee -a "$OUT/summary.txt"
 fi
