@@ -37,6 +37,10 @@ static lz_status random_tensor(loader *L, const char *name, int64_t rows, int64_
 static lz_status load_tensor(loader *L, const char *name, int ndim, const int64_t *shape, int64_t rows, int64_t cols,
                              lz_weight *out) {
     *L->param_count += (size_t)(rows * cols);
+    if (L->random && L->describe) { // a shape's geometry: no tensor to check, nothing made
+        *out = (lz_weight){NULL, LZ_DTYPE_F32, rows, cols, false, 0, NULL};
+        return LZ_OK;
+    }
     if (L->random)
         return random_tensor(L, name, rows, cols, out);
     const lz_st_tensor *t;
@@ -369,6 +373,8 @@ lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, 
     m->ckpt = calloc(1, sizeof *m->ckpt);
     if (!m->ckpt)
         return lz_fail(LZ_ERR_NOMEM, "model: out of memory");
+    if (!dir) // a shape: the tensors lz_model_init_random would make
+        return load_all(m, "(random weights)", cfg, true, true, 0, NULL);
     LZ_TRY(lz_weights_open(dir, m->ckpt));
     return load_all(m, dir, cfg, false, true, 0, NULL);
 }

@@ -26,7 +26,9 @@ lz_status lz_model_init_random_stage(lz_model *m, const lz_config *cfg, const lz
                                      const lz_stage_parts *parts, uint64_t seed);
 /* Checks every tensor of DIR against `cfg` (names, dtypes, shapes) and fills
  * the layer geometry and parameter counts, without uploading any weight:
- * what `lizard info` needs, for a model of any size. `ops` only sizes state. */
+ * what `lizard info` needs, for a model of any size. `ops` only sizes state.
+ * dir NULL: the tensors lz_model_init_random makes of `cfg` (a shape, no
+ * files), counted alike; their dtype says F32 (nothing is held). */
 lz_status lz_model_describe(lz_model *m, const char *dir, const lz_config *cfg, const lz_ops *ops);
 void lz_model_free(lz_model *m);
 

@@ -1,28 +1,33 @@
-/* bench_pipeline.c - `mpirun -np N lizard bench`: the same measurements as
- * one process, through the pipeline: each configuration opens an engine
- * (random weights made by each rank for its own stage, or a model folder),
- * rank 0 drives it while the other ranks serve its steps, and every rank
- * reports its memory, load time and the bytes it sent.
+/* bench_run.c - `lizard bench`, in one process or under mpirun -np N with
+ * the same code (one process is a pipeline plan of one rank): each
+ * configuration opens an engine (random weights made by each rank for its
+ * own stage, or a model folder), rank 0 drives it while the other ranks
+ * serve its steps, and rank 0 reports it beside one device's bound
+ * (bench_report.c).
  *
  * Decode: B sequences seeked to `context` (their state is random, the cost
  * of a step is that of a real one), greedy ids chosen on the last stage, run
- * by the generation loop (its groups circulate so that every stage works at
- * once). Prompt: one sequence fed in chunks, up to N chunks in flight. */
+ * by the generation loop (through a pipeline its groups circulate so that
+ * every stage works at once). Prompt: one sequence fed in chunks, up to N
+ * chunks in flight. */
 #include <stdint.h> // UINT64_MAX
-#include <stdio.h>  // printf, fprintf
-#include <stdlib.h> // malloc, free
+#include <stdio.h>  // printf, snprintf
+#include <stdlib.h> // malloc, calloc, free
 
-#include "bench_pipeline.h"
-#include "clock.h"         // lz_now_seconds
-#include "engine.h"        // lz_engine
+#include "bench_linear.h"    // lz_bench_linear_shapes
+#include "bench_report.h"    // lz_bench_report, lz_bench_print_header, lz_bench_print_result
+#include "bench_run.h"
+#include "bench_state.h"     // lz_bench_state
+#include "clock.h"           // lz_now_seconds
+#include "engine.h"          // lz_engine
 #include "generation_loop.h" // lz_gen_loop
-#include "model_presets.h" // lz_preset_config
-#include "mpi_world.h"     // lz_world_get, lz_world_gather_u64
-#include "plan.h"          // lz_plan_choose
+#include "model_presets.h"   // lz_preset_config
+#include "mpi_world.h"       // lz_world_get, lz_world_gather_u64
+#include "plan.h"            // lz_plan_choose
 
 /* Decides, identically on every rank, whether a configuration fits: the
  * planner over every rank's free bytes (90% of them: scratch is not in the plan). */
-static lz_status config_fits(const lz_bench_pipeline_args *a, const lz_config *cfg, lz_backend *probe,
+static lz_status config_fits(const lz_bench_args *a, const lz_config *cfg, lz_backend *probe,
                              const lz_ops *ops, uint64_t context, int batch, bool *fits, char *why, size_t why_len) {
     const lz_world *w = lz_world_get();
     size_t free_b = 0, total = 0;
@@ -48,7 +53,7 @@ static lz_status config_fits(const lz_bench_pipeline_args *a, const lz_config *c
     return s;
 }
 
-static lz_status open_engine(lz_engine *e, const lz_bench_pipeline_args *a, int slots, int context, int chunk) {
+static lz_status open_engine(lz_engine *e, const lz_bench_args *a, int slots, int context, int chunk) {
     lz_engine_options o = {0};
     o.model_dir = a->model;
     o.shape = a->shape;
@@ -63,48 +68,8 @@ static lz_status open_engine(lz_engine *e, const lz_bench_pipeline_args *a, int 
     return lz_engine_open(e, &o);
 }
 
-/* Rank 0: every rank's counters, printed as one line per rank. */
-static lz_status print_ranks(lz_engine *e, FILE *json, const char *what) {
-    const int n = lz_engine_ranks(e);
-    lz_rank_stats *all = calloc((size_t)n, sizeof *all);
-    if (!all)
-        return lz_fail(LZ_ERR_NOMEM, "bench: out of memory");
-    lz_status s = lz_engine_stats(e, all);
-    for (int r = 0; s == LZ_OK && r < n; r++) {
-        const double per_token = all[r].tokens ? (double)all[r].bytes_activations / (double)all[r].tokens : 0;
-        char mem[48] = "-"; // (a backend that cannot say: the CPU)
-        if (all[r].mem_total > 0)
-            snprintf(mem, sizeof mem, "%.2f / %.2f GB", all[r].mem_used / 1e9, all[r].mem_total / 1e9);
-        printf("  rank %d: load %.2f s, memory %s, sent %.0f activation bytes per token%s\n", r, all[r].load_seconds,
-               mem, per_token, all[r].bytes_results ? " (+ the last stage's ids or logits)" : "");
-        if (json)
-            fprintf(json,
-                    "{\"kind\": \"rank\", \"of\": \"%s\", \"rank\": %d, \"load_s\": %.3f, \"mem_bytes\": %llu, "
-                    "\"activation_bytes_per_token\": %.1f, \"result_bytes\": %llu, \"tokens\": %llu}\n",
-                    what, r, all[r].load_seconds, (unsigned long long)all[r].mem_used, per_token,
-                    (unsigned long long)all[r].bytes_results, (unsigned long long)all[r].tokens);
-    }
-    free(all);
-    return s;
-}
-
-static void report(const lz_bench_pipeline_args *a, const char *kind, int prompt, int batch, int context,
-                   double tok_s, double load_s) {
-    const int n = lz_world_get()->size;
-    printf("%-7s prompt %7d  batch %4d  context %7d  %10.1f tok/s  (%.2f ms per token of a sequence)  %d ranks %s, "
-           "load %.1f s\n",
-           kind, prompt, batch, context, tok_s, tok_s > 0 ? 1e3 * (batch > 0 ? batch : 1) / tok_s : 0.0, n,
-           a->plan_file ? "plan file" : a->placement ? a->placement : "balanced", load_s);
-    if (a->json)
-        fprintf(a->json,
-                "{\"kind\": \"%s\", \"prompt\": %d, \"batch\": %d, \"context\": %d, \"tok_s\": %.2f, \"ranks\": %d, "
-                "\"placement\": \"%s\", \"load_s\": %.3f}\n",
-                kind, prompt, batch, context, tok_s, n, a->plan_file ? "file" : a->placement ? a->placement : "balanced",
-                load_s);
-}
-
 /* Rank 0: one prompt of P tokens, chunks overlapping in the pipeline. */
-static lz_status drive_prompt(lz_engine *e, const lz_bench_pipeline_args *a, int P) {
+static lz_status drive_prompt(lz_engine *e, int P, double *tok_s) {
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
     float *logits = malloc(sizeof(float) * (size_t)lz_engine_config(e)->vocab_size);
     lz_status s = ids && logits ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "bench: out of memory");
@@ -120,8 +85,7 @@ static lz_status drive_prompt(lz_engine *e, const lz_bench_pipeline_args *a, int
     if (s == LZ_OK)
         s = lz_engine_prefill(e, 0, ids, P, NULL, (lz_step_out){.logits = logits});
     const double dt = lz_now_seconds() - t0;
-    if (s == LZ_OK)
-        report(a, "prompt", P, 1, P, P / dt, e->load_seconds);
+    *tok_s = P / dt;
     free(ids), free(logits);
     return s;
 }
@@ -134,7 +98,7 @@ static bool keep_going(void *ctx, int slot, int32_t id, lz_gen_end end) {
 /* Rank 0: B sequences at `context`, `steps` greedy tokens each timed after 3 untimed ones, through the
  * generation loop, whose decode groups circulate through a pipeline as generate --batch's do. Timed: from
  * the end of round 2 (every group in flight again) to the end of the last, `steps` rounds of every group. */
-static lz_status drive_decode(lz_engine *e, const lz_bench_pipeline_args *a, int B, int context, int steps) {
+static lz_status drive_decode(lz_engine *e, int B, int context, int steps, double *tok_s) {
     const int V = lz_engine_config(e)->vocab_size;
     int32_t *buf = malloc(sizeof(int32_t) * 3 * (size_t)B);
     if (!buf)
@@ -169,25 +133,23 @@ static lz_status drive_decode(lz_engine *e, const lz_bench_pipeline_args *a, int
             t0 = lz_now_seconds();
     }
     const double dt = lz_now_seconds() - t0;
-    if (s == LZ_OK)
-        report(a, "decode", 0, B, context, (double)B * steps / dt, e->load_seconds);
+    *tok_s = (double)B * steps / dt;
     lz_gen_free(&g);
     free(buf);
     return s;
 }
 
-/* One configuration on every rank: rank 0 measures, the others serve inside
- * lz_engine_open. */
-static lz_status run_config(const lz_bench_pipeline_args *a, const lz_config *cfg, lz_backend *probe,
+/* One configuration on every rank: rank 0 measures and reports, the others serve inside lz_engine_open. */
+static lz_status run_config(const lz_bench_args *a, const lz_bench_report *r, const lz_config *cfg, lz_backend *probe,
                             const lz_ops *ops, int prompt, int batch, int context) {
     const int slots = prompt > 0 ? 1 : batch, positions = prompt > 0 ? prompt + 1 : context + (int)a->steps + 8;
+    const char *kind = prompt > 0 ? "prompt" : "decode";
     bool fits = false;
     char why[512] = "";
     LZ_TRY(config_fits(a, cfg, probe, ops, (uint64_t)positions, slots, &fits, why, sizeof why));
     if (!fits) {
         if (lz_world_get()->rank == 0)
-            printf("%-7s prompt %7d  batch %4d  context %7d  does not fit: %s\n", prompt > 0 ? "prompt" : "decode",
-                   prompt, batch, context, why);
+            printf("%-7s prompt %7d  batch %4d  context %7d  does not fit: %s\n", kind, prompt, batch, context, why);
         return LZ_OK;
     }
     lz_engine e;
@@ -195,39 +157,66 @@ static lz_status run_config(const lz_bench_pipeline_args *a, const lz_config *cf
     LZ_TRY(open_engine(&e, a, slots, positions, chunk));
     lz_status s = LZ_OK;
     if (!e.worker) {
-        s = prompt > 0 ? drive_prompt(&e, a, prompt) : drive_decode(&e, a, batch, context, (int)a->steps);
+        double tok_s = 0;
+        lz_rank_stats *all = calloc((size_t)lz_engine_ranks(&e), sizeof *all);
+        s = all ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "bench: out of memory");
         if (s == LZ_OK)
-            s = print_ranks(&e, a->json, prompt > 0 ? "prompt" : "decode");
+            s = prompt > 0 ? drive_prompt(&e, prompt, &tok_s) : drive_decode(&e, batch, context, (int)a->steps, &tok_s);
+        if (s == LZ_OK) // memory in use with the configuration's weights, state and scratch still held
+            s = lz_engine_stats(&e, all);
+        if (s == LZ_OK)
+            lz_bench_print_result(r, kind, prompt, batch, context, tok_s, all);
+        free(all);
     }
     lz_engine_close(&e);
     return s;
 }
 
-lz_status lz_bench_pipeline(const lz_bench_pipeline_args *a, const int32_t *prompts, int np, const int32_t *batches,
-                            int nb, const int32_t *contexts, int nc) {
+/* --linear-shapes (before the runs) and --state (after them) time pieces of one model alone, its linear ops
+ * and a sequence's state as a session message: not layer runs through a plan. They need every layer in this
+ * process, which an engine of one process holds (cmd_bench.c refuses them under mpirun). */
+static lz_status whole_model(const lz_bench_args *a, bool linear, bool state) {
+    lz_engine e;
+    LZ_TRY(open_engine(&e, a, 1, 2, 16));
+    lz_status s = linear ? lz_bench_linear_shapes(&e.model) : LZ_OK;
+    for (int j = 0; s == LZ_OK && state && j < a->n_contexts; j++)
+        s = lz_bench_state(&e.model, a->contexts[j], a->json);
+    lz_engine_close(&e);
+    return s;
+}
+
+lz_status lz_bench_run(const lz_bench_args *a) {
+    const lz_world *w = lz_world_get();
     lz_config cfg;
     LZ_TRY(a->shape ? lz_preset_config(a->shape, "lizard bench: --shape", &cfg) : lz_config_load(a->model, &cfg));
     lz_backend *probe = NULL; // this rank's device: free memory and (rank 0) the ceilings
     const lz_ops *ops = NULL;
-    bool fp8;
-    LZ_TRY(lz_open_inference_backend(a->device, a->dtype, &probe, &ops, &fp8));
-    lz_status s = LZ_OK;
-    const lz_world *w = lz_world_get();
-    if (w->rank == 0) {
-        printf("lizard bench: %s on %d ranks (%s), %s\n", a->shape ? a->shape : a->model, w->size, ops->name,
-               a->plan_file ? a->plan_file : a->placement ? a->placement : "balanced placement");
-        double copy = 0, gemm = 0;
-        if (!a->no_ceilings && ops->measure_ceilings && (s = ops->measure_ceilings(probe, &copy, &gemm)) == LZ_OK)
-            printf("ceilings of rank 0's device: copy %.2f TB/s (read + write), GEMM %.1f TFLOP/s\n", copy / 1e12,
-                   gemm / 1e12);
+    LZ_TRY(lz_open_inference_backend(a->device, a->dtype, &probe, &ops, &cfg.fp8_weights));
+    lz_bench_report r = {.ranks = w->size, .json = a->json};
+    r.placement = a->plan_file ? "file" : a->placement ? a->placement : "balanced";
+    // the whole model's figures from its description (a folder's headers, or the shape), on every rank: a
+    // bad folder fails everywhere alike
+    lz_status s = lz_model_describe(&r.whole, a->model, &cfg, ops);
+    if (s == LZ_OK && w->rank == 0 && !a->no_ceilings && ops->measure_ceilings)
+        s = ops->measure_ceilings(probe, &r.copy_bps, &r.gemm_flops);
+    if (s == LZ_OK && w->rank == 0) {
+        size_t free_b = 0, total = 0;
+        if (!ops->memory_info || ops->memory_info(probe, &free_b, &total) != LZ_OK)
+            free_b = 0; // (a backend that cannot say: the CPU)
+        lz_bench_print_header(&r, a->shape ? a->shape : a->model, ops->name, free_b);
     }
-    for (int i = 0; s == LZ_OK && i < np; i++)
-        if (prompts[i] > 0)
-            s = run_config(a, &cfg, probe, ops, prompts[i], 1, prompts[i]);
-    for (int j = 0; s == LZ_OK && j < nc; j++)
-        for (int i = 0; s == LZ_OK && i < nb; i++)
-            if (batches[i] > 0)
-                s = run_config(a, &cfg, probe, ops, 0, batches[i], contexts[j]);
+    if (s == LZ_OK && a->linear_shapes)
+        s = whole_model(a, true, false);
+    for (int i = 0; s == LZ_OK && i < a->n_prompts; i++)
+        if (a->prompts[i] > 0)
+            s = run_config(a, &r, &cfg, probe, ops, a->prompts[i], 1, a->prompts[i]);
+    for (int j = 0; s == LZ_OK && j < a->n_contexts; j++)
+        for (int i = 0; s == LZ_OK && i < a->n_batches; i++)
+            if (a->batches[i] > 0)
+                s = run_config(a, &r, &cfg, probe, ops, 0, a->batches[i], a->contexts[j]);
+    if (s == LZ_OK && a->state)
+        s = whole_model(a, false, true);
+    lz_model_free(&r.whole);
     ops->destroy(probe);
     return s;
 }
