@@ -174,7 +174,7 @@ if phase 2 100; then
   touch "$OUT/results.jsonl"
   python3 - "$OUT/results.jsonl" $CUDA_FP8 <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])] if len(sys.argv) > 1 else []
+rows = [r for r in (json.loads(l) for l in open(sys.argv[1])) if "tok_s" in r] # (not the rank rows)
 def get(v, dt, kind, batch, ctx, prompt=0):
     for r in rows:
         if (r["variant"], r["dtype"], r["kind"]) == (v, dt, kind) and (
