@@ -15,6 +15,7 @@
 
 #include "cpu_kernels.h"
 #include "cpu_threads.h" // lz_cpu_parallel, lz_cpu_threads_for
+#include "real.h"        // dotr_f32, dots_f32: the sums the training forward repeats
 
 typedef struct {
     int Hq, Hkv, Hs, d, F; /* F = 2f features */
@@ -29,32 +30,6 @@ static gla_geom geometry(const lz_attn_dims *dims) {
 
 // kv head that feeds values to state head s
 static int value_head(const gla_geom *g, int s) { return g->Hs == g->Hkv ? s : s / (g->Hq / g->Hkv); }
-
-static float dot(const float *a, const float *b, int n) {
-    float acc = 0.0f;
-    for (int i = 0; i < n; i++)
-        acc += a[i] * b[i];
-    return acc;
-}
-
-// qk[t] = pq . (row t of phi_k, rows `ld` apart) for t < n, each summed as dot sums it: four rows at a
-// time, so that four independent sums overlap
-static void dots(float *qk, const float *phi_k, size_t ld, const float *pq, int n, int F) {
-    int t = 0;
-    for (; t + 4 <= n; t += 4) {
-        const float *k0 = phi_k + (size_t)t * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        for (int a = 0; a < F; a++) {
-            s0 += pq[a] * k0[a];
-            s1 += pq[a] * k1[a];
-            s2 += pq[a] * k2[a];
-            s3 += pq[a] * k3[a];
-        }
-        qk[t] = s0, qk[t + 1] = s1, qk[t + 2] = s2, qk[t + 3] = s3;
-    }
-    for (; t < n; t++)
-        qk[t] = dot(pq, phi_k + (size_t)t * ld, F);
-}
 
 // out[d] = num / den (or num when not normalising)
 static void finish(float *out, const float *num, float den, int d, bool normalize) {
@@ -82,8 +57,8 @@ static void gla_chunk(float *out, const float *phi_q, const float *phi_k, const 
                     sj[j] += pq[a] * S[(size_t)a * d + j];
             for (int j = 0; j < d; j++)
                 num[j] = decay * sj[j];
-            float den = decay * dot(pq, z, F);
-            dots(qk, phi_k + ((size_t)c0 * g->Hs + s) * F, (size_t)g->Hs * F, pq, i - c0 + 1, F);
+            float den = decay * dotr_f32(pq, z, F);
+            dots_f32(qk, phi_k + ((size_t)c0 * g->Hs + s) * F, (size_t)g->Hs * F, pq, i - c0 + 1, F);
             for (int t = c0; t <= i; t++) {
                 float w = qk[t - c0] * expf(G[i - c0] - G[t - c0]);
                 const float *vt = v + ((size_t)t * g->Hkv + vh) * d;
@@ -176,7 +151,8 @@ static void recurrent_items(void *ctx, size_t begin, size_t end, int worker) {
             for (int a = 0; a < g->F; a++)
                 for (int jj = 0; jj < g->d; jj++)
                     num[jj] += pq[a] * S[(size_t)a * g->d + jj];
-            finish(j->out + ((size_t)i * g->Hq + h) * g->d, num, dot(pq, z, g->F), g->d, j->dims->gla_normalize);
+            finish(j->out + ((size_t)i * g->Hq + h) * g->d, num, dotr_f32(pq, z, g->F), g->d,
+                   j->dims->gla_normalize);
         }
     }
 }

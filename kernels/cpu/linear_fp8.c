@@ -8,41 +8,26 @@
 
 #include "cpu_kernels.h"
 #include "fp8_rule.h" // lz_e4m3_to_float
+#include "real.h"     // dots_f32
 
 lz_status linear_fp8_forward(float *out, const float *x, const uint8_t *q, const float *scale, const float *bias,
                              int T, int n_in, int n_out) {
     float value[256];
     for (int c = 0; c < 256; c++)
         value[c] = lz_e4m3_to_float((uint8_t)c);
-    float *row = malloc(sizeof(float) * (size_t)(n_in > 0 ? n_in : 1));
+    // one buffer: the decoded row, then every token's sum with it
+    float *row = malloc(sizeof(float) * ((size_t)n_in + (size_t)T + 1));
     if (!row)
         return lz_fail(LZ_ERR_NOMEM, "cpu backend: out of memory for an FP8 row of %d", n_in);
+    float *acc = row + n_in;
     for (int o = 0; o < n_out; o++) {
         const uint8_t *qo = q + (size_t)o * n_in;
         for (int i = 0; i < n_in; i++)
             row[i] = value[qo[i]];
+        dots_f32(acc, x, (size_t)n_in, row, T, n_in);
         const float s = scale[o], b = bias ? bias[o] : 0.0f;
-        int t = 0;
-        for (; t + 4 <= T; t += 4) {
-            const float *x0 = x + (size_t)t * n_in, *x1 = x0 + n_in, *x2 = x1 + n_in, *x3 = x2 + n_in;
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-            for (int i = 0; i < n_in; i++) {
-                a0 += x0[i] * row[i];
-                a1 += x1[i] * row[i];
-                a2 += x2[i] * row[i];
-                a3 += x3[i] * row[i];
-            }
-            const float acc[4] = {a0, a1, a2, a3};
-            for (int k = 0; k < 4; k++)
-                out[(size_t)(t + k) * n_out + o] = bias ? acc[k] * s + b : acc[k] * s;
-        }
-        for (; t < T; t++) {
-            const float *xt = x + (size_t)t * n_in;
-            float acc = 0.0f;
-            for (int i = 0; i < n_in; i++)
-                acc += xt[i] * row[i];
-            out[(size_t)t * n_out + o] = bias ? acc * s + b : acc * s;
-        }
+        for (int t = 0; t < T; t++)
+            out[(size_t)t * n_out + o] = bias ? acc[t] * s + b : acc[t] * s;
     }
     free(row);
     return LZ_OK;

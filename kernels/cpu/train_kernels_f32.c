@@ -5,7 +5,7 @@
 
 #include "train_kernels.h"
 
-#include "backward/real.h" // real = float, LZ_R(name) = name##_f32
+#include "real.h"         // real = float, LZ_R(name) = name##_f32
 #include "backward/feature_map_backward.inc"
 #include "backward/gate_backward.inc"
 #include "backward/gla_backward.inc"

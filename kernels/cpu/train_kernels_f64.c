@@ -7,7 +7,7 @@
 
 #include "train_kernels.h"
 
-#include "backward/real.h" // real = double, LZ_R(name) = name##_f64
+#include "real.h"         // real = double, LZ_R(name) = name##_f64
 #include "backward/feature_map_backward.inc"
 #include "backward/gate_backward.inc"
 #include "backward/gla_backward.inc"

@@ -1,8 +1,10 @@
-/* real.h - the element type of one build of the training kernels: the
- * including file defines LZ_TRAIN_F64 (double, for gradient checks) or not
- * (float, for training). LZ_R(name) gives the function its _f32/_f64 name. */
-#ifndef LZ_TRAIN_REAL_H
-#define LZ_TRAIN_REAL_H
+/* real.h - the element type of one build of the CPU kernels: float, or double
+ * where the including file defines LZ_TRAIN_F64 (the training kernels' build
+ * for gradient checks). LZ_R(name) gives the function its _f32/_f64 name.
+ * The dot products below are the one order of summation that the inference
+ * kernels (gla.c, linear_fp8.c) and the training kernels share. */
+#ifndef LZ_CPU_REAL_H
+#define LZ_CPU_REAL_H
 
 #include <math.h> // exp, expf, log, logf, log1p, log1pf, sqrt, sqrtf
 
