@@ -34,15 +34,8 @@ W=/tmp/fp8
 rm -rf "$W" && mkdir -p "$W/logs"
 LZ=$PWD/.devout/lizard
 status=0
-say() { echo "$*" | tee -a "$OUT/summary.txt"; }
-left() { echo $((DEADLINE - (SECONDS - START))); }
-phase() { case "$PHASES" in *"$1"*) [ "$(left)" -ge "${2:-0}" ] || { say "phase $1 skipped: $(left) s left"; return 1; } ;;
-                            *) return 1 ;; esac; }
 
-say "== machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
-git log -1 --format='commit %H %s' 2>/dev/null | tee -a "$OUT/summary.txt"
-date -u +%Y-%m-%dT%H:%MZ | tee -a "$OUT/summary.txt"
+say_machine
 
 # Does this build run FP8 on the GPU?
 "$LZ" forward --model tests/fixtures/llama3/model --ids 1,2,3 --logits-out "$W/probe.npy" --device cuda --dtype fp8 \

@@ -21,18 +21,10 @@ W=/tmp/stage2
 rm -rf "$W" && mkdir -p "$W/logs"
 LZ=$PWD/.devout/lizard
 status=0
-say() { echo "$*" | tee -a "$OUT/summary.txt"; }
-left() { echo $((DEADLINE - (SECONDS - START))); }
-# phase N runs when PHASES names it and at least $2 seconds are left
-phase() { case "$PHASES" in *"$1"*) [ "$(left)" -ge "${2:-0}" ] || { say "phase $1 skipped: $(left) s left"; return 1; } ;;
-                            *) return 1 ;; esac; }
 
-say "== machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
+say_machine
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
   2>&1 | tee -a "$OUT/summary.txt"
-git log -1 --format='commit %H %s' 2>/dev/null | tee -a "$OUT/summary.txt"
-date -u +%Y-%m-%dT%H:%MZ | tee -a "$OUT/summary.txt"
 
 if phase 1; then
   say "== 1. GPU tests"

@@ -18,13 +18,8 @@ DEFAULT_CONFIG=${DEFAULT_CONFIG:-hybrid-50-alt}
 W=/tmp/study
 rm -rf "$W" && mkdir -p "$W"
 LZ=$PWD/.devout/lizard
-say() { echo "$*" | tee -a "$OUT/summary.txt"; }
-left() { echo $((DEADLINE - (SECONDS - START))); }
 
-say "== machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
-git log -1 --format='commit %H %s' 2>/dev/null | tee -a "$OUT/summary.txt"
-date -u +%Y-%m-%dT%H:%MZ | tee -a "$OUT/summary.txt"
+say_machine
 [ -x "$LZ" ] && [ -f .corpus/distill.txt.xz ] && [ -f .corpus/valid.txt ] ||
   { say "missing: .devout/lizard (carry .devpack) or .corpus/{distill.txt.xz,valid.txt} (carry .corpus)"; exit 2; }
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)

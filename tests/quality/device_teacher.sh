@@ -23,14 +23,10 @@ W=/tmp/quality
 rm -rf "$W" && mkdir -p "$W/logs"
 LZ=$PWD/.devout/lizard
 status=0
-say() { echo "$*" | tee -a "$OUT/summary.txt"; }
-left() { echo $((DEADLINE - (SECONDS - START))); }
 
-say "== machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
+say_machine
 python3 -c "import torch, transformers, tokenizers; print('torch', torch.__version__, 'transformers', \
 transformers.__version__, 'tokenizers', tokenizers.__version__)" 2>&1 | tee -a "$OUT/summary.txt"
-git log -1 --format='commit %H %s' 2>/dev/null | tee -a "$OUT/summary.txt"
 [ -x "$LZ" ] && [ -f .corpus/distill.txt.xz ] && [ -f .corpus/valid.txt ] ||
   { say "missing: .devout/lizard (carry .devpack) or .corpus/{distill.txt.xz,valid.txt} (carry .corpus)"; exit 2; }
 
