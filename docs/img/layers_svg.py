@@ -2,6 +2,8 @@
 """layers_svg.py - draws docs/img/layers.svg, the map of the code's layers in docs/architecture.md:
 one box per CMake library (its folders inside), an arrow from each library to each one it links
 (CMakeLists.txt), every arrow pointing down. Usage: python3 docs/img/layers_svg.py [OUT.svg]"""
+import os
+import re
 import sys
 
 # (row, column span start, span width, library, folders, what it holds); rows from the top, 7 columns
@@ -20,16 +22,16 @@ BOXES = [
     (6, 0, 3, "lizard_kernels", "kernels (ops.h, cpu/, cuda/)", "the op table and its backends"),
     (7, 0, 7, "lizard_core", "runtime/core", "errors, knobs, dtypes, config, safetensors, npy, JSON"),
 ]
-LINKS = [  # (from, to): target_link_libraries
-    ("lizard_lib", "lizard_serve"), ("lizard_lib", "lizard_train"),
-    ("lizard_serve", "lizard_engine"), ("lizard_serve", "lizard_tokenizer"),
-    ("lizard_train", "lizard_engine"), ("lizard_train", "lizard_tokenizer"),
-    ("lizard_engine", "lizard_pipeline"),
-    ("lizard_pipeline", "lizard_session"), ("lizard_pipeline", "lizard_world"),
-    ("lizard_session", "lizard_stages"), ("lizard_session", "lizard_sampler"), ("lizard_session", "lizard_proto"),
-    ("lizard_stages", "lizard_kernels"), ("lizard_sampler", "lizard_kernels"),
-    ("lizard_kernels", "lizard_core"), ("lizard_world", "lizard_core"), ("lizard_tokenizer", "lizard_core"),
-]
+
+
+def links(cmake=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "CMakeLists.txt")):
+    """(from, to) for each library a lizard_* library links (CMakeLists.txt's target_link_libraries)."""
+    pairs = []
+    for lib, deps in re.findall(r"target_link_libraries\((lizard_\w+)\s+PUBLIC\s+([^)]*)\)", open(cmake).read()):
+        pairs += [(lib, d) for d in deps.split() if d.startswith("lizard_")]
+    return pairs
+
+
 COL, ROW, BOX_H, MARGIN = 160, 96, 60, 20
 
 
@@ -52,7 +54,7 @@ def draw():
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
            'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
            f'<rect width="{width}" height="{height}" fill="white"/>']
-    for src, dst in LINKS:
+    for src, dst in links():
         sx, sy, sw, sh = geo[src]
         dx, dy, dw, _ = geo[dst]
         # from the source's bottom to the target's top, at the middle of the columns they share (if any)
