@@ -23,11 +23,15 @@ say_machine
 [ -x "$LZ" ] && [ -f .corpus/distill.txt.xz ] && [ -f .corpus/valid.txt ] ||
   { say "missing: .devout/lizard (carry .devpack) or .corpus/{distill.txt.xz,valid.txt} (carry .corpus)"; exit 2; }
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+study() { # SECONDS RESULTS LABEL [launch/study.py flags]: a study of the teacher on the carried corpus
+  local secs=$1 results=$2 label=$3
+  shift 3
+  PYTHONUNBUFFERED=1 timeout -k 10 "$secs" python3 launch/study.py --teacher tests/quality/teacher \
+    --train .corpus/distill.txt.xz --valid .corpus/valid.txt --results "$results" --lizard "$LZ" --device cuda \
+    --valid-bytes "$VALID_BYTES" --trials "$TRIALS" --label "${label}one $GPU, $(git log -1 --format=%h 2>/dev/null)" "$@"
+}
 # shellcheck disable=SC2086
-PYTHONUNBUFFERED=1 timeout -k 10 $(($(left) - 25)) python3 launch/study.py --teacher tests/quality/teacher \
-  --train .corpus/distill.txt.xz --valid .corpus/valid.txt --results "$W" --lizard "$LZ" --device cuda \
-  --valid-bytes "$VALID_BYTES" --trials "$TRIALS" --label "one $GPU, $(git log -1 --format=%h 2>/dev/null)" \
-  $STUDY_ARGS 2>&1 | tee "$W/study.log" | tee -a "$OUT/summary.txt"
+study $(($(left) - 25)) "$W" "" $STUDY_ARGS 2>&1 | tee "$W/study.log" | tee -a "$OUT/summary.txt"
 status=${PIPESTATUS[0]}
 keep_model() { # FOLDER NAME: the stage-2 model of DEFAULT_CONFIG in FOLDER/models as $OUT/NAME.tgz
   [ -f "$1/models/$DEFAULT_CONFIG-s2/config.json" ] || return 0
@@ -41,11 +45,8 @@ if [ -n "${BEYOND:-}" ] && [ "$(left)" -ge 90 ]; then
     name=${r%%:*} rest=${r#*:}
     tokens=${rest%%:*} rest=${rest#*:}
     configs=${rest%%:*} flags=${rest#*:}
-    PYTHONUNBUFFERED=1 timeout -k 10 $(($(left) - 20)) python3 launch/study.py --teacher tests/quality/teacher \
-      --train .corpus/distill.txt.xz --valid .corpus/valid.txt --results "$W/beyond-$name" --lizard "$LZ" \
-      --device cuda --valid-bytes "$VALID_BYTES" --trials "$TRIALS" --stage1-from "$W/models" \
-      --configs "$configs" --stage2-tokens "$tokens" --stage2-args="$flags" \
-      --label "beyond $name: one $GPU, $(git log -1 --format=%h 2>/dev/null)" >"$W/beyond-$name.log" 2>&1 &
+    study $(($(left) - 20)) "$W/beyond-$name" "beyond $name: " --stage1-from "$W/models" --configs "$configs" \
+      --stage2-tokens "$tokens" --stage2-args="$flags" >"$W/beyond-$name.log" 2>&1 &
   done
   wait
   for r in "${runs[@]}"; do
