@@ -100,14 +100,15 @@ typedef struct lz_backward_ops {
                                const int32_t *targets, int N, float grad_scale);
 
     /* Tensors. copy: bytes between two places of the backend's memory. to_f32: n activations -> fp32.
-     * add: y [n] += x [n]. sum_squares: *out = sum of x[i]^2 in double, the same on every call.
+     * add: y [n] += x [n]. sum_squares: out[t] = the sum of x[t][i]^2 (i < n[t]) in double for each of
+     * the `count` tensors, each the same on every call and whichever tensors share the call.
      * adamw: p, m, v [n] updated from g [n]. weight_set: w's values (in its dtype) from src
      * [w->rows * w->cols] fp32; a weight that points into a checkpoint's mapping gets memory of its
      * own first. */
     lz_status (*copy)(lz_backend *be, void *dst, const void *src, size_t bytes);
     lz_status (*to_f32)(lz_backend *be, float *dst, const void *src, size_t n);
     lz_status (*add)(lz_backend *be, float *y, const float *x, size_t n);
-    lz_status (*sum_squares)(lz_backend *be, double *out, const float *x, size_t n);
+    lz_status (*sum_squares)(lz_backend *be, double *out, const float *const *x, const size_t *n, int count);
     lz_status (*adamw)(lz_backend *be, float *p, float *m, float *v, const float *g, size_t n,
                        const lz_adamw_update *u);
     lz_status (*weight_set)(lz_backend *be, lz_weight *w, const float *src);

@@ -507,11 +507,13 @@ static lz_status bw_add(lz_backend *be, float *y, const float *x, size_t n) {
     return LZ_OK;
 }
 
-static lz_status bw_sum_squares(lz_backend *be, double *out, const float *x, size_t n) {
-    double acc = 0;
-    for (size_t i = 0; i < n; i++)
-        acc += (double)x[i] * x[i];
-    *out = acc;
+static lz_status bw_sum_squares(lz_backend *be, double *out, const float *const *x, const size_t *n, int count) {
+    for (int t = 0; t < count; t++) {
+        double acc = 0;
+        for (size_t i = 0; i < n[t]; i++)
+            acc += (double)x[t][i] * x[t][i];
+        out[t] = acc;
+    }
     return LZ_OK;
 }
 

@@ -36,7 +36,7 @@ lz_status lz_cuda_bw_lora_backward(lz_backend *be, lz_lora *l, float *dx, const 
 lz_status lz_cuda_bw_copy(lz_backend *be, void *dst, const void *src, size_t bytes);
 lz_status lz_cuda_bw_to_f32(lz_backend *be, float *dst, const void *src, size_t n);
 lz_status lz_cuda_bw_add(lz_backend *be, float *y, const float *x, size_t n);
-lz_status lz_cuda_bw_sum_squares(lz_backend *be, double *out, const float *x, size_t n);
+lz_status lz_cuda_bw_sum_squares(lz_backend *be, double *out, const float *const *x, const size_t *n, int count);
 lz_status lz_cuda_bw_adamw(lz_backend *be, float *p, float *m, float *v, const float *g, size_t n,
                            const lz_adamw_update *u);
 lz_status lz_cuda_bw_weight_set(lz_backend *be, lz_weight *w, const float *src);

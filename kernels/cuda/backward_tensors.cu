@@ -1,6 +1,9 @@
 // backward_tensors.cu - what training does to whole tensors: copies, conversions to fp32 and back,
 // sums, the norm of the gradients (the same bits on every call), the AdamW update, and a weight's
 // values set from fp32 (kernels/backward_ops.h).
+#include <stdlib.h>
+#include <string.h>
+
 #include "backward_common.cuh" // lz_bw_grid, lz_bw_scratch
 
 // Kernels ---------------------------------------------------------------------------------------
@@ -35,8 +38,12 @@ __device__ void block_tree_sum(double *s) {
     }
 }
 
-__global__ void __launch_bounds__(SUMSQ_THREADS) sum_squares_partial_kernel(double *partial, const float *x, size_t n) {
+// Block (x, y): the partial sum x of tensor y (xs[y], ns[y] elements), into partial[y][x].
+__global__ void __launch_bounds__(SUMSQ_THREADS)
+    sum_squares_partial_kernel(double *partial, const float *const *xs, const size_t *ns) {
     __shared__ double s[SUMSQ_THREADS];
+    const float *x = xs[blockIdx.y];
+    const size_t n = ns[blockIdx.y];
     double acc = 0.0;
     const size_t stride = (size_t)SUMSQ_BLOCKS * SUMSQ_THREADS;
     for (size_t i = blockIdx.x * (size_t)SUMSQ_THREADS + threadIdx.x; i < n; i += stride) {
@@ -46,18 +53,20 @@ __global__ void __launch_bounds__(SUMSQ_THREADS) sum_squares_partial_kernel(doub
     s[threadIdx.x] = acc;
     block_tree_sum(s);
     if (threadIdx.x == 0)
-        partial[blockIdx.x] = s[0];
+        partial[(size_t)blockIdx.y * SUMSQ_BLOCKS + blockIdx.x] = s[0];
 }
 
+// Block y: out[y] = the SUMSQ_BLOCKS partial sums of tensor y, added in one fixed order.
 __global__ void __launch_bounds__(SUMSQ_THREADS) sum_partials_kernel(double *out, const double *partial) {
     __shared__ double s[SUMSQ_THREADS];
+    partial += (size_t)blockIdx.x * SUMSQ_BLOCKS;
     double acc = 0.0;
     for (int i = threadIdx.x; i < SUMSQ_BLOCKS; i += SUMSQ_THREADS)
         acc += partial[i];
     s[threadIdx.x] = acc;
     block_tree_sum(s);
     if (threadIdx.x == 0)
-        *out = s[0];
+        out[blockIdx.x] = s[0];
 }
 
 // The update's scalars, each converted to fp32 once on the host.
@@ -120,19 +129,40 @@ lz_status lz_cuda_bw_add(lz_backend *be, float *y, const float *x, size_t n) {
     return LZ_OK;
 }
 
-lz_status lz_cuda_bw_sum_squares(lz_backend *be, double *out, const float *x, size_t n) {
-    const size_t bytes[2] = {sizeof(double) * SUMSQ_BLOCKS, sizeof(double)};
-    void *piece[2];
-    LZ_TRY(lz_bw_scratch(be, 2, bytes, piece));
-    double *partial = (double *)piece[0], *total = (double *)piece[1];
-    sum_squares_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, be->ctx.stream>>>(partial, x, n);
-    LZ_LAUNCH_CHECK("sum_squares_partial_kernel");
-    sum_partials_kernel<<<1, SUMSQ_THREADS, 0, be->ctx.stream>>>(total, partial);
-    LZ_LAUNCH_CHECK("sum_partials_kernel");
-    double h = 0.0;
-    LZ_CUDA_TRY(cudaMemcpyAsync(&h, total, sizeof(double), cudaMemcpyDeviceToHost, be->ctx.stream));
-    LZ_CUDA_TRY(cudaStreamSynchronize(be->ctx.stream));
-    *out = h;
+// All the tensors in two launches and one wait: a step's gradient norm waits once, not once a tensor.
+lz_status lz_cuda_bw_sum_squares(lz_backend *be, double *out, const float *const *x, const size_t *n, int count) {
+    enum { MAX_GRID_Y = 65535 };
+    for (int first = 0; first < count; first += MAX_GRID_Y) {
+        const int c = count - first < MAX_GRID_Y ? count - first : MAX_GRID_Y;
+        const size_t bytes[3] = {sizeof(double) * SUMSQ_BLOCKS * (size_t)c, sizeof(double) * (size_t)c,
+                                 (sizeof(float *) + sizeof(size_t)) * (size_t)c};
+        void *piece[3];
+        LZ_TRY(lz_bw_scratch(be, 3, bytes, piece));
+        double *partial = (double *)piece[0], *total = (double *)piece[1];
+        const float **d_x = (const float **)piece[2];
+        size_t *d_n = (size_t *)(d_x + c);
+        char *h = (char *)malloc(bytes[2]);
+        if (!h)
+            return lz_fail(LZ_ERR_NOMEM, "sum_squares: %d tensors' addresses on the host", c);
+        memcpy(h, x + first, sizeof(float *) * (size_t)c);
+        memcpy(h + sizeof(float *) * (size_t)c, n + first, sizeof(size_t) * (size_t)c);
+        cudaError_t e = cudaMemcpyAsync(d_x, h, bytes[2], cudaMemcpyHostToDevice, be->ctx.stream);
+        if (e == cudaSuccess) {
+            sum_squares_partial_kernel<<<dim3(SUMSQ_BLOCKS, (unsigned)c), SUMSQ_THREADS, 0, be->ctx.stream>>>(
+                partial, d_x, d_n);
+            e = cudaGetLastError();
+        }
+        if (e == cudaSuccess) {
+            sum_partials_kernel<<<(unsigned)c, SUMSQ_THREADS, 0, be->ctx.stream>>>(total, partial);
+            e = cudaGetLastError();
+        }
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(out + first, total, sizeof(double) * (size_t)c, cudaMemcpyDeviceToHost, be->ctx.stream);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(be->ctx.stream); // (also: h is done with before it is freed)
+        free(h);
+        LZ_CUDA_TRY(e);
+    }
     return LZ_OK;
 }
 

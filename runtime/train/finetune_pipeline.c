@@ -165,22 +165,28 @@ lz_status lz_ft_pipeline_batch(lz_finetune_run *r, const int32_t *ids, bool lear
 lz_status lz_ft_grad_norm(lz_finetune_run *r, double *norm, int *bad_layer) {
     lz_ft_model *m = &r->m;
     const lz_ft_params *p = &m->params;
-    double *part = calloc((size_t)p->n_params + 1, sizeof(double)), total = 0;
-    if (!part)
-        return lz_fail(LZ_ERR_NOMEM, "gradient norm: out of memory");
-    lz_status s = LZ_OK;
-    for (int i = 0; s == LZ_OK && i < p->n_params; i++)
+    const int np = p->n_params;
+    double *part = calloc((size_t)np + 1, sizeof(double)), *mine = calloc((size_t)np + 1, sizeof(double)), total = 0;
+    const float **g = calloc((size_t)np + 1, sizeof *g);
+    size_t *n = calloc((size_t)np + 1, sizeof *n);
+    int *which = calloc((size_t)np + 1, sizeof *which), count = 0;
+    lz_status s = part && mine && g && n && which ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "gradient norm: out of memory");
+    for (int i = 0; s == LZ_OK && i < np; i++)
         if (p->params[i].owned && !p->params[i].frozen)
-            s = m->ops->backward->sum_squares(m->be, &part[i], p->params[i].g, p->params[i].n);
+            g[count] = p->params[i].g, n[count] = p->params[i].n, which[count++] = i;
+    if (s == LZ_OK && count > 0)
+        s = m->ops->backward->sum_squares(m->be, mine, g, n, count); // one wait for all of them
+    for (int c = 0; s == LZ_OK && c < count; c++)
+        part[which[c]] = mine[c];
     if (s == LZ_OK && r->size > 1)
-        s = lz_world_sum(part, p->n_params); // one owner each: the sums are exact
+        s = lz_world_sum(part, np); // one owner each: the sums are exact
     *bad_layer = -1;
-    for (int i = 0; i < p->n_params; i++) { // then added in the tensors' order
+    for (int i = 0; s == LZ_OK && i < np; i++) { // then added in the tensors' order
         total += part[i];
         if (!isfinite(part[i]) && *bad_layer < 0)
             *bad_layer = p->params[i].layer;
     }
-    free(part);
+    free(part), free(mine), free(g), free(n), free(which);
     *norm = sqrt(total);
     return s;
 }

@@ -443,14 +443,35 @@ static void test_sum_squares(size_t n) {
     for (size_t i = 0; i < n; i++)
         ref += (double)x[i] * x[i];
     double s1 = NAN, s2 = NAN;
-    OK(bw->sum_squares(be, &s1, d_x, n));
-    OK(bw->sum_squares(be, &s2, d_x, n));
+    const float *xs[1] = {d_x};
+    OK(bw->sum_squares(be, &s1, xs, &n, 1));
+    OK(bw->sum_squares(be, &s2, xs, &n, 1));
     const double e = n ? fabs(s1 - ref) / ref : fabs(s1);
     fprintf(stderr, "test_gpu_backward: %s sum_squares n=%-10zu %.17g, double loop %.17g, rel err %.3g (bound 1e-10)\n",
             pass, n, s1, ref, e);
     CHECK_MSG(e <= 1e-10, "%s sum_squares n=%zu: %.17g against %.17g", pass, n, s1, ref);
     CHECK_MSG(memcmp(&s1, &s2, sizeof s1) == 0, "%s sum_squares n=%zu: %.17g, then %.17g", pass, n, s1, s2);
     free(x);
+}
+
+/* Several tensors in one call: each sum has the bits of that tensor's call alone. */
+static void test_sum_squares_many(void) {
+    enum { COUNT = 5 };
+    const size_t n[COUNT] = {2048, 0, 1000003, 7, 131072};
+    float *host[COUNT];
+    const float *dev[COUNT];
+    double together[COUNT], alone[COUNT];
+    for (int t = 0; t < COUNT; t++)
+        host[t] = rand_host(n[t], -2, 2), dev[t] = dput(host[t], n[t]);
+    OK(bw->sum_squares(be, together, dev, n, COUNT));
+    for (int t = 0; t < COUNT; t++)
+        OK(bw->sum_squares(be, &alone[t], &dev[t], &n[t], 1));
+    for (int t = 0; t < COUNT; t++) {
+        CHECK_MSG(memcmp(&together[t], &alone[t], sizeof(double)) == 0, "%s sum_squares of %d tensors: tensor %d "
+                  "(n=%zu) %.17g, alone %.17g", pass, COUNT, t, n[t], together[t], alone[t]);
+        free(host[t]);
+    }
+    fprintf(stderr, "test_gpu_backward: %s sum_squares of %d tensors in one call, each as alone\n", pass, COUNT);
 }
 
 static void test_adamw(size_t n) {
@@ -603,6 +624,7 @@ static void run_pass(lz_dtype dtype) {
     test_sum_squares(0);
     test_sum_squares(1);
     test_sum_squares(1000003);
+    test_sum_squares_many();
     test_adamw(10007);
     test_weight_set();
     fprintf(stderr, "test_gpu_backward: %s largest rel err: row ops %.3g (bound %.0e), products %.3g (bound %.0e)\n",

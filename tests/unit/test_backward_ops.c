@@ -720,9 +720,15 @@ static void check_tensor_ops(unsigned seed) {
     double ss = NAN, again = NAN, direct = 0;
     for (size_t i = 0; i < n; i++)
         direct += (double)x[i] * x[i];
-    CHECK(bw->sum_squares(be, &ss, x, n) == LZ_OK && bw->sum_squares(be, &again, x, n) == LZ_OK);
+    const float *xs[2] = {x, y};
+    const size_t ns[2] = {n, n};
+    double both[2] = {NAN, NAN}, of_y = NAN;
+    CHECK(bw->sum_squares(be, &ss, xs, ns, 1) == LZ_OK && bw->sum_squares(be, &again, xs, ns, 1) == LZ_OK);
     CHECK_MSG(fabs(ss - direct) <= 1e-12 * direct && ss == again, "sum_squares %.17g, again %.17g, direct %.17g", ss,
               again, direct);
+    CHECK(bw->sum_squares(be, both, xs, ns, 2) == LZ_OK && bw->sum_squares(be, &of_y, xs + 1, ns + 1, 1) == LZ_OK);
+    CHECK_MSG(both[0] == ss && both[1] == of_y, "sum_squares of two tensors: %.17g %.17g, alone %.17g %.17g",
+              both[0], both[1], ss, of_y);
     free(x), free(y), free(y0), free(dst);
 }
 
