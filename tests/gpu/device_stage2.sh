@@ -10,7 +10,9 @@
 #      S1_TOKENS + S2_TOKENS, perplexity at 1,024 before and after (VALID_BYTES of valid.txt);
 #   3. the reference (lizard_two_stage.py) at the same stage-2 settings, for its tokens/s on this GPU;
 #   4. `lizard bench --train` on the LLaMA-3-8B hybrid shape at 2K tokens beside a PyTorch LoRA loop
-#      (tests/bench/torch_lora_train.py) on the same GPU.
+#      (tests/bench/torch_lora_train.py) on the same GPU;
+#   5. where the step's time goes: a finetune step of the 50% hybrid timed alone, then three steps
+#      under Nsight Compute (kernel durations only), summed per kernel name (ncu-kernels.txt).
 # Back under $OUT: summary.txt, results.jsonl, logs.tgz.
 set -uo pipefail
 source tests/gpu/device_env.sh
@@ -92,6 +94,36 @@ if phase 4 120; then
   timeout -k 5 "${P4_TIMEOUT:-120}" "$LZ" bench --shape llama3-8b-lizard --train --train-seq 2048 --train-batch 1 --steps 6 \
     --device cuda --json "$W/bench-train-8b-lizard.jsonl" >"$W/logs/bench-train-lizard.out" 2>&1 || status=1
   tail -1 "$W/logs/bench-train-lizard.out" | tee -a "$OUT/summary.txt"
+fi
+
+if phase 5 60 && [ -n "$NCU" ]; then
+  say "== 5. the hybrid's finetune step: wall time, and kernel time per name under ncu"
+  P=$W/profile
+  mkdir -p "$P"
+  timeout -k 5 60 "$LZ" distill --teacher $T --data "$TRAIN" --out "$P/s1" --tokens 16384 --seq-len 1024 --batch 8 \
+    --device cuda --softmax-layers 0,2,4,6 >"$W/logs/profile-s1.out" 2>&1 || say "profile distill FAILED"
+  timeout -k 5 60 "$LZ" finetune --model "$P/s1" --data "$TRAIN" --out "$P/s2" --tokens 163840 --seq-len 1024 \
+    --batch 8 --lr 5e-4 --device cuda --log "$W/logs/profile-s2.jsonl" --log-every 5 >"$W/logs/profile-s2.out" 2>&1
+  grep -E "tok/s" "$W/logs/profile-s2.out" | tail -2 | tee -a "$OUT/summary.txt"
+  timeout -k 5 "$(($(left) - 10))" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+    "$LZ" finetune --model "$P/s1" --data "$TRAIN" --out "$P/s2n" --tokens 24576 --seq-len 1024 --batch 8 \
+    --lr 5e-4 --device cuda >"$W/logs/ncu.csv" 2>"$W/logs/ncu.err" || say "ncu: $(tail -2 "$W/logs/ncu.err")"
+  python3 - "$W/logs/ncu.csv" >"$OUT/ncu-kernels.txt" <<'PY'
+import csv, sys, collections
+lines = open(sys.argv[1], errors="replace").read().splitlines()
+start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+tot, cnt = collections.Counter(), collections.Counter()
+for row in (csv.DictReader(lines[start:]) if start is not None else []):
+    if row.get("Metric Name") == "gpu__time_duration.sum":
+        v = float(row["Metric Value"].replace(",", ""))
+        v *= {"ns": 1e-3, "us": 1, "usecond": 1, "nsecond": 1e-3, "ms": 1e3, "msecond": 1e3}.get(row["Metric Unit"], 1)
+        tot[row["Kernel Name"][:90]] += v; cnt[row["Kernel Name"][:90]] += 1
+total = sum(tot.values())
+print(f"kernels: {sum(cnt.values())}, GPU time {total / 1e3:.2f} ms in all (3 steps + load)")
+for k, v in tot.most_common(40):
+    print(f"{v / 1e3:9.3f} ms {cnt[k]:6d}x  {k}")
+PY
+  head -12 "$OUT/ncu-kernels.txt" | tee -a "$OUT/summary.txt"
 fi
 
 cat "$W"/*.jsonl >"$OUT/results.jsonl" 2>/dev/null
