@@ -12,7 +12,8 @@
 #   4. `lizard bench --train` on the LLaMA-3-8B hybrid shape at 2K tokens beside a PyTorch LoRA loop
 #      (tests/bench/torch_lora_train.py) on the same GPU;
 #   5. where the step's time goes: a finetune step of the 50% hybrid timed alone, then three steps
-#      under Nsight Compute (kernel durations only), summed per kernel name (ncu-kernels.txt).
+#      under Nsight Compute (kernel durations only), then the 8B hybrid's bench --train step, each
+#      summed per kernel name (tests/gpu/ncu_summary.py; ncu-kernels.txt).
 # Back under $OUT: summary.txt, results.jsonl, logs.tgz.
 set -uo pipefail
 source tests/gpu/device_env.sh
@@ -108,21 +109,14 @@ if phase 5 60 && [ -n "$NCU" ]; then
   timeout -k 5 "$(($(left) - 10))" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
     "$LZ" finetune --model "$P/s1" --data "$TRAIN" --out "$P/s2n" --tokens 24576 --seq-len 1024 --batch 8 \
     --lr 5e-4 --device cuda >"$W/logs/ncu.csv" 2>"$W/logs/ncu.err" || say "ncu: $(tail -2 "$W/logs/ncu.err")"
-  python3 - "$W/logs/ncu.csv" >"$OUT/ncu-kernels.txt" <<'PY'
-import csv, sys, collections
-lines = open(sys.argv[1], errors="replace").read().splitlines()
-start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
-tot, cnt = collections.Counter(), collections.Counter()
-for row in (csv.DictReader(lines[start:]) if start is not None else []):
-    if row.get("Metric Name") == "gpu__time_duration.sum":
-        v = float(row["Metric Value"].replace(",", ""))
-        v *= {"ns": 1e-3, "us": 1, "usecond": 1, "nsecond": 1e-3, "ms": 1e3, "msecond": 1e3}.get(row["Metric Unit"], 1)
-        tot[row["Kernel Name"][:90]] += v; cnt[row["Kernel Name"][:90]] += 1
-total = sum(tot.values())
-print(f"kernels: {sum(cnt.values())}, GPU time {total / 1e3:.2f} ms in all (3 steps + load)")
-for k, v in tot.most_common(40):
-    print(f"{v / 1e3:9.3f} ms {cnt[k]:6d}x  {k}")
-PY
+  python3 tests/gpu/ncu_summary.py "$W/logs/ncu.csv" "the hybrid's finetune, 3 steps + load" >"$OUT/ncu-kernels.txt"
+  if [ "$(left)" -ge 60 ]; then # the 8B hybrid's training step: one warm-up step and one timed
+    timeout -k 5 "$(($(left) - 10))" "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+      "$LZ" bench --shape llama3-8b-hybrid --train --train-seq 2048 --train-batch 1 --steps 1 --device cuda \
+      >"$W/logs/ncu-8b.csv" 2>"$W/logs/ncu-8b.err" || say "ncu 8B: $(tail -2 "$W/logs/ncu-8b.err")"
+    python3 tests/gpu/ncu_summary.py "$W/logs/ncu-8b.csv" "the 8B hybrid's training step, 2 steps + load" \
+      >>"$OUT/ncu-kernels.txt"
+  fi
   head -12 "$OUT/ncu-kernels.txt" | tee -a "$OUT/summary.txt"
 fi
 
