@@ -21,8 +21,8 @@
 #   3. quality: perplexity at 1,024 of tests/quality/teacher on all of valid.txt, CUDA bf16 / fp32 /
 #      fp8 (target: fp8 within 1% of bf16); CPU_EVAL=1 adds the CPU reference's fp8 and fp32 on the
 #      first VALID_BYTES (docs/quality.md's dev-machine figures; minutes);
-#   4. (PHASES=1234) peers: HF transformers at batch 1 and 16 (tests/bench/torch_baseline.py) when
-#      torch is there.
+#   4. (PHASES=1234) peers: HF transformers at batch 1 and 16, eager and with a compiled static-cache
+#      decode (tests/bench/torch_baseline.py --compiled) when torch is there.
 # Back under $OUT: summary.txt (every target with its figure or the reason it has none),
 # results.jsonl, logs.tgz. Phases run in the order 1, 3, 2 (the bench takes what time is left).
 set -uo pipefail
@@ -198,9 +198,9 @@ fi
 if phase 4 150; then
   say "== 4. peers"
   if python3 -c "import torch, transformers" 2>/dev/null; then
-    timeout -k 5 140 python3 tests/bench/torch_baseline.py --prompt 2048 --batch 1,16 --context 2048 \
-      >"$W/torch.jsonl" 2>"$W/logs/torch.log" && cat "$W/torch.jsonl" | tee -a "$OUT/summary.txt" ||
-      say "torch_baseline: failed: $(tail -1 "$W/logs/torch.log")"
+    timeout -k 5 $(($(left) - 10)) python3 tests/bench/torch_baseline.py --prompt 2048 --batch 1,16 --context 2048 \
+      --compiled >"$W/torch.jsonl" 2>"$W/logs/torch.log" || say "torch_baseline: stopped: $(tail -1 "$W/logs/torch.log")"
+    tee -a "$OUT/summary.txt" <"$W/torch.jsonl" # (the lines measured before a stop stand)
   else
     say "HF transformers: torch is not installed here"
   fi
