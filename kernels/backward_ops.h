@@ -101,7 +101,8 @@ typedef struct lz_backward_ops {
 
     /* Tensors. copy: bytes between two places of the backend's memory. to_f32: n activations -> fp32.
      * add: y [n] += x [n]. sum_squares: out[t] = the sum of x[t][i]^2 (i < n[t]) in double for each of
-     * the `count` tensors, each the same on every call and whichever tensors share the call.
+     * the `count` tensors (x[t] may be NULL where n[t] is 0), each the same on every call and whichever
+     * tensors share the call.
      * adamw: p, m, v [n] updated from g [n]. weight_set: w's values (in its dtype) from src
      * [w->rows * w->cols] fp32; a weight that points into a checkpoint's mapping gets memory of its
      * own first. */

@@ -166,18 +166,15 @@ lz_status lz_ft_grad_norm(lz_finetune_run *r, double *norm, int *bad_layer) {
     lz_ft_model *m = &r->m;
     const lz_ft_params *p = &m->params;
     const int np = p->n_params;
-    double *part = calloc((size_t)np + 1, sizeof(double)), *mine = calloc((size_t)np + 1, sizeof(double)), total = 0;
+    double *part = calloc((size_t)np + 1, sizeof(double)), total = 0;
     const float **g = calloc((size_t)np + 1, sizeof *g);
     size_t *n = calloc((size_t)np + 1, sizeof *n);
-    int *which = calloc((size_t)np + 1, sizeof *which), count = 0;
-    lz_status s = part && mine && g && n && which ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "gradient norm: out of memory");
-    for (int i = 0; s == LZ_OK && i < np; i++)
+    lz_status s = part && g && n ? LZ_OK : lz_fail(LZ_ERR_NOMEM, "gradient norm: out of memory");
+    for (int i = 0; s == LZ_OK && i < np; i++) // a tensor another rank owns, or a frozen one, sums nothing here
         if (p->params[i].owned && !p->params[i].frozen)
-            g[count] = p->params[i].g, n[count] = p->params[i].n, which[count++] = i;
-    if (s == LZ_OK && count > 0)
-        s = m->ops->backward->sum_squares(m->be, mine, g, n, count); // one wait for all of them
-    for (int c = 0; s == LZ_OK && c < count; c++)
-        part[which[c]] = mine[c];
+            g[i] = p->params[i].g, n[i] = p->params[i].n;
+    if (s == LZ_OK && np > 0)
+        s = m->ops->backward->sum_squares(m->be, part, g, n, np); // one wait for all of them
     if (s == LZ_OK && r->size > 1)
         s = lz_world_sum(part, np); // one owner each: the sums are exact
     *bad_layer = -1;
@@ -186,7 +183,7 @@ lz_status lz_ft_grad_norm(lz_finetune_run *r, double *norm, int *bad_layer) {
         if (!isfinite(part[i]) && *bad_layer < 0)
             *bad_layer = p->params[i].layer;
     }
-    free(part), free(mine), free(g), free(n), free(which);
+    free(part), free(g), free(n);
     *norm = sqrt(total);
     return s;
 }

@@ -11,32 +11,22 @@ D=$SRC/launch/default-model T=$SRC/tests/quality/teacher SPLIT="python3 $SRC/lau
 
 # whole: every tensor of the folder's shards in one file (MLP_DELTA=1: one byte of an MLP weight changed)
 whole() {
-  MLP_DELTA=${2:-0} python3 - "$D" "$1" <<'EOF'
-import json, os, shutil, struct, sys
-src, out = sys.argv[1:]
+  MLP_DELTA=${2:-0} PYTHONDONTWRITEBYTECODE=1 python3 - "$SRC/launch" "$D" "$1" <<'EOF'
+import json, os, shutil, sys
+sys.path.insert(0, sys.argv[1])
+from split_model import FILES, read_safetensors, tensor_bytes, write_safetensors
+src, out = sys.argv[2:]
 os.makedirs(out, exist_ok=True)
 index = json.load(open(os.path.join(src, "model.safetensors.index.json")))["weight_map"]
 tensors = {}
 for shard in sorted(set(index.values())):
-    raw = open(os.path.join(src, shard), "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    header.pop("__metadata__", None)
+    header, data = read_safetensors(os.path.join(src, shard))
     for name, t in header.items():
-        a, b = t["data_offsets"]
-        tensors[name] = (t["dtype"], t["shape"], bytearray(raw[8 + n + a:8 + n + b]))
+        tensors[name] = (name, t["dtype"], t["shape"], bytearray(tensor_bytes(header, data, name)))
 if os.environ["MLP_DELTA"] == "1":
-    tensors["model.layers.3.mlp.up_proj.weight"][2][0] ^= 1
-header, blobs, off = {}, [], 0
-for name in sorted(tensors):
-    dtype, shape, blob = tensors[name]
-    header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(blob)]}
-    blobs.append(blob)
-    off += len(blob)
-text = json.dumps(header).encode()
-with open(os.path.join(out, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+    tensors["model.layers.3.mlp.up_proj.weight"][3][0] ^= 1
+write_safetensors(os.path.join(out, "model.safetensors"), [tensors[n] for n in sorted(tensors)])
+for name in FILES:
     shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
 EOF
 }
